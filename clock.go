@@ -1,0 +1,121 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Clock is the source of time for a limiter. It lists only what limiters
+// call. *clock.Mock from github.com/benbjohnson/clock satisfies it, which
+// is how tests and examples run on deterministic time; so does the value
+// returned by clock.New.
+type Clock interface {
+	// Now returns the current time. Limiters measure durations as
+	// differences of Now values, so a clock whose times carry a monotonic
+	// reading (as time.Now's do) is immune to wall-clock steps.
+	Now() time.Time
+	// Timer returns a timer that fires after d. Wait methods use it and
+	// stop it when they return early.
+	Timer(d time.Duration) *clock.Timer
+}
+
+// Option configures a limiter. Options are applied in order after the
+// required arguments; validation happens after all options are applied.
+type Option interface {
+	apply(*options)
+}
+
+// options holds every optional setting, with its default.
+type options struct {
+	clock Clock // nil means the real clock (fast path)
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithClock makes the limiter read time from c instead of the real clock.
+// Pass a *clock.Mock from github.com/benbjohnson/clock for deterministic
+// tests. A nil c selects the real clock.
+func WithClock(c Clock) Option {
+	return optionFunc(func(o *options) { o.clock = c })
+}
+
+func buildOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	return o
+}
+
+// timeSource turns a Clock into integer nanoseconds on the Unix time scale:
+// the wall time read once at creation plus the monotonic time elapsed since.
+// Windows are therefore aligned to the Unix epoch, while a wall-clock step
+// after creation neither mints nor destroys quota.
+type timeSource struct {
+	clock    Clock     // nil: the real clock
+	base     time.Time // read at creation; carries a monotonic reading on the real clock
+	baseUnix int64     // base as Unix nanoseconds
+}
+
+func newTimeSource(c Clock) timeSource {
+	var base time.Time
+	if c == nil {
+		base = time.Now()
+	} else {
+		base = c.Now()
+	}
+	return timeSource{clock: c, base: base, baseUnix: base.UnixNano()}
+}
+
+// now returns the current time in Unix nanoseconds, measured monotonically
+// from creation. On the real clock time.Since reads only the monotonic
+// clock, which is about half the cost of time.Now.
+func (t *timeSource) now() int64 {
+	if t.clock == nil {
+		return t.baseUnix + int64(time.Since(t.base))
+	}
+	return t.baseUnix + int64(t.clock.Now().Sub(t.base))
+}
+
+// sleep waits for d or until ctx is done, whichever comes first, and stops
+// its timer either way.
+func (t *timeSource) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	var c <-chan time.Time
+	if t.clock == nil {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		c = tm.C
+	} else {
+		tm := t.clock.Timer(d)
+		defer tm.Stop()
+		c = tm.C
+	}
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkDeadline returns an error when waiting d would outlast ctx's
+// deadline. Deadlines are real time: they come from the context, not from
+// the limiter's clock.
+func checkDeadline(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && d > time.Until(dl) {
+		return deadlineError(d)
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+// Package ring provides the growable ring buffer of timestamped counts that
+// the sliding log keeps per limiter.
+package ring
+
+// Entry is n events recorded at the same time.
+type Entry struct {
+	TS int64 // Unix nanoseconds
+	N  int64 // events at TS, >= 1
+}
+
+// Log is a FIFO of entries in a ring buffer that grows on demand, doubling
+// up to a maximum number of entries, and shrinks when mostly empty. The zero
+// value is an empty log holding no memory. A Log is not safe for concurrent
+// use.
+type Log struct {
+	buf  []Entry
+	head int // index of the oldest entry
+	n    int // number of entries
+}
+
+// minCap is the smallest buffer a non-empty Log holds.
+const minCap = 4
+
+// Len returns the number of entries.
+func (l *Log) Len() int { return l.n }
+
+// Cap returns the number of entries the buffer holds without growing.
+func (l *Log) Cap() int { return len(l.buf) }
+
+// At returns the i-th oldest entry, 0 <= i < Len().
+func (l *Log) At(i int) Entry {
+	return l.buf[(l.head+i)%len(l.buf)]
+}
+
+// Front returns the oldest entry. The log must not be empty.
+func (l *Log) Front() Entry { return l.buf[l.head] }
+
+// Back returns the newest entry. The log must not be empty.
+func (l *Log) Back() Entry { return l.At(l.n - 1) }
+
+// PopFront removes the oldest entry. The log must not be empty.
+func (l *Log) PopFront() {
+	l.buf[l.head] = Entry{}
+	l.head = (l.head + 1) % len(l.buf)
+	l.n--
+	if l.n == 0 {
+		l.head = 0
+	}
+	if len(l.buf) > minCap && l.n <= len(l.buf)/4 {
+		l.resize(max(len(l.buf)/2, minCap))
+	}
+}
+
+// PopBack removes the newest entry. The log must not be empty.
+func (l *Log) PopBack() {
+	l.buf[(l.head+l.n-1)%len(l.buf)] = Entry{}
+	l.n--
+}
+
+// AddBack records n events at ts. They merge into the newest entry when it
+// has the same time (or a later one: timestamps never go backwards in the
+// log, so late events are kept as long as the newest). Otherwise a new entry
+// is appended, growing the buffer by doubling but to no more than maxEntries
+// entries unless the log already holds that many.
+func (l *Log) AddBack(ts, n int64, maxEntries int) {
+	if l.n > 0 {
+		back := &l.buf[(l.head+l.n-1)%len(l.buf)]
+		if ts <= back.TS {
+			back.N += n
+			return
+		}
+	}
+	if l.n == len(l.buf) {
+		c := max(2*len(l.buf), minCap)
+		if c > maxEntries {
+			c = max(maxEntries, l.n+1)
+		}
+		l.resize(c)
+	}
+	l.buf[(l.head+l.n)%len(l.buf)] = Entry{TS: ts, N: n}
+	l.n++
+}
+
+// resize moves the entries to a new buffer of size c >= l.n.
+func (l *Log) resize(c int) {
+	nb := make([]Entry, c)
+	for i := 0; i < l.n; i++ {
+		nb[i] = l.At(i)
+	}
+	l.buf, l.head = nb, 0
+}

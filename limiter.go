@@ -1,0 +1,146 @@
+// Package ratelimit provides rate limiters for Go services: five algorithms
+// behind one [Limiter] interface, each exact to the last event, safe for
+// concurrent use and driven by an injectable [Clock] so that tests run on
+// deterministic time.
+//
+// # Choosing an algorithm
+//
+//   - [TokenBucket]: a steady rate with bursts up to a capacity. The usual
+//     choice for API quotas and outbound clients. 16 bytes of state.
+//   - [LeakyBucket]: a steady rate with no bursts on the way out. AllowN
+//     meters (admits while the bucket has room), WaitN shapes (releases
+//     callers one per interval, first come first served).
+//   - [FixedWindow]: at most limit events per window aligned to the Unix
+//     epoch. Cheapest and easiest to explain, but up to 2x the limit can pass
+//     in a short span across a window boundary.
+//   - [SlidingLog]: exact: at most limit events in any interval of length
+//     window. Memory grows with use up to limit timestamps.
+//   - [SlidingCounter]: a weighted mix of the current and previous fixed
+//     windows. Nearly exact on smooth traffic with constant memory; its worst
+//     case on adversarial traffic approaches 2x the limit.
+//
+// All limiters count only admitted events: a denied request never consumes
+// quota, so a flood cannot lock a client out for longer than its own
+// admitted traffic would.
+//
+// # Time
+//
+// Limiters read the time once per decision from their [Clock] (the real
+// clock unless [WithClock] is given) and measure durations on the monotonic
+// clock, so a wall-clock step neither mints nor destroys quota. Windows are
+// aligned to the Unix epoch using the wall time read when the limiter was
+// created plus monotonic time since.
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Limiter is implemented by every limiter in this package.
+type Limiter interface {
+	// Allow reports whether one event may happen now. It is shorthand for
+	// AllowN(1).Allowed.
+	Allow() bool
+	// AllowN reports whether n events may happen now, and consumes them if
+	// so: all n or nothing. It never blocks.
+	AllowN(n int) Decision
+	// Wait is shorthand for WaitN(ctx, 1).
+	Wait(ctx context.Context) error
+	// WaitN blocks until n events are admitted or ctx is done. It returns an
+	// error at once when n can never be admitted, or when the wait would
+	// outlast ctx's deadline.
+	WaitN(ctx context.Context, n int) error
+}
+
+// Compile-time checks that every limiter implements Limiter.
+var (
+	_ Limiter = (*TokenBucket)(nil)
+	_ Limiter = (*LeakyBucket)(nil)
+	_ Limiter = (*FixedWindow)(nil)
+	_ Limiter = (*SlidingLog)(nil)
+	_ Limiter = (*SlidingCounter)(nil)
+)
+
+// RetryNever is the RetryAfter of a [Decision] for a request that can never
+// be admitted: n is greater than the limiter's capacity or limit, or n <= 0.
+// Callers should treat it as "do not retry" rather than as a duration.
+const RetryNever = time.Duration(math.MaxInt64)
+
+// Decision is the outcome of one AllowN call (or, from Peek, of one that
+// would be made now).
+type Decision struct {
+	// Allowed reports whether the n events were admitted (and consumed).
+	Allowed bool
+	// Limit is the capacity (token and leaky bucket) or the number of events
+	// allowed per window (window algorithms).
+	Limit int
+	// Remaining is how many more single events would be admitted right now,
+	// after this decision. It is never negative.
+	Remaining int
+	// RetryAfter is 0 when Allowed. When denied, it is how long to wait
+	// before the same request can succeed if no other traffic arrives:
+	// exact for every algorithm but SlidingCounter, where it is an estimate
+	// that is never 0. It is RetryNever when the request can never succeed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limiter is back to its full quota
+	// (Remaining == Limit) if no other traffic arrives; 0 when it is full.
+	ResetAfter time.Duration
+}
+
+var (
+	// ErrInvalidConfig is wrapped by every constructor error; the message
+	// names the offending argument.
+	ErrInvalidConfig = errors.New("ratelimit: invalid configuration")
+	// ErrInvalidN is returned by WaitN when n <= 0.
+	ErrInvalidN = errors.New("ratelimit: n must be positive")
+	// ErrExceedsLimit is returned by WaitN when n is greater than the
+	// limiter's capacity or limit, so that no wait can ever admit it.
+	ErrExceedsLimit = errors.New("ratelimit: n exceeds the limit")
+	// ErrQueueFull is returned by LeakyBucket.WaitN when the queue has no
+	// room for n more events: the caller is refused at once, not queued.
+	ErrQueueFull = errors.New("ratelimit: queue is full")
+	// ErrDeadline is returned by WaitN, without waiting, when the wait
+	// would outlast the context's deadline. The error also matches
+	// context.DeadlineExceeded with errors.Is.
+	ErrDeadline = errors.New("ratelimit: wait would exceed context deadline")
+)
+
+// configError reports a bad constructor argument.
+func configError(format string, args ...any) error {
+	return &wrapError{msg: ErrInvalidConfig.Error() + ": " + fmt.Sprintf(format, args...), errs: []error{ErrInvalidConfig}}
+}
+
+// nError reports a WaitN call with an n that can never be admitted.
+func nError(n int, what string, limit int64) error {
+	if n <= 0 {
+		return &wrapError{msg: fmt.Sprintf("%s, got n=%d", ErrInvalidN.Error(), n), errs: []error{ErrInvalidN}}
+	}
+	return &wrapError{msg: fmt.Sprintf("ratelimit: n=%d exceeds %s %d", n, what, limit), errs: []error{ErrExceedsLimit}}
+}
+
+// deadlineError reports a wait that would outlast the context's deadline.
+func deadlineError(wait time.Duration) error {
+	return &wrapError{
+		msg:  fmt.Sprintf("%s (needs %v)", ErrDeadline.Error(), wait),
+		errs: []error{ErrDeadline, context.DeadlineExceeded},
+	}
+}
+
+// wrapError is an error with its own message that matches several sentinel
+// errors with errors.Is.
+type wrapError struct {
+	msg  string
+	errs []error
+}
+
+func (e *wrapError) Error() string   { return e.msg }
+func (e *wrapError) Unwrap() []error { return e.errs }
+
+// denyNever is the Decision for a request that can never be admitted.
+func denyNever(limit int64, remaining int64, reset time.Duration) Decision {
+	return Decision{Limit: int(limit), Remaining: int(max(remaining, 0)), RetryAfter: RetryNever, ResetAfter: reset}
+}

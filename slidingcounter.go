@@ -1,0 +1,154 @@
+package ratelimit
+
+import (
+	"time"
+)
+
+// SlidingCounter is a sliding window counter: it counts events in fixed
+// windows aligned to the Unix epoch, like [FixedWindow], and estimates the
+// events in the sliding window that ends now as
+//
+//	previous window's count x (1 - elapsed/window) + current window's count
+//
+// admitting n events when that estimate plus n is at most limit. The
+// estimate is computed exactly, in rationals, without rounding that would
+// over-admit.
+//
+// It needs constant memory (three integers) and is close to exact on smooth
+// traffic, but it assumes the previous window's events were spread evenly:
+// on adversarial traffic (a burst at the end of one window, then another
+// once the previous count has decayed) it can admit up to nearly 2x limit in
+// one window length. Use [SlidingLog] when the bound must be exact. Its
+// RetryAfter is computed from the same estimate: if no other traffic
+// arrives, a retry after RetryAfter succeeds, and it is never 0 on a denial.
+//
+// Create one with [NewSlidingCounter]; the zero value is not usable. A
+// SlidingCounter is safe for concurrent use.
+type SlidingCounter struct {
+	core[scState, *slidingCounterAlg]
+}
+
+// NewSlidingCounter returns a limiter that admits n events when the
+// weighted estimate of events in the last window plus n is at most limit.
+// It returns an error wrapping [ErrInvalidConfig] when an argument is not
+// positive or window is longer than 100 years.
+func NewSlidingCounter(limit int, window time.Duration, opts ...Option) (*SlidingCounter, error) {
+	alg, err := newSlidingCounterAlg(limit, window)
+	if err != nil {
+		return nil, err
+	}
+	c := &SlidingCounter{}
+	c.init(alg, opts)
+	return c, nil
+}
+
+// SetLimit changes the number of events allowed per window. The counts of
+// the current and previous windows carry over. The window length cannot
+// change.
+func (c *SlidingCounter) SetLimit(limit int) error {
+	alg, err := newSlidingCounterAlg(limit, time.Duration(c.current().window))
+	if err != nil {
+		return err
+	}
+	c.reconfigure(alg, func(*scState, int64) {})
+	return nil
+}
+
+// slidingCounterAlg is the sliding counter's arithmetic.
+type slidingCounterAlg struct {
+	max    int64 // events per window
+	window int64 // ns
+}
+
+// scState is one sliding counter's state. The zero value has no events.
+type scState struct {
+	k    int64 // index of the current window: start = k*window
+	cur  int64 // events in window k
+	prev int64 // events in window k-1
+}
+
+func newSlidingCounterAlg(limit int, window time.Duration) (*slidingCounterAlg, error) {
+	if err := checkCount("limit", limit); err != nil {
+		return nil, err
+	}
+	if err := checkPeriod("window", window); err != nil {
+		return nil, err
+	}
+	return &slidingCounterAlg{max: int64(limit), window: int64(window)}, nil
+}
+
+func (a *slidingCounterAlg) limit() int64 { return a.max }
+
+// roll returns the state as seen at now: the current window's index, its
+// count, the previous window's count, and the time elapsed in the window.
+func (a *slidingCounterAlg) roll(st *scState, now int64) (k, cur, prev, elapsed int64) {
+	k = floorDiv(now, a.window)
+	switch {
+	case k == st.k:
+		cur, prev = st.cur, st.prev
+	case k == st.k+1:
+		prev = st.cur
+	case k < st.k: // time ran backwards: stay at the start of the newer window
+		k, cur, prev = st.k, st.cur, st.prev
+		return k, cur, prev, 0
+	}
+	return k, cur, prev, now - k*a.window
+}
+
+func (a *slidingCounterAlg) decide(st *scState, now, n int64, commit bool) Decision {
+	k, cur, prev, e := a.roll(st, now)
+	w := a.window
+	// Remaining is the largest m with prev*(w-e)/w + cur + m <= max.
+	rem := a.max - cur - mulDivCeil(prev, w-e, w)
+	if n <= rem {
+		if commit {
+			st.k, st.cur, st.prev = k, cur+n, prev
+		}
+		return Decision{
+			Allowed:    true,
+			Limit:      int(a.max),
+			Remaining:  int(rem - n),
+			ResetAfter: a.resetAfter(cur+n, prev, e),
+		}
+	}
+	return Decision{
+		Limit:      int(a.max),
+		Remaining:  int(max(rem, 0)),
+		RetryAfter: time.Duration(max(a.retryAfter(cur, prev, e, n), 1)),
+		ResetAfter: a.resetAfter(cur, prev, e),
+	}
+}
+
+// retryAfter returns how long until n events fit if nothing else arrives.
+func (a *slidingCounterAlg) retryAfter(cur, prev, e, n int64) int64 {
+	w := a.window
+	if cur+n <= a.max {
+		// In this window, at the first e2 with prev*(w-e2) <= (max-cur-n)*w.
+		e2 := w - min(mulDiv(a.max-cur-n, w, prev), w)
+		if e2 < w {
+			return e2 - e
+		}
+	}
+	// In the next window, where cur becomes the previous count.
+	if cur == 0 {
+		return w - e
+	}
+	e2 := w - min(mulDiv(max(a.max-n, 0), w, cur), w)
+	return w - e + e2
+}
+
+// resetAfter returns how long until the estimate decays to zero.
+func (a *slidingCounterAlg) resetAfter(cur, prev, e int64) time.Duration {
+	switch {
+	case cur > 0:
+		return time.Duration(2*a.window - e)
+	case prev > 0:
+		return time.Duration(a.window - e)
+	}
+	return 0
+}
+
+func (a *slidingCounterAlg) idle(st *scState, now int64) bool {
+	k := floorDiv(now, a.window)
+	return (st.cur == 0 && st.prev == 0) || k >= st.k+2 || (k == st.k+1 && st.cur == 0)
+}
