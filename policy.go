@@ -1,0 +1,147 @@
+package ratelimit
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm names one of the five rate-limiting algorithms.
+type Algorithm uint8
+
+// The algorithms. The zero Algorithm is invalid.
+const (
+	TokenBucketAlgorithm Algorithm = iota + 1
+	LeakyBucketAlgorithm
+	FixedWindowAlgorithm
+	SlidingLogAlgorithm
+	SlidingCounterAlgorithm
+)
+
+// String returns the algorithm's short name, such as "tokenbucket".
+func (a Algorithm) String() string {
+	switch a {
+	case TokenBucketAlgorithm:
+		return "tokenbucket"
+	case LeakyBucketAlgorithm:
+		return "leakybucket"
+	case FixedWindowAlgorithm:
+		return "fixedwindow"
+	case SlidingLogAlgorithm:
+		return "slidinglog"
+	case SlidingCounterAlgorithm:
+		return "slidingcounter"
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// Policy describes one algorithm and its parameters, independently of where
+// its state lives: the same Policy runs as a single limiter
+// ([Policy.NewLimiter]), per key in memory ([NewKeyed]) and per key on Redis
+// (package redislimit), with identical decisions. Build one with
+// [TokenBucketPolicy], [LeakyBucketPolicy], [FixedWindowPolicy],
+// [SlidingLogPolicy] or [SlidingCounterPolicy]; the zero Policy is invalid.
+type Policy struct {
+	// Algorithm selects the algorithm.
+	Algorithm Algorithm
+	// Limit is the capacity of a bucket or the number of events per window.
+	Limit int
+	// Refill is the number of tokens a token bucket gains every Period.
+	// Other algorithms ignore it.
+	Refill int
+	// Period is the token bucket's refill period, the leaky bucket's leak
+	// interval, or the window length of the window algorithms.
+	Period time.Duration
+}
+
+// TokenBucketPolicy is the policy of [NewTokenBucket].
+func TokenBucketPolicy(capacity, refill int, per time.Duration) Policy {
+	return Policy{Algorithm: TokenBucketAlgorithm, Limit: capacity, Refill: refill, Period: per}
+}
+
+// LeakyBucketPolicy is the policy of [NewLeakyBucket].
+func LeakyBucketPolicy(capacity int, leakEvery time.Duration) Policy {
+	return Policy{Algorithm: LeakyBucketAlgorithm, Limit: capacity, Period: leakEvery}
+}
+
+// FixedWindowPolicy is the policy of [NewFixedWindow].
+func FixedWindowPolicy(limit int, window time.Duration) Policy {
+	return Policy{Algorithm: FixedWindowAlgorithm, Limit: limit, Period: window}
+}
+
+// SlidingLogPolicy is the policy of [NewSlidingLog].
+func SlidingLogPolicy(limit int, window time.Duration) Policy {
+	return Policy{Algorithm: SlidingLogAlgorithm, Limit: limit, Period: window}
+}
+
+// SlidingCounterPolicy is the policy of [NewSlidingCounter].
+func SlidingCounterPolicy(limit int, window time.Duration) Policy {
+	return Policy{Algorithm: SlidingCounterAlgorithm, Limit: limit, Period: window}
+}
+
+// Validate reports whether p is a valid policy, with the same errors the
+// constructors return.
+func (p Policy) Validate() error {
+	var err error
+	switch p.Algorithm {
+	case TokenBucketAlgorithm:
+		_, err = newTokenBucketAlg(p.Limit, p.Refill, p.Period)
+	case LeakyBucketAlgorithm:
+		_, err = newLeakyBucketAlg(p.Limit, p.Period)
+	case FixedWindowAlgorithm:
+		_, err = newFixedWindowAlg(p.Limit, p.Period)
+	case SlidingLogAlgorithm:
+		_, err = newSlidingLogAlg(p.Limit, p.Period)
+	case SlidingCounterAlgorithm:
+		_, err = newSlidingCounterAlg(p.Limit, p.Period)
+	default:
+		err = configError("unknown algorithm %v", p.Algorithm)
+	}
+	return err
+}
+
+// NewLimiter returns a single in-memory limiter running p: a *TokenBucket,
+// *LeakyBucket, *FixedWindow, *SlidingLog or *SlidingCounter.
+func (p Policy) NewLimiter(opts ...Option) (Limiter, error) {
+	switch p.Algorithm {
+	case TokenBucketAlgorithm:
+		return NewTokenBucket(p.Limit, p.Refill, p.Period, opts...)
+	case LeakyBucketAlgorithm:
+		return NewLeakyBucket(p.Limit, p.Period, opts...)
+	case FixedWindowAlgorithm:
+		return NewFixedWindow(p.Limit, p.Period, opts...)
+	case SlidingLogAlgorithm:
+		return NewSlidingLog(p.Limit, p.Period, opts...)
+	case SlidingCounterAlgorithm:
+		return NewSlidingCounter(p.Limit, p.Period, opts...)
+	}
+	return nil, p.Validate()
+}
+
+// Window returns the span over which p's Limit applies, as reported in
+// rate-limit headers: the window of the window algorithms, the time a token
+// bucket takes to refill from empty (rounded up to a whole nanosecond), and
+// the time a leaky bucket takes to drain when full.
+func (p Policy) Window() time.Duration {
+	switch p.Algorithm {
+	case TokenBucketAlgorithm:
+		if p.Refill <= 0 || p.Limit <= 0 || p.Period <= 0 {
+			return 0
+		}
+		return time.Duration(mulDivCeil(int64(p.Limit), int64(p.Period), int64(p.Refill)))
+	case LeakyBucketAlgorithm:
+		return time.Duration(mulDiv(int64(max(p.Limit, 0)), int64(max(p.Period, 0)), 1))
+	}
+	return p.Period
+}
+
+// String describes p, such as "tokenbucket(capacity=100, refill=10/1s)" or
+// "slidinglog(limit=100, window=1m0s)".
+func (p Policy) String() string {
+	switch p.Algorithm {
+	case TokenBucketAlgorithm:
+		return fmt.Sprintf("%v(capacity=%d, refill=%d/%v)", p.Algorithm, p.Limit, p.Refill, p.Period)
+	case LeakyBucketAlgorithm:
+		return fmt.Sprintf("%v(capacity=%d, leakEvery=%v)", p.Algorithm, p.Limit, p.Period)
+	}
+	return fmt.Sprintf("%v(limit=%d, window=%v)", p.Algorithm, p.Limit, p.Period)
+}
