@@ -29,7 +29,8 @@ type Option interface {
 
 // options holds every optional setting, with its default.
 type options struct {
-	clock Clock // nil means the real clock (fast path)
+	clock   Clock // nil means the real clock (fast path)
+	maxKeys int   // Keyed only; 0 means DefaultMaxKeys
 }
 
 type optionFunc func(*options)

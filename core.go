@@ -22,6 +22,9 @@ type algorithm[S any] interface {
 	// idle reports whether st is indistinguishable from a fresh state at now,
 	// so that forgetting it would not change any future decision.
 	idle(st *S, now int64) bool
+	// refund gives back n events admitted just before now, as if they had
+	// not happened (never beyond a fresh state).
+	refund(st *S, now, n int64)
 }
 
 // reserver is implemented by the bucket algorithms, whose WaitN takes a

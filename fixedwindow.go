@@ -98,6 +98,12 @@ func (a *fixedWindowAlg) decide(st *fwState, now, n int64, commit bool) Decision
 	}
 }
 
+func (a *fixedWindowAlg) refund(st *fwState, now, n int64) {
+	if floorDiv(now, a.window) == st.k {
+		st.count = max(st.count-n, 0)
+	}
+}
+
 func (a *fixedWindowAlg) idle(st *fwState, now int64) bool {
 	return st.count == 0 || floorDiv(now, a.window) > st.k
 }

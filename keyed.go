@@ -27,9 +27,10 @@ type KeyedLimiter interface {
 	RefundN(ctx context.Context, key string, n int) error
 }
 
-// ErrTooManyKeys is returned, with a denied Decision, by a [Keyed] limiter
-// that holds its maximum number of keys when a request for a new key finds
-// no idle key to reclaim. Existing keys are unaffected.
+// ErrTooManyKeys is returned, with a denied Decision whose RetryAfter is one
+// second, by a [Keyed] limiter that holds its maximum number of keys when a
+// request for a new key finds no idle key to reclaim. Existing keys are
+// unaffected.
 var ErrTooManyKeys = errors.New("ratelimit: too many keys")
 
 // ErrUnknownTier is returned by a [Tiered] limiter when its tier function

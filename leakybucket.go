@@ -125,3 +125,7 @@ func (a *leakyBucketAlg) reserve(st *lbState, now, n, maxDelay int64) (int64, re
 func (a *leakyBucketAlg) unreserve(st *lbState, n int64) {
 	st.empty -= n * a.every
 }
+
+func (a *leakyBucketAlg) refund(st *lbState, _, n int64) {
+	a.unreserve(st, n)
+}

@@ -139,8 +139,3 @@ type wrapError struct {
 
 func (e *wrapError) Error() string   { return e.msg }
 func (e *wrapError) Unwrap() []error { return e.errs }
-
-// denyNever is the Decision for a request that can never be admitted.
-func denyNever(limit int64, remaining int64, reset time.Duration) Decision {
-	return Decision{Limit: int(limit), Remaining: int(max(remaining, 0)), RetryAfter: RetryNever, ResetAfter: reset}
-}

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"time"
 )
 
@@ -14,7 +15,7 @@ import (
 // estimate is computed exactly, in rationals, without rounding that would
 // over-admit.
 //
-// It needs constant memory (three integers) and is close to exact on smooth
+// It needs constant memory (16 bytes of state) and is close to exact on smooth
 // traffic, but it assumes the previous window's events were spread evenly:
 // on adversarial traffic (a burst at the end of one window, then another
 // once the previous count has decayed) it can admit up to nearly 2x limit in
@@ -63,8 +64,8 @@ type slidingCounterAlg struct {
 // scState is one sliding counter's state. The zero value has no events.
 type scState struct {
 	k    int64 // index of the current window: start = k*window
-	cur  int64 // events in window k
-	prev int64 // events in window k-1
+	cur  int32 // events in window k (limit <= math.MaxInt32)
+	prev int32 // events in window k-1
 }
 
 func newSlidingCounterAlg(limit int, window time.Duration) (*slidingCounterAlg, error) {
@@ -73,6 +74,9 @@ func newSlidingCounterAlg(limit int, window time.Duration) (*slidingCounterAlg, 
 	}
 	if err := checkPeriod("window", window); err != nil {
 		return nil, err
+	}
+	if limit > math.MaxInt32 {
+		return nil, configError("limit must be at most %d, got %d", math.MaxInt32, limit)
 	}
 	return &slidingCounterAlg{max: int64(limit), window: int64(window)}, nil
 }
@@ -85,12 +89,11 @@ func (a *slidingCounterAlg) roll(st *scState, now int64) (k, cur, prev, elapsed 
 	k = floorDiv(now, a.window)
 	switch {
 	case k == st.k:
-		cur, prev = st.cur, st.prev
+		cur, prev = int64(st.cur), int64(st.prev)
 	case k == st.k+1:
-		prev = st.cur
+		prev = int64(st.cur)
 	case k < st.k: // time ran backwards: stay at the start of the newer window
-		k, cur, prev = st.k, st.cur, st.prev
-		return k, cur, prev, 0
+		return st.k, int64(st.cur), int64(st.prev), 0
 	}
 	return k, cur, prev, now - k*a.window
 }
@@ -102,7 +105,7 @@ func (a *slidingCounterAlg) decide(st *scState, now, n int64, commit bool) Decis
 	rem := a.max - cur - mulDivCeil(prev, w-e, w)
 	if n <= rem {
 		if commit {
-			st.k, st.cur, st.prev = k, cur+n, prev
+			st.k, st.cur, st.prev = k, int32(cur+n), int32(prev)
 		}
 		return Decision{
 			Allowed:    true,
@@ -146,6 +149,15 @@ func (a *slidingCounterAlg) resetAfter(cur, prev, e int64) time.Duration {
 		return time.Duration(a.window - e)
 	}
 	return 0
+}
+
+func (a *slidingCounterAlg) refund(st *scState, now, n int64) {
+	switch k := floorDiv(now, a.window); k {
+	case st.k:
+		st.cur = int32(max(int64(st.cur)-n, 0))
+	case st.k + 1:
+		st.k, st.prev, st.cur = k, int32(max(int64(st.cur)-n, 0)), 0
+	}
 }
 
 func (a *slidingCounterAlg) idle(st *scState, now int64) bool {

@@ -111,6 +111,21 @@ func (a *slidingLogAlg) decide(st *slState, now, n int64, commit bool) Decision 
 	}
 }
 
+// refund removes the newest n events. Under concurrent traffic on the same
+// log these may be another request's events a moment younger than the
+// refunded ones: the count is exact, the timestamps may differ by that
+// moment.
+func (a *slidingLogAlg) refund(st *slState, now, n int64) {
+	a.evict(st, now)
+	for n > 0 && st.log.Len() > 0 {
+		back := st.log.Back()
+		take := min(back.N, n)
+		st.log.TrimBack(take)
+		st.total -= take
+		n -= take
+	}
+}
+
 func (a *slidingLogAlg) idle(st *slState, now int64) bool {
 	return st.log.Len() == 0 || st.log.Back().TS <= now-a.window
 }

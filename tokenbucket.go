@@ -150,6 +150,11 @@ func (a *tokenBucketAlg) idle(st *tbState, now int64) bool {
 	return st.debt == 0 || now-st.last >= ceilDiv(st.debt, a.r)
 }
 
+func (a *tokenBucketAlg) refund(st *tbState, now, n int64) {
+	a.advance(st, now)
+	a.unreserve(st, n)
+}
+
 func (a *tokenBucketAlg) reserve(st *tbState, now, n, maxDelay int64) (int64, reserveResult) {
 	a.advance(st, now)
 	need := n * a.p

@@ -51,10 +51,20 @@ func (l *Log) PopFront() {
 	}
 }
 
-// PopBack removes the newest entry. The log must not be empty.
-func (l *Log) PopBack() {
-	l.buf[(l.head+l.n-1)%len(l.buf)] = Entry{}
+// TrimBack removes n events from the newest entry, and the entry itself
+// when none are left. The log must not be empty and n must be at most the
+// newest entry's count.
+func (l *Log) TrimBack(n int64) {
+	back := &l.buf[(l.head+l.n-1)%len(l.buf)]
+	back.N -= n
+	if back.N > 0 {
+		return
+	}
+	*back = Entry{}
 	l.n--
+	if l.n == 0 {
+		l.head = 0
+	}
 }
 
 // AddBack records n events at ts. They merge into the newest entry when it

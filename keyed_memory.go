@@ -1,0 +1,346 @@
+package ratelimit
+
+import (
+	"context"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Keyed is an in-memory [KeyedLimiter]: one state per key under one
+// [Policy], with the same decisions as the single limiter of that policy.
+// Most callers want [Keyed.AllowN].
+//
+// Keys live in shards, each with its own lock, so unrelated keys rarely
+// contend. Per-key state is compact (16 bytes for every algorithm but the
+// sliding log, which stores up to limit timestamps) and holds no lock or
+// clock of its own.
+//
+// Memory is bounded without changing semantics. A key is reclaimed only
+// when its state is idle: back to a full bucket, or with every window it
+// counted fully passed, so forgetting it hands its client nothing it would
+// not have had anyway. Reclaiming is incremental: each new key samples a few
+// keys of its shard and drops the idle ones, under that shard's lock only,
+// with no sweep of the whole map. The number of keys is capped
+// ([WithMaxKeys], default [DefaultMaxKeys]): when a shard is full and no
+// sampled key is idle, a request for a new key is denied with
+// [ErrTooManyKeys] while existing keys go on as before, so a flood of random
+// keys cannot exhaust memory or evict real clients.
+//
+// Create one with [NewKeyed]; the zero value is not usable. A Keyed is safe
+// for concurrent use.
+type Keyed struct {
+	policy Policy
+	id     uint64 // orders locks in AllowAll
+	ts     timeSource
+	store  keyedStore
+}
+
+var _ KeyedLimiter = (*Keyed)(nil)
+
+// DefaultMaxKeys is the number of keys a [Keyed] limiter holds at most
+// unless [WithMaxKeys] says otherwise.
+const DefaultMaxKeys = 1 << 20
+
+// defaultShards is the number of shards of a Keyed limiter.
+const defaultShards = 64
+
+// WithMaxKeys caps the number of keys a [Keyed] limiter holds at about n
+// (each of its shards holds at most n divided by the number of shards,
+// rounded up). Single limiters ignore it.
+func WithMaxKeys(n int) Option {
+	return optionFunc(func(o *options) { o.maxKeys = n })
+}
+
+var keyedIDs atomic.Uint64
+
+// NewKeyed returns an in-memory keyed limiter running p for every key. It
+// returns an error wrapping [ErrInvalidConfig] when p is invalid or
+// [WithMaxKeys] is not positive.
+func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
+	o := buildOptions(opts)
+	if o.maxKeys == 0 {
+		o.maxKeys = DefaultMaxKeys
+	}
+	if o.maxKeys < 0 {
+		return nil, configError("WithMaxKeys must be positive, got %d", o.maxKeys)
+	}
+	var (
+		st  keyedStore
+		err error
+	)
+	switch p.Algorithm {
+	case TokenBucketAlgorithm:
+		var a *tokenBucketAlg
+		if a, err = newTokenBucketAlg(p.Limit, p.Refill, p.Period); err == nil {
+			st = newStore[tbState](a, o.maxKeys)
+		}
+	case LeakyBucketAlgorithm:
+		var a *leakyBucketAlg
+		if a, err = newLeakyBucketAlg(p.Limit, p.Period); err == nil {
+			st = newStore[lbState](a, o.maxKeys)
+		}
+	case FixedWindowAlgorithm:
+		var a *fixedWindowAlg
+		if a, err = newFixedWindowAlg(p.Limit, p.Period); err == nil {
+			st = newStore[fwState](a, o.maxKeys)
+		}
+	case SlidingLogAlgorithm:
+		var a *slidingLogAlg
+		if a, err = newSlidingLogAlg(p.Limit, p.Period); err == nil {
+			st = newStore[slState](a, o.maxKeys)
+		}
+	case SlidingCounterAlgorithm:
+		var a *slidingCounterAlg
+		if a, err = newSlidingCounterAlg(p.Limit, p.Period); err == nil {
+			st = newStore[scState](a, o.maxKeys)
+		}
+	default:
+		err = p.Validate()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Keyed{policy: p, id: keyedIDs.Add(1), ts: newTimeSource(o.clock), store: st}, nil
+}
+
+// Policy returns the policy k runs for every key.
+func (k *Keyed) Policy() Policy { return k.policy }
+
+// Len returns the number of keys k holds state for.
+func (k *Keyed) Len() int { return k.store.len() }
+
+// AllowN reports whether n events may happen now for key and consumes them
+// if so: all n or nothing. A denied request stores nothing. When n <= 0 or
+// n exceeds the limit the Decision is denied with RetryAfter [RetryNever].
+// The error is nil except for [ErrTooManyKeys]; ctx is not consulted, as
+// nothing here waits.
+func (k *Keyed) AllowN(_ context.Context, key string, n int) (Decision, error) {
+	return k.store.allow(k.ts.now(), key, n, true)
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
+// event was admitted.
+func (k *Keyed) Allow(ctx context.Context, key string) bool {
+	d, _ := k.AllowN(ctx, key, 1)
+	return d.Allowed
+}
+
+// Peek reports the Decision AllowN(ctx, key, n) would return now without
+// consuming anything or storing the key. Peek(ctx, key, 0) reports the
+// key's current quota.
+func (k *Keyed) Peek(_ context.Context, key string, n int) Decision {
+	return k.store.peek(k.ts.now(), key, n)
+}
+
+// RefundN gives back n events admitted for key just before, as if they had
+// not happened; it never raises a key above a fresh state. For the sliding
+// log the newest n events of the key are removed, which under concurrent
+// traffic on the same key may be another request's events a moment
+// younger. A key that is no longer held needs no refund.
+func (k *Keyed) RefundN(_ context.Context, key string, n int) error {
+	if n <= 0 {
+		return nError(n, "", 0)
+	}
+	k.store.refund(k.ts.now(), key, int64(n))
+	return nil
+}
+
+// WaitN blocks until n events are admitted for key or ctx is done. It
+// returns at once with [ErrInvalidN] or [ErrExceedsLimit] when n can never
+// be admitted, with [ErrDeadline] when the wait would outlast ctx's
+// deadline, and with [ErrTooManyKeys] when the key cannot be held. Waiters
+// on a key retry after each Decision's RetryAfter; unlike the single bucket
+// limiters they are not served in arrival order.
+func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
+	return waitLoop(ctx, &k.ts, func() (Decision, error) { return k.AllowN(ctx, key, n) }, n)
+}
+
+// waitLoop retries allow after each denial's RetryAfter until it admits,
+// ctx is done, or the wait cannot succeed.
+func waitLoop(ctx context.Context, ts *timeSource, allow func() (Decision, error), n int) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d, err := allow()
+		if err != nil {
+			return err
+		}
+		if d.Allowed {
+			return nil
+		}
+		if d.RetryAfter == RetryNever {
+			return nError(n, "the limit", int64(d.Limit))
+		}
+		if err := checkDeadline(ctx, d.RetryAfter); err != nil {
+			return err
+		}
+		if err := ts.sleep(ctx, d.RetryAfter); err != nil {
+			return err
+		}
+	}
+}
+
+// keyedStore is the algorithm-independent face of store[S, A].
+type keyedStore interface {
+	allow(now int64, key string, n int, commit bool) (Decision, error)
+	peek(now int64, key string, n int) Decision
+	refund(now int64, key string, n int64)
+	len() int
+	// lockFor returns the lock of key's shard and the shard's index.
+	lockFor(key string) (*sync.Mutex, int)
+	// decideLocked is allow with the shard's lock already held.
+	decideLocked(now int64, key string, n int, commit bool) (Decision, error)
+	refundLocked(now int64, key string, n int64)
+}
+
+// store holds per-key state S for algorithm A in shards.
+type store[S any, A algorithm[S]] struct {
+	alg         A
+	seed        maphash.Seed
+	shards      []shard[S]
+	mask        uint64
+	maxPerShard int
+}
+
+// shard is one lock and the keys it guards, padded to its own cache lines
+// so that neighbouring shards' locks do not share one.
+type shard[S any] struct {
+	mu sync.Mutex
+	m  map[string]S // guarded by mu
+	_  [48]byte
+}
+
+// Sampling budgets for reclaiming idle keys: on every new key, and when a
+// full shard needs room.
+const (
+	sampleOnInsert = 4
+	sampleWhenFull = 64
+)
+
+func newStore[S any, A algorithm[S]](alg A, maxKeys int) *store[S, A] {
+	s := &store[S, A]{
+		alg:         alg,
+		seed:        maphash.MakeSeed(),
+		shards:      make([]shard[S], defaultShards),
+		mask:        defaultShards - 1,
+		maxPerShard: (maxKeys + defaultShards - 1) / defaultShards,
+	}
+	return s
+}
+
+func (s *store[S, A]) shardFor(key string) (*shard[S], int) {
+	i := int(maphash.String(s.seed, key) & s.mask)
+	return &s.shards[i], i
+}
+
+func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int) {
+	sh, i := s.shardFor(key)
+	return &sh.mu, i
+}
+
+func (s *store[S, A]) allow(now int64, key string, n int, commit bool) (Decision, error) {
+	sh, _ := s.shardFor(key)
+	sh.mu.Lock()
+	d, err := s.decideIn(sh, now, key, n, commit)
+	sh.mu.Unlock()
+	return d, err
+}
+
+func (s *store[S, A]) peek(now int64, key string, n int) Decision {
+	sh, _ := s.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if n == 0 {
+		st, ok := sh.m[key]
+		d := s.alg.decide(&st, now, 0, false)
+		if ok {
+			sh.m[key] = st
+		}
+		return d
+	}
+	d, _ := s.decideIn(sh, now, key, n, false)
+	return d
+}
+
+func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (Decision, error) {
+	sh, _ := s.shardFor(key)
+	return s.decideIn(sh, now, key, n, commit)
+}
+
+// decideIn decides for key, which lives in sh, at now. A new key that
+// cannot be stored because sh is full is denied with a RetryAfter of one
+// second: when a key will next be idle is not known. Requires sh.mu held.
+func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, n int, commit bool) (Decision, error) {
+	st, ok := sh.m[key]
+	if ok {
+		d := decideN(s.alg, &st, now, n, commit)
+		sh.m[key] = st // always: deciding may have advanced or trimmed st
+		return d, nil
+	}
+	// A new key: decide on a fresh state, and store it only if admitted.
+	d := decideN(s.alg, &st, now, n, false)
+	if !commit || !d.Allowed {
+		return d, nil
+	}
+	if sh.m == nil {
+		sh.m = make(map[string]S)
+	}
+	s.reclaim(sh, now, sampleOnInsert)
+	if len(sh.m) >= s.maxPerShard {
+		s.reclaim(sh, now, sampleWhenFull)
+		if len(sh.m) >= s.maxPerShard {
+			d = decideN(s.alg, &st, now, n, false)
+			d.Allowed = false
+			d.RetryAfter = time.Second
+			return d, ErrTooManyKeys
+		}
+	}
+	d = decideN(s.alg, &st, now, n, true)
+	sh.m[strings.Clone(key)] = st
+	return d, nil
+}
+
+// reclaim samples up to budget keys of sh, starting at a random place (Go
+// randomizes where each map iteration starts), and deletes the idle ones.
+// Requires sh.mu held.
+func (s *store[S, A]) reclaim(sh *shard[S], now int64, budget int) {
+	for key, st := range sh.m {
+		if s.alg.idle(&st, now) {
+			delete(sh.m, key)
+		}
+		if budget--; budget <= 0 {
+			return
+		}
+	}
+}
+
+func (s *store[S, A]) refund(now int64, key string, n int64) {
+	sh, _ := s.shardFor(key)
+	sh.mu.Lock()
+	s.refundLocked(now, key, n)
+	sh.mu.Unlock()
+}
+
+// refundLocked requires the key's shard lock held.
+func (s *store[S, A]) refundLocked(now int64, key string, n int64) {
+	sh, _ := s.shardFor(key)
+	if st, ok := sh.m[key]; ok {
+		s.alg.refund(&st, now, n)
+		sh.m[key] = st
+	}
+}
+
+func (s *store[S, A]) len() int {
+	total := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		total += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return total
+}

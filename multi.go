@@ -1,0 +1,239 @@
+package ratelimit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Dimension is one limit that a request must pass: a keyed limiter and the
+// key to charge in it, such as the per-API-key limit for "key-123" or the
+// login limit for "203.0.113.7".
+type Dimension struct {
+	// Name identifies the limit in reports and headers, such as "per-key".
+	Name string
+	// Limiter is the keyed limiter that holds the limit.
+	Limiter KeyedLimiter
+	// Key is the key to charge.
+	Key string
+}
+
+// MultiDecision is the outcome of [AllowAll]: the most restrictive of the
+// dimensions' decisions, and which dimension it came from.
+type MultiDecision struct {
+	// Decision is the denying dimension's Decision when the request was
+	// denied (the longest RetryAfter if several deny), or else the admitting
+	// Decision with the fewest Remaining.
+	Decision
+	// Index is the position in dims of the dimension Decision came from, or
+	// -1 when there were no dimensions.
+	Index int
+}
+
+// AllowAll charges n events to every dimension, all or nothing: if any
+// dimension denies, none is charged. It returns the most restrictive
+// Decision and which dimension it came from; MultiDecision.Allowed reports
+// whether the request was admitted.
+//
+// When every dimension's limiter is a [*Keyed], AllowAll is exact and
+// atomic: it locks the shards involved (in a fixed order, so concurrent
+// calls cannot deadlock), checks every dimension, and charges them only if
+// all admit. With other limiters (such as Redis ones) it charges the
+// dimensions in order and, when one denies, refunds those already charged
+// with RefundN; a concurrent request may then briefly see the refunded
+// quota as used.
+//
+// An error from a limiter is returned with its Decision (the limiter's own
+// failure policy decides); a dimension that is not admitted stops the
+// request either way. With no dimensions the request is admitted.
+func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, error) {
+	if len(dims) == 0 {
+		return MultiDecision{Decision: Decision{Allowed: true}, Index: -1}, nil
+	}
+	if allKeyed(dims) {
+		return allowAllKeyed(n, dims)
+	}
+	return allowAllRefund(ctx, n, dims)
+}
+
+func allKeyed(dims []Dimension) bool {
+	for _, d := range dims {
+		if _, ok := d.Limiter.(*Keyed); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// mostRestrictive picks from decisions: the longest RetryAfter among the
+// denied ones, or else the fewest Remaining.
+func mostRestrictive(ds []Decision) int {
+	best := 0
+	for i, d := range ds {
+		b := ds[best]
+		switch {
+		case b.Allowed && !d.Allowed:
+			best = i
+		case !b.Allowed && !d.Allowed && d.RetryAfter > b.RetryAfter:
+			best = i
+		case b.Allowed && d.Allowed && d.Remaining < b.Remaining:
+			best = i
+		}
+	}
+	return best
+}
+
+type lockRef struct {
+	mu    *sync.Mutex
+	id    uint64
+	shard int
+}
+
+// allowAllKeyed is AllowAll over in-memory limiters only.
+func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
+	var buf [8]lockRef
+	locks := buf[:0]
+	for _, d := range dims {
+		k := d.Limiter.(*Keyed)
+		mu, shard := k.store.lockFor(d.Key)
+		locks = append(locks, lockRef{mu, k.id, shard})
+	}
+	slices.SortFunc(locks, func(a, b lockRef) int {
+		return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.shard, b.shard))
+	})
+	locks = slices.CompactFunc(locks, func(a, b lockRef) bool { return a.mu == b.mu })
+	for _, l := range locks {
+		l.mu.Lock()
+	}
+	defer func() {
+		for _, l := range locks {
+			l.mu.Unlock()
+		}
+	}()
+
+	ds := make([]Decision, len(dims))
+	nows := make([]int64, len(dims))
+	for i, d := range dims {
+		k := d.Limiter.(*Keyed)
+		nows[i] = k.ts.now()
+		ds[i], _ = k.store.decideLocked(nows[i], d.Key, n, false)
+		if !ds[i].Allowed {
+			best := mostRestrictive(ds[:i+1])
+			return MultiDecision{Decision: ds[best], Index: best}, nil
+		}
+	}
+	// Every dimension admits: charge them all. A charge can still fail when
+	// the same key appears twice or a shard is full; then undo the others.
+	for i, d := range dims {
+		k := d.Limiter.(*Keyed)
+		var err error
+		ds[i], err = k.store.decideLocked(nows[i], d.Key, n, true)
+		if !ds[i].Allowed {
+			for j := i - 1; j >= 0; j-- {
+				dims[j].Limiter.(*Keyed).store.refundLocked(nows[j], dims[j].Key, int64(n))
+			}
+			return MultiDecision{Decision: ds[i], Index: i}, err
+		}
+	}
+	best := mostRestrictive(ds)
+	return MultiDecision{Decision: ds[best], Index: best}, nil
+}
+
+// allowAllRefund is AllowAll over any limiters: charge in order, refund on
+// denial.
+func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision, error) {
+	ds := make([]Decision, len(dims))
+	var errs error // from dimensions admitted by a failure policy
+	for i, d := range dims {
+		dec, err := d.Limiter.AllowN(ctx, d.Key, n)
+		ds[i] = dec
+		errs = errors.Join(errs, err)
+		if !dec.Allowed {
+			for j := i - 1; j >= 0; j-- {
+				errs = errors.Join(errs, dims[j].Limiter.RefundN(ctx, dims[j].Key, n))
+			}
+			return MultiDecision{Decision: dec, Index: i}, errs
+		}
+	}
+	best := mostRestrictive(ds)
+	return MultiDecision{Decision: ds[best], Index: best}, errs
+}
+
+// Tiered is a [KeyedLimiter] that charges each key in the limiter of its
+// tier, such as "free" (100 a minute) or "pro" (10,000 a minute). A
+// function supplied by the caller names each key's tier on every request,
+// so a key's tier can change at run time: the key then starts being charged
+// in its new tier's limiter, with whatever state it has there (a full quota
+// if it was never seen there), while its usage in the old tier stays where
+// it is until idle, so moving a key back and forth resets neither tier.
+//
+// The tier limiters can be in memory ([*Keyed]) or on Redis, and may differ
+// in algorithm. A Tiered is safe for concurrent use if tierOf is.
+type Tiered struct {
+	tierOf func(ctx context.Context, key string) string
+	tiers  map[string]KeyedLimiter
+}
+
+var _ KeyedLimiter = (*Tiered)(nil)
+
+// NewTiered returns a limiter that charges key in tiers[tierOf(ctx, key)].
+// It returns an error wrapping [ErrInvalidConfig] when tierOf is nil, tiers
+// is empty or holds a nil limiter. The map is copied.
+func NewTiered(tierOf func(ctx context.Context, key string) string, tiers map[string]KeyedLimiter) (*Tiered, error) {
+	if tierOf == nil {
+		return nil, configError("tierOf must not be nil")
+	}
+	if len(tiers) == 0 {
+		return nil, configError("tiers must not be empty")
+	}
+	t := &Tiered{tierOf: tierOf, tiers: make(map[string]KeyedLimiter, len(tiers))}
+	for name, l := range tiers {
+		if l == nil {
+			return nil, configError("tier %q has a nil limiter", name)
+		}
+		t.tiers[name] = l
+	}
+	return t, nil
+}
+
+// Tier returns the name of key's tier and its limiter, or an error wrapping
+// [ErrUnknownTier].
+func (t *Tiered) Tier(ctx context.Context, key string) (string, KeyedLimiter, error) {
+	name := t.tierOf(ctx, key)
+	l, ok := t.tiers[name]
+	if !ok {
+		return name, nil, &wrapError{msg: fmt.Sprintf("%v %q for key %q", ErrUnknownTier, name, key), errs: []error{ErrUnknownTier}}
+	}
+	return name, l, nil
+}
+
+// AllowN charges key in its tier's limiter. A key whose tier is unknown is
+// denied, with an error wrapping [ErrUnknownTier].
+func (t *Tiered) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	_, l, err := t.Tier(ctx, key)
+	if err != nil {
+		return Decision{RetryAfter: RetryNever}, err
+	}
+	return l.AllowN(ctx, key, n)
+}
+
+// WaitN waits in key's tier's limiter.
+func (t *Tiered) WaitN(ctx context.Context, key string, n int) error {
+	_, l, err := t.Tier(ctx, key)
+	if err != nil {
+		return err
+	}
+	return l.WaitN(ctx, key, n)
+}
+
+// RefundN refunds key in its current tier's limiter.
+func (t *Tiered) RefundN(ctx context.Context, key string, n int) error {
+	_, l, err := t.Tier(ctx, key)
+	if err != nil {
+		return err
+	}
+	return l.RefundN(ctx, key, n)
+}
