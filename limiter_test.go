@@ -60,7 +60,9 @@ type step struct {
 func runSteps(t *testing.T, l testLimiter, mock *clock.Mock, steps []step) {
 	t.Helper()
 	for i, s := range steps {
-		mock.Set(testStart.Add(s.at))
+		if at := testStart.Add(s.at); !mock.Now().Equal(at) {
+			mock.Set(at) // Set yields for 1ms of real time: only when needed
+		}
 		var got Decision
 		verb := "AllowN"
 		if s.peek {
