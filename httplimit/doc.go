@@ -1,0 +1,59 @@
+// Package httplimit limits HTTP traffic with the limiters of package
+// ratelimit: a server middleware in the standard shape
+// func(http.Handler) http.Handler, and an outbound [http.RoundTripper] that
+// waits for quota and obeys a server's 429 and Retry-After.
+//
+// # Server
+//
+// [New] builds a [Middleware] from one or more [Limit]s. Each Limit names a
+// keyed limiter (an in-memory [ratelimit.Keyed], a [ratelimit.Tiered], or a
+// Redis limiter from package redislimit) and a [KeyFunc] that picks the key
+// to charge: the API key ([KeyByAPIKey]), the client address ([KeyByIP],
+// [IPResolver]), the user ([KeyByUser]), the route ([KeyByRoute]) or a
+// combination ([Combine], [FirstOf], [When]). A request is charged in every
+// Limit whose KeyFunc applies to it, all or nothing ([ratelimit.AllowAll]).
+//
+// Every limited response carries the most restrictive Limit's state, both
+// in the widespread X-RateLimit-* fields and in the fields of the IETF
+// draft draft-ietf-httpapi-ratelimit-headers ([WithHeaders] chooses):
+//
+//	X-RateLimit-Limit: 100           the quota (Decision.Limit)
+//	X-RateLimit-Remaining: 42        requests still admitted now
+//	X-RateLimit-Reset: 1767225660    Unix time, in seconds rounded up, at which
+//	                                 the quota is full again
+//	RateLimit-Policy: "api";q=100;w=60
+//	RateLimit: "api";r=42;t=17
+//
+// In RateLimit-Policy, q is the quota and w the window in seconds (rounded
+// up; for a token bucket the time it takes to refill from empty). In
+// RateLimit, r is the remaining quota and t the seconds, rounded up, until
+// the quota is full again or, on a denial, until the denied request can
+// succeed.
+//
+// A denied request is answered 429 Too Many Requests with Retry-After in
+// whole seconds, rounded up and never 0 (so a client that waits that long
+// and retries succeeds if nobody else spent the quota), and a JSON body:
+//
+//	{"error":"Too Many Requests","message":"rate limit \"api\" exceeded, retry in 17 s","retryAfter":17}
+//
+// [WithDeniedHandler] replaces that answer, for instance with a cached or
+// reduced response (graceful degradation).
+//
+// A request whose cost exceeds a limit's capacity can never succeed
+// (ratelimit.RetryNever). It is answered 429 too, but with no Retry-After
+// and no t parameter, a body without "retryAfter" and with "retryNever":
+// true, so that clients do not retry it; [Denial.Never] reports the case to
+// a custom handler, which may prefer 413.
+//
+// Errors from a limiter (Redis down) never reach the client: the limiter's
+// own failure policy decides (fail open, fail closed, local fallback), and
+// the error goes to the [WithErrorHook] hook.
+//
+// # Client
+//
+// [NewTransport] and [NewKeyedTransport] wrap an [http.RoundTripper] so that
+// each request first waits for the limiter, and so that a 429 or 503 answer
+// with Retry-After (delay-seconds or an HTTP date) or a RateLimit field
+// pauses every request through the transport until the server is ready,
+// then retries the requests that can be replayed.
+package httplimit

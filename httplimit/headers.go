@@ -1,0 +1,190 @@
+package httplimit
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+)
+
+// Header field names written by the [Middleware] and read by the
+// [Transport]. net/http canonicalizes names (X-RateLimit-Limit travels as
+// X-Ratelimit-Limit); field names are case-insensitive, so both spellings
+// work with http.Header's Get.
+const (
+	// HeaderXRateLimitLimit carries the quota of the most restrictive limit.
+	HeaderXRateLimitLimit = "X-RateLimit-Limit"
+	// HeaderXRateLimitRemaining carries how many requests that limit still
+	// admits now.
+	HeaderXRateLimitRemaining = "X-RateLimit-Remaining"
+	// HeaderXRateLimitReset carries the Unix time, in whole seconds rounded
+	// up, at which that limit's quota is full again.
+	HeaderXRateLimitReset = "X-RateLimit-Reset"
+	// HeaderRateLimitPolicy is the IETF quota policy field:
+	// "name";q=<quota>;w=<window seconds>.
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	// HeaderRateLimit is the IETF service limit field:
+	// "name";r=<remaining>;t=<seconds>.
+	HeaderRateLimit = "RateLimit"
+	// HeaderRetryAfter is the standard Retry-After field, in delay-seconds.
+	HeaderRetryAfter = "Retry-After"
+	// HeaderAPIKey is the header [KeyByAPIKey] reads.
+	HeaderAPIKey = "X-API-Key"
+)
+
+// Canonical map keys, so that the hot path assigns to the header map
+// directly instead of canonicalizing on every request.
+var (
+	keyXLimit     = http.CanonicalHeaderKey(HeaderXRateLimitLimit)
+	keyXRemaining = http.CanonicalHeaderKey(HeaderXRateLimitRemaining)
+	keyXReset     = http.CanonicalHeaderKey(HeaderXRateLimitReset)
+	keyPolicy     = http.CanonicalHeaderKey(HeaderRateLimitPolicy)
+	keyRateLimit  = http.CanonicalHeaderKey(HeaderRateLimit)
+	keyRetryAfter = http.CanonicalHeaderKey(HeaderRetryAfter)
+	keyCType      = "Content-Type"
+	keyNoSniff    = "X-Content-Type-Options"
+)
+
+// HeaderSet selects which rate-limit fields the [Middleware] writes.
+type HeaderSet uint8
+
+// The header sets. Retry-After is always sent on a denial that can be
+// retried, whatever the set.
+const (
+	// XRateLimitHeaders are X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset.
+	XRateLimitHeaders HeaderSet = 1 << iota
+	// IETFHeaders are RateLimit-Policy and RateLimit.
+	IETFHeaders
+	// NoHeaders sends no rate-limit fields.
+	NoHeaders HeaderSet = 0
+	// AllHeaders sends both sets; it is the default.
+	AllHeaders = XRateLimitHeaders | IETFHeaders
+)
+
+// ceilSeconds returns d in whole seconds, rounded up; d >= 0.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// RetryAfterSeconds returns the Retry-After value, in seconds, for a denied
+// Decision: RetryAfter rounded up to a whole second, and at least 1, so
+// that a client waiting that long never retries too early. It returns 0 for
+// an admitted Decision and for one that can never succeed
+// ([ratelimit.RetryNever]).
+func RetryAfterSeconds(d ratelimit.Decision) int64 {
+	if d.Allowed || d.RetryAfter == ratelimit.RetryNever {
+		return 0
+	}
+	return max(ceilSeconds(d.RetryAfter), 1)
+}
+
+// checkPolicyName reports whether name can be sent as an RFC 8941 String:
+// printable ASCII only.
+func checkPolicyName(name string) error {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("httplimit: limit name %q: only printable ASCII is allowed", name)
+		}
+	}
+	return nil
+}
+
+// appendSFString appends s as an RFC 8941 String ("..." with \ and "
+// escaped). s has been checked by checkPolicyName.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
+}
+
+// headerState is what the rate-limit fields are computed from.
+type headerState struct {
+	d      ratelimit.Decision
+	name   []byte        // the policy name, already an RFC 8941 String
+	window time.Duration // the limit's window; 0 if unknown
+	now    int64         // Unix nanoseconds
+}
+
+// writeHeaders sets the fields of set on h for s. It allocates one string
+// holding every value and one slice backing every []string.
+func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
+	d := &s.d
+	never := !d.Allowed && d.RetryAfter == ratelimit.RetryNever
+	var retry int64
+	if !d.Allowed && !never {
+		retry = RetryAfterSeconds(*d)
+	}
+	var arr [192]byte
+	b := arr[:0]
+	var ends [6]int
+	var keys [6]string
+	k := 0
+	mark := func(key string) {
+		keys[k] = key
+		ends[k] = len(b)
+		k++
+	}
+	if set&XRateLimitHeaders != 0 {
+		b = strconv.AppendInt(b, int64(d.Limit), 10)
+		mark(keyXLimit)
+		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		mark(keyXRemaining)
+		// Reset: when the quota is full again, in Unix seconds rounded up.
+		reset := s.now + int64(d.ResetAfter)
+		secs := reset / int64(time.Second)
+		if reset%int64(time.Second) > 0 {
+			secs++
+		}
+		b = strconv.AppendInt(b, secs, 10)
+		mark(keyXReset)
+	}
+	if set&IETFHeaders != 0 {
+		b = append(b, s.name...)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, int64(d.Limit), 10)
+		if s.window > 0 {
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, ceilSeconds(s.window), 10)
+		}
+		mark(keyPolicy)
+		b = append(b, s.name...)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		switch {
+		case d.Allowed:
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+		case !never:
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, retry, 10)
+		}
+		mark(keyRateLimit)
+	}
+	if retry > 0 {
+		b = strconv.AppendInt(b, retry, 10)
+		mark(keyRetryAfter)
+	}
+	if k == 0 {
+		return
+	}
+	all := string(b)
+	vals := make([]string, k)
+	start := 0
+	for i := range k {
+		vals[i] = all[start:ends[i]]
+		start = ends[i]
+		h[keys[i]] = vals[i : i+1 : i+1]
+	}
+}

@@ -1,0 +1,167 @@
+package httplimit
+
+import (
+	"context"
+	"net/http"
+	"strings"
+)
+
+// KeyFunc picks the key a request is charged under in one [Limit], such as
+// an API key, a client address or a user ID. It reports ok == false when
+// the limit does not apply to the request (no API key, not the limited
+// route): the request is then not charged in that limit.
+//
+// Keys are compared as strings. Each Limit should have a limiter of its own
+// (or, on Redis, a key prefix of its own), so keys of different limits never
+// collide. A KeyFunc must be safe for concurrent use.
+type KeyFunc func(r *http.Request) (key string, ok bool)
+
+// KeyByHeader keys requests by the value of the named header. Requests
+// without it (or with an empty value) are not charged.
+//
+// A header is whatever the client says it is: a client that can invent
+// values can spread its traffic over as many keys as it likes. Key by a
+// header only once its value has been authenticated (an API key checked by
+// an earlier middleware), or add a limit keyed by client address as well.
+func KeyByHeader(name string) KeyFunc {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, bool) {
+		v := r.Header[name]
+		if len(v) == 0 || v[0] == "" {
+			return "", false
+		}
+		return v[0], true
+	}
+}
+
+// KeyByAPIKey keys requests by the X-API-Key header ([HeaderAPIKey]); see
+// [KeyByHeader].
+func KeyByAPIKey() KeyFunc { return KeyByHeader(HeaderAPIKey) }
+
+// KeyByIP keys requests by the client's address taken from RemoteAddr,
+// IPv4 addresses one by one and IPv6 addresses grouped by /64 network. It
+// ignores forwarded headers; behind a reverse proxy use an [IPResolver]
+// that trusts it. Equivalent to the Key method of an IPResolver created with
+// no options.
+func KeyByIP() KeyFunc { return defaultResolver.Key }
+
+var defaultResolver, _ = NewIPResolver()
+
+// KeyByUser keys requests by the user that user finds in the request's
+// context (set by an authentication middleware that runs earlier).
+// Requests for which user reports false (anonymous) are not charged.
+func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
+	return func(r *http.Request) (string, bool) {
+		id, ok := user(r.Context())
+		if !ok || id == "" {
+			return "", false
+		}
+		return id, true
+	}
+}
+
+// KeyByRoute keys requests by their route: the pattern that
+// [http.ServeMux] matched (r.Pattern, such as "POST /login"), or else the
+// method and path ("POST /login"). The pattern is set only when the
+// middleware runs inside the mux, that is when it wraps the handlers
+// registered on it; a middleware wrapping the whole mux should use
+// [KeyByMuxRoute].
+//
+// Keying by raw path gives each distinct URL its own key; the limiter's key
+// cap ([ratelimit.WithMaxKeys]) bounds the memory that costs.
+func KeyByRoute() KeyFunc {
+	return func(r *http.Request) (string, bool) {
+		if r.Pattern != "" {
+			return r.Pattern, true
+		}
+		return r.Method + " " + r.URL.Path, true
+	}
+}
+
+// KeyByMuxRoute keys requests by the pattern mux would route them to, for
+// a middleware that wraps the whole mux (and so runs before the mux sets
+// r.Pattern). Requests the mux has no pattern for are keyed "" (one shared
+// key for all of them).
+func KeyByMuxRoute(mux *http.ServeMux) KeyFunc {
+	return func(r *http.Request) (string, bool) {
+		if r.Pattern != "" {
+			return r.Pattern, true
+		}
+		_, pattern := mux.Handler(r)
+		return pattern, true
+	}
+}
+
+// When applies key only to requests for which match reports true, such as
+// [IsRoute]("POST /login").
+func When(match func(r *http.Request) bool, key KeyFunc) KeyFunc {
+	return func(r *http.Request) (string, bool) {
+		if !match(r) {
+			return "", false
+		}
+		return key(r)
+	}
+}
+
+// IsRoute reports whether a request is for route, written like a
+// ServeMux pattern without wildcards: "POST /login" or "/health". It
+// compares route with r.Pattern when the mux has set it, and otherwise with
+// the request's method and path ("/health" matches every method). It
+// allocates nothing.
+func IsRoute(route string) func(r *http.Request) bool {
+	method, path, hasMethod := strings.Cut(route, " ")
+	if !hasMethod {
+		method, path = "", route
+	}
+	return func(r *http.Request) bool {
+		if r.Pattern != "" {
+			return r.Pattern == route
+		}
+		return (method == "" || r.Method == method) && r.URL.Path == path
+	}
+}
+
+// FirstOf keys a request by the first of keys that applies to it, such as
+// the API key if there is one and else the client address.
+func FirstOf(keys ...KeyFunc) KeyFunc {
+	keys = append([]KeyFunc(nil), keys...)
+	return func(r *http.Request) (string, bool) {
+		for _, k := range keys {
+			if s, ok := k(r); ok {
+				return s, true
+			}
+		}
+		return "", false
+	}
+}
+
+// Combine keys a request by all of keys together, such as user and route,
+// so that each combination has its own quota. It applies only when each of
+// keys applies. The parts are joined with '|', and a '|' or '\' inside a
+// part is escaped with '\', so distinct combinations never share a key.
+func Combine(keys ...KeyFunc) KeyFunc {
+	keys = append([]KeyFunc(nil), keys...)
+	return func(r *http.Request) (string, bool) {
+		var b strings.Builder
+		for i, k := range keys {
+			s, ok := k(r)
+			if !ok {
+				return "", false
+			}
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			if !strings.ContainsAny(s, `|\`) {
+				b.WriteString(s)
+				continue
+			}
+			for j := 0; j < len(s); j++ {
+				if s[j] == '|' || s[j] == '\\' {
+					b.WriteByte('\\')
+				}
+				b.WriteByte(s[j])
+			}
+		}
+		return b.String(), true
+	}
+}

@@ -1,0 +1,514 @@
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit"
+)
+
+// epoch is a whole minute in 2026, so fixed windows of a minute start on it.
+var epoch = time.Unix(1767225600, 0)
+
+func newMock(t *testing.T, at time.Time) *clock.Mock {
+	t.Helper()
+	m := clock.NewMock()
+	m.Set(at)
+	return m
+}
+
+func newKeyed(t testing.TB, p ratelimit.Policy, c ratelimit.Clock) *ratelimit.Keyed {
+	t.Helper()
+	k, err := ratelimit.NewKeyed(p, ratelimit.WithClock(c))
+	if err != nil {
+		t.Fatalf("NewKeyed(%v): %v", p, err)
+	}
+	return k
+}
+
+func newMW(t testing.TB, limits []Limit, opts ...Option) *Middleware {
+	t.Helper()
+	m, err := New(limits, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return m
+}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.WriteString(w, "ok")
+})
+
+func do(h http.Handler, method, target string, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+type wantHeaders struct {
+	status                   int
+	limit, remaining, reset  string
+	policy, ratelimit, retry string
+}
+
+func checkHeaders(t *testing.T, step string, w *httptest.ResponseRecorder, want wantHeaders) {
+	t.Helper()
+	h := w.Result().Header
+	got := wantHeaders{
+		status:    w.Code,
+		limit:     h.Get(HeaderXRateLimitLimit),
+		remaining: h.Get(HeaderXRateLimitRemaining),
+		reset:     h.Get(HeaderXRateLimitReset),
+		policy:    h.Get(HeaderRateLimitPolicy),
+		ratelimit: h.Get(HeaderRateLimit),
+		retry:     h.Get(HeaderRetryAfter),
+	}
+	if got != want {
+		t.Errorf("%s: headers = %+v, want %+v", step, got, want)
+	}
+	for _, f := range []string{HeaderRateLimitPolicy, HeaderRateLimit} {
+		if v := h.Get(f); v != "" {
+			if _, err := parseSFList(v); err != nil {
+				t.Errorf("%s: %s is not a structured field List: %v", step, f, err)
+			}
+		}
+	}
+}
+
+// TestHeadersExact walks a fixed window of 3 a minute on the mock clock and
+// checks every field of every answer.
+func TestHeadersExact(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch.Add(10*time.Second))
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
+	h := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
+
+	reset := strconv.FormatInt(epoch.Unix()+60, 10)
+	for i, rem := range []string{"2", "1", "0"} {
+		w := do(h, "GET", "/", HeaderAPIKey, "k1")
+		checkHeaders(t, "request "+strconv.Itoa(i+1), w, wantHeaders{
+			status: 200, limit: "3", remaining: rem, reset: reset,
+			policy: `"api";q=3;w=60`, ratelimit: `"api";r=` + rem + `;t=50`,
+		})
+	}
+	w := do(h, "GET", "/", HeaderAPIKey, "k1")
+	checkHeaders(t, "request 4", w, wantHeaders{
+		status: 429, limit: "3", remaining: "0", reset: reset,
+		policy: `"api";q=3;w=60`, ratelimit: `"api";r=0;t=50`, retry: "50",
+	})
+	var body struct {
+		Error      string `json:"error"`
+		Message    string `json:"message"`
+		RetryAfter int64  `json:"retryAfter"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+		t.Fatalf("429 body %q: %v", w.Body.String(), err)
+	}
+	if body.Error != "Too Many Requests" || body.RetryAfter != 50 || !strings.Contains(body.Message, `"api"`) {
+		t.Errorf("429 body = %+v", body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/json; charset=utf-8" {
+		t.Errorf("429 Content-Type = %q", ct)
+	}
+
+	// Another key is untouched; a request without a key is not limited.
+	checkHeaders(t, "other key", do(h, "GET", "/", HeaderAPIKey, "k2"), wantHeaders{
+		status: 200, limit: "3", remaining: "2", reset: reset,
+		policy: `"api";q=3;w=60`, ratelimit: `"api";r=2;t=50`,
+	})
+	checkHeaders(t, "no key", do(h, "GET", "/"), wantHeaders{status: 200})
+
+	// Half a second before the window ends: t and Retry-After round up.
+	mock.Add(49500 * time.Millisecond)
+	checkHeaders(t, "at 59.5s", do(h, "GET", "/", HeaderAPIKey, "k1"), wantHeaders{
+		status: 429, limit: "3", remaining: "0", reset: reset,
+		policy: `"api";q=3;w=60`, ratelimit: `"api";r=0;t=1`, retry: "1",
+	})
+	mock.Add(500 * time.Millisecond)
+	checkHeaders(t, "next window", do(h, "GET", "/", HeaderAPIKey, "k1"), wantHeaders{
+		status: 200, limit: "3", remaining: "2", reset: strconv.FormatInt(epoch.Unix()+120, 10),
+		policy: `"api";q=3;w=60`, ratelimit: `"api";r=2;t=60`,
+	})
+}
+
+// TestRetryAfterRounding: Retry-After is RetryAfter rounded up, never 0,
+// and waiting exactly that long then retrying succeeds.
+func TestRetryAfterRounding(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		p         ratelimit.Policy
+		wantRetry string
+		wantT     string // RateLimit t on the denial
+		wait      time.Duration
+	}{
+		// 1 token per 1.5 s: RetryAfter 1.5 s -> 2.
+		{"tokenbucket 1.5s", ratelimit.TokenBucketPolicy(1, 2, 3*time.Second), "2", "2", 1500 * time.Millisecond},
+		// 10 tokens a second: RetryAfter 100 ms -> 1, never 0.
+		{"tokenbucket 100ms", ratelimit.TokenBucketPolicy(1, 10, time.Second), "1", "1", 100 * time.Millisecond},
+		// Exactly 2 s: no rounding.
+		{"leakybucket 2s", ratelimit.LeakyBucketPolicy(1, 2*time.Second), "2", "2", 2 * time.Second},
+		{"slidinglog 30s", ratelimit.SlidingLogPolicy(1, 30*time.Second), "30", "30", 30 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mock := newMock(t, epoch.Add(123*time.Millisecond))
+			lim := newKeyed(t, tc.p, mock)
+			h := newMW(t, []Limit{{Name: "x", Key: KeyByIP(), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
+			if w := do(h, "GET", "/"); w.Code != 200 {
+				t.Fatalf("first request: %d", w.Code)
+			}
+			w := do(h, "GET", "/")
+			if w.Code != 429 {
+				t.Fatalf("second request: %d, want 429", w.Code)
+			}
+			if got := w.Header().Get(HeaderRetryAfter); got != tc.wantRetry {
+				t.Errorf("Retry-After = %q, want %q", got, tc.wantRetry)
+			}
+			items, err := parseSFList(w.Header().Get(HeaderRateLimit))
+			if err != nil || len(items) != 1 {
+				t.Fatalf("RateLimit %q: %v", w.Header().Get(HeaderRateLimit), err)
+			}
+			tv, _ := items[0].param("t")
+			if strconv.FormatInt(tv.(int64), 10) != tc.wantT {
+				t.Errorf("RateLimit t = %v, want %s", tv, tc.wantT)
+			}
+			ra, _ := strconv.Atoi(tc.wantRetry)
+			if tv.(int64) > int64(ra) {
+				t.Errorf("Retry-After %d is earlier than t %d", ra, tv)
+			}
+			mock.Add(tc.wait - time.Nanosecond)
+			if w := do(h, "GET", "/"); w.Code != 429 {
+				t.Errorf("1ns before RetryAfter: %d, want 429", w.Code)
+			}
+			mock.Add(time.Nanosecond)
+			if w := do(h, "GET", "/"); w.Code != 200 {
+				t.Errorf("after exactly RetryAfter: %d, want 200", w.Code)
+			}
+		})
+	}
+}
+
+// TestNever: a cost above the capacity is refused with no Retry-After and
+// a body saying not to retry.
+func TestNever(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	lim := newKeyed(t, ratelimit.TokenBucketPolicy(5, 1, time.Second), mock)
+	cost := func(r *http.Request) int {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		return n
+	}
+	var got Denial
+	mw := newMW(t, []Limit{{Name: "batch", Key: KeyByIP(), Limiter: lim}}, WithClock(mock), WithCost(cost))
+	h := mw.Handler(okHandler)
+	w := do(h, "POST", "/?n=6")
+	if w.Code != 429 || w.Header().Get(HeaderRetryAfter) != "" {
+		t.Fatalf("cost 6 of 5: status %d Retry-After %q, want 429 and none", w.Code, w.Header().Get(HeaderRetryAfter))
+	}
+	if rl := w.Header().Get(HeaderRateLimit); rl != `"batch";r=5` {
+		t.Errorf("RateLimit = %q, want no t", rl)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+		t.Fatal(err)
+	}
+	if body["retryNever"] != true || body["retryAfter"] != nil {
+		t.Errorf("body = %v, want retryNever and no retryAfter", body)
+	}
+	// The quota is untouched, and a custom handler learns Never.
+	h = newMW(t, []Limit{{Name: "batch", Key: KeyByIP(), Limiter: lim}}, WithClock(mock), WithCost(cost),
+		WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d Denial) {
+			got = d
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+		})).Handler(okHandler)
+	if w := do(h, "POST", "/?n=6"); w.Code != 413 || !got.Never || got.RetryAfter != 0 || got.Limit != "batch" {
+		t.Errorf("custom handler: status %d, denial %+v", w.Code, got)
+	}
+	if w := do(h, "POST", "/?n=5"); w.Code != 200 {
+		t.Errorf("cost 5 of 5: %d", w.Code)
+	}
+	// Cost 0 is exempt.
+	if w := do(h, "POST", "/?n=0"); w.Code != 200 || w.Header().Get(HeaderRateLimit) != "" {
+		t.Errorf("cost 0: %d %v", w.Code, w.Header())
+	}
+}
+
+// TestMultipleLimits: 5 a minute per API key plus 2 a minute per IP on
+// POST /login, all or nothing, with the most restrictive one reported.
+func TestMultipleLimits(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
+	login := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
+	mw := newMW(t, []Limit{
+		{Name: "api", Key: KeyByAPIKey(), Limiter: perKey},
+		{Name: "login", Key: When(IsRoute("POST /login"), KeyByIP()), Limiter: login},
+	}, WithClock(mock))
+	mux := http.NewServeMux()
+	mux.Handle("POST /login", okHandler)
+	mux.Handle("/", okHandler)
+	h := mw.Handler(mux)
+
+	steps := []struct {
+		method, path string
+		status       int
+		policy       string
+		rl           string
+	}{
+		{"GET", "/a", 200, `"api";q=5;w=60`, `"api";r=4;t=60`},
+		{"POST", "/login", 200, `"login";q=2;w=60`, `"login";r=1;t=60`},
+		{"POST", "/login", 200, `"login";q=2;w=60`, `"login";r=0;t=60`},
+		// login denies: api is not charged.
+		{"POST", "/login", 429, `"login";q=2;w=60`, `"login";r=0;t=60`},
+		{"GET", "/a", 200, `"api";q=5;w=60`, `"api";r=1;t=60`},
+		{"GET", "/a", 200, `"api";q=5;w=60`, `"api";r=0;t=60`},
+		{"GET", "/a", 429, `"api";q=5;w=60`, `"api";r=0;t=60`},
+	}
+	for i, s := range steps {
+		w := do(h, s.method, s.path, HeaderAPIKey, "k")
+		if w.Code != s.status || w.Header().Get(HeaderRateLimitPolicy) != s.policy || w.Header().Get(HeaderRateLimit) != s.rl {
+			t.Errorf("step %d %s %s: %d %q %q, want %d %q %q", i, s.method, s.path, w.Code,
+				w.Header().Get(HeaderRateLimitPolicy), w.Header().Get(HeaderRateLimit), s.status, s.policy, s.rl)
+		}
+	}
+}
+
+// TestTiers: per key through ratelimit.Tiered, and per request through
+// Limit.Tier.
+func TestTiers(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	free := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
+	pro := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock)
+	tiered, err := ratelimit.NewTiered(func(_ context.Context, key string) string {
+		if strings.HasPrefix(key, "pro-") {
+			return "pro"
+		}
+		return "free"
+	}, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newMW(t, []Limit{{Name: "plan", Key: KeyByAPIKey(), Limiter: tiered}}, WithClock(mock)).Handler(okHandler)
+	for i := 0; i < 3; i++ {
+		do(h, "GET", "/", HeaderAPIKey, "pro-1")
+	}
+	if w := do(h, "GET", "/", HeaderAPIKey, "pro-1"); w.Code != 200 || w.Header().Get(HeaderRateLimitPolicy) != `"plan";q=100;w=60` {
+		t.Errorf("pro: %d %q", w.Code, w.Header().Get(HeaderRateLimitPolicy))
+	}
+	do(h, "GET", "/", HeaderAPIKey, "f")
+	do(h, "GET", "/", HeaderAPIKey, "f")
+	if w := do(h, "GET", "/", HeaderAPIKey, "f"); w.Code != 429 || w.Header().Get(HeaderRateLimitPolicy) != `"plan";q=2;w=60` {
+		t.Errorf("free: %d %q", w.Code, w.Header().Get(HeaderRateLimitPolicy))
+	}
+
+	// Per request: the plan comes from a header set by a trusted gateway.
+	var errs []error
+	h = newMW(t, []Limit{{
+		Name: "plan", Key: KeyByAPIKey(),
+		Tier:  func(r *http.Request) string { return r.Header.Get("X-Plan") },
+		Tiers: map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro},
+	}}, WithClock(mock), WithErrorHook(func(_ *http.Request, _ string, err error) { errs = append(errs, err) })).Handler(okHandler)
+	if w := do(h, "GET", "/", HeaderAPIKey, "f", "X-Plan", "pro"); w.Code != 200 || w.Header().Get(HeaderRateLimitPolicy) != `"plan";q=100;w=60` {
+		t.Errorf("per-request pro: %d %q", w.Code, w.Header().Get(HeaderRateLimitPolicy))
+	}
+	// An unknown tier is denied, never let through unlimited.
+	if w := do(h, "GET", "/", HeaderAPIKey, "f", "X-Plan", "gold"); w.Code != 429 || len(errs) != 1 || !errors.Is(errs[0], ratelimit.ErrUnknownTier) {
+		t.Errorf("unknown tier: %d, errors %v", w.Code, errs)
+	}
+}
+
+// failing is a KeyedLimiter whose backend is down, failing open or closed.
+type failing struct{ open bool }
+
+var errBackend = errors.New("redis: connection refused to 10.0.0.1:6379 (secret detail)")
+
+func (f failing) AllowN(context.Context, string, int) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Allowed: f.open, Limit: 10, Remaining: 0, RetryAfter: 0}, errBackend
+}
+func (f failing) WaitN(context.Context, string, int) error   { return errBackend }
+func (f failing) RefundN(context.Context, string, int) error { return errBackend }
+
+// TestBackendErrors: the limiter's failure policy decides, the error goes
+// to the hook, and never to the client.
+func TestBackendErrors(t *testing.T) {
+	t.Parallel()
+	for _, open := range []bool{true, false} {
+		var mu sync.Mutex
+		var hooked []string
+		h := newMW(t, []Limit{{Name: "redis", Key: KeyByIP(), Limiter: failing{open: open}}},
+			WithErrorHook(func(_ *http.Request, limit string, err error) {
+				mu.Lock()
+				hooked = append(hooked, limit+": "+err.Error())
+				mu.Unlock()
+			})).Handler(okHandler)
+		w := do(h, "GET", "/")
+		want := 429
+		if open {
+			want = 200
+		}
+		if w.Code != want {
+			t.Errorf("open=%v: status %d, want %d", open, w.Code, want)
+		}
+		if strings.Contains(w.Body.String(), "secret") || strings.Contains(w.Body.String(), "redis:") {
+			t.Errorf("open=%v: body leaks the error: %q", open, w.Body.String())
+		}
+		if !open && w.Header().Get(HeaderRetryAfter) != "1" {
+			t.Errorf("fail closed: Retry-After %q, want 1", w.Header().Get(HeaderRetryAfter))
+		}
+		if len(hooked) != 1 || !strings.HasPrefix(hooked[0], "redis: ") {
+			t.Errorf("open=%v: hook got %q", open, hooked)
+		}
+	}
+}
+
+// TestShadow: a shadow limit reports its denials but never refuses.
+func TestShadow(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	live := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)
+	trial := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
+	var shadowed []int
+	mk := func(headers bool) http.Handler {
+		return newMW(t, []Limit{
+			{Name: "live", Key: KeyByIP(), Limiter: live},
+			{Name: "trial", Key: KeyByIP(), Limiter: trial, Shadow: true},
+		}, WithClock(mock), WithShadowHeaders(headers), WithShadowHook(func(_ *http.Request, limit string, d ratelimit.Decision) {
+			if limit != "trial" || d.Allowed {
+				t.Errorf("shadow hook: %s %+v", limit, d)
+			}
+			shadowed = append(shadowed, d.Remaining)
+		})).Handler(okHandler)
+	}
+	h := mk(false)
+	for i := 1; i <= 4; i++ {
+		w := do(h, "GET", "/")
+		if w.Code != 200 || w.Header().Get(HeaderRateLimitPolicy) != `"live";q=10;w=60` {
+			t.Errorf("request %d: %d %q", i, w.Code, w.Header().Get(HeaderRateLimitPolicy))
+		}
+	}
+	if len(shadowed) != 2 {
+		t.Errorf("shadow denials reported: %d, want 2", len(shadowed))
+	}
+	// With shadow headers the trial limit shows when most restrictive, but
+	// still lets the request through, with no Retry-After.
+	w := do(mk(true), "GET", "/")
+	if w.Code != 200 || w.Header().Get(HeaderRateLimit) != `"trial";r=0;t=60` || w.Header().Get(HeaderRetryAfter) != "" {
+		t.Errorf("shadow headers: %d %q %q", w.Code, w.Header().Get(HeaderRateLimit), w.Header().Get(HeaderRetryAfter))
+	}
+}
+
+// TestOverride: exemption, cost and shadow through the context.
+func TestOverride(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
+	mw := newMW(t, []Limit{{Name: "api", Key: KeyByIP(), Limiter: lim}}, WithClock(mock))
+	with := func(o Override) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mw.Handler(okHandler).ServeHTTP(w, r.WithContext(WithOverride(r.Context(), o)))
+		})
+	}
+	if w := do(with(Override{Exempt: true}), "GET", "/"); w.Code != 200 || w.Header().Get(HeaderRateLimit) != "" {
+		t.Errorf("exempt: %d %v", w.Code, w.Header())
+	}
+	if w := do(with(Override{Cost: 3}), "GET", "/"); w.Code != 200 || w.Header().Get(HeaderXRateLimitRemaining) != "0" {
+		t.Errorf("cost 3: %d %v", w.Code, w.Header())
+	}
+	if w := do(with(Override{Shadow: true}), "GET", "/"); w.Code != 200 || w.Header().Get(HeaderRateLimit) != "" {
+		t.Errorf("shadow: %d %v", w.Code, w.Header())
+	}
+	if w := do(mw.Handler(okHandler), "GET", "/"); w.Code != 429 {
+		t.Errorf("plain: %d", w.Code)
+	}
+}
+
+// TestHeaderSets: each set alone, and none.
+func TestHeaderSets(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	for _, set := range []HeaderSet{NoHeaders, XRateLimitHeaders, IETFHeaders, AllHeaders} {
+		lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), mock)
+		h := newMW(t, []Limit{{Key: KeyByIP(), Limiter: lim}}, WithClock(mock), WithHeaders(set)).Handler(okHandler)
+		w := do(h, "GET", "/")
+		if (w.Header().Get(HeaderXRateLimitLimit) != "") != (set&XRateLimitHeaders != 0) ||
+			(w.Header().Get(HeaderRateLimit) != "") != (set&IETFHeaders != 0) {
+			t.Errorf("set %b: %v", set, w.Header())
+		}
+		if set == IETFHeaders && w.Header().Get(HeaderRateLimitPolicy) != `"default";q=1;w=1` {
+			t.Errorf("default name: %q", w.Header().Get(HeaderRateLimitPolicy))
+		}
+		// Retry-After is sent on a denial whatever the set.
+		if w := do(h, "GET", "/"); w.Code != 429 || w.Header().Get(HeaderRetryAfter) != "1" {
+			t.Errorf("set %b denial: %d %v", set, w.Code, w.Header())
+		}
+	}
+}
+
+// TestPolicyNameEscaped: quotes and backslashes in names are escaped.
+func TestPolicyNameEscaped(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), mock)
+	h := newMW(t, []Limit{{Name: `a"b\c`, Key: KeyByIP(), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
+	v := do(h, "GET", "/").Header().Get(HeaderRateLimitPolicy)
+	items, err := parseSFList(v)
+	if err != nil || items[0].Value != sfString(`a"b\c`) {
+		t.Errorf("RateLimit-Policy %q: %v %v", v, items, err)
+	}
+	if _, err := New([]Limit{{Name: "é", Key: KeyByIP(), Limiter: lim}}); err == nil {
+		t.Error("non-ASCII name accepted")
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	t.Parallel()
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), clock.NewMock())
+	bad := [][]Limit{
+		nil,
+		{{Limiter: lim}},
+		{{Key: KeyByIP()}},
+		{{Key: KeyByIP(), Tier: func(*http.Request) string { return "" }}},
+		{{Key: KeyByIP(), Limiter: lim, Window: -1}},
+		{{Key: KeyByIP(), Tier: func(*http.Request) string { return "" }, Tiers: map[string]ratelimit.KeyedLimiter{"x": nil}}},
+	}
+	for i, ls := range bad {
+		if _, err := New(ls); err == nil {
+			t.Errorf("case %d: New accepted %+v", i, ls)
+		}
+	}
+}
+
+// TestDegradedHandler: a custom handler serves a cached response instead
+// of 429.
+func TestDegradedHandler(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)
+	h := newMW(t, []Limit{{Name: "search", Key: KeyByIP(), Limiter: lim}}, WithClock(mock),
+		WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d Denial) {
+			w.Header().Set("Warning", `199 - "served from cache"`)
+			_, _ = io.WriteString(w, "cached")
+		})).Handler(okHandler)
+	do(h, "GET", "/")
+	w := do(h, "GET", "/")
+	if w.Code != 200 || w.Body.String() != "cached" || w.Header().Get(HeaderRetryAfter) != "60" {
+		t.Errorf("degraded: %d %q %v", w.Code, w.Body.String(), w.Header())
+	}
+}
