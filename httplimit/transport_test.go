@@ -1,0 +1,358 @@
+package httplimit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit"
+)
+
+// timerClock is a mock clock that announces every timer it starts, so a
+// test knows when the transport has begun to pause and for how long.
+type timerClock struct {
+	*clock.Mock
+	timers chan time.Duration
+}
+
+func newTimerClock(t *testing.T) *timerClock {
+	return &timerClock{Mock: newMock(t, epoch), timers: make(chan time.Duration, 16)}
+}
+
+func (c *timerClock) Timer(d time.Duration) *clock.Timer {
+	tm := c.Mock.Timer(d)
+	c.timers <- d
+	return tm
+}
+
+func (c *timerClock) nextTimer(t *testing.T) time.Duration {
+	t.Helper()
+	select {
+	case d := <-c.timers:
+		return d
+	case <-time.After(5 * time.Second):
+		t.Fatal("no timer started")
+		return 0
+	}
+}
+
+// scripted is a loopback server answering from a script of responses.
+type scripted struct {
+	mu     sync.Mutex
+	script []func(w http.ResponseWriter)
+	hits   atomic.Int64
+	bodies []string
+}
+
+func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.bodies = append(s.bodies, string(b))
+	var f func(http.ResponseWriter)
+	if len(s.script) > 0 {
+		f, s.script = s.script[0], s.script[1:]
+	}
+	s.mu.Unlock()
+	s.hits.Add(1)
+	if f == nil {
+		_, _ = io.WriteString(w, "ok")
+		return
+	}
+	f(w)
+}
+
+func answer(status int, hdr ...string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		for i := 0; i+1 < len(hdr); i += 2 {
+			w.Header().Set(hdr[i], hdr[i+1])
+		}
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, http.StatusText(status))
+	}
+}
+
+func startScripted(t *testing.T, script ...func(http.ResponseWriter)) (*scripted, *httptest.Server) {
+	s := &scripted{script: script}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	return s, srv
+}
+
+type result struct {
+	resp *http.Response
+	err  error
+}
+
+func roundTrip(tr http.RoundTripper, req *http.Request) chan result {
+	ch := make(chan result, 1)
+	go func() {
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		ch <- result{resp, err}
+	}()
+	return ch
+}
+
+// waitHits waits until the server has seen n requests.
+func waitHits(t *testing.T, s *scripted, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.hits.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("server saw %d requests, want %d", s.hits.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestTransportPausesExactly: a 429 with Retry-After: 7 pauses the
+// transport exactly 7 s on the mock clock, then the request is retried.
+func TestTransportPausesExactly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		hdr  []string
+		want time.Duration
+	}{
+		{"delay-seconds", []string{HeaderRetryAfter, "7"}, 7 * time.Second},
+		{"http-date", []string{HeaderRetryAfter, epoch.Add(9 * time.Second).UTC().Format(http.TimeFormat)}, 9 * time.Second},
+		{"ratelimit t", []string{HeaderRateLimit, `"api";r=0;t=5`}, 5 * time.Second},
+		{"longer of both", []string{HeaderRetryAfter, "3", HeaderRateLimit, `"a";r=0;t=4, "b";r=0;t=6`}, 6 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, srv := startScripted(t, answer(429, tc.hdr...))
+			clk := newTimerClock(t)
+			tr, err := NewTransport(nil, nil, WithRetries(2), WithTransportClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequest("GET", srv.URL, nil)
+			done := roundTrip(tr, req)
+			if d := clk.nextTimer(t); d != tc.want {
+				t.Fatalf("paused %v, want %v", d, tc.want)
+			}
+			if got := tr.PausedFor(); got != tc.want {
+				t.Errorf("PausedFor = %v, want %v", got, tc.want)
+			}
+			clk.Add(tc.want - time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
+			if h := s.hits.Load(); h != 1 {
+				t.Fatalf("retried before the pause ended: %d hits", h)
+			}
+			clk.Add(time.Millisecond)
+			r := <-done
+			if r.err != nil || r.resp.StatusCode != 200 || s.hits.Load() != 2 {
+				t.Fatalf("after pause: %v %v, %d hits", r.resp, r.err, s.hits.Load())
+			}
+		})
+	}
+}
+
+// TestTransportPausesAll: while paused, other requests through the same
+// transport wait too.
+func TestTransportPausesAll(t *testing.T) {
+	t.Parallel()
+	s, srv := startScripted(t, answer(503, HeaderRetryAfter, "10"))
+	clk := newTimerClock(t)
+	tr, _ := NewTransport(nil, nil, WithTransportClock(clk))
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	r := <-roundTrip(tr, req) // no retries: the 503 comes back
+	if r.err != nil || r.resp.StatusCode != 503 {
+		t.Fatalf("first: %v %v", r.resp, r.err)
+	}
+	req2, _ := http.NewRequest("GET", srv.URL+"/other", nil)
+	done := roundTrip(tr, req2)
+	if d := clk.nextTimer(t); d != 10*time.Second {
+		t.Fatalf("second request paused %v, want 10s", d)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if s.hits.Load() != 1 {
+		t.Fatal("second request sent during the pause")
+	}
+	clk.Add(10 * time.Second)
+	if r := <-done; r.err != nil || r.resp.StatusCode != 200 {
+		t.Fatalf("second: %v %v", r.resp, r.err)
+	}
+}
+
+type onlyReader struct{ io.Reader }
+
+// TestTransportRetriesOnlyReplayable: bodies with GetBody are replayed
+// intact; a body that cannot be replayed is never retried.
+func TestTransportRetriesOnlyReplayable(t *testing.T) {
+	t.Parallel()
+	s, srv := startScripted(t, answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "1"))
+	clk := newTimerClock(t)
+	tr, _ := NewTransport(nil, nil, WithRetries(3), WithTransportClock(clk))
+
+	// A POST with a streaming body: not replayable, so the 429 comes back.
+	req, _ := http.NewRequest("POST", srv.URL, onlyReader{strings.NewReader("stream")})
+	if r := <-roundTrip(tr, req); r.err != nil || r.resp.StatusCode != 429 || s.hits.Load() != 1 {
+		t.Fatalf("streaming body: %v %v, %d hits", r.resp, r.err, s.hits.Load())
+	}
+	// A POST with an in-memory body (GetBody set): replayed after the pause.
+	req, _ = http.NewRequest("POST", srv.URL, strings.NewReader("payload"))
+	done := roundTrip(tr, req)
+	clk.nextTimer(t) // the pause left by the first 429
+	clk.Add(time.Second)
+	waitHits(t, s, 2)
+	clk.nextTimer(t) // the second 429's pause
+	clk.Add(time.Second)
+	r := <-done
+	if r.err != nil || r.resp.StatusCode != 200 || s.hits.Load() != 3 {
+		t.Fatalf("replayable body: %v %v, %d hits", r.resp, r.err, s.hits.Load())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bodies[1] != "payload" || s.bodies[2] != "payload" {
+		t.Errorf("bodies sent %q, want the payload twice", s.bodies)
+	}
+}
+
+// TestTransportRetryBound: at most WithRetries retries, then the 429 is
+// returned; a pause longer than WithMaxRetryWait is not waited for.
+func TestTransportRetryBound(t *testing.T) {
+	t.Parallel()
+	s, srv := startScripted(t, answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "3600"))
+	clk := newTimerClock(t)
+	tr, _ := NewTransport(nil, nil, WithRetries(1), WithTransportClock(clk))
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	done := roundTrip(tr, req)
+	clk.nextTimer(t)
+	clk.Add(time.Second)
+	if r := <-done; r.err != nil || r.resp.StatusCode != 429 || s.hits.Load() != 2 {
+		t.Fatalf("bound: %v %v, %d hits", r.resp, r.err, s.hits.Load())
+	}
+	clk.Add(time.Second)
+	req, _ = http.NewRequest("GET", srv.URL, nil)
+	if r := <-roundTrip(tr, req); r.err != nil || r.resp.StatusCode != 429 || s.hits.Load() != 3 {
+		t.Fatalf("long pause: %v %v, %d hits", r.resp, r.err, s.hits.Load())
+	}
+	if tr.PausedFor() != time.Hour {
+		t.Errorf("PausedFor = %v, want 1h", tr.PausedFor())
+	}
+	// A request whose deadline is shorter than the pause fails at once.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, ErrPauseDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("deadline: err %v", err)
+	}
+	// Cancellation ends the wait.
+	ctx, cancel = context.WithCancel(context.Background())
+	req, _ = http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	done = roundTrip(tr, req)
+	clk.nextTimer(t)
+	cancel()
+	if r := <-done; !errors.Is(r.err, context.Canceled) {
+		t.Errorf("cancel: err %v", r.err)
+	}
+	if s.hits.Load() != 3 {
+		t.Errorf("%d hits, want 3", s.hits.Load())
+	}
+}
+
+// TestTransportLimiter: requests wait for the client-side limiter.
+func TestTransportLimiter(t *testing.T) {
+	t.Parallel()
+	s, srv := startScripted(t)
+	clk := newTimerClock(t)
+	lim, err := ratelimit.NewTokenBucket(2, 1, time.Second, ratelimit.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := NewTransport(nil, lim, WithTransportClock(clk))
+	for range 2 {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		if r := <-roundTrip(tr, req); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	done := roundTrip(tr, req)
+	if d := clk.nextTimer(t); d != time.Second {
+		t.Fatalf("limiter wait %v, want 1s", d)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if s.hits.Load() != 2 {
+		t.Fatal("sent before the limiter admitted it")
+	}
+	clk.Add(time.Second)
+	if r := <-done; r.err != nil || s.hits.Load() != 3 {
+		t.Fatalf("third: %v, %d hits", r.err, s.hits.Load())
+	}
+
+	// Keyed: each host its own quota.
+	kl := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), clk)
+	ktr, err := NewKeyedTransport(nil, kl, func(r *http.Request) string { return r.URL.Path }, WithTransportClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/a", "/b"} {
+		req, _ := http.NewRequest("GET", srv.URL+p, nil)
+		if r := <-roundTrip(ktr, req); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	// A cost above the capacity fails at once.
+	big, _ := NewTransport(nil, lim, WithRequestCost(func(*http.Request) int { return 3 }))
+	req, _ = http.NewRequest("GET", srv.URL, nil)
+	if _, err := big.RoundTrip(req); !errors.Is(err, ratelimit.ErrExceedsLimit) {
+		t.Errorf("cost 3 of 2: %v", err)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"120", 120 * time.Second, true},
+		{" 0 ", 0, true},
+		{epoch.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{"Thursday, 01-Jan-26 00:01:30 GMT", 90 * time.Second, true}, // RFC 850
+		{"Thu Jan  1 00:01:30 2026", 90 * time.Second, true},         // asctime
+		{epoch.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+		{"99999999999999999999999", maxPauseSeconds * time.Second, true},
+		{"", 0, false}, {"-5", 0, false}, {"1.5", 0, false}, {"soon", 0, false},
+	}
+	for _, c := range cases {
+		got, ok := ParseRetryAfter(c.in, epoch)
+		if got != c.want || ok != c.ok {
+			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	rl := []struct {
+		in   []string
+		want time.Duration
+		ok   bool
+	}{
+		{[]string{`"a";r=0;t=17`}, 17 * time.Second, true},
+		{[]string{`"a;t=99";r=0;t=2`}, 2 * time.Second, true},
+		{[]string{`"a";r=1`, `"b";t=4`}, 4 * time.Second, true},
+		{[]string{`"a";r=1`}, 0, false},
+		{[]string{`"a";t=-1`}, 0, false},
+	}
+	for _, c := range rl {
+		got, ok := ParseRateLimitReset(c.in)
+		if got != c.want || ok != c.ok {
+			t.Errorf("ParseRateLimitReset(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
