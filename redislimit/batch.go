@@ -1,0 +1,206 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Batching. One decision is one script run, but concurrent decisions share
+// round trips: a call is queued, and a flusher goroutine sends everything
+// queued as one pipeline of EVALSHAs (each script is still atomic on its
+// own; the pipeline only saves round trips and system calls). While a
+// pipeline is in flight, new calls queue up and go together in the next
+// one, so a lone caller pays one round trip and 64 concurrent callers share
+// a few.
+//
+// Flushers exist only while there is work: the first call that finds fewer
+// than maxFlushers running starts one, and a flusher exits when the queue
+// is empty. There is no background goroutine to stop, so a Limiter needs no
+// Close.
+//
+// Callers never wait longer than their own deadline: they wait on their
+// call's channel, the context and a timer, and abandon the call when either
+// fires first. An abandoned call that has not been sent yet is dropped; one
+// already in flight runs to completion (its effect, if any, stays).
+
+// call is one script run waiting for a flusher.
+type call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd    // set by the flusher before done is signalled
+	done   chan struct{} // buffered(1): the flusher never blocks on it
+	state  atomic.Uint32 // callQueued, callSent or callAbandoned
+}
+
+const (
+	callQueued uint32 = iota
+	callSent
+	callAbandoned
+)
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func getCall() *call {
+	c := callPool.Get().(*call)
+	c.state.Store(callQueued)
+	return c
+}
+
+// putCall recycles c; only calls whose done was received may be recycled.
+func putCall(c *call) {
+	c.script, c.keys, c.args, c.cmd = nil, nil, nil, nil
+	callPool.Put(c)
+}
+
+// batcher queues calls and runs them in pipelines.
+type batcher struct {
+	client      redis.UniversalClient
+	timeout     time.Duration // for each round trip
+	maxFlushers int
+	maxBatch    int
+	maxQueue    int
+
+	mu      sync.Mutex
+	queue   []*call // guarded by mu
+	running int     // guarded by mu: flushers running
+}
+
+// Defaults of the batcher. Two flushers let one pipeline be written while
+// the previous one is executed by Redis; more gain nothing measurable on
+// one Redis node and only split batches.
+const (
+	defaultFlushers = 2
+	defaultMaxBatch = 512
+	defaultMaxQueue = 1 << 16
+)
+
+var timerPool sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timerPool.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	t.Stop() // since Go 1.23 a stopped timer's channel holds no stale value
+	timerPool.Put(t)
+}
+
+// do runs c and waits for its reply, at most timeout and never after ctx is
+// done. On success c.cmd holds the reply (which may itself be an error
+// reply) and c may be recycled by the caller.
+func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if len(b.queue) >= b.maxQueue {
+		b.mu.Unlock()
+		return errOverloaded
+	}
+	b.queue = append(b.queue, c)
+	start := b.running < b.maxFlushers
+	if start {
+		b.running++
+	}
+	b.mu.Unlock()
+	if start {
+		go b.flush()
+	}
+
+	t := getTimer(timeout)
+	select {
+	case <-c.done:
+		putTimer(t)
+		return nil
+	case <-ctx.Done():
+		putTimer(t)
+		c.state.CompareAndSwap(callQueued, callAbandoned)
+		return ctx.Err()
+	case <-t.C:
+		timerPool.Put(t) // fired and drained: reusable as is
+		c.state.CompareAndSwap(callQueued, callAbandoned)
+		return &timeoutError{timeout}
+	}
+}
+
+// flush sends queued calls until the queue is empty.
+func (b *batcher) flush() {
+	var batch []*call
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.running--
+			b.mu.Unlock()
+			return
+		}
+		if len(b.queue) <= b.maxBatch {
+			// Swap buffers: take the queue, leave ours (empty) behind.
+			batch, b.queue = b.queue, batch[:0]
+		} else {
+			batch = append(batch[:0], b.queue[:b.maxBatch]...)
+			n := copy(b.queue, b.queue[b.maxBatch:])
+			clear(b.queue[n:])
+			b.queue = b.queue[:n]
+		}
+		b.mu.Unlock()
+		b.exec(batch)
+		clear(batch)
+	}
+}
+
+// exec runs one batch: one script call on its own, several in a pipeline,
+// and again with EVAL those that found their script missing (NOSCRIPT).
+func (b *batcher) exec(batch []*call) {
+	live := batch[:0]
+	for _, c := range batch {
+		if c.state.CompareAndSwap(callQueued, callSent) {
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	if len(live) == 1 {
+		c := live[0]
+		c.cmd = c.script.Run(ctx, b.client, c.keys, c.args...)
+	} else {
+		pipe := b.client.Pipeline()
+		for _, c := range live {
+			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are per command
+		var retry redis.Pipeliner
+		for _, c := range live {
+			if isNoScript(c.cmd.Err()) {
+				if retry == nil {
+					retry = b.client.Pipeline()
+				}
+				c.cmd = c.script.Eval(ctx, retry, c.keys, c.args...)
+			}
+		}
+		if retry != nil {
+			_, _ = retry.Exec(ctx)
+		}
+	}
+	cancel()
+	for _, c := range live {
+		c.done <- struct{}{}
+	}
+}
+
+// isNoScript reports whether err says the script is not in the server's
+// cache, so that running it with EVAL is safe (it did not run).
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}

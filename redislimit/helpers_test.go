@@ -1,0 +1,112 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/redistest"
+)
+
+// startRedis starts a redis-server for t (or uses REDIS_ADDR) and returns a
+// client closed when t ends.
+func startRedis(t testing.TB) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return s, c
+}
+
+var prefixSeq atomic.Int64
+
+// uniquePrefix returns a key prefix no other test uses, so that tests may
+// share a REDIS_ADDR server.
+func uniquePrefix(t testing.TB) string {
+	return fmt.Sprintf("rltest:%d:%d:", time.Now().UnixNano(), prefixSeq.Add(1))
+}
+
+// newMock returns a mock clock at a whole-microsecond time of today's
+// magnitude (Unix µs ~ 1.8e15).
+func newMock() *clock.Mock {
+	m := clock.NewMock()
+	m.Set(time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC))
+	return m
+}
+
+// roundUS rounds a duration up to a whole microsecond, keeping RetryNever.
+func roundUS(d time.Duration) time.Duration {
+	if d == ratelimit.RetryNever || d <= 0 {
+		return d
+	}
+	return (d + time.Microsecond - 1) / time.Microsecond * time.Microsecond
+}
+
+// roundDecision rounds an in-memory Decision's durations as Redis does.
+func roundDecision(d ratelimit.Decision) ratelimit.Decision {
+	d.RetryAfter = roundUS(d.RetryAfter)
+	d.ResetAfter = roundUS(d.ResetAfter)
+	return d
+}
+
+// policies returns policies of every algorithm with whole-microsecond
+// periods, small enough that short timelines reach every branch.
+func policies() []ratelimit.Policy {
+	return []ratelimit.Policy{
+		ratelimit.TokenBucketPolicy(10, 10, time.Second),
+		ratelimit.TokenBucketPolicy(5, 3, 7*time.Millisecond),
+		ratelimit.TokenBucketPolicy(3, 7, 333*time.Microsecond),
+		ratelimit.LeakyBucketPolicy(5, 100*time.Millisecond),
+		ratelimit.LeakyBucketPolicy(3, 7*time.Microsecond),
+		ratelimit.FixedWindowPolicy(5, time.Second),
+		ratelimit.FixedWindowPolicy(3, 7*time.Millisecond),
+		ratelimit.SlidingLogPolicy(5, time.Second),
+		ratelimit.SlidingLogPolicy(4, 7*time.Millisecond),
+		ratelimit.SlidingCounterPolicy(10, time.Second),
+		ratelimit.SlidingCounterPolicy(7, 13*time.Millisecond),
+	}
+}
+
+// settleGoroutines waits until the number of goroutines is at most want,
+// and fails t if it does not get there.
+func settleGoroutines(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := runtime.NumGoroutine()
+		if got <= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			t.Fatalf("goroutines: %d, want <= %d\n%s", got, want, buf[:n])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mustNew is New that fails t on error.
+func mustNew(t testing.TB, c redis.UniversalClient, p ratelimit.Policy, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := New(c, p, opts...)
+	if err != nil {
+		t.Fatalf("New(%v): %v", p, err)
+	}
+	return l
+}
+
+func bg() context.Context { return context.Background() }
+
+func name(p ratelimit.Policy) string {
+	return strings.NewReplacer(" ", "", "(", "_", ")", "", ",", "_", "=", "", "/", "per").Replace(p.String())
+}
+
+func runtimeGOMAXPROCS() int { return runtime.GOMAXPROCS(0) }

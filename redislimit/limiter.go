@@ -1,0 +1,643 @@
+// Package redislimit runs the rate-limiting policies of package ratelimit on
+// Redis, so that every instance of a service shares one limit per key
+// instead of each counting alone (N instances counting alone admit N times
+// the limit).
+//
+// A [Limiter] implements [ratelimit.KeyedLimiter] for any [ratelimit.Policy]
+// (token bucket, leaky bucket, fixed window, sliding log, sliding counter)
+// with the same Decisions as the in-memory [ratelimit.Keyed]. Each decision
+// is one Lua script, run atomically by Redis in one round trip: the check
+// and the consumption cannot interleave with another client's, and a denied
+// request stores nothing.
+//
+// # Time
+//
+// By default the scripts read the Redis server's clock (TIME), so clock skew
+// between application servers does not matter. [WithClientTime] passes the
+// limiter's own [ratelimit.Clock] instead (for tests, or to decide on the
+// callers' clocks). Redis Lua numbers are doubles, exact for integers below
+// 2^53, so the scripts work in integer microseconds: Unix time in
+// microseconds (about 1.8e15) fits, nanoseconds would not. As a consequence:
+//
+//   - a Policy's Period must be a whole number of microseconds, and its
+//     arithmetic must fit in 2^53 ([New] checks both and names the limit);
+//   - Decisions equal the in-memory ones whenever event times are whole
+//     microseconds (they always are with server time), except that
+//     RetryAfter and ResetAfter are rounded up to the microsecond: by the
+//     nested-ceiling identity ceil(ceil(a/b)/1000) = ceil(a/(1000b)), they
+//     are exactly the in-memory durations rounded up, never shorter.
+//
+// # Keys
+//
+// The state of key K under an algorithm lives in one Redis key named
+// prefix + code + ":{" + K + "}", for example "ratelimit:tb:{user42}" (codes
+// tb, lb, fw, sl, sc). The braces make K the Cluster hash tag, so state for
+// related purposes can be colocated and no script can fail with CROSSSLOT:
+// every script touches one key only. Every key carries a TTL that ends when
+// its state becomes idle (a full bucket, passed windows), so idle clients
+// vanish from Redis without changing any decision. Limiters with different
+// policies of the same algorithm must not share a prefix.
+//
+// # Failures
+//
+// When Redis cannot decide (down, slow, overloaded, a script error), a call
+// returns within the limiter's timeout ([WithTimeout], default 100ms) or
+// ctx's deadline, whichever is first, never later and never with a panic.
+// The Decision is then what the failure policy chose — [FailOpen] (the
+// default), [FailClosed] or a local in-memory fallback with a share of the
+// limit ([WithLocalFallback]) — and the error, wrapping [ErrUnavailable] and
+// the cause, is both returned and passed to the [WithErrorHandler] hook.
+//
+// Callers should act on Decision.Allowed whether or not err is nil, and log
+// or count err: the Decision already applies the failure policy. A caller
+// that wants its own policy can branch on errors.Is(err, ErrUnavailable).
+//
+// # Throughput
+//
+// Concurrent decisions of one Limiter share round trips: calls that arrive
+// while a round trip is in flight go together in the next pipeline of
+// EVALSHAs (each script still atomic on its own). A lone caller pays one
+// round trip. Denials are remembered locally until their RetryAfter
+// ([WithDenyCache]), so a client hammering a denied key costs no round
+// trips.
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+)
+
+// Limiter is a [ratelimit.KeyedLimiter] whose state lives in Redis: one
+// policy, one state per key, shared by every process that uses the same
+// Redis, prefix and policy. Most callers want [Limiter.AllowN].
+//
+// Create one with [New]; the zero value is not usable. A Limiter is safe
+// for concurrent use and holds no goroutine while idle, so it needs no
+// Close.
+type Limiter struct {
+	policy   ratelimit.Policy
+	scripts  scripts
+	prefix   string
+	timeout  time.Duration
+	failure  FailurePolicy
+	fallback *ratelimit.Keyed // FailLocal only
+	onError  func(error)
+	clock    ratelimit.Clock // nil: the real clock
+	base     time.Time       // local monotonic origin for the deny cache
+	client   bool            // pass the local clock's time to the scripts
+	cache    *denyCache      // nil: disabled
+	batch    batcher
+}
+
+var _ ratelimit.KeyedLimiter = (*Limiter)(nil)
+
+// FailurePolicy says what a [Limiter] decides when Redis cannot.
+type FailurePolicy uint8
+
+const (
+	// FailOpen admits every request while Redis is unavailable: the
+	// Decision is allowed, with Remaining = Limit - n. The default: a
+	// Redis outage does not become an outage of the service.
+	FailOpen FailurePolicy = iota + 1
+	// FailClosed denies every request while Redis is unavailable, with
+	// Remaining 0 and RetryAfter [FailClosedRetryAfter].
+	FailClosed
+	// FailLocal decides with an in-memory [ratelimit.Keyed] limiter
+	// holding a share of the limit; see [WithLocalFallback].
+	FailLocal
+)
+
+// String returns "open", "closed" or "local".
+func (f FailurePolicy) String() string {
+	switch f {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", uint8(f))
+}
+
+// FailClosedRetryAfter is the RetryAfter of the Decisions a [FailClosed]
+// limiter returns while Redis is unavailable.
+const FailClosedRetryAfter = time.Second
+
+// Defaults.
+const (
+	// DefaultPrefix is the key prefix unless [WithPrefix] says otherwise.
+	DefaultPrefix = "ratelimit:"
+	// DefaultTimeout bounds each call unless [WithTimeout] says otherwise.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultDenyCacheKeys is the number of denied keys remembered
+	// locally unless [WithDenyCache] says otherwise.
+	DefaultDenyCacheKeys = 10000
+)
+
+var (
+	// ErrUnavailable is wrapped by every error a [Limiter] returns because
+	// Redis could not decide: a network error, a timeout, an error reply.
+	// The error also wraps the cause.
+	ErrUnavailable = errors.New("redislimit: redis unavailable")
+	// errOverloaded is the cause when too many calls are queued.
+	errOverloaded = errors.New("redislimit: too many calls waiting for redis")
+)
+
+// timeoutError is the cause when Redis did not answer within the
+// limiter's timeout. It matches context.DeadlineExceeded.
+type timeoutError struct{ d time.Duration }
+
+func (e *timeoutError) Error() string { return fmt.Sprintf("redislimit: no reply within %v", e.d) }
+func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// unavailableError wraps ErrUnavailable and the cause.
+type unavailableError struct {
+	op, key string
+	err     error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("redislimit: redis unavailable: %s %q: %v", e.op, e.key, e.err)
+}
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// Option configures a [Limiter].
+type Option interface {
+	apply(*config)
+}
+
+type config struct {
+	prefix    string
+	timeout   time.Duration
+	failure   FailurePolicy
+	instances int
+	onError   func(error)
+	clock     ratelimit.Clock
+	client    bool
+	cacheKeys int
+	flushers  int
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithPrefix sets the prefix of every Redis key (default [DefaultPrefix]).
+// It must not contain '{' or '}', which would change the Cluster hash tag.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) { c.prefix = prefix })
+}
+
+// WithTimeout bounds each call to Redis (default [DefaultTimeout]); a
+// call also ends at ctx's deadline when that comes first. To free
+// connections stuck on a hung server as soon as possible, also set
+// ContextTimeoutEnabled (or a short ReadTimeout) in the go-redis options:
+// callers are bounded either way, go-redis's own goroutines are not.
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.timeout = d })
+}
+
+// WithFailurePolicy sets what the limiter decides when Redis cannot:
+// [FailOpen] (the default) or [FailClosed]. For [FailLocal] use
+// [WithLocalFallback].
+func WithFailurePolicy(f FailurePolicy) Option {
+	return optionFunc(func(c *config) { c.failure = f })
+}
+
+// WithLocalFallback makes the limiter decide in memory while Redis is
+// unavailable ([FailLocal]), with the share of the policy that one of
+// instances processes should admit, so that instances processes together
+// admit about the limit rather than instances times it:
+//
+//   - token bucket: capacity/instances and refill rate/instances;
+//   - leaky bucket: capacity/instances, draining instances times slower;
+//   - window algorithms: limit/instances per window.
+//
+// Shares are rounded down but never below 1 (so with more instances than
+// the limit, each instance still admits one). The fallback starts empty
+// (full quota) and its state is not carried back to Redis.
+func WithLocalFallback(instances int) Option {
+	return optionFunc(func(c *config) { c.failure, c.instances = FailLocal, instances })
+}
+
+// WithErrorHandler sets a function called with every error that made
+// Redis unable to decide (each wraps [ErrUnavailable]), for logging and
+// metrics. It is not called when the caller's own ctx ended the call. It
+// must be safe for concurrent use and should return quickly: it runs on
+// the caller's goroutine.
+func WithErrorHandler(f func(error)) Option {
+	return optionFunc(func(c *config) { c.onError = f })
+}
+
+// WithClock sets the limiter's local clock: it times the deny cache,
+// WaitN's sleeps and the local fallback, and, with [WithClientTime], the
+// decisions themselves. By default the real clock. Without
+// WithClientTime, decisions use the Redis server's time whatever this
+// clock says.
+func WithClock(c ratelimit.Clock) Option {
+	return optionFunc(func(o *config) { o.clock = c })
+}
+
+// WithClientTime makes the scripts decide at the limiter's clock's time
+// (see [WithClock]), truncated to the microsecond, instead of the Redis
+// server's TIME. Every process sharing keys must then have synchronized
+// clocks. Useful for deterministic tests.
+func WithClientTime() Option {
+	return optionFunc(func(o *config) { o.client = true })
+}
+
+// WithDenyCache sets how many denied keys the limiter remembers locally
+// (default [DefaultDenyCacheKeys]; 0 disables the cache). A request for n
+// events on a key whose last request for the same n was denied with
+// RetryAfter r is denied locally, without a round trip, until r has
+// passed. The local Decision's RetryAfter and ResetAfter count down from
+// the remembered ones; its Remaining is the remembered one.
+//
+// This is exact — the server would deny as well — for the token bucket,
+// leaky bucket, fixed window and sliding log, as long as no refund
+// intervenes on another instance. The sliding counter is not cached: its
+// RetryAfter is documented as an estimate.
+func WithDenyCache(maxKeys int) Option {
+	return optionFunc(func(o *config) { o.cacheKeys = maxKeys })
+}
+
+// withFlushers sets how many pipelines may be in flight at once (tests).
+func withFlushers(n int) Option {
+	return optionFunc(func(o *config) { o.flushers = n })
+}
+
+// New returns a Limiter running p for every key, with state in Redis
+// through client: a *redis.Client, *redis.ClusterClient, *redis.Ring or a
+// failover client (all are [redis.UniversalClient]s; the limiter needs
+// their pipelines, which the narrower redis.Scripter lacks).
+//
+// It returns an error wrapping [ratelimit.ErrInvalidConfig] when p is
+// invalid (see [ratelimit.Policy.Validate]), when p.Period is not a whole
+// number of microseconds, when p's arithmetic would not be exact in
+// Redis's 53-bit integers, or when an option is invalid. New does not
+// contact Redis.
+func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Limiter, error) {
+	if client == nil {
+		return nil, configError("client is nil")
+	}
+	sc, err := compile(p)
+	if err != nil {
+		return nil, err
+	}
+	cfg := config{
+		prefix:    DefaultPrefix,
+		timeout:   DefaultTimeout,
+		failure:   FailOpen,
+		cacheKeys: DefaultDenyCacheKeys,
+		flushers:  defaultFlushers,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	switch {
+	case strings.ContainsAny(cfg.prefix, "{}"):
+		return nil, configError("WithPrefix %q must not contain '{' or '}'", cfg.prefix)
+	case cfg.timeout <= 0:
+		return nil, configError("WithTimeout must be positive, got %v", cfg.timeout)
+	case cfg.cacheKeys < 0:
+		return nil, configError("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
+	case cfg.flushers <= 0:
+		return nil, configError("flushers must be positive, got %d", cfg.flushers)
+	case cfg.failure == FailLocal && cfg.instances <= 0:
+		return nil, configError("WithLocalFallback instances must be positive, got %d", cfg.instances)
+	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
+		return nil, configError("unknown failure policy %v", cfg.failure)
+	}
+	l := &Limiter{
+		policy:  p,
+		scripts: sc,
+		prefix:  cfg.prefix + sc.code + ":{",
+		timeout: cfg.timeout,
+		failure: cfg.failure,
+		onError: cfg.onError,
+		clock:   cfg.clock,
+		client:  cfg.client,
+		batch: batcher{
+			client:      client,
+			timeout:     cfg.timeout,
+			maxFlushers: cfg.flushers,
+			maxBatch:    defaultMaxBatch,
+			maxQueue:    defaultMaxQueue,
+		},
+	}
+	if l.clock == nil {
+		l.base = time.Now()
+	} else {
+		l.base = l.clock.Now()
+	}
+	if cfg.cacheKeys > 0 && sc.exactRetry {
+		l.cache = newDenyCache(cfg.cacheKeys)
+	}
+	if cfg.failure == FailLocal {
+		share, err := localShare(p, cfg.instances)
+		if err != nil {
+			return nil, err
+		}
+		if l.fallback, err = ratelimit.NewKeyed(share, ratelimit.WithClock(cfg.clock)); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// localShare returns the policy one of instances processes runs when
+// Redis is down.
+func localShare(p ratelimit.Policy, instances int) (ratelimit.Policy, error) {
+	if instances == 1 {
+		return p, nil
+	}
+	p.Limit = max(p.Limit/instances, 1)
+	switch p.Algorithm {
+	case ratelimit.TokenBucketAlgorithm:
+		if p.Refill%instances == 0 {
+			p.Refill /= instances
+		} else {
+			p.Period *= time.Duration(instances)
+		}
+	case ratelimit.LeakyBucketAlgorithm:
+		p.Period *= time.Duration(instances)
+	}
+	if err := p.Validate(); err != nil {
+		return p, configError("the local fallback's share of the policy for %d instances, %v, is invalid: %v", instances, p, err)
+	}
+	return p, nil
+}
+
+// Policy returns the policy l runs for every key.
+func (l *Limiter) Policy() ratelimit.Policy { return l.policy }
+
+// Key returns the Redis key that holds the state of key.
+func (l *Limiter) Key(key string) string { return l.prefix + key + "}" }
+
+// mono returns the local monotonic time in nanoseconds since l was made.
+func (l *Limiter) mono() int64 {
+	if l.clock == nil {
+		return int64(time.Since(l.base))
+	}
+	return int64(l.clock.Now().Sub(l.base))
+}
+
+// nowArg is the script's time argument: "" for the server's clock.
+func (l *Limiter) nowArg() any {
+	if !l.client {
+		return ""
+	}
+	if l.clock == nil {
+		return time.Now().UnixMicro()
+	}
+	return l.clock.Now().UnixMicro()
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
+// event was admitted (by Redis, or by the failure policy).
+func (l *Limiter) Allow(ctx context.Context, key string) bool {
+	d, _ := l.AllowN(ctx, key, 1)
+	return d.Allowed
+}
+
+// AllowN reports whether n events may happen now for key, and consumes
+// them if so: all n or nothing. A denied request stores nothing. When
+// n <= 0 or n exceeds the limit the Decision is denied with RetryAfter
+// [ratelimit.RetryNever].
+//
+// When Redis cannot decide within the timeout or before ctx is done,
+// AllowN returns the failure policy's Decision and an error wrapping
+// [ErrUnavailable] and the cause; act on the Decision either way (see the
+// package documentation).
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	valid := n > 0 && n <= l.policy.Limit
+	var sent int64
+	if valid && l.cache != nil {
+		sent = l.mono()
+		if d, ok := l.cache.get(key, n, sent, l.policy.Limit); ok {
+			return d, nil
+		}
+	}
+	m := n
+	if !valid {
+		m = 0
+	}
+	d, err := l.decide(ctx, key, m, valid)
+	if err != nil {
+		return l.fail(ctx, "allow", key, n, err)
+	}
+	if !valid {
+		d.Allowed, d.RetryAfter = false, ratelimit.RetryNever
+		return d, nil
+	}
+	if !d.Allowed && l.cache != nil {
+		l.cache.put(key, n, sent, d)
+	}
+	return d, nil
+}
+
+// Peek reports the Decision AllowN(ctx, key, n) would return now, without
+// consuming anything. Peek(ctx, key, 0) reports the key's current quota.
+// It always asks Redis; on failure it returns the error and a zero
+// Decision.
+func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	valid := n >= 0 && n <= l.policy.Limit
+	m := n
+	if !valid {
+		m = 0
+	}
+	d, err := l.decide(ctx, key, m, false)
+	if err != nil {
+		err = &unavailableError{op: "peek", key: key, err: err}
+		l.report(ctx, err)
+		return ratelimit.Decision{}, err
+	}
+	if !valid {
+		d.Allowed, d.RetryAfter = false, ratelimit.RetryNever
+	}
+	return d, nil
+}
+
+// decide runs the decision script.
+func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (ratelimit.Decision, error) {
+	c := getCall()
+	c.script = l.scripts.decide
+	c.keys = []string{l.Key(key)}
+	flag := "0"
+	if commit {
+		flag = "1"
+	}
+	args := make([]any, 0, 3+len(l.scripts.params))
+	args = append(args, l.nowArg(), n, flag)
+	c.args = append(args, l.scripts.params...)
+	if err := l.batch.do(ctx, c, l.timeout); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	v, err := c.cmd.Int64Slice()
+	putCall(c)
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if len(v) != 4 {
+		return ratelimit.Decision{}, fmt.Errorf("redislimit: script returned %d values, want 4", len(v))
+	}
+	return ratelimit.Decision{
+		Allowed:    v[0] == 1,
+		Limit:      l.policy.Limit,
+		Remaining:  int(v[1]),
+		RetryAfter: time.Duration(v[2]) * time.Microsecond,
+		ResetAfter: time.Duration(v[3]) * time.Microsecond,
+	}, nil
+}
+
+// fail applies the failure policy to a call Redis could not decide.
+func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) (ratelimit.Decision, error) {
+	err := &unavailableError{op: op, key: key, err: cause}
+	l.report(ctx, err)
+	limit := l.policy.Limit
+	if n <= 0 || n > limit {
+		return ratelimit.Decision{Limit: limit, RetryAfter: ratelimit.RetryNever}, err
+	}
+	switch l.failure {
+	case FailClosed:
+		return ratelimit.Decision{Limit: limit, RetryAfter: FailClosedRetryAfter}, err
+	case FailLocal:
+		d, _ := l.fallback.AllowN(ctx, key, n)
+		return d, err
+	}
+	return ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit - n}, err
+}
+
+// report passes err to the error handler unless the caller's ctx ended
+// the call.
+func (l *Limiter) report(ctx context.Context, err error) {
+	if l.onError != nil && ctx.Err() == nil {
+		l.onError(err)
+	}
+}
+
+// RefundN gives back n events that AllowN admitted for key just before, as
+// if they had not happened, never raising the key above a fresh state:
+// tokens go back to the bucket (capped at capacity), the leaky bucket's
+// level drops, the window that holds them is decremented, or the sliding
+// log's newest n events are removed (under concurrent traffic on the same
+// key these may be another request's, a moment younger). A key with no
+// state needs no refund.
+//
+// With [WithLocalFallback], a refund that Redis cannot make is made in the
+// local fallback, which most likely admitted the events. The error wraps
+// [ErrUnavailable] then, or [ratelimit.ErrInvalidN] when n <= 0.
+func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("redislimit: refund of n=%d: %w", n, ratelimit.ErrInvalidN)
+	}
+	n = min(n, l.policy.Limit) // refunding more than the limit empties the state
+	if l.cache != nil {
+		l.cache.drop(key)
+	}
+	c := getCall()
+	c.script = l.scripts.refund
+	c.keys = []string{l.Key(key)}
+	args := make([]any, 0, 2+len(l.scripts.params))
+	args = append(args, l.nowArg(), n)
+	c.args = append(args, l.scripts.params...)
+	err := l.batch.do(ctx, c, l.timeout)
+	if err == nil {
+		err = c.cmd.Err()
+		putCall(c)
+	}
+	if err != nil {
+		err = &unavailableError{op: "refund", key: key, err: err}
+		l.report(ctx, err)
+		if l.fallback != nil {
+			_ = l.fallback.RefundN(ctx, key, n)
+		}
+		return err
+	}
+	return nil
+}
+
+// Wait is shorthand for WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN blocks until n events are admitted for key or ctx is done,
+// retrying after each denial's RetryAfter (so waiters on one key are not
+// served in arrival order). It returns at once with an error wrapping
+// [ratelimit.ErrInvalidN] or [ratelimit.ErrExceedsLimit] when n can never
+// be admitted, and with one wrapping [ratelimit.ErrDeadline] (and
+// context.DeadlineExceeded) when the wait would outlast ctx's deadline.
+//
+// When Redis is unavailable WaitN follows the failure policy: it returns
+// nil when the policy admits (FailOpen, or the local fallback), waits as
+// the local fallback says, and with FailClosed returns the error.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("redislimit: n=%d: %w", n, ratelimit.ErrInvalidN)
+	}
+	if n > l.policy.Limit {
+		return fmt.Errorf("redislimit: n=%d exceeds the limit %d: %w", n, l.policy.Limit, ratelimit.ErrExceedsLimit)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d, err := l.AllowN(ctx, key, n)
+		if d.Allowed {
+			return nil
+		}
+		if err != nil && l.failure != FailLocal {
+			return err
+		}
+		if d.RetryAfter == ratelimit.RetryNever {
+			return fmt.Errorf("redislimit: n=%d exceeds the limit %d: %w", n, d.Limit, ratelimit.ErrExceedsLimit)
+		}
+		if dl, ok := ctx.Deadline(); ok && d.RetryAfter > time.Until(dl) {
+			return &deadlineError{d.RetryAfter}
+		}
+		if err := l.sleep(ctx, d.RetryAfter); err != nil {
+			return err
+		}
+	}
+}
+
+// deadlineError reports a wait that would outlast ctx's deadline; it
+// matches ratelimit.ErrDeadline and context.DeadlineExceeded.
+type deadlineError struct{ wait time.Duration }
+
+func (e *deadlineError) Error() string {
+	return fmt.Sprintf("%v (needs %v)", ratelimit.ErrDeadline, e.wait)
+}
+func (e *deadlineError) Unwrap() []error {
+	return []error{ratelimit.ErrDeadline, context.DeadlineExceeded}
+}
+
+// sleep waits d on the local clock, or until ctx is done.
+func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
+	var ch <-chan time.Time
+	if l.clock == nil {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		ch = t.C
+	} else {
+		t := l.clock.Timer(d)
+		defer t.Stop()
+		ch = t.C
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,67 @@
+-- prelude.lua is prepended to every script of package redislimit.
+--
+-- Numbers are Lua doubles: integers are exact below 2^53, and every quantity
+-- these scripts handle (Unix microseconds, scaled token units, counts times
+-- window lengths) is validated in Go to stay below that. Time is in integer
+-- microseconds throughout.
+
+-- Scripts read TIME and then write: Redis 5+ replicates their effects, older
+-- servers need to be asked to (the call is a no-op returning true on 7).
+if redis.replicate_commands then redis.replicate_commands() end
+
+-- fdiv returns floor(a/b) for exact integers a >= 0 and b > 0 with a + b below
+-- 2^53. The double quotient a/b is rounded, so its floor may be one too large
+-- when the exact quotient lies just below an integer; the remainder, computed
+-- exactly, corrects it.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+  elseif r >= b then
+    q = q + 1
+  end
+  return q
+end
+
+-- cdiv returns ceil(a/b) for exact integers a >= 0 and b > 0.
+local function cdiv(a, b)
+  local q = fdiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
+-- slack is added to every TTL. With time passed in by the caller (ARGV[1])
+-- the Redis server's clock, which runs the TTLs, is not the clock that
+-- decides: state is then kept one minute past idle, so that callers whose
+-- clocks lag by up to that much, or a paused test clock, still find it.
+local slack = 0
+
+-- clock returns the decision time in Unix microseconds: ARGV[1] when the
+-- caller passed one, the Redis server's clock otherwise.
+local function clock()
+  local now = tonumber(ARGV[1])
+  if now then
+    slack = 60000000
+    return now
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- ttl returns the TTL in milliseconds for state that becomes idle in us
+-- microseconds: rounded up, so that a key never vanishes before its state
+-- is idle, plus the slack.
+local function ttl(us)
+  return math.max(cdiv(us + slack, 1000), 1)
+end
+
+-- expire sets key to expire once its state is idle, us microseconds from now.
+local function expire(key, us)
+  redis.call('PEXPIRE', key, ttl(us))
+end
+
+-- Every script ends by returning {allowed (0/1), remaining, retryAfter µs,
+-- resetAfter µs} (decisions) or 1/0 (refunds: whether state was changed).

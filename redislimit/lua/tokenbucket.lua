@@ -1,0 +1,44 @@
+-- Token bucket decision. Mirrors tokenBucketAlg.decide in the ratelimit
+-- package with time in microseconds: tokens are counted in units of 1/p
+-- token and one microsecond refills r units, where r/p = refill/period(µs) in
+-- lowest terms; a full bucket is capacity*p units.
+--
+-- KEYS[1]  hash {l = last update (Unix µs), d = debt (units missing from full)}
+-- ARGV     now (µs, or "" for the server's TIME), n, commit (1/0), capacity, r, p
+local key = KEYS[1]
+local now = clock()
+local n = tonumber(ARGV[2])
+local commit = ARGV[3] == '1'
+local r = tonumber(ARGV[5])
+local p = tonumber(ARGV[6])
+local full = tonumber(ARGV[4]) * p
+
+local st = redis.call('HMGET', key, 'l', 'd')
+local last = tonumber(st[1]) or 0
+local debt = tonumber(st[2]) or 0
+
+-- Refill up to now; time that runs backwards refills nothing.
+local e = now - last
+if e > 0 then
+  last = now
+  if debt > 0 then
+    if e >= cdiv(debt, r) then
+      debt = 0
+    else
+      debt = debt - e * r
+    end
+  end
+end
+
+local need = n * p
+local avail = full - debt
+if avail >= need then
+  local nd = debt + need
+  if commit then
+    redis.call('HSET', key, 'l', last, 'd', nd)
+    -- Idle (back to full) once now - last >= ceil(nd / r).
+    expire(key, last + cdiv(nd, r) - now)
+  end
+  return {1, fdiv(avail - need, p), 0, cdiv(nd, r)}
+end
+return {0, fdiv(math.max(avail, 0), p), cdiv(need - avail, r), cdiv(debt, r)}

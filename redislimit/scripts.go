@@ -1,0 +1,148 @@
+package redislimit
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+)
+
+// The Lua scripts, one decision script and one refund script per algorithm,
+// each with the shared prelude in front. They are package-level
+// [redis.Script] values: EVALSHA first, EVAL when the server answers
+// NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
+var (
+	//go:embed lua/prelude.lua
+	preludeLua string
+	//go:embed lua/tokenbucket.lua
+	tokenBucketLua string
+	//go:embed lua/tokenbucket_refund.lua
+	tokenBucketRefundLua string
+	//go:embed lua/leakybucket.lua
+	leakyBucketLua string
+	//go:embed lua/leakybucket_refund.lua
+	leakyBucketRefundLua string
+	//go:embed lua/fixedwindow.lua
+	fixedWindowLua string
+	//go:embed lua/fixedwindow_refund.lua
+	fixedWindowRefundLua string
+	//go:embed lua/slidinglog.lua
+	slidingLogLua string
+	//go:embed lua/slidinglog_refund.lua
+	slidingLogRefundLua string
+	//go:embed lua/slidingcounter.lua
+	slidingCounterLua string
+	//go:embed lua/slidingcounter_refund.lua
+	slidingCounterRefundLua string
+)
+
+var (
+	tokenBucketScript          = redis.NewScript(preludeLua + tokenBucketLua)
+	tokenBucketRefundScript    = redis.NewScript(preludeLua + tokenBucketRefundLua)
+	leakyBucketScript          = redis.NewScript(preludeLua + leakyBucketLua)
+	leakyBucketRefundScript    = redis.NewScript(preludeLua + leakyBucketRefundLua)
+	fixedWindowScript          = redis.NewScript(preludeLua + fixedWindowLua)
+	fixedWindowRefundScript    = redis.NewScript(preludeLua + fixedWindowRefundLua)
+	slidingLogScript           = redis.NewScript(preludeLua + slidingLogLua)
+	slidingLogRefundScript     = redis.NewScript(preludeLua + slidingLogRefundLua)
+	slidingCounterScript       = redis.NewScript(preludeLua + slidingCounterLua)
+	slidingCounterRefundScript = redis.NewScript(preludeLua + slidingCounterRefundLua)
+)
+
+// maxExact is 2^53: Lua numbers are doubles, exact for integers below it.
+const maxExact = 1 << 53
+
+// maxState bounds quantities that are added to a Unix time in microseconds
+// (about 1.8e15 today, below 2^51 until 2041): keeping them below 2^52 keeps
+// every sum below 2^53.
+const maxState = 1 << 52
+
+// scripts is what one algorithm runs on Redis: its two scripts, the key
+// suffix that keeps algorithms apart, and the policy's parameters as script
+// arguments (after now, n and, for decisions, commit).
+type scripts struct {
+	decide, refund *redis.Script
+	code           string // key infix: tb, lb, fw, sl, sc
+	params         []any
+	exactRetry     bool // whether "denied until now+RetryAfter" may be cached
+}
+
+// compile validates p for Redis and returns its scripts. Beyond
+// p.Validate, Period must be a whole number of microseconds, and the
+// integers the scripts compute must stay below 2^53.
+func compile(p ratelimit.Policy) (scripts, error) {
+	if err := p.Validate(); err != nil {
+		return scripts{}, err
+	}
+	if p.Period%time.Microsecond != 0 {
+		return scripts{}, configError("Period %v is not a whole number of microseconds (Redis keeps time in integer microseconds)", p.Period)
+	}
+	per := int64(p.Period / time.Microsecond)
+	limit := int64(p.Limit)
+	switch p.Algorithm {
+	case ratelimit.TokenBucketAlgorithm:
+		g := gcd(int64(p.Refill), per)
+		r, u := int64(p.Refill)/g, per/g
+		// Units in a full bucket, plus the refill per µs that the
+		// arithmetic adds on top, must stay exact.
+		if limit > (maxState-2*r)/u {
+			return scripts{}, configError("Limit (capacity) %d with Refill %d per %v needs %d-bit integers on Redis (at most 52): use a smaller capacity or a coarser rate",
+				p.Limit, p.Refill, p.Period, bitsOf(limit, u))
+		}
+		return scripts{decide: tokenBucketScript, refund: tokenBucketRefundScript, code: "tb",
+			params: []any{limit, r, u}, exactRetry: true}, nil
+	case ratelimit.LeakyBucketAlgorithm:
+		if limit > maxState/per {
+			return scripts{}, configError("Limit (capacity) %d x Period (leakEvery) %v is too long for exact arithmetic on Redis (at most 2^52 µs)", p.Limit, p.Period)
+		}
+		return scripts{decide: leakyBucketScript, refund: leakyBucketRefundScript, code: "lb",
+			params: []any{limit, per}, exactRetry: true}, nil
+	case ratelimit.FixedWindowAlgorithm:
+		if per > maxState {
+			return scripts{}, configError("Period (window) %v is too long for Redis", p.Period)
+		}
+		return scripts{decide: fixedWindowScript, refund: fixedWindowRefundScript, code: "fw",
+			params: []any{limit, per}, exactRetry: true}, nil
+	case ratelimit.SlidingLogAlgorithm:
+		if per > maxState {
+			return scripts{}, configError("Period (window) %v is too long for Redis", p.Period)
+		}
+		return scripts{decide: slidingLogScript, refund: slidingLogRefundScript, code: "sl",
+			params: []any{limit, per}, exactRetry: true}, nil
+	case ratelimit.SlidingCounterAlgorithm:
+		// The estimate multiplies counts (at most limit) by times within a
+		// window (at most window µs).
+		if limit > (maxExact-1)/per {
+			return scripts{}, configError("Limit %d x Period (window) %v = %.3g exceeds 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window",
+				p.Limit, p.Period, float64(limit)*float64(per))
+		}
+		return scripts{decide: slidingCounterScript, refund: slidingCounterRefundScript, code: "sc",
+			params: []any{limit, per}, exactRetry: false}, nil
+	}
+	return scripts{}, configError("unknown algorithm %v", p.Algorithm)
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// bitsOf returns the number of bits of a*b, for error messages.
+func bitsOf(a, b int64) int {
+	return int(math.Ceil(math.Log2(float64(a)*float64(b) + 1)))
+}
+
+// configError reports a policy or option that cannot run on Redis. It
+// wraps ratelimit.ErrInvalidConfig.
+func configError(format string, args ...any) error {
+	return fmt.Errorf("redislimit: %w: %s", ratelimit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
+// itoa formats an int64 for a script argument.
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
