@@ -1,0 +1,138 @@
+package httplimit
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+)
+
+// discardWriter is a ResponseWriter that keeps its header map between
+// requests (cleared, not reallocated), so that benchmarks measure the
+// middleware rather than the recorder.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+var bare = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+
+// benchLimiter admits everything during a benchmark: a token bucket far
+// larger than any b.N, refilling fast.
+func benchLimiter(b *testing.B) *ratelimit.Keyed {
+	k, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(1e9, 1e9, time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return k
+}
+
+// BenchmarkMiddleware measures the cost per request of the middleware
+// against the bare handler: bare, one limit keyed by client IP with every
+// header, the same with no headers, and two limits at once. Allowed
+// requests only; compare ns/op and allocs/op with the bare case.
+func BenchmarkMiddleware(b *testing.B) {
+	cases := []struct {
+		name string
+		h    func(b *testing.B) http.Handler
+	}{
+		{"bare", func(*testing.B) http.Handler { return bare }},
+		{"ip", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}}).Handler(bare)
+		}},
+		{"ip-noheaders", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}}, WithHeaders(NoHeaders)).Handler(bare)
+		}},
+		{"apikey+ip", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{
+				{Name: "key", Key: KeyByAPIKey(), Limiter: benchLimiter(b)},
+				{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)},
+			}).Handler(bare)
+		}},
+	}
+	for _, c := range cases {
+		h := c.h(b)
+		b.Run(c.name+"/serial", func(b *testing.B) {
+			r := httptest.NewRequest("GET", "/v1/items", nil)
+			r.RemoteAddr = "203.0.113.7:4711"
+			r.Header.Set(HeaderAPIKey, "key-1")
+			w := &discardWriter{h: make(http.Header)}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+			if w.code != 200 {
+				b.Fatalf("status %d", w.code)
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			var id int64
+			b.RunParallel(func(pb *testing.PB) {
+				// One client per goroutine, as on a real server.
+				id++
+				r := httptest.NewRequest("GET", "/v1/items", nil)
+				r.RemoteAddr = "203.0.113." + strconv.FormatInt(id%250, 10) + ":4711"
+				r.Header.Set(HeaderAPIKey, "key-"+strconv.FormatInt(id, 10))
+				w := &discardWriter{h: make(http.Header)}
+				for pb.Next() {
+					clear(w.h)
+					h.ServeHTTP(w, r)
+				}
+			})
+		})
+	}
+}
+
+// fixedLimiter admits everything with a fixed Decision and allocates
+// nothing, so that allocation tests count the middleware's own.
+type fixedLimiter struct{}
+
+func (fixedLimiter) AllowN(context.Context, string, int) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 600 * time.Millisecond}, nil
+}
+func (fixedLimiter) WaitN(context.Context, string, int) error   { return nil }
+func (fixedLimiter) RefundN(context.Context, string, int) error { return nil }
+
+// TestMiddlewareAllocs pins the middleware's own allocations on an allowed
+// request (the limiter's are not counted): none beyond the two that hold
+// the header values (one string, one []string backing array), and none at
+// all without headers.
+func TestMiddlewareAllocs(t *testing.T) {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "203.0.113.7:4711"
+	r.Header.Set(HeaderAPIKey, "k")
+	for _, c := range []struct {
+		name   string
+		limits []Limit
+		set    HeaderSet
+		want   float64
+	}{
+		{"ip", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}, Window: time.Minute}}, AllHeaders, 2},
+		{"ip-noheaders", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}}, NoHeaders, 0},
+		{"apikey+ip-noheaders", []Limit{
+			{Name: "key", Key: KeyByAPIKey(), Limiter: fixedLimiter{}},
+			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
+		}, NoHeaders, 1}, // ratelimit.AllowAll's own []Decision; the middleware adds none
+	} {
+		h := newMW(t, c.limits, WithHeaders(c.set)).Handler(bare)
+		w := &discardWriter{h: make(http.Header)}
+		h.ServeHTTP(w, r)
+		got := testing.AllocsPerRun(200, func() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+		})
+		if got > c.want {
+			t.Errorf("%s: %v allocations per request, want <= %v", c.name, got, c.want)
+		}
+	}
+}
