@@ -5,11 +5,12 @@
 //  1. A burst of 15 requests with no client-side limit. The server refuses
 //     what exceeds its quota with 429 and Retry-After; the transport pauses
 //     every request until then and retries, so all 15 succeed.
+//
 //  2. The client reads the quota the server advertises (RateLimit-Policy:
 //     "api";q=10;w=1), builds a matching limiter, and sends 15 requests
 //     paced by it: none is refused.
 //
-//	go run ./examples/apiclient
+//     go run ./examples/apiclient
 package main
 
 import (
