@@ -18,6 +18,11 @@ import (
 // one, so a lone caller pays one round trip and 64 concurrent callers share
 // a few.
 //
+// When the client honours context deadlines (ContextTimeoutEnabled), a
+// caller that finds nothing in flight runs its call on its own goroutine,
+// bounded by its context and the timeout; otherwise a goroutine switch away
+// from the caller is what bounds the caller's wait.
+//
 // Flushers exist only while there is work: the first call that finds fewer
 // than maxFlushers running starts one, and a flusher exits when the queue
 // is empty. There is no background goroutine to stop, so a Limiter needs no
@@ -62,6 +67,7 @@ func putCall(c *call) {
 type batcher struct {
 	client      redis.UniversalClient
 	timeout     time.Duration // for each round trip
+	inline      bool          // client honours ctx deadlines: a lone caller may run its own call
 	maxFlushers int
 	maxBatch    int
 	maxQueue    int
@@ -103,6 +109,27 @@ func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error 
 		return err
 	}
 	b.mu.Lock()
+	if b.inline && b.running == 0 {
+		// Nothing in flight: run the call on this goroutine, saving two
+		// goroutine switches. Callers arriving meanwhile queue up and
+		// start a flusher (the second slot), or are flushed after this.
+		b.running++
+		b.mu.Unlock()
+		c.state.Store(callSent)
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		c.cmd = c.script.Run(rctx, b.client, c.keys, c.args...)
+		cancel()
+		b.mu.Lock()
+		more := len(b.queue) > 0
+		if !more {
+			b.running--
+		}
+		b.mu.Unlock()
+		if more {
+			go b.flush() // inherits this slot
+		}
+		return nil
+	}
 	if len(b.queue) >= b.maxQueue {
 		b.mu.Unlock()
 		return errOverloaded
@@ -197,6 +224,21 @@ func (b *batcher) exec(batch []*call) {
 	for _, c := range live {
 		c.done <- struct{}{}
 	}
+}
+
+// honoursDeadlines reports whether client applies context deadlines to
+// its network I/O (go-redis's ContextTimeoutEnabled), so that a call run on
+// the caller's goroutine cannot outlast the caller's deadline.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // isNoScript reports whether err says the script is not in the server's

@@ -1,8 +1,8 @@
 package redislimit
 
 import (
-	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +12,7 @@ import (
 )
 
 // benchPolicies are the policies the benchmarks run: limits high enough
-// that most decisions admit, as in a healthy service.
+// that nearly every decision admits, as in a healthy service.
 func benchPolicies() []ratelimit.Policy {
 	return []ratelimit.Policy{
 		ratelimit.TokenBucketPolicy(1_000_000, 1_000_000, time.Second),
@@ -23,10 +23,20 @@ func benchPolicies() []ratelimit.Policy {
 	}
 }
 
-// BenchmarkAllowN measures one decision per iteration on one Redis:
-// serial (latency, next to a PING of the same client in the same run) and
-// with 64 goroutines (throughput, reported as decisions/s), each over
-// 1000 keys.
+// benchWorkers is the number of goroutines of the parallel benchmarks.
+const benchWorkers = 64
+
+// BenchmarkAllowN measures decisions on one local Redis, next to PING on
+// the same client in the same run:
+//
+//   - serial: one caller, latency per decision (compare with ping/serial),
+//     and the server's cost per script run (server-µs/op, from INFO
+//     commandstats);
+//   - parallel: 64 goroutines, throughput as decisions/s (compare with
+//     ping/parallel's ops/s).
+//
+// Keys cycle over 1000 clients. The client has ContextTimeoutEnabled, as
+// the package recommends.
 func BenchmarkAllowN(b *testing.B) {
 	_, c := startRedis(b)
 	keys := make([]string, 1000)
@@ -42,28 +52,36 @@ func BenchmarkAllowN(b *testing.B) {
 		}
 	})
 	b.Run("ping/parallel", func(b *testing.B) {
-		b.SetParallelism(64 / max(1, runtimeProcs()))
+		var errs atomic.Int64
+		b.SetParallelism(max(benchWorkers/runtimeGOMAXPROCS(), 1))
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := bg()
 			for pb.Next() {
 				if err := c.Ping(ctx).Err(); err != nil {
-					b.Error(err)
-					return
+					errs.Add(1)
 				}
 			}
 		})
+		if errs.Load() > 0 {
+			b.Fatalf("%d errors", errs.Load())
+		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 	})
 	for _, p := range benchPolicies() {
 		l := mustNew(b, c, p, WithPrefix(uniquePrefix(b)), WithTimeout(time.Second))
 		b.Run(p.Algorithm.String()+"/serial", func(b *testing.B) {
 			ctx := bg()
+			c.ConfigResetStat(ctx)
 			i := 0
 			for b.Loop() {
 				if _, err := l.AllowN(ctx, keys[i%len(keys)], 1); err != nil {
 					b.Fatal(err)
 				}
 				i++
+			}
+			b.StopTimer()
+			if us := usecPerCall(b, c, "evalsha"); us > 0 {
+				b.ReportMetric(us, "server-µs/op")
 			}
 		})
 		b.Run(p.Algorithm.String()+"/parallel", func(b *testing.B) {
@@ -72,13 +90,10 @@ func BenchmarkAllowN(b *testing.B) {
 	}
 }
 
-func runtimeProcs() int { return runtimeGOMAXPROCS() }
-
-// benchParallel runs AllowN from 64 goroutines.
+// benchParallel runs AllowN from benchWorkers goroutines.
 func benchParallel(b *testing.B, l *Limiter, keys []string) {
-	var next atomic.Int64
-	var errs atomic.Int64
-	b.SetParallelism(max(64/runtimeProcs(), 1))
+	var next, errs atomic.Int64
+	b.SetParallelism(max(benchWorkers/runtimeGOMAXPROCS(), 1))
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := bg()
 		i := int(next.Add(7919))
@@ -95,5 +110,21 @@ func benchParallel(b *testing.B, l *Limiter, keys []string) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }
 
-var _ = fmt.Sprint
-var _ redis.UniversalClient
+// usecPerCall returns INFO commandstats' usec_per_call of cmd, or 0.
+func usecPerCall(b *testing.B, c redis.UniversalClient, cmd string) float64 {
+	info, err := c.Info(bg(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+					us, _ := strconv.ParseFloat(v, 64)
+					return us
+				}
+			}
+		}
+	}
+	return 0
+}

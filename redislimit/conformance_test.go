@@ -33,7 +33,7 @@ type pair struct {
 	rl   *Limiter
 }
 
-func newPair(t *testing.T, c *redis.Client, p ratelimit.Policy) *pair {
+func newPair(t *testing.T, c redis.UniversalClient, p ratelimit.Policy) *pair {
 	t.Helper()
 	mock := newMock()
 	mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))

@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -143,6 +142,3 @@ func bitsOf(a, b int64) int {
 func configError(format string, args ...any) error {
 	return fmt.Errorf("redislimit: %w: %s", ratelimit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 }
-
-// itoa formats an int64 for a script argument.
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }

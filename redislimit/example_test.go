@@ -1,0 +1,49 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/redislimit"
+)
+
+// ExampleNew limits each API key to bursts of 100 requests and 10 per
+// second on average, shared by every instance of the service. It needs a
+// Redis server, so it has no output to check.
+func ExampleNew() {
+	client := redis.NewClient(&redis.Options{
+		Addr: "localhost:6379",
+		// Lets go-redis abandon I/O at each call's deadline, and lets a
+		// lone caller run its round trip on its own goroutine.
+		ContextTimeoutEnabled: true,
+	})
+	defer client.Close()
+
+	limiter, err := redislimit.New(client, ratelimit.TokenBucketPolicy(100, 10, time.Second),
+		redislimit.WithPrefix("api:"),
+		redislimit.WithTimeout(50*time.Millisecond),
+		// While Redis is down, each of the 4 instances admits a quarter.
+		redislimit.WithLocalFallback(4),
+		redislimit.WithErrorHandler(func(err error) { log.Print(err) }),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	d, err := limiter.AllowN(context.Background(), "api-key-123", 1)
+	if err != nil {
+		// Redis could not decide: d is the local fallback's decision.
+		// Act on it as usual; the error is for logs and metrics.
+		_ = errors.Is(err, redislimit.ErrUnavailable) // true
+	}
+	if !d.Allowed {
+		fmt.Printf("429 Too Many Requests, retry in %v\n", d.RetryAfter)
+		return
+	}
+	fmt.Printf("OK, %d requests left\n", d.Remaining)
+}

@@ -1,0 +1,266 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+)
+
+// Fault tests: Redis killed, restarted, hung, and its script cache
+// flushed, under load. Calls must return within the timeout plus a small
+// margin and follow the failure policy; after a restart the limiter
+// recovers with no NOSCRIPT reaching callers; no goroutine outlives the
+// test.
+
+const (
+	faultTimeout = 100 * time.Millisecond
+	// faultMargin is what a call may take beyond faultTimeout: scheduling
+	// under -race on a loaded two-CPU machine.
+	faultMargin = 150 * time.Millisecond
+)
+
+// loadResult summarizes one burst of calls.
+type loadResult struct {
+	calls, allowed, errs int64
+	slowest              time.Duration
+	unavailable          bool // every error wrapped ErrUnavailable
+	firstErr             error
+}
+
+// load calls AllowN on key from workers goroutines for d.
+func load(l *Limiter, key string, workers int, d time.Duration) loadResult {
+	var (
+		mu  sync.Mutex
+		res = loadResult{unavailable: true}
+		wg  sync.WaitGroup
+	)
+	stop := time.Now().Add(d)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				start := time.Now()
+				dec, err := l.AllowN(context.Background(), key, 1)
+				took := time.Since(start)
+				mu.Lock()
+				res.calls++
+				if dec.Allowed {
+					res.allowed++
+				}
+				if err != nil {
+					res.errs++
+					if res.firstErr == nil {
+						res.firstErr = err
+					}
+					if !errors.Is(err, ErrUnavailable) {
+						res.unavailable = false
+					}
+				}
+				res.slowest = max(res.slowest, took)
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(time.Millisecond) // a caller backing off
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+func TestKillRestart(t *testing.T) {
+	t.Parallel()
+	p := ratelimit.TokenBucketPolicy(100, 1, time.Hour)
+	policies := []struct {
+		name string
+		opt  Option
+	}{
+		{"open", WithFailurePolicy(FailOpen)},
+		{"closed", WithFailurePolicy(FailClosed)},
+		{"local", WithLocalFallback(4)},
+	}
+	for _, ctxTimeouts := range []bool{false, true} {
+		for _, fp := range policies {
+			name := fp.name
+			if ctxTimeouts {
+				name += "/ctxtimeouts"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				srv, _ := startRedis(t)
+				before := runtime.NumGoroutine()
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: ctxTimeouts})
+				var hooked atomic.Int64
+				l := mustNew(t, c, p, fp.opt, WithTimeout(faultTimeout), WithPrefix(uniquePrefix(t)),
+					WithErrorHandler(func(err error) {
+						if !errors.Is(err, ErrUnavailable) {
+							t.Errorf("hook got %v, want an error wrapping ErrUnavailable", err)
+						}
+						hooked.Add(1)
+					}))
+
+				if r := load(l, "warm", 8, 50*time.Millisecond); r.errs > 0 {
+					t.Fatalf("before the kill: %d errors, first %v", r.errs, r.firstErr)
+				}
+
+				srv.Kill()
+				r := load(l, "k", 16, 400*time.Millisecond)
+				if r.slowest > faultTimeout+faultMargin {
+					t.Errorf("Redis down: slowest call took %v, want <= %v + %v", r.slowest, faultTimeout, faultMargin)
+				}
+				if r.errs != r.calls || !r.unavailable {
+					t.Errorf("Redis down: %d errors in %d calls (all ErrUnavailable: %t), want an ErrUnavailable error from every call", r.errs, r.calls, r.unavailable)
+				}
+				if hooked.Load() == 0 {
+					t.Error("Redis down: error hook never called")
+				}
+				switch fp.name {
+				case "open":
+					if r.allowed != r.calls {
+						t.Errorf("FailOpen: %d of %d calls allowed, want all", r.allowed, r.calls)
+					}
+				case "closed":
+					if r.allowed != 0 {
+						t.Errorf("FailClosed: %d of %d calls allowed, want none", r.allowed, r.calls)
+					}
+				case "local":
+					if want := int64(p.Limit / 4); r.allowed != want {
+						t.Errorf("local fallback for 4 instances: %d of %d calls allowed, want the share %d", r.allowed, r.calls, want)
+					}
+				}
+
+				srv.Restart(t)
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					if _, err := l.AllowN(bg(), "after", 1); err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("no recovery within 5s of the restart")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				if r := load(l, "after", 8, 100*time.Millisecond); r.errs > 0 {
+					t.Errorf("after the restart: %d errors, first %v", r.errs, r.firstErr)
+				}
+				_ = c.Close()
+				settleGoroutines(t, before)
+			})
+		}
+	}
+}
+
+// TestHungServer stops redis-server (SIGSTOP): calls must still return
+// within the timeout, and recover once it continues.
+func TestHungServer(t *testing.T) {
+	t.Parallel()
+	for _, ctxTimeouts := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "ctxtimeouts"}[ctxTimeouts], func(t *testing.T) {
+			t.Parallel()
+			srv, _ := startRedis(t)
+			if srv.PID() == 0 {
+				t.Skip("needs a redis-server owned by the test")
+			}
+			before := runtime.NumGoroutine()
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: ctxTimeouts,
+				ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+			l := mustNew(t, c, ratelimit.SlidingLogPolicy(1000, time.Hour), WithTimeout(faultTimeout), WithPrefix(uniquePrefix(t)))
+			if r := load(l, "warm", 8, 50*time.Millisecond); r.errs > 0 {
+				t.Fatalf("before: %d errors, first %v", r.errs, r.firstErr)
+			}
+			if err := syscall.Kill(srv.PID(), syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			r := load(l, "k", 16, 300*time.Millisecond)
+			if err := syscall.Kill(srv.PID(), syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			if r.slowest > faultTimeout+faultMargin {
+				t.Errorf("hung server: slowest call took %v, want <= %v + %v", r.slowest, faultTimeout, faultMargin)
+			}
+			if r.allowed != r.calls || r.errs == 0 {
+				t.Errorf("hung server: %d allowed and %d errors in %d calls, want all allowed (FailOpen) with errors", r.allowed, r.errs, r.calls)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if _, err := l.AllowN(bg(), "after", 1); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no recovery within 5s of SIGCONT")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			_ = c.Close()
+			settleGoroutines(t, before)
+		})
+	}
+}
+
+// TestScriptFlush flushes the server's script cache again and again under
+// load, on the pipelined and the lone-caller paths: no caller sees an
+// error.
+func TestScriptFlush(t *testing.T) {
+	t.Parallel()
+	srv, c := startRedis(t)
+	for _, p := range policies() {
+		t.Run(name(p), func(t *testing.T) {
+			l := mustNew(t, c, p, WithTimeout(5*time.Second), WithPrefix(uniquePrefix(t)))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for range 10 {
+					if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+						t.Error(err)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			var errs atomic.Int64
+			var first atomic.Value
+			var wg sync.WaitGroup
+			for w := range 9 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-done:
+							return
+						default:
+						}
+						var err error
+						if w == 0 && i%4 == 3 {
+							err = l.RefundN(bg(), "k", 1)
+						} else {
+							_, err = l.AllowN(bg(), "k", 1)
+						}
+						if err != nil && errs.Add(1) == 1 {
+							first.Store(err)
+						}
+						if w == 0 {
+							// A lone caller too, between pipelines.
+							time.Sleep(time.Millisecond)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if n := errs.Load(); n > 0 {
+				t.Errorf("%d errors across SCRIPT FLUSH, first: %v", n, first.Load())
+			}
+			if evals := cmdCalls(t, srv.Addr(), "eval"); evals == 0 {
+				t.Error("no EVAL after SCRIPT FLUSH: the NOSCRIPT fallback was not exercised")
+			}
+		})
+	}
+}
