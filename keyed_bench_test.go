@@ -1,0 +1,122 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// keyedBenchPolicies are the policies of the keyed benchmarks: limits high
+// enough that traffic is mostly admitted, and slow enough that a used key is
+// not idle (and so not reclaimed) while the benchmark runs, so that the
+// 1M-key runs really hold a million keys. The sliding log's 64 per hour
+// keeps its per-key log small; once a key has 64 events it is denied.
+var keyedBenchPolicies = []Policy{
+	TokenBucketPolicy(100_000, 1, time.Minute),
+	LeakyBucketPolicy(1<<20, time.Millisecond),
+	FixedWindowPolicy(1<<30, time.Hour),
+	SlidingLogPolicy(64, time.Hour),
+	SlidingCounterPolicy(1<<30, time.Hour),
+}
+
+// benchKeys returns n distinct 10-byte keys.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%09d", i)
+	}
+	return keys
+}
+
+// BenchmarkKeyed measures Keyed.AllowN on one hot key and round-robin over
+// 1,000,000 distinct 10-byte keys, serial and parallel, on the real clock.
+// The 1M-key runs report bytes/key: live heap after inserting every key,
+// divided by the number of keys.
+func BenchmarkKeyed(b *testing.B) {
+	keys := benchKeys(1_000_000)
+	for _, p := range keyedBenchPolicies {
+		b.Run(p.Algorithm.String(), func(b *testing.B) {
+			b.Run("hotkey/serial", func(b *testing.B) {
+				k := mustKeyed(b, p)
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					_, _ = k.AllowN(ctx, "hot-key-01", 1)
+				}
+			})
+			b.Run("hotkey/parallel", func(b *testing.B) {
+				k := mustKeyed(b, p)
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						_, _ = k.AllowN(ctx, "hot-key-01", 1)
+					}
+				})
+			})
+			b.Run("1Mkeys/serial", func(b *testing.B) {
+				k := fillKeyed(b, p, keys)
+				ctx := context.Background()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					_, _ = k.AllowN(ctx, keys[i], 1)
+					if i++; i == len(keys) {
+						i = 0
+					}
+				}
+			})
+			b.Run("1Mkeys/parallel", func(b *testing.B) {
+				k := fillKeyed(b, p, keys)
+				ctx := context.Background()
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(next.Add(1) * 7919)
+					for pb.Next() {
+						_, _ = k.AllowN(ctx, keys[i%len(keys)], 1)
+						i++
+					}
+				})
+			})
+		})
+	}
+}
+
+func mustKeyed(b *testing.B, p Policy) *Keyed {
+	b.Helper()
+	k, err := NewKeyed(p, WithMaxKeys(2_000_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return k
+}
+
+// fillKeyed returns a Keyed limiter holding every key, and reports the heap
+// it takes per key.
+func fillKeyed(b *testing.B, p Policy, keys []string) *Keyed {
+	b.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	k := mustKeyed(b, p)
+	ctx := context.Background()
+	for _, key := range keys {
+		if d, err := k.AllowN(ctx, key, 1); err != nil || !d.Allowed {
+			b.Fatalf("filling: AllowN(%q) = %+v, %v", key, d, err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perKey := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(len(keys))
+	if held := k.Len(); held != len(keys) {
+		b.Fatalf("holds %d keys, want %d", held, len(keys))
+	}
+	// Reported after the timed loop: b.Loop's first call deletes metrics.
+	b.Cleanup(func() { b.ReportMetric(perKey, "bytes/key") })
+	return k
+}

@@ -1,0 +1,355 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testPolicies holds one policy of each algorithm, with rates that are not
+// round numbers so that fractional arithmetic is exercised.
+var testPolicies = []Policy{
+	TokenBucketPolicy(5, 7, 300*time.Millisecond),
+	LeakyBucketPolicy(4, 70*time.Millisecond),
+	FixedWindowPolicy(6, time.Second),
+	SlidingLogPolicy(6, time.Second),
+	SlidingCounterPolicy(6, time.Second),
+}
+
+// TestKeyedMatchesSingle drives, for every algorithm, several keys of one
+// Keyed limiter and one single limiter per key through the same random
+// timeline on one mock clock, and demands identical Decisions.
+func TestKeyedMatchesSingle(t *testing.T) {
+	t.Parallel()
+	for _, p := range testPolicies {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			mock := newManualClock(time.Unix(1_700_000_000, 123_456_789))
+			keyed, err := NewKeyed(p, WithClock(mock))
+			require.NoError(t, err)
+			keys := []string{"alice", "bob", "carol"}
+			single := map[string]Limiter{}
+			for _, k := range keys {
+				single[k], err = p.NewLimiter(WithClock(mock))
+				require.NoError(t, err)
+			}
+			rng := rand.New(rand.NewPCG(1, uint64(p.Algorithm)))
+			ctx := context.Background()
+			for step := range 5000 {
+				mock.Add(time.Duration(rng.IntN(40_000_000))) // up to 40ms
+				key := keys[rng.IntN(len(keys))]
+				n := rng.IntN(p.Limit+2) - 0 // 0..limit+1: includes the invalid ones
+				got, err := keyed.AllowN(ctx, key, n)
+				require.NoError(t, err)
+				want := single[key].AllowN(n)
+				require.Equal(t, want, got, "step %d: AllowN(%q, %d) at %v", step, key, n, mock.Now())
+			}
+		})
+	}
+}
+
+// TestKeyedRefundUndoes checks that AllowN followed at once by RefundN
+// leaves a key exactly as if neither had happened: two keys with the same
+// history, one of which also takes and refunds, decide alike ever after.
+func TestKeyedRefundUndoes(t *testing.T) {
+	t.Parallel()
+	for _, p := range testPolicies {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			mock := newManualClock(time.Unix(1_700_000_000, 0))
+			keyed, err := NewKeyed(p, WithClock(mock))
+			require.NoError(t, err)
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(2, uint64(p.Algorithm)))
+			for step := range 3000 {
+				mock.Add(time.Duration(rng.IntN(60_000_000)))
+				n := 1 + rng.IntN(p.Limit)
+				if rng.IntN(3) == 0 {
+					d, err := keyed.AllowN(ctx, "x", n)
+					require.NoError(t, err)
+					if d.Allowed {
+						require.NoError(t, keyed.RefundN(ctx, "x", n))
+					}
+					continue
+				}
+				dx, err := keyed.AllowN(ctx, "x", n)
+				require.NoError(t, err)
+				dy, err := keyed.AllowN(ctx, "y", n)
+				require.NoError(t, err)
+				require.Equal(t, dy, dx, "step %d: AllowN(%d) at %v", step, n, mock.Now())
+			}
+		})
+	}
+}
+
+func TestKeyedInvalidN(t *testing.T) {
+	t.Parallel()
+	k, err := NewKeyed(FixedWindowPolicy(3, time.Second))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, n := range []int{-1, 0, 4} {
+		d, err := k.AllowN(ctx, "k", n)
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "AllowN(%d)", n)
+		assert.Equal(t, RetryNever, d.RetryAfter, "AllowN(%d)", n)
+	}
+	assert.Equal(t, 0, k.Len(), "a never-admitted request must not store its key")
+	assert.ErrorIs(t, k.WaitN(ctx, "k", 4), ErrExceedsLimit)
+	assert.ErrorIs(t, k.WaitN(ctx, "k", 0), ErrInvalidN)
+	assert.ErrorIs(t, k.RefundN(ctx, "k", 0), ErrInvalidN)
+}
+
+func TestNewKeyedErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		p    Policy
+		opts []Option
+		want string
+	}{
+		{Policy{}, nil, "unknown algorithm"},
+		{TokenBucketPolicy(0, 1, time.Second), nil, "capacity"},
+		{SlidingLogPolicy(5, 0), nil, "window"},
+		{FixedWindowPolicy(5, time.Second), []Option{WithMaxKeys(-1)}, "WithMaxKeys"},
+	} {
+		k, err := NewKeyed(tc.p, tc.opts...)
+		assert.Nil(t, k)
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.Regexp(t, "^ratelimit: ", err.Error())
+	}
+}
+
+// TestKeyedReclaimsOnlyIdleKeys shows that a key is forgotten only when its
+// state is back to fresh: a used key survives any number of other keys
+// being inserted until its quota is full again.
+func TestKeyedReclaimsOnlyIdleKeys(t *testing.T) {
+	t.Parallel()
+	mock := newManualClock(time.Unix(1_700_000_000, 0))
+	// 10 per minute: a used key is idle again 6s after its last token.
+	k, err := NewKeyed(TokenBucketPolicy(10, 10, time.Minute), WithClock(mock), WithMaxKeys(64*4))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 10 {
+		d, err := k.AllowN(ctx, "victim", 1)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	// Flood other keys: the victim stays held and still has no tokens.
+	for i := range 10_000 {
+		_, _ = k.AllowN(ctx, "flood-"+strconv.Itoa(i), 1)
+	}
+	d := k.Peek(ctx, "victim", 1)
+	assert.False(t, d.Allowed, "victim got a fresh bucket from eviction: %+v", d)
+	assert.LessOrEqual(t, k.Len(), 64*4)
+
+	// Once everything is full again, new keys reclaim the old ones.
+	mock.Add(time.Minute)
+	for i := range 10_000 {
+		d, err := k.AllowN(ctx, "later-"+strconv.Itoa(i), 1)
+		require.NoError(t, err, "key %d", i)
+		require.True(t, d.Allowed)
+		mock.Add(6 * time.Second) // the previous key is full again
+	}
+	assert.LessOrEqual(t, k.Len(), 64*4)
+}
+
+// TestKeyedCapDeniesNewKeysOnly fills a small Keyed limiter with busy keys:
+// new keys are denied with ErrTooManyKeys, existing ones go on.
+func TestKeyedCapDeniesNewKeysOnly(t *testing.T) {
+	t.Parallel()
+	mock := newManualClock(time.Unix(0, 0))
+	k, err := NewKeyed(FixedWindowPolicy(5, time.Hour), WithClock(mock), WithMaxKeys(64))
+	require.NoError(t, err)
+	ctx := context.Background()
+	var held []string
+	tooMany := 0
+	for i := range 1000 {
+		key := "k" + strconv.Itoa(i)
+		d, err := k.AllowN(ctx, key, 1)
+		if errors.Is(err, ErrTooManyKeys) {
+			tooMany++
+			assert.False(t, d.Allowed)
+			assert.Equal(t, time.Second, d.RetryAfter)
+			continue
+		}
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		held = append(held, key)
+	}
+	assert.Equal(t, 64, k.Len(), "one key per shard")
+	assert.Equal(t, 1000-64, tooMany)
+	for _, key := range held {
+		d, err := k.AllowN(ctx, key, 4)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "existing key %s must keep its quota", key)
+	}
+}
+
+// TestKeyedFloodMemoryBound sends 5,000,000 distinct keys at a Keyed
+// limiter capped at 100,000 keys, on a clock that moves so that early keys
+// become idle, and checks the key count and the live heap stay bounded:
+// at most 200 bytes per allowed key (token bucket, 10-20 byte keys).
+func TestKeyedFloodMemoryBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5M-key flood skipped in -short mode")
+	}
+	const (
+		maxKeys = 100_000
+		flood   = 5_000_000
+		perKey  = 200 // bytes
+	)
+	mock := newManualClock(time.Unix(1_700_000_000, 0))
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	k, err := NewKeyed(TokenBucketPolicy(100, 100, time.Minute), WithClock(mock), WithMaxKeys(maxKeys))
+	require.NoError(t, err)
+	ctx := context.Background()
+	denied := 0
+	for i := range flood {
+		if i%100 == 0 {
+			// A key refills its one token in 600ms, so about 60,000 keys
+			// are live at a time; the rest must be reclaimed.
+			mock.Add(time.Millisecond)
+		}
+		if _, err := k.AllowN(ctx, "ip-"+strconv.Itoa(i), 1); err != nil {
+			require.ErrorIs(t, err, ErrTooManyKeys)
+			denied++
+		}
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("keys held %d, denied %d, heap %d bytes (%.0f bytes per cap key)", k.Len(), denied, heap, float64(heap)/maxKeys)
+	assert.LessOrEqual(t, k.Len(), maxKeys+defaultShards)
+	assert.Less(t, heap, int64(maxKeys*perKey), "heap grew beyond %d bytes per key", perKey)
+	runtime.KeepAlive(k)
+}
+
+// TestKeyedConcurrentExact hammers many keys from many goroutines on a
+// frozen clock: every key admits exactly its limit.
+func TestKeyedConcurrentExact(t *testing.T) {
+	t.Parallel()
+	for _, p := range testPolicies {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			mock := newManualClock(time.Unix(1_700_000_000, 0))
+			k, err := NewKeyed(p, WithClock(mock))
+			require.NoError(t, err)
+			const keys, workers, tries = 50, 32, 40
+			var admitted [keys]atomic.Int64
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range tries * keys {
+						key := (i + w) % keys
+						d, err := k.AllowN(context.Background(), fmt.Sprint("key-", key), 1)
+						if err == nil && d.Allowed {
+							admitted[key].Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for i := range keys {
+				assert.Equal(t, int64(p.Limit), admitted[i].Load(), "key %d", i)
+			}
+		})
+	}
+}
+
+func TestKeyedWait(t *testing.T) {
+	t.Parallel()
+	mock := newCountingMock(time.Unix(1_700_000_000, 0))
+	k, err := NewKeyed(TokenBucketPolicy(1, 1, time.Second), WithClock(mock))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, k.WaitN(ctx, "w", 1))
+
+	done := make(chan error, 1)
+	go func() { done <- k.WaitN(ctx, "w", 1) }()
+	waitForTimers(t, mock, 1)
+	select {
+	case err := <-done:
+		t.Fatalf("WaitN returned %v before the token refilled", err)
+	default:
+	}
+	mock.Add(time.Second)
+	require.NoError(t, <-done)
+
+	tctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	slow, err := NewKeyed(TokenBucketPolicy(1, 1, 2*time.Hour), WithClock(mock))
+	require.NoError(t, err)
+	require.NoError(t, slow.WaitN(tctx, "w", 1))
+	err = slow.WaitN(tctx, "w", 1)
+	assert.ErrorIs(t, err, ErrDeadline)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+
+	cctx, cancelNow := context.WithCancel(ctx)
+	go func() { done <- slow.WaitN(cctx, "w", 1) }()
+	waitForTimers(t, mock, 2)
+	cancelNow()
+	assert.ErrorIs(t, <-done, context.Canceled)
+}
+
+// manualClock is a clock that tests set directly. Unlike *clock.Mock,
+// whose Add and Set sleep a millisecond each to let goroutines run, it
+// costs nothing to advance, so long simulated timelines stay fast. It is
+// for tests that never wait: its timers never fire.
+type manualClock struct{ ns atomic.Int64 }
+
+func newManualClock(start time.Time) *manualClock {
+	c := &manualClock{}
+	c.ns.Store(start.UnixNano())
+	return c
+}
+
+func (c *manualClock) Now() time.Time                   { return time.Unix(0, c.ns.Load()) }
+func (c *manualClock) Add(d time.Duration)              { c.ns.Add(int64(d)) }
+func (c *manualClock) Timer(time.Duration) *clock.Timer { return clock.NewMock().Timer(time.Hour) }
+
+// countingMock is a mock clock that counts the timers made from it, so a
+// test can tell when a waiter has blocked.
+type countingMock struct {
+	*clock.Mock
+	timers atomic.Int64
+}
+
+func newCountingMock(start time.Time) *countingMock {
+	m := &countingMock{Mock: clock.NewMock()}
+	m.Set(start)
+	return m
+}
+
+func (c *countingMock) Timer(d time.Duration) *clock.Timer {
+	c.timers.Add(1)
+	return c.Mock.Timer(d)
+}
+
+// waitForTimers waits (in real time, briefly) until n timers have been
+// made from c: the n-th waiter has blocked.
+func waitForTimers(t *testing.T, c *countingMock, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.timers.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiter %d did not block on the mock clock within 5s", n)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
