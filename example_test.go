@@ -1,0 +1,190 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit"
+)
+
+// newMock returns a mock clock at a whole second, so windows line up.
+func newMock() *clock.Mock {
+	m := clock.NewMock()
+	m.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	return m
+}
+
+func ExampleNewTokenBucket() {
+	mock := newMock()
+	// Bursts of up to 3, refilled at 10 per second.
+	b, err := ratelimit.NewTokenBucket(3, 10, time.Second, ratelimit.WithClock(mock))
+	if err != nil {
+		panic(err)
+	}
+	for range 4 {
+		d := b.AllowN(1)
+		fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	mock.Add(100 * time.Millisecond) // exactly one token
+	fmt.Println(b.Allow(), b.Allow())
+	// Output:
+	// true 2 0s
+	// true 1 0s
+	// true 0 0s
+	// false 0 100ms
+	// true false
+}
+
+func ExampleTokenBucket_Wait() {
+	mock := newMock()
+	b, _ := ratelimit.NewTokenBucket(1, 1, time.Second, ratelimit.WithClock(mock))
+	ctx := context.Background()
+	_ = b.Wait(ctx) // the first token is there
+
+	done := make(chan error)
+	go func() { done <- b.Wait(ctx) }()
+	for b.Peek(0).Remaining == 0 && b.Peek(1).RetryAfter == time.Second {
+		time.Sleep(time.Millisecond) // until the waiter has taken its place
+	}
+	mock.Add(time.Second)
+	fmt.Println(<-done)
+
+	// A wait that would outlast the deadline fails at once.
+	short, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	err := b.Wait(short)
+	fmt.Println(errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// <nil>
+	// true
+}
+
+func ExampleNewLeakyBucket() {
+	mock := newMock()
+	// A queue of 2 draining one event every 500ms.
+	b, _ := ratelimit.NewLeakyBucket(2, 500*time.Millisecond, ratelimit.WithClock(mock))
+	fmt.Println(b.Allow(), b.Allow(), b.Allow())
+	mock.Add(500 * time.Millisecond)
+	fmt.Println(b.Allow(), b.Allow())
+	// Output:
+	// true true false
+	// true false
+}
+
+func ExampleLeakyBucket_WaitN() {
+	mock := newMock()
+	b, _ := ratelimit.NewLeakyBucket(2, time.Second, ratelimit.WithClock(mock))
+	ctx := context.Background()
+	fmt.Println(b.Wait(ctx)) // released at once
+	// The second caller is queued for a second; a third would overflow
+	// the queue of 2 and is refused at once rather than left waiting.
+	go func() { _ = b.Wait(ctx) }()
+	for b.Peek(0).Remaining != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println(b.Wait(ctx))
+	// Output:
+	// <nil>
+	// ratelimit: queue is full
+}
+
+func ExampleNewFixedWindow() {
+	mock := newMock()
+	w, _ := ratelimit.NewFixedWindow(2, time.Second, ratelimit.WithClock(mock))
+	mock.Add(900 * time.Millisecond)
+	fmt.Println(w.Allow(), w.Allow(), w.Allow())
+	// The window boundary resets the count: 4 events within 200ms.
+	mock.Add(200 * time.Millisecond)
+	fmt.Println(w.Allow(), w.Allow())
+	// Output:
+	// true true false
+	// true true
+}
+
+func ExampleNewSlidingLog() {
+	mock := newMock()
+	l, _ := ratelimit.NewSlidingLog(2, time.Second, ratelimit.WithClock(mock))
+	mock.Add(900 * time.Millisecond)
+	fmt.Println(l.Allow(), l.Allow())
+	mock.Add(200 * time.Millisecond) // no reset at the boundary
+	d := l.AllowN(1)
+	fmt.Println(d.Allowed, d.RetryAfter)
+	// Output:
+	// true true
+	// false 800ms
+}
+
+func ExampleNewSlidingCounter() {
+	mock := newMock()
+	c, _ := ratelimit.NewSlidingCounter(10, time.Second, ratelimit.WithClock(mock))
+	c.AllowN(10) // a full previous window
+	mock.Add(1250 * time.Millisecond)
+	// 25% into the next window the estimate is 10 x 75% = 7.5 events.
+	fmt.Println(c.Peek(0).Remaining)
+	// Output:
+	// 2
+}
+
+func ExampleNewKeyed() {
+	mock := newMock()
+	perClient, _ := ratelimit.NewKeyed(
+		ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(mock))
+	ctx := context.Background()
+	for _, client := range []string{"alice", "alice", "alice", "bob"} {
+		d, err := perClient.AllowN(ctx, client, 1)
+		fmt.Println(client, d.Allowed, d.Remaining, err)
+	}
+	// Output:
+	// alice true 1 <nil>
+	// alice true 0 <nil>
+	// alice false 0 <nil>
+	// bob true 1 <nil>
+}
+
+func ExampleAllowAll() {
+	mock := newMock()
+	opt := ratelimit.WithClock(mock)
+	perKey, _ := ratelimit.NewKeyed(ratelimit.SlidingLogPolicy(1000, time.Minute), opt)
+	logins, _ := ratelimit.NewKeyed(ratelimit.SlidingLogPolicy(2, time.Minute), opt)
+	ctx := context.Background()
+	for range 3 {
+		md, _ := ratelimit.AllowAll(ctx, 1,
+			ratelimit.Dimension{Name: "per-key", Limiter: perKey, Key: "key-123"},
+			ratelimit.Dimension{Name: "login", Limiter: logins, Key: "203.0.113.7"},
+		)
+		fmt.Println(md.Allowed, md.Index, md.Remaining)
+	}
+	// The denied attempt charged neither limit.
+	fmt.Println(perKey.Peek(ctx, "key-123", 0).Remaining)
+	// Output:
+	// true 1 1
+	// true 1 0
+	// false 1 0
+	// 998
+}
+
+func ExampleNewTiered() {
+	mock := newMock()
+	opt := ratelimit.WithClock(mock)
+	free, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(100, time.Minute), opt)
+	pro, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(10_000, time.Minute), opt)
+	plans := map[string]string{"key-pro": "pro"}
+	tiered, _ := ratelimit.NewTiered(func(_ context.Context, key string) string {
+		if plan, ok := plans[key]; ok {
+			return plan
+		}
+		return "free"
+	}, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
+
+	ctx := context.Background()
+	d, _ := tiered.AllowN(ctx, "key-free", 1)
+	fmt.Println(d.Limit, d.Remaining)
+	d, _ = tiered.AllowN(ctx, "key-pro", 1)
+	fmt.Println(d.Limit, d.Remaining)
+	// Output:
+	// 100 99
+	// 10000 9999
+}
