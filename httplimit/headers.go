@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -115,10 +116,46 @@ type headerState struct {
 	name   []byte        // the policy name, already an RFC 8941 String
 	window time.Duration // the limit's window; 0 if unknown
 	now    int64         // Unix nanoseconds
+	consts *constCache   // the limit's cache of constant values
 }
 
-// writeHeaders sets the fields of set on h for s. It allocates one string
-// holding every value and one slice backing every []string.
+// constValues are the field values that depend only on a limit's quota and
+// window, not on the request: X-RateLimit-Limit and RateLimit-Policy.
+// Strings are immutable, so responses can share them safely.
+type constValues struct {
+	limit  int
+	window time.Duration
+	xLimit string
+	policy string
+}
+
+// constCache remembers the constant values of a limit for a few quotas (a
+// tiered limit has one per tier).
+type constCache struct {
+	slots [4]atomic.Pointer[constValues]
+}
+
+// get returns the constant values for quota limit and window.
+func (c *constCache) get(name []byte, limit int, window time.Duration) *constValues {
+	slot := &c.slots[uint(limit)%uint(len(c.slots))]
+	if v := slot.Load(); v != nil && v.limit == limit && v.window == window {
+		return v
+	}
+	v := &constValues{limit: limit, window: window, xLimit: strconv.Itoa(limit)}
+	b := append(append([]byte(nil), name...), ";q="...)
+	b = strconv.AppendInt(b, int64(limit), 10)
+	if window > 0 {
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, ceilSeconds(window), 10)
+	}
+	v.policy = string(b)
+	slot.Store(v)
+	return v
+}
+
+// writeHeaders sets the fields of set on h for s. Beyond the cached
+// constant values, it allocates one string holding the request's values
+// and one array backing every []string.
 func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 	d := &s.d
 	never := !d.Allowed && d.RetryAfter == ratelimit.RetryNever
@@ -126,21 +163,30 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 	if !d.Allowed && !never {
 		retry = RetryAfterSeconds(*d)
 	}
-	var arr [192]byte
-	b := arr[:0]
-	var ends [6]int
-	var keys [6]string
-	k := 0
-	mark := func(key string) {
-		keys[k] = key
-		ends[k] = len(b)
-		k++
+	var consts *constValues
+	if set != NoHeaders {
+		if s.consts != nil {
+			consts = s.consts.get(s.name, d.Limit, s.window)
+		} else {
+			consts = new(constCache).get(s.name, d.Limit, s.window)
+		}
 	}
+	var arr [128]byte
+	b := arr[:0]
+	// Field i gets keys[i] and, unless fixed[i] is set, the bytes of b up
+	// to ends[i].
+	var (
+		keys  [6]string
+		fixed [6]string
+		ends  [6]int
+		k     int
+	)
 	if set&XRateLimitHeaders != 0 {
-		b = strconv.AppendInt(b, int64(d.Limit), 10)
-		mark(keyXLimit)
+		keys[k], fixed[k] = keyXLimit, consts.xLimit
+		k++
 		b = strconv.AppendInt(b, int64(d.Remaining), 10)
-		mark(keyXRemaining)
+		keys[k], ends[k] = keyXRemaining, len(b)
+		k++
 		// Reset: when the quota is full again, in Unix seconds rounded up.
 		reset := s.now + int64(d.ResetAfter)
 		secs := reset / int64(time.Second)
@@ -148,17 +194,12 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 			secs++
 		}
 		b = strconv.AppendInt(b, secs, 10)
-		mark(keyXReset)
+		keys[k], ends[k] = keyXReset, len(b)
+		k++
 	}
 	if set&IETFHeaders != 0 {
-		b = append(b, s.name...)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, int64(d.Limit), 10)
-		if s.window > 0 {
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, ceilSeconds(s.window), 10)
-		}
-		mark(keyPolicy)
+		keys[k], fixed[k] = keyPolicy, consts.policy
+		k++
 		b = append(b, s.name...)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, int64(d.Remaining), 10)
@@ -170,11 +211,13 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, retry, 10)
 		}
-		mark(keyRateLimit)
+		keys[k], ends[k] = keyRateLimit, len(b)
+		k++
 	}
 	if retry > 0 {
 		b = strconv.AppendInt(b, retry, 10)
-		mark(keyRetryAfter)
+		keys[k], ends[k] = keyRetryAfter, len(b)
+		k++
 	}
 	if k == 0 {
 		return
@@ -183,8 +226,12 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 	vals := make([]string, k)
 	start := 0
 	for i := range k {
-		vals[i] = all[start:ends[i]]
-		start = ends[i]
+		if fixed[i] != "" {
+			vals[i] = fixed[i]
+		} else {
+			vals[i] = all[start:ends[i]]
+			start = ends[i]
+		}
 		h[keys[i]] = vals[i : i+1 : i+1]
 	}
 }

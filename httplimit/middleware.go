@@ -165,12 +165,15 @@ type Middleware struct {
 	onShadow      func(r *http.Request, limit string, d ratelimit.Decision)
 	shadowHeaders bool
 	clock         ratelimit.Clock
+	wall          wallClock // when clock is nil
+	hasShadow     bool      // some limit is in shadow mode
 }
 
 // limit is a Limit ready to serve.
 type limit struct {
 	Limit
 	sfName []byte // Name as an RFC 8941 String
+	consts constCache
 }
 
 // policer is implemented by limiters that can say which policy they run,
@@ -233,6 +236,8 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 			l.Tiers = tiers
 		}
 		m.limits = append(m.limits, limit{Limit: l, sfName: appendSFString(nil, l.Name)})
+		m.hasShadow = m.hasShadow || l.Shadow
+
 	}
 	return m, nil
 }
@@ -279,7 +284,7 @@ type charge struct {
 
 // maxInline is how many applying limits a request can have before the
 // middleware allocates to track them.
-const maxInline = 8
+const maxInline = 4
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	ctx := r.Context()
@@ -307,7 +312,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	var buf [maxInline]charge
 	charges := buf[:0]
 	enforced := 0
-	for pass := 0; pass < 2; pass++ {
+	passes := 1
+	if m.hasShadow || allShadow {
+		passes = 2
+	}
+	for pass := 0; pass < passes; pass++ {
 		for i := range m.limits {
 			l := &m.limits[i]
 			if (l.Shadow || allShadow) != (pass == 1) {
@@ -371,14 +380,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	if from >= 0 && (m.headers != NoHeaders || denied) {
 		c := &charges[from]
-		st := headerState{d: dec, name: c.l.sfName}
+		st := headerState{d: dec, name: c.l.sfName, consts: &c.l.consts}
 		if m.headers&IETFHeaders != 0 {
 			st.window = m.window(ctx, c)
 		}
 		if m.clock != nil {
 			st.now = m.clock.Now().UnixNano()
 		} else {
-			st.now = time.Now().UnixNano()
+			st.now = m.wall.unixNano()
 		}
 		writeHeaders(w.Header(), m.headers, &st)
 	}
