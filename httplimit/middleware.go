@@ -2,6 +2,8 @@ package httplimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -39,7 +41,8 @@ type Limit struct {
 	Window time.Duration
 	// Shadow makes the limit report without enforcing: requests are charged
 	// and a denial goes to the shadow hook ([WithShadowHook]), but the
-	// request is served. Use it to roll a new limit out safely.
+	// request is served. Use it to roll a new limit out safely. Shadow
+	// limits are consulted only for requests the enforced limits admit.
 	Shadow bool
 }
 
@@ -82,9 +85,12 @@ func WriteDenied(w http.ResponseWriter, _ *http.Request, d Denial) {
 	b := make([]byte, 0, 160)
 	b = append(b, `{"error":"Too Many Requests","message":`...)
 	var msg string
-	if d.Never {
+	switch {
+	case d.Never && d.Decision.Limit > 0:
 		msg = fmt.Sprintf("request cost exceeds rate limit %q (quota %d): it can never succeed, do not retry", d.Limit, d.Decision.Limit)
-	} else {
+	case d.Never:
+		msg = fmt.Sprintf("request refused by rate limit %q: it can never succeed, do not retry", d.Limit)
+	default:
 		msg = fmt.Sprintf("rate limit %q exceeded, retry in %d s", d.Limit, d.RetryAfter)
 	}
 	b = strconv.AppendQuote(b, msg) // ASCII names: a valid JSON string
@@ -275,6 +281,18 @@ func OverrideFrom(ctx context.Context) (Override, bool) {
 	return o, ok
 }
 
+// MaxKeyLen is the longest key the middleware passes to a limiter. A
+// longer key (a client-chosen header value, a long URL path) is replaced by
+// "sha256:" and the hex SHA-256 of the key, so that clients cannot make the
+// limiter store arbitrarily large keys; the digest is the same in every
+// process, so Redis limiters shared by several servers agree.
+const MaxKeyLen = 128
+
+func digestKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // charge is one limit applying to one request.
 type charge struct {
 	l       *limit
@@ -325,6 +343,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			key, ok := l.Key(r)
 			if !ok {
 				continue
+			}
+			if len(key) > MaxKeyLen {
+				key = digestKey(key)
 			}
 			lim := l.Limiter
 			if l.Tier != nil {

@@ -512,3 +512,34 @@ func TestDegradedHandler(t *testing.T) {
 		t.Errorf("degraded: %d %q %v", w.Code, w.Body.String(), w.Header())
 	}
 }
+
+// recordingLimiter records the keys it is asked about.
+type recordingLimiter struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (l *recordingLimiter) AllowN(_ context.Context, key string, _ int) (ratelimit.Decision, error) {
+	l.mu.Lock()
+	l.keys = append(l.keys, key)
+	l.mu.Unlock()
+	return ratelimit.Decision{Allowed: true, Limit: 10, Remaining: 9}, nil
+}
+func (l *recordingLimiter) WaitN(context.Context, string, int) error   { return nil }
+func (l *recordingLimiter) RefundN(context.Context, string, int) error { return nil }
+
+// TestLongKeysDigested: a client cannot make the limiter store huge keys.
+func TestLongKeysDigested(t *testing.T) {
+	t.Parallel()
+	rec := &recordingLimiter{}
+	h := newMW(t, []Limit{{Key: KeyByAPIKey(), Limiter: rec}}).Handler(okHandler)
+	long := strings.Repeat("k", 100000)
+	do(h, "GET", "/", HeaderAPIKey, long)
+	do(h, "GET", "/", HeaderAPIKey, long)
+	do(h, "GET", "/", HeaderAPIKey, long+"x")
+	do(h, "GET", "/", HeaderAPIKey, "short")
+	k := rec.keys
+	if len(k) != 4 || len(k[0]) > MaxKeyLen || k[0] != k[1] || k[0] == k[2] || !strings.HasPrefix(k[0], "sha256:") || k[3] != "short" {
+		t.Errorf("keys = %.80q", k)
+	}
+}
