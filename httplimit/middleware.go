@@ -77,7 +77,7 @@ type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Denial)
 // or, for a request that can never succeed,
 //
 //	{"error":"Too Many Requests","message":"request cost exceeds rate limit \"api\" (quota 100): it can never succeed, do not retry","retryNever":true}
-func WriteDenied(w http.ResponseWriter, _ *http.Request, d Denial) {
+func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 	h := w.Header()
 	h[keyCType] = []string{"application/json; charset=utf-8"}
 	h[keyNoSniff] = []string{"nosniff"}
