@@ -64,7 +64,8 @@ type Denial struct {
 }
 
 // DeniedHandler answers a denied request. The rate-limit fields and
-// Retry-After are already set on w's header when it is called. It may
+// Retry-After are already set on w's header when it is called (a handler
+// serving a full response instead may delete Retry-After). It may
 // answer 429 in its own format, or serve a cached or reduced response
 // instead (graceful degradation).
 type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Denial)
@@ -178,7 +179,8 @@ type Middleware struct {
 // limit is a Limit ready to serve.
 type limit struct {
 	Limit
-	sfName []byte // Name as an RFC 8941 String
+	sfName []byte        // Name as an RFC 8941 String
+	window time.Duration // Limiter's window, if fixed; 0 if not known up front
 	consts constCache
 }
 
@@ -241,7 +243,13 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 			}
 			l.Tiers = tiers
 		}
-		m.limits = append(m.limits, limit{Limit: l, sfName: appendSFString(nil, l.Name)})
+		fixed := l.Window
+		if _, tiered := l.Limiter.(tierer); fixed == 0 && !tiered {
+			if p, ok := l.Limiter.(policer); ok {
+				fixed = p.Policy().Window()
+			}
+		}
+		m.limits = append(m.limits, limit{Limit: l, sfName: appendSFString(nil, l.Name), window: fixed})
 		m.hasShadow = m.hasShadow || l.Shadow
 
 	}
@@ -295,9 +303,10 @@ func digestKey(key string) string {
 
 // charge is one limit applying to one request.
 type charge struct {
-	l       *limit
-	limiter ratelimit.KeyedLimiter
-	key     string
+	l              *limit
+	limiter        ratelimit.KeyedLimiter
+	key            string
+	perRequestTier bool // limiter was chosen from l.Tiers
 }
 
 // maxInline is how many applying limits a request can have before the
@@ -347,13 +356,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			if len(key) > MaxKeyLen {
 				key = digestKey(key)
 			}
-			lim := l.Limiter
+			c := charge{l: l, limiter: l.Limiter, key: key}
 			if l.Tier != nil {
 				if tl, ok := l.Tiers[l.Tier(r)]; ok {
-					lim = tl
+					c.limiter, c.perRequestTier = tl, true
 				}
 			}
-			charges = append(charges, charge{l: l, limiter: lim, key: key})
+			charges = append(charges, c)
 		}
 		if pass == 0 {
 			enforced = len(charges)
@@ -484,6 +493,9 @@ func (m *Middleware) allowAll(r *http.Request, n int, cs []charge) (ratelimit.De
 func (m *Middleware) window(ctx context.Context, c *charge) time.Duration {
 	if c.l.Window > 0 {
 		return c.l.Window
+	}
+	if c.l.window > 0 && !c.perRequestTier {
+		return c.l.window
 	}
 	lim := c.limiter
 	if t, ok := lim.(tierer); ok {
