@@ -93,7 +93,8 @@ func (c *core[S, A]) AllowN(n int) Decision {
 
 // Peek reports the Decision that AllowN(n) would return now, without
 // consuming anything. Peek(0) reports the current quota: its Remaining is
-// how many events would be admitted right now.
+// how many events would be admitted right now. Its Allowed is true unless a
+// limit lowered with SetLimit or SetRate is already exceeded.
 func (c *core[S, A]) Peek(n int) Decision {
 	now := c.ts.now()
 	c.mu.Lock()
@@ -262,10 +263,17 @@ func mulDivCeil(a, b, c int64) int64 {
 // Unix nanoseconds cannot overflow.
 const maxPeriod = 100 * 365 * 24 * time.Hour
 
+// maxCount bounds every capacity and limit, so that sums of counts cannot
+// overflow and counts stay exact in the doubles of Redis's Lua.
+const maxCount = 1 << 53
+
 // checkCount validates a positive count argument.
 func checkCount(name string, v int) error {
 	if v <= 0 {
 		return configError("%s must be positive, got %d", name, v)
+	}
+	if v > maxCount {
+		return configError("%s must be at most 2^53, got %d", name, v)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 // keeps its per-key log small; once a key has 64 events it is denied.
 var keyedBenchPolicies = []Policy{
 	TokenBucketPolicy(100_000, 1, time.Minute),
-	LeakyBucketPolicy(1<<20, time.Millisecond),
+	LeakyBucketPolicy(1000, time.Hour),
 	FixedWindowPolicy(1<<30, time.Hour),
 	SlidingLogPolicy(64, time.Hour),
 	SlidingCounterPolicy(1<<30, time.Hour),

@@ -21,9 +21,9 @@ import (
 // Memory is bounded without changing semantics. A key is reclaimed only
 // when its state is idle: back to a full bucket, or with every window it
 // counted fully passed, so forgetting it hands its client nothing it would
-// not have had anyway. Reclaiming is incremental: each new key samples a few
-// keys of its shard and drops the idle ones, under that shard's lock only,
-// with no sweep of the whole map. The number of keys is capped
+// not have had anyway. Reclaiming is incremental: each new key looks at the
+// next few keys of its shard, round the shard, and drops the idle ones,
+// under that shard's lock only, with no sweep of the whole table. The number of keys is capped
 // ([WithMaxKeys], default [DefaultMaxKeys]): when a shard is full and no
 // sampled key is idle, a request for a new key is denied with
 // [ErrTooManyKeys] while existing keys go on as before, so a flood of random
@@ -202,25 +202,19 @@ type store[S any, A algorithm[S]] struct {
 	alg         A
 	seed        maphash.Seed
 	shards      []shard[S]
-	shift       uint // 64 - log2(len(shards))
+	shift       uint // 64 - log2(len(shards)): the hash's top bits pick the shard
 	maxPerShard int
+	hash32      func(key string) uint32 // the low bits, for the shard's table
 }
 
-// shard is one lock and the keys it guards, padded to its own cache lines
-// so that neighbouring shards' locks do not share one.
-//
-// States live in a slab indexed from the map rather than behind a pointer
-// per key: one map lookup, no allocation per key but the key's bytes, and
-// about 60 bytes per key for 10-byte keys instead of about 90.
+// shard is one lock and the keys it guards.
 type shard[S any] struct {
 	mu      sync.Mutex
-	m       map[string]int32 // guarded by mu; key -> index in slab
-	slab    []S              // guarded by mu
-	free    []int32          // guarded by mu; slab slots of reclaimed keys
-	scratch S                // guarded by mu; the fresh state of keys not held
+	t       table[S] // guarded by mu
+	scratch S        // guarded by mu; the fresh state of keys not held
 }
 
-// Sampling budgets for reclaiming idle keys: on every new key, and when a
+// Budgets of the idle sweep: entries looked at on every new key, and when a
 // full shard needs room.
 const (
 	sampleOnInsert = 4
@@ -235,84 +229,74 @@ func newStore[S any, A algorithm[S]](alg A, maxKeys int) *store[S, A] {
 		shift:       64 - 6, // defaultShards = 1<<6
 		maxPerShard: (maxKeys + defaultShards - 1) / defaultShards,
 	}
+	s.hash32 = func(key string) uint32 { return uint32(maphash.String(s.seed, key)) }
 	return s
 }
 
-func (s *store[S, A]) shardFor(key string) (*shard[S], int) {
-	// The top bits: taking the low ones measurably worsens how the Go map
-	// inside each shard packs its keys (about 90 bytes per key against 60).
-	i := int(maphash.String(s.seed, key) >> s.shift)
-	return &s.shards[i], i
+// shardFor returns key's shard, the shard's index, and the 32 bits of the
+// key's hash its table uses.
+func (s *store[S, A]) shardFor(key string) (*shard[S], int, uint32) {
+	h := maphash.String(s.seed, key)
+	i := int(h >> s.shift)
+	return &s.shards[i], i, uint32(h)
 }
 
 func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int) {
-	sh, i := s.shardFor(key)
+	sh, i, _ := s.shardFor(key)
 	return &sh.mu, i
 }
 
 func (s *store[S, A]) allow(now int64, key string, n int, commit bool) (Decision, error) {
-	sh, _ := s.shardFor(key)
+	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
-	d, err := s.decideIn(sh, now, key, n, commit)
+	d, err := s.decideIn(sh, now, key, h, n, commit)
 	sh.mu.Unlock()
 	return d, err
 }
 
 func (s *store[S, A]) peek(now int64, key string, n int) Decision {
-	sh, _ := s.shardFor(key)
+	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if n == 0 {
-		st := s.fresh(sh)
-		if i, ok := sh.m[key]; ok {
-			st = &sh.slab[i]
+		st := sh.t.get(key, h)
+		if st == nil {
+			st = s.fresh(sh)
 		}
 		return s.alg.decide(st, now, 0, false)
 	}
-	d, _ := s.decideIn(sh, now, key, n, false)
+	d, _ := s.decideIn(sh, now, key, h, n, false)
 	return d
 }
 
 func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (Decision, error) {
-	sh, _ := s.shardFor(key)
-	return s.decideIn(sh, now, key, n, commit)
+	sh, _, h := s.shardFor(key)
+	return s.decideIn(sh, now, key, h, n, commit)
 }
 
-// decideIn decides for key, which lives in sh, at now. A new key that
-// cannot be stored because sh is full is denied with a RetryAfter of one
-// second: when a key will next be idle is not known. Requires sh.mu held.
-func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, n int, commit bool) (Decision, error) {
-	if i, ok := sh.m[key]; ok {
-		return decideN(s.alg, &sh.slab[i], now, n, commit), nil
+// decideIn decides for key, which lives in sh with hash h, at now. A new
+// key that cannot be stored because sh is full is denied with a RetryAfter
+// of one second: when a key will next be idle is not known. Requires sh.mu
+// held.
+func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, commit bool) (Decision, error) {
+	if st := sh.t.get(key, h); st != nil {
+		return decideN(s.alg, st, now, n, commit), nil
 	}
 	// A new key: decide on a fresh state, and store it only if admitted.
 	d := decideN(s.alg, s.fresh(sh), now, n, false)
 	if !commit || !d.Allowed {
 		return d, nil
 	}
-	if sh.m == nil {
-		sh.m = make(map[string]int32)
-	}
 	s.reclaim(sh, now, sampleOnInsert)
-	if len(sh.m) >= s.maxPerShard {
+	if sh.t.len() >= s.maxPerShard {
 		s.reclaim(sh, now, sampleWhenFull)
-		if len(sh.m) >= s.maxPerShard {
+		if sh.t.len() >= s.maxPerShard {
 			d.Allowed = false
 			d.RetryAfter = time.Second
 			return d, ErrTooManyKeys
 		}
 	}
-	var i int32
-	if last := len(sh.free) - 1; last >= 0 {
-		i, sh.free = sh.free[last], sh.free[:last]
-	} else {
-		var zero S
-		sh.slab = append(sh.slab, zero)
-		i = int32(len(sh.slab) - 1)
-	}
-	d = decideN(s.alg, &sh.slab[i], now, n, true)
-	sh.m[strings.Clone(key)] = i
-	return d, nil
+	return decideN(s.alg, sh.t.insert(strings.Clone(key), h), now, n, true), nil
 }
 
 // fresh returns sh's scratch state, reset to a fresh one. Requires sh.mu
@@ -323,35 +307,39 @@ func (s *store[S, A]) fresh(sh *shard[S]) *S {
 	return &sh.scratch
 }
 
-// reclaim samples up to budget keys of sh, starting at a random place (Go
-// randomizes where each map iteration starts), and deletes the idle ones.
-// Requires sh.mu held.
+// reclaim looks at up to budget entries of sh, going round the table from
+// where it last stopped, and deletes the idle ones: a sweep spread over
+// inserts, with no pass over the whole table. Requires sh.mu held.
 func (s *store[S, A]) reclaim(sh *shard[S], now int64, budget int) {
-	for key, i := range sh.m {
-		if s.alg.idle(&sh.slab[i], now) {
-			delete(sh.m, key)
-			var zero S
-			sh.slab[i] = zero // drops a sliding log's buffer
-			sh.free = append(sh.free, i)
+	t := &sh.t
+	for ; budget > 0 && t.len() > 0; budget-- {
+		if t.cursor >= t.len() {
+			t.cursor = 0
 		}
-		if budget--; budget <= 0 {
-			return
+		if s.alg.idle(&t.entries[t.cursor].st, now) {
+			t.deleteEntry(t.cursor, s.hash32) // the last entry moves here: look again
+		} else {
+			t.cursor++
 		}
 	}
 }
 
 func (s *store[S, A]) refund(now int64, key string, n int64) {
-	sh, _ := s.shardFor(key)
+	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
-	s.refundLocked(now, key, n)
+	s.refundIn(sh, now, key, h, n)
 	sh.mu.Unlock()
 }
 
-// refundLocked requires the key's shard lock held.
 func (s *store[S, A]) refundLocked(now int64, key string, n int64) {
-	sh, _ := s.shardFor(key)
-	if i, ok := sh.m[key]; ok {
-		s.alg.refund(&sh.slab[i], now, n)
+	sh, _, h := s.shardFor(key)
+	s.refundIn(sh, now, key, h, n)
+}
+
+// refundIn requires sh.mu held.
+func (s *store[S, A]) refundIn(sh *shard[S], now int64, key string, h uint32, n int64) {
+	if st := sh.t.get(key, h); st != nil {
+		s.alg.refund(st, now, n)
 	}
 }
 
@@ -360,7 +348,7 @@ func (s *store[S, A]) len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		total += len(sh.m)
+		total += sh.t.len()
 		sh.mu.Unlock()
 	}
 	return total

@@ -24,8 +24,10 @@ type TokenBucket struct {
 // NewTokenBucket returns a full token bucket holding at most capacity
 // tokens and gaining refill tokens every per. It returns an error wrapping
 // [ErrInvalidConfig] when an argument is not positive, when per is longer
-// than 100 years, or when capacity is so large that exact arithmetic would
-// overflow.
+// than 100 years, or when exact arithmetic would overflow: capacity x per,
+// with refill/per reduced to lowest terms, must stay below 2^60 token-ns
+// (so capacity 1 allows per up to about 36 years whatever the refill, and
+// 1,000,000 tokens per second is fine).
 func NewTokenBucket(capacity, refill int, per time.Duration, opts ...Option) (*TokenBucket, error) {
 	alg, err := newTokenBucketAlg(capacity, refill, per)
 	if err != nil {
@@ -90,7 +92,7 @@ func newTokenBucketAlg(capacity, refill int, per time.Duration) (*tokenBucketAlg
 	}
 	g := gcd(int64(refill), int64(per))
 	r, p := int64(refill)/g, int64(per)/g
-	if int64(capacity) > maxDebt/4/p {
+	if int64(capacity) > maxDebt/2/p {
 		return nil, configError("capacity %d with refill %d per %v overflows exact arithmetic; use a smaller capacity or a coarser rate", capacity, refill, per)
 	}
 	return &tokenBucketAlg{capacity: int64(capacity), r: r, p: p, full: int64(capacity) * p}, nil

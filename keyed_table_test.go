@@ -1,0 +1,75 @@
+package ratelimit
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTableMatchesMap drives a table and a Go map through the same random
+// inserts, updates and deletes, with a deliberately poor hash so that
+// probe chains are long and wrap around, and checks they always agree.
+func TestTableMatchesMap(t *testing.T) {
+	t.Parallel()
+	for _, hashBits := range []uint{3, 32} {
+		hash := func(key string) uint32 {
+			h := uint32(2166136261)
+			for i := 0; i < len(key); i++ {
+				h = (h ^ uint32(key[i])) * 16777619
+			}
+			if hashBits < 32 {
+				h &= 1<<hashBits - 1 // few distinct hashes: long chains
+				h <<= 32 - hashBits  // spread over the whole table
+			}
+			return h
+		}
+		var tb table[tbState]
+		model := map[string]int64{}
+		rng := rand.New(rand.NewPCG(7, uint64(hashBits)))
+		for step := range 20_000 {
+			key := "k" + strconv.Itoa(rng.IntN(300))
+			h := hash(key)
+			switch op := rng.IntN(10); {
+			case op < 5: // insert or update
+				st := tb.get(key, h)
+				if st == nil {
+					st = tb.insert(key, h)
+				}
+				st.debt++
+				model[key]++
+			case op < 8: // delete an entry found by key
+				if i := tb.find(key, h); i >= 0 {
+					tb.deleteEntry(int(tb.slots[i].pos-1), hash)
+					delete(model, key)
+				} else {
+					_, ok := model[key]
+					require.False(t, ok, "step %d: %s in model but not in table", step, key)
+				}
+			default: // delete at the sweep's position
+				if tb.len() > 0 {
+					e := rng.IntN(tb.len())
+					delete(model, tb.entries[e].key)
+					tb.deleteEntry(e, hash)
+				}
+			}
+			require.Equal(t, len(model), tb.len(), "step %d", step)
+			if step%97 == 0 {
+				for k, v := range model {
+					st := tb.get(k, hash(k))
+					require.NotNil(t, st, "step %d: lost %s", step, k)
+					require.Equal(t, v, st.debt, "step %d: %s", step, k)
+				}
+				used := 0
+				for _, s := range tb.slots {
+					if s.pos != 0 {
+						used++
+					}
+				}
+				require.Equal(t, tb.len(), used, "step %d: slots in use", step)
+				require.LessOrEqual(t, tb.len()*maxLoadDen, len(tb.slots)*maxLoadNum, "step %d: load", step)
+			}
+		}
+	}
+}
