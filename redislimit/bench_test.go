@@ -93,19 +93,20 @@ func BenchmarkAllowN(b *testing.B) {
 // benchParallel runs AllowN from benchWorkers goroutines.
 func benchParallel(b *testing.B, l *Limiter, keys []string) {
 	var next, errs atomic.Int64
+	var first atomic.Value
 	b.SetParallelism(max(benchWorkers/runtimeGOMAXPROCS(), 1))
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := bg()
 		i := int(next.Add(7919))
 		for pb.Next() {
-			if _, err := l.AllowN(ctx, keys[i%len(keys)], 1); err != nil {
-				errs.Add(1)
+			if _, err := l.AllowN(ctx, keys[i%len(keys)], 1); err != nil && errs.Add(1) == 1 {
+				first.Store(err)
 			}
 			i++
 		}
 	})
 	if n := errs.Load(); n > 0 {
-		b.Fatalf("%d errors", n)
+		b.Fatalf("%d errors, first: %v", n, first.Load())
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }

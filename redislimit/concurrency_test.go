@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/redistest"
@@ -94,7 +93,7 @@ func hammer(s hammerSpec) (admitted [hammerKeys]int64, errs int64, err error) {
 	opts := []Option{WithPrefix(s.Prefix), WithTimeout(10 * time.Second)}
 	if !s.ServerTime {
 		// A frozen clock, identical in every process.
-		opts = append(opts, WithClock(frozenClock{newMock().Now()}), WithClientTime())
+		opts = append(opts, WithClock(newMock()), WithClientTime())
 	}
 	l, err := New(c, p, opts...)
 	if err != nil {
@@ -124,14 +123,6 @@ func hammer(s hammerSpec) (admitted [hammerKeys]int64, errs int64, err error) {
 		admitted[k] = counts[k].Load()
 	}
 	return admitted, nerr.Load(), nil
-}
-
-// frozenClock is a Clock that never moves (and has no timers).
-type frozenClock struct{ t time.Time }
-
-func (c frozenClock) Now() time.Time { return c.t }
-func (c frozenClock) Timer(d time.Duration) *clock.Timer {
-	panic("frozenClock has no timers")
 }
 
 // TestHammerChild is the child process of the multi-process tests. It

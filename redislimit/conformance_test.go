@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
 )
@@ -28,7 +27,7 @@ type step struct {
 
 // pair is the reference and the limiter under test on one clock.
 type pair struct {
-	mock *clock.Mock
+	mock *manualClock
 	mem  *ratelimit.Keyed
 	rl   *Limiter
 }

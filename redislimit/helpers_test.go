@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,12 +35,40 @@ func uniquePrefix(t testing.TB) string {
 	return fmt.Sprintf("rltest:%d:%d:", time.Now().UnixNano(), prefixSeq.Add(1))
 }
 
-// newMock returns a mock clock at a whole-microsecond time of today's
+// newMock returns a manual clock at a whole-microsecond time of today's
 // magnitude (Unix µs ~ 1.8e15).
-func newMock() *clock.Mock {
-	m := clock.NewMock()
-	m.Set(time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC))
-	return m
+func newMock() *manualClock {
+	return &manualClock{t: time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC)}
+}
+
+// manualClock is a ratelimit.Clock that moves only when told, without the
+// millisecond sleep *clock.Mock takes on every move. It has no timers, so
+// it serves everything but WaitN.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+func (c *manualClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *manualClock) Timer(time.Duration) *clock.Timer {
+	panic("manualClock has no timers")
 }
 
 // roundUS rounds a duration up to a whole microsecond, keeping RetryNever.

@@ -182,7 +182,6 @@ type config struct {
 	clock     ratelimit.Clock
 	client    bool
 	cacheKeys int
-	flushers  int
 }
 
 type optionFunc func(*config)
@@ -273,11 +272,6 @@ func WithDenyCache(maxKeys int) Option {
 	return optionFunc(func(o *config) { o.cacheKeys = maxKeys })
 }
 
-// withFlushers sets how many pipelines may be in flight at once (tests).
-func withFlushers(n int) Option {
-	return optionFunc(func(o *config) { o.flushers = n })
-}
-
 // New returns a Limiter running p for every key, with state in Redis
 // through client: a *redis.Client, *redis.ClusterClient, *redis.Ring or a
 // failover client (all are [redis.UniversalClient]s; the limiter needs
@@ -301,7 +295,6 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		timeout:   DefaultTimeout,
 		failure:   FailOpen,
 		cacheKeys: DefaultDenyCacheKeys,
-		flushers:  defaultFlushers,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -315,8 +308,6 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		return nil, configError("WithTimeout must be positive, got %v", cfg.timeout)
 	case cfg.cacheKeys < 0:
 		return nil, configError("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
-	case cfg.flushers <= 0:
-		return nil, configError("flushers must be positive, got %d", cfg.flushers)
 	case cfg.failure == FailLocal && cfg.instances <= 0:
 		return nil, configError("WithLocalFallback instances must be positive, got %d", cfg.instances)
 	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
@@ -335,7 +326,7 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 			client:      client,
 			timeout:     cfg.timeout,
 			inline:      honoursDeadlines(client),
-			maxFlushers: cfg.flushers,
+			maxFlushers: defaultFlushers,
 			maxBatch:    defaultMaxBatch,
 			maxQueue:    defaultMaxQueue,
 		},

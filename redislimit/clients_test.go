@@ -1,0 +1,64 @@
+package redislimit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+)
+
+// TestClients runs a burst on every kind of client New accepts that a
+// test can start: *redis.Client (with and without ContextTimeoutEnabled),
+// *redis.Ring and the client redis.NewUniversalClient returns. The
+// ClusterClient has its own tests.
+func TestClients(t *testing.T) {
+	t.Parallel()
+	srv, _ := startRedis(t)
+	clients := map[string]redis.UniversalClient{
+		"client":            redis.NewClient(&redis.Options{Addr: srv.Addr()}),
+		"client/ctxtimeout": redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}),
+		"ring":              redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}}),
+		"universal":         redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}}),
+	}
+	for name, c := range clients {
+		t.Cleanup(func() { _ = c.Close() })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := mustNew(t, c, ratelimit.SlidingLogPolicy(10, time.Hour), WithPrefix(uniquePrefix(t)))
+			for i := range 12 {
+				d, err := l.AllowN(bg(), "k", 1)
+				if err != nil || d.Allowed != (i < 10) {
+					t.Fatalf("AllowN #%d = %+v, %v; want allowed only for the first 10", i+1, d, err)
+				}
+			}
+		})
+	}
+}
+
+// TestSlidingLogMemory reports the Redis memory a sliding log key takes
+// per entry (one per distinct microsecond with events), and checks that it
+// stays compact.
+func TestSlidingLogMemory(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	mock := newMock()
+	for _, entries := range []int{100, 10_000} {
+		l := mustNew(t, c, ratelimit.SlidingLogPolicy(entries, time.Hour), WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+		for range entries {
+			mock.Add(time.Millisecond)
+			if d, err := l.AllowN(bg(), "k", 1); !d.Allowed || err != nil {
+				t.Fatalf("AllowN = %+v, %v", d, err)
+			}
+		}
+		bytes, err := c.MemoryUsage(bg(), l.Key("k")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := float64(bytes) / float64(entries)
+		t.Logf("sliding log with %d entries: %d bytes, %.1f bytes/entry", entries, bytes, per)
+		if per > 40 {
+			t.Errorf("%.1f bytes per entry, want at most 40", per)
+		}
+	}
+}
