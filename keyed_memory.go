@@ -73,30 +73,15 @@ func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
 	)
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
-		var a *tokenBucketAlg
-		if a, err = newTokenBucketAlg(p.Limit, p.Refill, p.Period); err == nil {
-			st = newStore[tbState](a, o.maxKeys)
-		}
+		st, err = storeOf[tbState, *tokenBucketAlg](o.maxKeys)(newTokenBucketAlg(p.Limit, p.Refill, p.Period))
 	case LeakyBucketAlgorithm:
-		var a *leakyBucketAlg
-		if a, err = newLeakyBucketAlg(p.Limit, p.Period); err == nil {
-			st = newStore[lbState](a, o.maxKeys)
-		}
+		st, err = storeOf[lbState, *leakyBucketAlg](o.maxKeys)(newLeakyBucketAlg(p.Limit, p.Period))
 	case FixedWindowAlgorithm:
-		var a *fixedWindowAlg
-		if a, err = newFixedWindowAlg(p.Limit, p.Period); err == nil {
-			st = newStore[fwState](a, o.maxKeys)
-		}
+		st, err = storeOf[fwState, *fixedWindowAlg](o.maxKeys)(newFixedWindowAlg(p.Limit, p.Period))
 	case SlidingLogAlgorithm:
-		var a *slidingLogAlg
-		if a, err = newSlidingLogAlg(p.Limit, p.Period); err == nil {
-			st = newStore[slState](a, o.maxKeys)
-		}
+		st, err = storeOf[slState, *slidingLogAlg](o.maxKeys)(newSlidingLogAlg(p.Limit, p.Period))
 	case SlidingCounterAlgorithm:
-		var a *slidingCounterAlg
-		if a, err = newSlidingCounterAlg(p.Limit, p.Period); err == nil {
-			st = newStore[scState](a, o.maxKeys)
-		}
+		st, err = storeOf[scState, *slidingCounterAlg](o.maxKeys)(newSlidingCounterAlg(p.Limit, p.Period))
 	default:
 		err = p.Validate()
 	}
@@ -104,6 +89,17 @@ func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
 		return nil, err
 	}
 	return &Keyed{policy: p, id: keyedIDs.Add(1), ts: newTimeSource(o.clock), store: st}, nil
+}
+
+// storeOf returns a function that makes a store for an algorithm, or passes
+// on the error of the algorithm's constructor.
+func storeOf[S any, A algorithm[S]](maxKeys int) func(A, error) (keyedStore, error) {
+	return func(alg A, err error) (keyedStore, error) {
+		if err != nil {
+			return nil, err
+		}
+		return newStore[S](alg, maxKeys), nil
+	}
 }
 
 // Policy returns the policy k runs for every key.
