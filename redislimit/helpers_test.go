@@ -142,3 +142,11 @@ func name(p ratelimit.Policy) string {
 func runtimeGOMAXPROCS() int { return runtime.GOMAXPROCS(0) }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 1)) }
+
+// quietLogger drops go-redis's log lines: the fault tests make it log
+// every failed dial.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietLogger{}) }

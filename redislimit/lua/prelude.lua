@@ -9,10 +9,12 @@
 -- servers need to be asked to (the call is a no-op returning true on 7).
 if redis.replicate_commands then redis.replicate_commands() end
 
--- fdiv returns floor(a/b) for exact integers a >= 0 and b > 0 with a + b below
--- 2^53. The double quotient a/b is rounded, so its floor may be one too large
--- when the exact quotient lies just below an integer; the remainder, computed
--- exactly, corrects it.
+-- fdiv returns floor(a/b) for exact integers a >= 0 and b > 0. The double
+-- quotient a/b is rounded; its floor could only be one too large when the
+-- exact quotient lies within half an ulp below an integer, which takes
+-- a >= 2^53 (a = q*b - 1 needs q*b >= 2^53 for 1/b to vanish next to q).
+-- The exact remainder check costs little and keeps the result right even
+-- then, as long as q*b stays exact.
 local function fdiv(a, b)
   local q = math.floor(a / b)
   local r = a - q * b
