@@ -94,7 +94,8 @@ func WithTransportClock(c ratelimit.Clock) TransportOption {
 }
 
 // WithRequestCost sets how many events each request takes from the
-// limiter (default 1).
+// limiter (default 1). A cost <= 0 lets the request through without
+// waiting for the limiter (server-requested pauses still apply).
 func WithRequestCost(cost func(r *http.Request) int) TransportOption {
 	return TransportOption{func(t *Transport) error { t.cost = cost; return nil }}
 }
@@ -208,7 +209,7 @@ func (t *Transport) ready(ctx context.Context, req *http.Request, n int) error {
 	if err := t.waitPause(ctx); err != nil {
 		return err
 	}
-	if t.wait != nil {
+	if t.wait != nil && n > 0 {
 		if err := t.wait(ctx, req, n); err != nil {
 			return err
 		}
