@@ -29,9 +29,10 @@ const benchWorkers = 64
 // BenchmarkAllowN measures decisions on one local Redis, next to PING on
 // the same client in the same run:
 //
-//   - serial: one caller, latency per decision (compare with ping/serial),
-//     and the server's cost per script run (server-µs/op, from INFO
-//     commandstats);
+//   - serial: one caller, latency per decision (compare with ping/serial,
+//     and with noopscript/serial, an EVALSHA of "return 1": the floor of
+//     any script), and the server's cost per script run (server-µs/op,
+//     from INFO commandstats);
 //   - parallel: 64 goroutines, throughput as decisions/s (compare with
 //     ping/parallel's ops/s).
 //
@@ -47,6 +48,16 @@ func BenchmarkAllowN(b *testing.B) {
 		ctx := bg()
 		for b.Loop() {
 			if err := c.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The floor of any script: EVALSHA of "return 1" with one key.
+	noop := redis.NewScript("return 1")
+	b.Run("noopscript/serial", func(b *testing.B) {
+		ctx := bg()
+		for b.Loop() {
+			if err := noop.Run(ctx, c, []string{"k"}).Err(); err != nil {
 				b.Fatal(err)
 			}
 		}
