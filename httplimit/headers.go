@@ -180,11 +180,15 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 		fixed [6]string
 		ends  [6]int
 		k     int
+		// Remaining's digits in b, to copy rather than format twice.
+		remS, remE int
 	)
 	if set&XRateLimitHeaders != 0 {
 		keys[k], fixed[k] = keyXLimit, consts.xLimit
 		k++
+		remS = len(b)
 		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		remE = len(b)
 		keys[k], ends[k] = keyXRemaining, len(b)
 		k++
 		// Reset: when the quota is full again, in Unix seconds rounded up.
@@ -202,7 +206,11 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 		k++
 		b = append(b, s.name...)
 		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		if remE > 0 { // formatted above
+			b = append(b, b[remS:remE]...)
+		} else {
+			b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		}
 		switch {
 		case d.Allowed:
 			b = append(b, ";t="...)
