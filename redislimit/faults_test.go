@@ -77,8 +77,10 @@ func load(l *Limiter, key string, workers int, d time.Duration) loadResult {
 	return res
 }
 
+// The fault tests are not parallel: they count the process's goroutines,
+// so nothing else may run meanwhile.
+
 func TestKillRestart(t *testing.T) {
-	t.Parallel()
 	p := ratelimit.TokenBucketPolicy(100, 1, time.Hour)
 	policies := []struct {
 		name string
@@ -95,7 +97,6 @@ func TestKillRestart(t *testing.T) {
 				name += "/ctxtimeouts"
 			}
 			t.Run(name, func(t *testing.T) {
-				t.Parallel()
 				srv, _ := startRedis(t)
 				before := runtime.NumGoroutine()
 				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: ctxTimeouts})
@@ -162,10 +163,8 @@ func TestKillRestart(t *testing.T) {
 // TestHungServer stops redis-server (SIGSTOP): calls must still return
 // within the timeout, and recover once it continues.
 func TestHungServer(t *testing.T) {
-	t.Parallel()
 	for _, ctxTimeouts := range []bool{false, true} {
 		t.Run(map[bool]string{false: "default", true: "ctxtimeouts"}[ctxTimeouts], func(t *testing.T) {
-			t.Parallel()
 			srv, _ := startRedis(t)
 			if srv.PID() == 0 {
 				t.Skip("needs a redis-server owned by the test")

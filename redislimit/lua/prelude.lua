@@ -55,9 +55,12 @@ end
 
 -- ttl returns the TTL in milliseconds for state that becomes idle in us
 -- microseconds: rounded up, so that a key never vanishes before its state
--- is idle, plus the slack.
+-- is idle, plus the slack. It is formatted here because Redis 7.2+ turns
+-- Lua numbers into strings with the shortest round-trip form, which for
+-- round numbers such as 1e8 is exponent notation that PEXPIRE and SET PX
+-- reject. (Stored state is read back with tonumber, which accepts both.)
 local function ttl(us)
-  return math.max(cdiv(us + slack, 1000), 1)
+  return string.format('%d', math.max(cdiv(us + slack, 1000), 1))
 end
 
 -- expire sets key to expire once its state is idle, us microseconds from now.
