@@ -62,3 +62,30 @@ func TestSlidingLogMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyMemory reports the Redis memory one key's state takes per
+// algorithm (MEMORY USAGE, which counts the key name and overhead too).
+func TestKeyMemory(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, p := range []ratelimit.Policy{
+		ratelimit.TokenBucketPolicy(100, 10, time.Second),
+		ratelimit.LeakyBucketPolicy(100, time.Millisecond),
+		ratelimit.FixedWindowPolicy(100, time.Hour),
+		ratelimit.SlidingLogPolicy(100, time.Hour),
+		ratelimit.SlidingCounterPolicy(100, time.Hour),
+	} {
+		l := mustNew(t, c, p, WithPrefix("m:"))
+		if _, err := l.AllowN(bg(), "user42", 1); err != nil {
+			t.Fatal(err)
+		}
+		bytes, err := c.MemoryUsage(bg(), l.Key("user42")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%-15v %s: %d bytes", p.Algorithm, l.Key("user42"), bytes)
+		if bytes > 200 {
+			t.Errorf("%v: %d bytes for one key, want at most 200", p.Algorithm, bytes)
+		}
+	}
+}

@@ -63,6 +63,12 @@ local function ttl(us)
   return string.format('%d', math.max(cdiv(us + slack, 1000), 1))
 end
 
+-- int formats an integer argument that Redis must parse as an integer (a
+-- list index), for the same reason.
+local function int(x)
+  return string.format('%d', x)
+end
+
 -- expire sets key to expire once its state is idle, us microseconds from now.
 local function expire(key, us)
   redis.call('PEXPIRE', key, ttl(us))

@@ -29,7 +29,7 @@ local expired, expiredN = 0, 0
 local chunk = 1
 while expired < entries do
   local first = 1 + 2 * expired
-  local items = redis.call('LRANGE', key, first, first + 2 * chunk - 1)
+  local items = redis.call('LRANGE', key, int(first), int(first + 2 * chunk - 1))
   local live = #items == 0
   for j = 1, #items, 2 do
     if tonumber(items[j]) > cutoff then
@@ -66,7 +66,7 @@ if after <= max then
   if commit and n > 0 then
     if expired > 0 then
       -- Drop the header and the expired entries, then write a new header.
-      redis.call('LTRIM', key, 1 + 2 * expired, -1)
+      redis.call('LTRIM', key, int(1 + 2 * expired), -1)
       redis.call('LPUSH', key, after)
     elseif len > 0 then
       redis.call('LSET', key, 0, after)
@@ -94,7 +94,7 @@ local i = expired
 chunk = 16
 while free > 0 do
   local first = 1 + 2 * i
-  local items = redis.call('LRANGE', key, first, first + 2 * chunk - 1)
+  local items = redis.call('LRANGE', key, int(first), int(first + 2 * chunk - 1))
   if #items == 0 then
     break
   end

@@ -21,7 +21,7 @@ local expired, expiredN = 0, 0
 local chunk = 1
 while expired < entries do
   local first = 1 + 2 * expired
-  local items = redis.call('LRANGE', key, first, first + 2 * chunk - 1)
+  local items = redis.call('LRANGE', key, int(first), int(first + 2 * chunk - 1))
   local live = #items == 0
   for j = 1, #items, 2 do
     if tonumber(items[j]) > cutoff then
@@ -60,7 +60,7 @@ if entries == 0 then
   return 1
 end
 if expired > 0 then
-  redis.call('LTRIM', key, 1 + 2 * expired, -1)
+  redis.call('LTRIM', key, int(1 + 2 * expired), -1)
   redis.call('LPUSH', key, total)
 else
   redis.call('LSET', key, 0, total)
