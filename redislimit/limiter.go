@@ -27,6 +27,12 @@
 //     nested-ceiling identity ceil(ceil(a/b)/1000) = ceil(a/(1000b)), they
 //     are exactly the in-memory durations rounded up, never shorter.
 //
+// That holds while time does not run backwards. When it does (a step of the
+// server's clock, or callers' clocks out of step with [WithClientTime]),
+// both homes stay safe — windows do not reopen, no quota is minted — but
+// they may differ in detail: the in-memory limiter keeps state that Redis
+// has already let expire or never stored (a denial stores nothing).
+//
 // # Keys
 //
 // The state of key K under an algorithm lives in one Redis key named
@@ -37,6 +43,13 @@
 // its state becomes idle (a full bucket, passed windows), so idle clients
 // vanish from Redis without changing any decision. Limiters with different
 // policies of the same algorithm must not share a prefix.
+//
+// A key takes about 56 bytes (leaky bucket) to 90 bytes (token bucket,
+// windows) of Redis memory with a short prefix; a sliding log takes about
+// 12 bytes per distinct microsecond with events, so at most about 12 x
+// limit bytes. Give Redis the memory, or run it with maxmemory-policy
+// noeviction (scripts then fail with OOM and the failure policy applies):
+// an evicted key would hand its client a fresh, full quota.
 //
 // # Failures
 //
@@ -52,6 +65,11 @@
 // or count err: the Decision already applies the failure policy. A caller
 // that wants its own policy can branch on errors.Is(err, ErrUnavailable).
 //
+// A call that timed out may still have run on Redis, consuming its events;
+// so may a script go-redis retried after a lost reply (its MaxRetries): set
+// MaxRetries to -1 in the client options when exact accounting matters more
+// than riding out a dropped connection.
+//
 // # Throughput
 //
 // Concurrent decisions of one Limiter share round trips: calls that arrive
@@ -59,7 +77,12 @@
 // EVALSHAs (each script still atomic on its own). A lone caller pays one
 // round trip. Denials are remembered locally until their RetryAfter
 // ([WithDenyCache]), so a client hammering a denied key costs no round
-// trips.
+// trips. Create the go-redis client with ContextTimeoutEnabled: see
+// [WithTimeout] (on a loaded two-CPU machine it took a lone caller's
+// decision from about 80µs to 43µs).
+//
+// The scripts need Redis 5 or later (3.2 and 4 work too: the scripts ask for
+// effects replication themselves), standalone, Sentinel or Cluster.
 package redislimit
 
 import (
