@@ -19,7 +19,7 @@ type Log struct {
 }
 
 // minCap is the smallest buffer a non-empty Log holds.
-const minCap = 4
+const minCap = 1
 
 // Len returns the number of entries.
 func (l *Log) Len() int { return l.n }

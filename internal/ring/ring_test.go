@@ -39,7 +39,7 @@ func TestZeroValueHoldsNoMemory(t *testing.T) {
 func TestGrowByDoubling(t *testing.T) {
 	t.Parallel()
 	var l Log
-	want := map[int]int{1: 4, 4: 4, 5: 8, 8: 8, 9: 16, 16: 16, 17: 32, 33: 64, 64: 64, 65: 128}
+	want := map[int]int{1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 8: 8, 9: 16, 16: 16, 17: 32, 33: 64, 64: 64, 65: 128}
 	for i := 1; i <= 65; i++ {
 		l.AddBack(int64(i), 1, 1000)
 		require.Equal(t, i, l.Len())
@@ -59,10 +59,10 @@ func TestGrowCappedAtMaxEntries(t *testing.T) {
 		caps       []int // Cap after the 1st, 2nd, ... AddBack
 	}{
 		{maxEntries: 1, caps: []int{1, 2, 3}},
-		{maxEntries: 3, caps: []int{3, 3, 3, 4}},
-		{maxEntries: 4, caps: []int{4, 4, 4, 4, 5}},
-		{maxEntries: 6, caps: []int{4, 4, 4, 4, 6, 6, 7, 8}},
-		{maxEntries: 10, caps: []int{4, 4, 4, 4, 8, 8, 8, 8, 10, 10, 11}},
+		{maxEntries: 3, caps: []int{1, 2, 3, 4}},
+		{maxEntries: 4, caps: []int{1, 2, 4, 4, 5}},
+		{maxEntries: 6, caps: []int{1, 2, 4, 4, 6, 6, 7, 8}},
+		{maxEntries: 10, caps: []int{1, 2, 4, 4, 8, 8, 8, 8, 10, 10, 11}},
 	}
 	for _, tt := range tests {
 		var l Log
@@ -88,7 +88,7 @@ func TestAddBackMerges(t *testing.T) {
 	assert.Equal(t, []Entry{{TS: 10, N: 6}, {TS: 11, N: 4}}, entries(&l))
 	assert.Equal(t, Entry{TS: 10, N: 6}, l.Front())
 	assert.Equal(t, Entry{TS: 11, N: 4}, l.Back())
-	assert.Equal(t, 4, l.Cap())
+	assert.Equal(t, 2, l.Cap())
 }
 
 // TestShrinkWhenMostlyEmpty: popping halves the buffer whenever it is at
@@ -110,8 +110,12 @@ func TestShrinkWhenMostlyEmpty(t *testing.T) {
 			return 16
 		case n >= 3:
 			return 8
+		case n == 2:
+			return 4
+		case n == 1:
+			return 2
 		}
-		return 4
+		return 1
 	}
 	for n := 63; n >= 0; n-- {
 		l.PopFront()
