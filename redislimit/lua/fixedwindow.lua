@@ -1,7 +1,7 @@
 -- Fixed window decision. Mirrors fixedWindowAlg.decide: windows are aligned
 -- to multiples of the window length since the Unix epoch.
 --
--- KEYS[1]  hash {k = index of the counted window, c = its count}
+-- KEYS[1]  string "<k> <count>": the index of the counted window and its count
 -- ARGV     now (µs or ""), n, commit (1/0), limit, window (µs)
 local key = KEYS[1]
 local now = clock()
@@ -10,9 +10,13 @@ local commit = ARGV[3] == '1'
 local max = tonumber(ARGV[4])
 local w = tonumber(ARGV[5])
 
-local st = redis.call('HMGET', key, 'k', 'c')
-local sk = tonumber(st[1]) or 0
-local count = tonumber(st[2]) or 0
+local sk, count = 0, 0
+local v = redis.call('GET', key)
+if v then
+  local sp = string.find(v, ' ', 1, true)
+  sk = tonumber(string.sub(v, 1, sp - 1))
+  count = tonumber(string.sub(v, sp + 1))
+end
 
 local k = fdiv(now, w)
 local at = now
@@ -26,9 +30,8 @@ end
 local untilEnd = (k + 1) * w - at
 if count + n <= max then
   if commit then
-    redis.call('HSET', key, 'k', k, 'c', count + n)
     -- Idle once the window has passed.
-    expire(key, (k + 1) * w - now)
+    redis.call('SET', key, int(k) .. ' ' .. int(count + n), 'PX', ttl((k + 1) * w - now))
   end
   local reset = 0
   if count + n > 0 then

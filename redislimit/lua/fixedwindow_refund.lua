@@ -4,19 +4,21 @@
 -- KEYS[1]  as in fixedwindow.lua
 -- ARGV     now (µs or ""), n, limit, window (µs)
 local key = KEYS[1]
-local st = redis.call('HMGET', key, 'k', 'c')
-if not st[1] then
+local v = redis.call('GET', key)
+if not v then
   return 0
 end
+local sp = string.find(v, ' ', 1, true)
+local k = tonumber(string.sub(v, 1, sp - 1))
 local now = clock()
 local w = tonumber(ARGV[4])
-if fdiv(now, w) ~= tonumber(st[1]) then
+if fdiv(now, w) ~= k then
   return 0
 end
-local count = math.max((tonumber(st[2]) or 0) - tonumber(ARGV[2]), 0)
+local count = math.max(tonumber(string.sub(v, sp + 1)) - tonumber(ARGV[2]), 0)
 if count == 0 then
   redis.call('DEL', key)
 else
-  redis.call('HSET', key, 'c', count)
+  redis.call('SET', key, int(k) .. ' ' .. int(count), 'PX', ttl((k + 1) * w - now))
 end
 return 1

@@ -2,7 +2,8 @@
 -- estimate prev*(w-e)/w + cur is compared exactly, in integers, never
 -- rounded in the direction that over-admits.
 --
--- KEYS[1]  hash {k = index of the current window, c = its count, p = previous window's count}
+-- KEYS[1]  string "<k> <cur> <prev>": the index of the current window, its
+--          count and the previous window's count
 -- ARGV     now (µs or ""), n, commit (1/0), limit, window (µs)
 local key = KEYS[1]
 local now = clock()
@@ -11,10 +12,15 @@ local commit = ARGV[3] == '1'
 local max = tonumber(ARGV[4])
 local w = tonumber(ARGV[5])
 
-local st = redis.call('HMGET', key, 'k', 'c', 'p')
-local sk = tonumber(st[1]) or 0
-local sc = tonumber(st[2]) or 0
-local sp = tonumber(st[3]) or 0
+local sk, sc, sp = 0, 0, 0
+local v = redis.call('GET', key)
+if v then
+  local a = string.find(v, ' ', 1, true)
+  local b = string.find(v, ' ', a + 1, true)
+  sk = tonumber(string.sub(v, 1, a - 1))
+  sc = tonumber(string.sub(v, a + 1, b - 1))
+  sp = tonumber(string.sub(v, b + 1))
+end
 
 -- roll: the state as seen at now, and the time elapsed in window k.
 local k = fdiv(now, w)
@@ -41,9 +47,8 @@ end
 local rem = max - cur - cdiv(prev * (w - e), w)
 if n <= rem then
   if commit then
-    redis.call('HSET', key, 'k', k, 'c', cur + n, 'p', prev)
     -- Idle once two windows have started since k.
-    expire(key, (k + 2) * w - now)
+    redis.call('SET', key, int(k) .. ' ' .. int(cur + n) .. ' ' .. int(prev), 'PX', ttl((k + 2) * w - now))
   end
   return {1, rem - n, 0, resetAfter(cur + n, prev)}
 end

@@ -4,27 +4,28 @@
 -- KEYS[1]  as in slidingcounter.lua
 -- ARGV     now (µs or ""), n, limit, window (µs)
 local key = KEYS[1]
-local st = redis.call('HMGET', key, 'k', 'c', 'p')
-if not st[1] then
+local v = redis.call('GET', key)
+if not v then
   return 0
 end
 local now = clock()
 local n = tonumber(ARGV[2])
 local w = tonumber(ARGV[4])
-local sk = tonumber(st[1])
-local sc = tonumber(st[2]) or 0
-local sp = tonumber(st[3]) or 0
+local a = string.find(v, ' ', 1, true)
+local b = string.find(v, ' ', a + 1, true)
+local sk = tonumber(string.sub(v, 1, a - 1))
+local sc = tonumber(string.sub(v, a + 1, b - 1))
+local sp = tonumber(string.sub(v, b + 1))
 local k = fdiv(now, w)
 if k == sk then
   local cur = math.max(sc - n, 0)
   if cur == 0 and sp == 0 then
     redis.call('DEL', key)
+  elseif cur == 0 then
+    -- Idle once window k has passed.
+    redis.call('SET', key, int(k) .. ' 0 ' .. int(sp), 'PX', ttl((k + 1) * w - now))
   else
-    redis.call('HSET', key, 'c', cur)
-    if cur == 0 then
-      -- Idle once window k has passed.
-      expire(key, (k + 1) * w - now)
-    end
+    redis.call('SET', key, int(k) .. ' ' .. int(cur) .. ' ' .. int(sp), 'PX', ttl((k + 2) * w - now))
   end
   return 1
 elseif k == sk + 1 then
@@ -33,8 +34,7 @@ elseif k == sk + 1 then
   if prev == 0 then
     redis.call('DEL', key)
   else
-    redis.call('HSET', key, 'k', k, 'c', 0, 'p', prev)
-    expire(key, (k + 1) * w - now)
+    redis.call('SET', key, int(k) .. ' 0 ' .. int(prev), 'PX', ttl((k + 1) * w - now))
   end
   return 1
 end

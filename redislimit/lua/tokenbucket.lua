@@ -3,7 +3,8 @@
 -- token and one microsecond refills r units, where r/p = refill/period(µs) in
 -- lowest terms; a full bucket is capacity*p units.
 --
--- KEYS[1]  hash {l = last update (Unix µs), d = debt (units missing from full)}
+-- KEYS[1]  string "<last> <debt>": the last update (Unix µs) and the debt,
+--          units missing from a full bucket
 -- ARGV     now (µs, or "" for the server's TIME), n, commit (1/0), capacity, r, p
 local key = KEYS[1]
 local now = clock()
@@ -13,9 +14,13 @@ local r = tonumber(ARGV[5])
 local p = tonumber(ARGV[6])
 local full = tonumber(ARGV[4]) * p
 
-local st = redis.call('HMGET', key, 'l', 'd')
-local last = tonumber(st[1]) or 0
-local debt = tonumber(st[2]) or 0
+local last, debt = 0, 0
+local v = redis.call('GET', key)
+if v then
+  local sp = string.find(v, ' ', 1, true)
+  last = tonumber(string.sub(v, 1, sp - 1))
+  debt = tonumber(string.sub(v, sp + 1))
+end
 
 -- Refill up to now; time that runs backwards refills nothing.
 local e = now - last
@@ -35,9 +40,8 @@ local avail = full - debt
 if avail >= need then
   local nd = debt + need
   if commit then
-    redis.call('HSET', key, 'l', last, 'd', nd)
     -- Idle (back to full) once now - last >= ceil(nd / r).
-    expire(key, last + cdiv(nd, r) - now)
+    redis.call('SET', key, int(last) .. ' ' .. int(nd), 'PX', ttl(last + cdiv(nd, r) - now))
   end
   return {1, fdiv(avail - need, p), 0, cdiv(nd, r)}
 end

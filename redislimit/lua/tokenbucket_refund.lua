@@ -4,16 +4,17 @@
 -- KEYS[1]  as in tokenbucket.lua
 -- ARGV     now (µs or ""), n, capacity, r, p
 local key = KEYS[1]
-local st = redis.call('HMGET', key, 'l', 'd')
-if not st[1] then
+local v = redis.call('GET', key)
+if not v then
   return 0
 end
 local now = clock()
 local n = tonumber(ARGV[2])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local last = tonumber(st[1])
-local debt = tonumber(st[2]) or 0
+local sp = string.find(v, ' ', 1, true)
+local last = tonumber(string.sub(v, 1, sp - 1))
+local debt = tonumber(string.sub(v, sp + 1))
 
 local e = now - last
 if e > 0 then
@@ -31,7 +32,6 @@ debt = math.max(debt - n * p, 0)
 if debt == 0 then
   redis.call('DEL', key)
 else
-  redis.call('HSET', key, 'l', last, 'd', debt)
-  expire(key, last + cdiv(debt, r) - now)
+  redis.call('SET', key, int(last) .. ' ' .. int(debt), 'PX', ttl(last + cdiv(debt, r) - now))
 end
 return 1
