@@ -328,3 +328,40 @@ func TestKeys(t *testing.T) {
 		t.Errorf("default Key(x) = %q, want ratelimit:fw:{x}", got)
 	}
 }
+
+// TestDeniedStoresNothing: a denial leaves the key's value and TTL as they
+// were, for every algorithm (peeks too).
+func TestDeniedStoresNothing(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, p := range policies() {
+		mock := newMock()
+		l := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
+		for {
+			d, err := l.AllowN(bg(), "k", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				break
+			}
+		}
+		key := l.Key("k")
+		before, err := c.Dump(bg(), key).Result()
+		if err != nil {
+			t.Fatalf("%v: DUMP %s: %v", p, key, err)
+		}
+		ttl0, _ := c.PTTL(bg(), key).Result()
+		for _, n := range []int{1, 2, p.Limit, p.Limit + 1, 0} {
+			if d, _ := l.AllowN(bg(), "k", n); d.Allowed {
+				t.Fatalf("%v: AllowN(%d) admitted on an exhausted key", p, n)
+			}
+			l.Peek(bg(), "k", n)
+		}
+		after, err := c.Dump(bg(), key).Result()
+		ttl1, _ := c.PTTL(bg(), key).Result()
+		if err != nil || after != before || ttl1 > ttl0 {
+			t.Errorf("%v: denials changed %s: value changed %t, PTTL %v -> %v (%v)", p, key, after != before, ttl0, ttl1, err)
+		}
+	}
+}
