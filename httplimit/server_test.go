@@ -24,7 +24,7 @@ func TestLoopbackConcurrent(t *testing.T) {
 		perKey    = 37  // admitted per key per window
 		perIP     = 120 // a second, looser dimension over all keys
 		clients   = 64
-		perClient = 20 // requests per client: 1,280 in all
+		perClient = 12 // requests per client: 768 in all
 	)
 	mock := newMock(t, epoch) // frozen time: one window for the whole test
 	byKey := newKeyed(t, ratelimit.SlidingLogPolicy(perKey, time.Minute), mock)
