@@ -45,6 +45,7 @@ type Transport struct {
 	clock    ratelimit.Clock
 	retries  int
 	maxRetry time.Duration
+	maxPause time.Duration
 	onPause  func(r *http.Request, resp *http.Response, d time.Duration)
 
 	mu    sync.Mutex
@@ -82,6 +83,20 @@ func WithMaxRetryWait(d time.Duration) TransportOption {
 			return fmt.Errorf("httplimit: WithMaxRetryWait must not be negative, got %v", d)
 		}
 		t.maxRetry = d
+		return nil
+	}}
+}
+
+// WithMaxPause caps the pause a single answer can impose (default one
+// hour), so that a wrong or hostile Retry-After cannot stop the client for
+// days. When the cap has passed, the next request goes out, and a server
+// still refusing asks for another pause.
+func WithMaxPause(d time.Duration) TransportOption {
+	return TransportOption{func(t *Transport) error {
+		if d <= 0 {
+			return fmt.Errorf("httplimit: WithMaxPause must be positive, got %v", d)
+		}
+		t.maxPause = d
 		return nil
 	}}
 }
@@ -132,7 +147,7 @@ func newTransport(base http.RoundTripper, wait func(context.Context, *http.Reque
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	t := &Transport{base: base, wait: wait, maxRetry: time.Minute}
+	t := &Transport{base: base, wait: wait, maxRetry: time.Minute, maxPause: time.Hour}
 	for _, o := range opts {
 		if o.apply == nil {
 			continue
@@ -185,6 +200,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !ok {
 			return resp, nil
 		}
+		d = min(d, t.maxPause)
 		t.pause(d)
 		if t.onPause != nil {
 			t.onPause(req, resp, d)

@@ -245,6 +245,16 @@ func TestTransportRetryBound(t *testing.T) {
 	if tr.PausedFor() != time.Hour {
 		t.Errorf("PausedFor = %v, want 1h", tr.PausedFor())
 	}
+	// A pause longer than WithMaxPause is capped.
+	capped, _ := NewTransport(nil, nil, WithTransportClock(clk), WithMaxPause(10*time.Minute))
+	_, srv2 := startScripted(t, answer(429, HeaderRetryAfter, "86400"))
+	req, _ = http.NewRequest("GET", srv2.URL, nil)
+	if r := <-roundTrip(capped, req); r.err != nil || capped.PausedFor() != 10*time.Minute {
+		t.Errorf("capped pause: %v, PausedFor %v, want 10m", r.err, capped.PausedFor())
+	}
+	if _, err := NewTransport(nil, nil, WithMaxPause(0)); err == nil {
+		t.Error("WithMaxPause(0) accepted")
+	}
 	// A request whose deadline is shorter than the pause fails at once.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
