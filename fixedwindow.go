@@ -69,7 +69,7 @@ func newFixedWindowAlg(limit int, window time.Duration) (*fixedWindowAlg, error)
 
 func (a *fixedWindowAlg) limit() int64 { return a.max }
 
-func (a *fixedWindowAlg) decide(st *fwState, now, n int64, commit bool) Decision {
+func (a *fixedWindowAlg) decide(st *fwState, now, n int64, commit bool) verdict {
 	k := floorDiv(now, a.window)
 	count := st.count
 	switch {
@@ -79,22 +79,21 @@ func (a *fixedWindowAlg) decide(st *fwState, now, n int64, commit bool) Decision
 		k = st.k
 		now = k * a.window
 	}
-	untilEnd := time.Duration((k+1)*a.window - now)
+	untilEnd := (k+1)*a.window - now
 	if count+n <= a.max {
 		if commit {
 			st.k, st.count = k, count+n
 		}
-		d := Decision{Allowed: true, Limit: int(a.max), Remaining: int(a.max - count - n)}
+		d := verdict{ok: true, remaining: a.max - count - n}
 		if count+n > 0 {
-			d.ResetAfter = untilEnd
+			d.reset = untilEnd
 		}
 		return d
 	}
-	return Decision{
-		Limit:      int(a.max),
-		Remaining:  int(max(a.max-count, 0)),
-		RetryAfter: untilEnd,
-		ResetAfter: untilEnd,
+	return verdict{
+		remaining: max(a.max-count, 0),
+		retry:     untilEnd,
+		reset:     untilEnd,
 	}
 }
 

@@ -259,7 +259,7 @@ func (s *store[S, A]) peek(now int64, key string, n int) Decision {
 		if st == nil {
 			st = s.fresh(sh)
 		}
-		return s.alg.decide(st, now, 0, false)
+		return s.alg.decide(st, now, 0, false).decision(s.alg.limit())
 	}
 	d, _ := s.decideIn(sh, now, key, h, n, false)
 	return d
@@ -276,10 +276,10 @@ func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (D
 // held.
 func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, commit bool) (Decision, error) {
 	if st := sh.t.get(key, h); st != nil {
-		return decideN(s.alg, st, now, n, commit), nil
+		return decisionN(s.alg, st, now, n, commit), nil
 	}
 	// A new key: decide on a fresh state, and store it only if admitted.
-	d := decideN(s.alg, s.fresh(sh), now, n, false)
+	d := decisionN(s.alg, s.fresh(sh), now, n, false)
 	if !commit || !d.Allowed {
 		return d, nil
 	}
@@ -292,7 +292,7 @@ func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n 
 			return d, ErrTooManyKeys
 		}
 	}
-	return decideN(s.alg, sh.t.insert(strings.Clone(key), h), now, n, true), nil
+	return decisionN(s.alg, sh.t.insert(strings.Clone(key), h), now, n, true), nil
 }
 
 // fresh returns sh's scratch state, reset to a fresh one. Requires sh.mu

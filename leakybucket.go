@@ -81,25 +81,23 @@ func newLeakyBucketAlg(capacity int, leakEvery time.Duration) (*leakyBucketAlg, 
 
 func (a *leakyBucketAlg) limit() int64 { return a.capacity }
 
-func (a *leakyBucketAlg) decide(st *lbState, now, n int64, commit bool) Decision {
+func (a *leakyBucketAlg) decide(st *lbState, now, n int64, commit bool) verdict {
 	level := max(st.empty-now, 0)
 	need := n * a.every
 	if level+need <= a.span {
 		if commit {
 			st.empty = now + level + need
 		}
-		return Decision{
-			Allowed:    true,
-			Limit:      int(a.capacity),
-			Remaining:  int((a.span - level - need) / a.every),
-			ResetAfter: time.Duration(level + need),
+		return verdict{
+			ok:        true,
+			remaining: (a.span - level - need) / a.every,
+			reset:     level + need,
 		}
 	}
-	return Decision{
-		Limit:      int(a.capacity),
-		Remaining:  int(max(a.span-level, 0) / a.every),
-		RetryAfter: time.Duration(level + need - a.span),
-		ResetAfter: time.Duration(level),
+	return verdict{
+		remaining: max(a.span-level, 0) / a.every,
+		retry:     level + need - a.span,
+		reset:     level,
 	}
 }
 

@@ -198,10 +198,12 @@ type simOf[S any, A algorithm[S]] struct {
 }
 
 func (s *simOf[S, A]) allowN(now int64, n int, commit bool) Decision {
-	return decideN(s.alg, &s.st, now, n, commit)
+	return decisionN(s.alg, &s.st, now, n, commit)
 }
 
-func (s *simOf[S, A]) quota(now int64) Decision { return s.alg.decide(&s.st, now, 0, false) }
+func (s *simOf[S, A]) quota(now int64) Decision {
+	return s.alg.decide(&s.st, now, 0, false).decision(s.alg.limit())
+}
 
 func (s *simOf[S, A]) limit() int64 { return s.alg.limit() }
 

@@ -98,7 +98,7 @@ func (a *slidingCounterAlg) roll(st *scState, now int64) (k, cur, prev, elapsed 
 	return k, cur, prev, now - k*a.window
 }
 
-func (a *slidingCounterAlg) decide(st *scState, now, n int64, commit bool) Decision {
+func (a *slidingCounterAlg) decide(st *scState, now, n int64, commit bool) verdict {
 	k, cur, prev, e := a.roll(st, now)
 	w := a.window
 	// Remaining is the largest m with prev*(w-e)/w + cur + m <= max.
@@ -107,18 +107,16 @@ func (a *slidingCounterAlg) decide(st *scState, now, n int64, commit bool) Decis
 		if commit {
 			st.k, st.cur, st.prev = k, int32(cur+n), int32(prev)
 		}
-		return Decision{
-			Allowed:    true,
-			Limit:      int(a.max),
-			Remaining:  int(rem - n),
-			ResetAfter: a.resetAfter(cur+n, prev, e),
+		return verdict{
+			ok:        true,
+			remaining: rem - n,
+			reset:     a.resetAfter(cur+n, prev, e),
 		}
 	}
-	return Decision{
-		Limit:      int(a.max),
-		Remaining:  int(max(rem, 0)),
-		RetryAfter: time.Duration(max(a.retryAfter(cur, prev, e, n), 1)),
-		ResetAfter: a.resetAfter(cur, prev, e),
+	return verdict{
+		remaining: max(rem, 0),
+		retry:     max(a.retryAfter(cur, prev, e, n), 1),
+		reset:     a.resetAfter(cur, prev, e),
 	}
 }
 
@@ -141,12 +139,12 @@ func (a *slidingCounterAlg) retryAfter(cur, prev, e, n int64) int64 {
 }
 
 // resetAfter returns how long until the estimate decays to zero.
-func (a *slidingCounterAlg) resetAfter(cur, prev, e int64) time.Duration {
+func (a *slidingCounterAlg) resetAfter(cur, prev, e int64) int64 {
 	switch {
 	case cur > 0:
-		return time.Duration(2*a.window - e)
+		return 2*a.window - e
 	case prev > 0:
-		return time.Duration(a.window - e)
+		return a.window - e
 	}
 	return 0
 }

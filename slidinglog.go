@@ -78,16 +78,16 @@ func (a *slidingLogAlg) evict(st *slState, now int64) {
 	}
 }
 
-func (a *slidingLogAlg) decide(st *slState, now, n int64, commit bool) Decision {
+func (a *slidingLogAlg) decide(st *slState, now, n int64, commit bool) verdict {
 	a.evict(st, now)
 	if after := st.total + n; after <= a.max {
-		d := Decision{Allowed: true, Limit: int(a.max), Remaining: int(a.max - after)}
+		d := verdict{ok: true, remaining: a.max - after}
 		if after > 0 {
 			newest := now
 			if st.log.Len() > 0 && (n == 0 || st.log.Back().TS > now) {
 				newest = st.log.Back().TS
 			}
-			d.ResetAfter = time.Duration(newest + a.window - now)
+			d.reset = newest + a.window - now
 		}
 		if commit && n > 0 {
 			st.log.AddBack(now, n, int(a.max))
@@ -103,11 +103,10 @@ func (a *slidingLogAlg) decide(st *slState, now, n int64, commit bool) Decision 
 		free -= e.N
 		ts = e.TS
 	}
-	return Decision{
-		Limit:      int(a.max),
-		Remaining:  int(max(a.max-st.total, 0)),
-		RetryAfter: time.Duration(ts + a.window - now),
-		ResetAfter: time.Duration(st.log.Back().TS + a.window - now),
+	return verdict{
+		remaining: max(a.max-st.total, 0),
+		retry:     ts + a.window - now,
+		reset:     st.log.Back().TS + a.window - now,
 	}
 }
 

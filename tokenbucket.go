@@ -124,7 +124,7 @@ func (a *tokenBucketAlg) advance(st *tbState, now int64) {
 	}
 }
 
-func (a *tokenBucketAlg) decide(st *tbState, now, n int64, commit bool) Decision {
+func (a *tokenBucketAlg) decide(st *tbState, now, n int64, commit bool) verdict {
 	a.advance(st, now)
 	need := n * a.p
 	avail := a.full - st.debt
@@ -133,18 +133,16 @@ func (a *tokenBucketAlg) decide(st *tbState, now, n int64, commit bool) Decision
 		if commit {
 			st.debt = debt
 		}
-		return Decision{
-			Allowed:    true,
-			Limit:      int(a.capacity),
-			Remaining:  int((avail - need) / a.p),
-			ResetAfter: time.Duration(ceilDiv(debt, a.r)),
+		return verdict{
+			ok:        true,
+			remaining: (avail - need) / a.p,
+			reset:     ceilDiv(debt, a.r),
 		}
 	}
-	return Decision{
-		Limit:      int(a.capacity),
-		Remaining:  int(max(avail, 0) / a.p),
-		RetryAfter: time.Duration(ceilDiv(need-avail, a.r)),
-		ResetAfter: time.Duration(ceilDiv(st.debt, a.r)),
+	return verdict{
+		remaining: max(avail, 0) / a.p,
+		retry:     ceilDiv(need-avail, a.r),
+		reset:     ceilDiv(st.debt, a.r),
 	}
 }
 

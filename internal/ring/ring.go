@@ -9,7 +9,7 @@ type Entry struct {
 }
 
 // Log is a FIFO of entries in a ring buffer that grows on demand, doubling
-// up to a maximum number of entries, and shrinks when mostly empty. The zero
+// up to a maximum number of entries, and halves when an eighth full. The zero
 // value is an empty log holding no memory. A Log is not safe for concurrent
 // use.
 type Log struct {
@@ -46,7 +46,10 @@ func (l *Log) PopFront() {
 	if l.n == 0 {
 		l.head = 0
 	}
-	if len(l.buf) > minCap && l.n <= len(l.buf)/4 {
+	// Halve at an eighth full, not a quarter: a halved buffer is then at
+	// most a quarter full, so traffic that drains and refills the log does
+	// not shrink and regrow it on every swing.
+	if len(l.buf) > minCap && l.n <= len(l.buf)/8 {
 		l.resize(max(len(l.buf)/2, minCap))
 	}
 }

@@ -92,7 +92,7 @@ func TestAddBackMerges(t *testing.T) {
 }
 
 // TestShrinkWhenMostlyEmpty: popping halves the buffer whenever it is at
-// most a quarter full, down to minCap.
+// most an eighth full, down to minCap.
 func TestShrinkWhenMostlyEmpty(t *testing.T) {
 	t.Parallel()
 	var l Log
@@ -102,20 +102,18 @@ func TestShrinkWhenMostlyEmpty(t *testing.T) {
 	require.Equal(t, 64, l.Cap())
 	wantCap := func(n int) int {
 		switch {
-		case n >= 17:
-			return 64
 		case n >= 9:
-			return 32
+			return 64
 		case n >= 5:
-			return 16
+			return 32
 		case n >= 3:
-			return 8
+			return 16
 		case n == 2:
-			return 4
+			return 8
 		case n == 1:
-			return 2
+			return 4
 		}
-		return 1
+		return 2
 	}
 	for n := 63; n >= 0; n-- {
 		l.PopFront()
@@ -156,13 +154,15 @@ func TestOrderAcrossWrapAround(t *testing.T) {
 	for range 6 {
 		l.PopFront()
 	}
+	assert.Equal(t, 16, l.Cap(), "3 of 16 is more than an eighth")
+	l.PopFront()
 	assert.Equal(t, 8, l.Cap())
-	assert.Equal(t, seq(10, 12), entries(&l), "shrunk")
-	for i := int64(13); i <= 17; i++ {
+	assert.Equal(t, seq(11, 12), entries(&l), "shrunk")
+	for i := int64(13); i <= 18; i++ {
 		l.AddBack(i, 1, 100)
 	}
 	assert.Equal(t, 8, l.Cap())
-	assert.Equal(t, seq(10, 17), entries(&l), "wrapped after shrinking")
+	assert.Equal(t, seq(11, 18), entries(&l), "wrapped after shrinking")
 }
 
 // TestTrimBack removes events from the newest entry, and the entry once
@@ -185,7 +185,7 @@ func TestTrimBack(t *testing.T) {
 // TestAgainstSliceModel runs random operations on a Log and on a plain
 // slice and compares them after each, with the memory invariants: the
 // buffer holds every entry, never outgrows max(maxEntries, the most
-// entries ever held), and a pop that leaves it at most a quarter full
+// entries ever held), and a pop that leaves it at most an eighth full
 // shrinks it (unless at its minimum).
 func TestAgainstSliceModel(t *testing.T) {
 	t.Parallel()
@@ -216,7 +216,7 @@ func TestAgainstSliceModel(t *testing.T) {
 				prevCap := l.Cap()
 				l.PopFront()
 				model = model[1:]
-				shrink := prevCap > minCap && len(model) <= prevCap/4
+				shrink := prevCap > minCap && len(model) <= prevCap/8
 				if shrink && l.Cap() >= prevCap || !shrink && l.Cap() != prevCap {
 					t.Fatalf("maxEntries %d op %d: PopFront left %d entries, Cap %d -> %d", maxEntries, op, len(model), prevCap, l.Cap())
 				}
