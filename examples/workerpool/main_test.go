@@ -1,0 +1,17 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestRun plays the example end to end, so that go test ./... keeps it
+// working.
+func TestRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
