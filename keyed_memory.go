@@ -114,7 +114,8 @@ func (k *Keyed) Len() int { return k.store.len() }
 // The error is nil except for [ErrTooManyKeys]; ctx is not consulted, as
 // nothing here waits.
 func (k *Keyed) AllowN(_ context.Context, key string, n int) (Decision, error) {
-	return k.store.allow(k.ts.now(), key, n, true)
+	v, err := k.store.allow(k.ts.now(), key, n, true)
+	return v.decision(int64(k.policy.Limit)), err
 }
 
 // Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
@@ -128,7 +129,7 @@ func (k *Keyed) Allow(ctx context.Context, key string) bool {
 // consuming anything or storing the key. Peek(ctx, key, 0) reports the
 // key's current quota.
 func (k *Keyed) Peek(_ context.Context, key string, n int) Decision {
-	return k.store.peek(k.ts.now(), key, n)
+	return k.store.peek(k.ts.now(), key, n).decision(int64(k.policy.Limit))
 }
 
 // RefundN gives back n events admitted for key just before, as if they had
@@ -180,16 +181,17 @@ func waitLoop(ctx context.Context, ts *timeSource, allow func() (Decision, error
 	}
 }
 
-// keyedStore is the algorithm-independent face of store[S, A].
+// keyedStore is the algorithm-independent face of store[S, A]. It returns
+// verdicts, not Decisions: see verdict for why.
 type keyedStore interface {
-	allow(now int64, key string, n int, commit bool) (Decision, error)
-	peek(now int64, key string, n int) Decision
+	allow(now int64, key string, n int, commit bool) (verdict, error)
+	peek(now int64, key string, n int) verdict
 	refund(now int64, key string, n int64)
 	len() int
 	// lockFor returns the lock of key's shard and the shard's index.
 	lockFor(key string) (*sync.Mutex, int)
 	// decideLocked is allow with the shard's lock already held.
-	decideLocked(now int64, key string, n int, commit bool) (Decision, error)
+	decideLocked(now int64, key string, n int, commit bool) (verdict, error)
 	refundLocked(now int64, key string, n int64)
 }
 
@@ -242,15 +244,15 @@ func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int) {
 	return &sh.mu, i
 }
 
-func (s *store[S, A]) allow(now int64, key string, n int, commit bool) (Decision, error) {
+func (s *store[S, A]) allow(now int64, key string, n int, commit bool) (verdict, error) {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
-	d, err := s.decideIn(sh, now, key, h, n, commit)
+	v, err := s.decideIn(sh, now, key, h, n, commit)
 	sh.mu.Unlock()
-	return d, err
+	return v, err
 }
 
-func (s *store[S, A]) peek(now int64, key string, n int) Decision {
+func (s *store[S, A]) peek(now int64, key string, n int) verdict {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -259,13 +261,13 @@ func (s *store[S, A]) peek(now int64, key string, n int) Decision {
 		if st == nil {
 			st = s.fresh(sh)
 		}
-		return s.alg.decide(st, now, 0, false).decision(s.alg.limit())
+		return s.alg.decide(st, now, 0, false)
 	}
-	d, _ := s.decideIn(sh, now, key, h, n, false)
-	return d
+	v, _ := s.decideIn(sh, now, key, h, n, false)
+	return v
 }
 
-func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (Decision, error) {
+func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (verdict, error) {
 	sh, _, h := s.shardFor(key)
 	return s.decideIn(sh, now, key, h, n, commit)
 }
@@ -274,25 +276,25 @@ func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (D
 // key that cannot be stored because sh is full is denied with a RetryAfter
 // of one second: when a key will next be idle is not known. Requires sh.mu
 // held.
-func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, commit bool) (Decision, error) {
+func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, commit bool) (verdict, error) {
 	if st := sh.t.get(key, h); st != nil {
-		return decisionN(s.alg, st, now, n, commit), nil
+		return decideN(s.alg, st, now, n, commit), nil
 	}
 	// A new key: decide on a fresh state, and store it only if admitted.
-	d := decisionN(s.alg, s.fresh(sh), now, n, false)
-	if !commit || !d.Allowed {
-		return d, nil
+	v := decideN(s.alg, s.fresh(sh), now, n, false)
+	if !commit || !v.ok {
+		return v, nil
 	}
 	s.reclaim(sh, now, sampleOnInsert)
 	if sh.t.len() >= s.maxPerShard {
 		s.reclaim(sh, now, sampleWhenFull)
 		if sh.t.len() >= s.maxPerShard {
-			d.Allowed = false
-			d.RetryAfter = time.Second
-			return d, ErrTooManyKeys
+			v.ok = false
+			v.retry = int64(time.Second)
+			return v, ErrTooManyKeys
 		}
 	}
-	return decisionN(s.alg, sh.t.insert(strings.Clone(key), h), now, n, true), nil
+	return decideN(s.alg, sh.t.insert(strings.Clone(key), h), now, n, true), nil
 }
 
 // fresh returns sh's scratch state, reset to a fresh one. Requires sh.mu

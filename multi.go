@@ -119,7 +119,8 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
 		nows[i] = k.ts.now()
-		ds[i], _ = k.store.decideLocked(nows[i], d.Key, n, false)
+		v, _ := k.store.decideLocked(nows[i], d.Key, n, false)
+		ds[i] = v.decision(int64(k.policy.Limit))
 		if !ds[i].Allowed {
 			best := mostRestrictive(ds[:i+1])
 			return MultiDecision{Decision: ds[best], Index: best}, nil
@@ -129,8 +130,8 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 	// the same key appears twice or a shard is full; then undo the others.
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
-		var err error
-		ds[i], err = k.store.decideLocked(nows[i], d.Key, n, true)
+		v, err := k.store.decideLocked(nows[i], d.Key, n, true)
+		ds[i] = v.decision(int64(k.policy.Limit))
 		if !ds[i].Allowed {
 			for j := i - 1; j >= 0; j-- {
 				dims[j].Limiter.(*Keyed).store.refundLocked(nows[j], dims[j].Key, int64(n))
