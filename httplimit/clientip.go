@@ -377,6 +377,9 @@ func parseNode(s string) (a netip.Addr, text string, ok bool) {
 	if s == "" {
 		return netip.Addr{}, "", false
 	}
+	if a, n, ok := parseIPv4Prefix(s); ok && (n == len(s) || validPort(s[n:])) {
+		return a, s[:n], true
+	}
 	host := s
 	if s[0] == '[' {
 		end := strings.IndexByte(s, ']')
@@ -419,4 +422,34 @@ func validPort(s string) bool {
 		}
 	}
 	return true
+}
+
+// parseIPv4Prefix parses the dotted-quad IPv4 address s starts with, in the
+// strict form netip accepts (decimal, no leading zeros, each part at most
+// 255), and returns it with its length. It is the fast path for the common
+// "192.0.2.1:4711"; anything else falls through to netip.
+func parseIPv4Prefix(s string) (netip.Addr, int, bool) {
+	var ip [4]byte
+	i := 0
+	for part := 0; part < 4; part++ {
+		if part > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return netip.Addr{}, 0, false
+			}
+			i++
+		}
+		start, v := i, 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 3 {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || v > 255 || (i-start > 1 && s[start] == '0') {
+			return netip.Addr{}, 0, false
+		}
+		ip[part] = byte(v)
+	}
+	if i < len(s) && s[i] != ':' {
+		return netip.Addr{}, 0, false // more digits, or not an address
+	}
+	return netip.AddrFrom4(ip), i, true
 }
