@@ -133,6 +133,29 @@ type constValues struct {
 // tiered limit has one per tier).
 type constCache struct {
 	slots [4]atomic.Pointer[constValues]
+	// reset is the latest X-RateLimit-Reset value formatted: requests in
+	// one window (and a token bucket's clients, mostly) share it.
+	reset atomic.Pointer[resetValue]
+}
+
+type resetValue struct {
+	secs int64
+	s    string
+}
+
+// resetString returns secs formatted, from the cache when it holds secs.
+// It caches a new value only when it is later than the cached one, so the
+// cache changes at most about once a second however clients interleave.
+func (c *constCache) resetString(secs int64) string {
+	v := c.reset.Load()
+	if v != nil && v.secs == secs {
+		return v.s
+	}
+	s := strconv.FormatInt(secs, 10)
+	if v == nil || secs > v.secs {
+		c.reset.Store(&resetValue{secs: secs, s: s})
+	}
+	return s
 }
 
 // get returns the constant values for quota limit and window.
@@ -163,13 +186,12 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 	if !d.Allowed && !never {
 		retry = RetryAfterSeconds(*d)
 	}
+	if s.consts == nil {
+		s.consts = new(constCache)
+	}
 	var consts *constValues
 	if set != NoHeaders {
-		if s.consts != nil {
-			consts = s.consts.get(s.name, d.Limit, s.window)
-		} else {
-			consts = new(constCache).get(s.name, d.Limit, s.window)
-		}
+		consts = s.consts.get(s.name, d.Limit, s.window)
 	}
 	var arr [128]byte
 	b := arr[:0]
@@ -197,8 +219,7 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 		if reset%int64(time.Second) > 0 {
 			secs++
 		}
-		b = strconv.AppendInt(b, secs, 10)
-		keys[k], ends[k] = keyXReset, len(b)
+		keys[k], fixed[k] = keyXReset, s.consts.resetString(secs)
 		k++
 	}
 	if set&IETFHeaders != 0 {
