@@ -118,6 +118,9 @@ func TestMiddlewareAllocs(t *testing.T) {
 		want   float64
 	}{
 		{"ip", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}, Window: time.Minute}}, AllHeaders, 2},
+		// Remaining below 1024, a reset shared with the previous request and
+		// no RateLimit field: nothing to format, one []string.
+		{"ip-x", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}}, XRateLimitHeaders, 1},
 		{"ip-noheaders", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}}, NoHeaders, 0},
 		{"apikey+ip-noheaders", []Limit{
 			{Name: "key", Key: KeyByAPIKey(), Limiter: fixedLimiter{}},

@@ -208,10 +208,14 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 	if set&XRateLimitHeaders != 0 {
 		keys[k], fixed[k] = keyXLimit, consts.xLimit
 		k++
-		remS = len(b)
-		b = strconv.AppendInt(b, int64(d.Remaining), 10)
-		remE = len(b)
-		keys[k], ends[k] = keyXRemaining, len(b)
+		if d.Remaining >= 0 && d.Remaining < smallInts {
+			keys[k], fixed[k] = keyXRemaining, smallIntString(d.Remaining)
+		} else {
+			remS = len(b)
+			b = strconv.AppendInt(b, int64(d.Remaining), 10)
+			remE = len(b)
+			keys[k], ends[k] = keyXRemaining, len(b)
+		}
 		k++
 		// Reset: when the quota is full again, in Unix seconds rounded up.
 		reset := s.now + int64(d.ResetAfter)
@@ -263,4 +267,28 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 		}
 		h[keys[i]] = vals[i : i+1 : i+1]
 	}
+}
+
+// smallInts is how many small numbers have ready-made strings: Remaining
+// is usually below it, and then costs no formatting and no allocation.
+const smallInts = 1024
+
+var (
+	smallIntDigits string                // "0123...10231023"
+	smallIntEnds   [smallInts + 1]uint16 // number i is digits[ends[i]:ends[i+1]]
+)
+
+func init() {
+	b := make([]byte, 0, 4*smallInts)
+	for i := range smallInts {
+		smallIntEnds[i] = uint16(len(b))
+		b = strconv.AppendInt(b, int64(i), 10)
+	}
+	smallIntEnds[smallInts] = uint16(len(b))
+	smallIntDigits = string(b)
+}
+
+// smallIntString returns i in decimal for 0 <= i < smallInts.
+func smallIntString(i int) string {
+	return smallIntDigits[smallIntEnds[i]:smallIntEnds[i+1]]
 }
