@@ -123,10 +123,12 @@ func settleGoroutines(t *testing.T, want int) {
 	}
 }
 
-// mustNew is New that fails t on error.
+// mustNew is New that fails t on error. Its timeout is 5s unless opts say
+// otherwise: tests that are not about timeouts must not fail because a
+// loaded machine running -race took 100ms to answer.
 func mustNew(t testing.TB, c redis.UniversalClient, p ratelimit.Policy, opts ...Option) *Limiter {
 	t.Helper()
-	l, err := New(c, p, opts...)
+	l, err := New(c, p, append([]Option{WithTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New(%v): %v", p, err)
 	}
