@@ -353,3 +353,79 @@ func waitForTimers(t *testing.T, c *countingMock, n int64) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
+
+func TestAllowAllDoesNotAllocate(t *testing.T) {
+	mock := newManualClock(time.Unix(1_700_000_000, 0))
+	a, err := NewKeyed(TokenBucketPolicy(1<<20, 1<<20, time.Second), WithClock(mock))
+	require.NoError(t, err)
+	b, err := NewKeyed(FixedWindowPolicy(1<<20, time.Hour), WithClock(mock))
+	require.NoError(t, err)
+	ctx := context.Background()
+	dims := []Dimension{{Name: "a", Limiter: a, Key: "k1"}, {Name: "b", Limiter: b, Key: "k2"}}
+	_, _ = AllowAll(ctx, 1, dims...) // store the keys
+	allocs := testing.AllocsPerRun(1000, func() {
+		if md, err := AllowAll(ctx, 1, dims...); err != nil || !md.Allowed {
+			t.Fatalf("AllowAll = %+v, %v", md, err)
+		}
+	})
+	assert.Zero(t, allocs, "allocations per AllowAll over two in-memory limits")
+}
+
+// otherLimiter hides a *Keyed behind the KeyedLimiter interface, so that
+// AllowAll takes its charge-then-refund path as it would for Redis.
+type otherLimiter struct{ KeyedLimiter }
+
+// TestAllowAllUnderContention charges two limits from many goroutines on a
+// frozen clock: exactly the tighter limit is admitted, and the looser one
+// is charged for the admitted requests only, never for a denied one. It
+// runs on the atomic in-memory path and on the refund path.
+func TestAllowAllUnderContention(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"in-memory", "refund"} {
+		for _, p := range testPolicies {
+			t.Run(path+"/"+p.Algorithm.String(), func(t *testing.T) {
+				t.Parallel()
+				mock := newManualClock(time.Unix(1_700_000_000, 0))
+				loosePolicy := p
+				loosePolicy.Limit = 1000
+				loose, err := NewKeyed(loosePolicy, WithClock(mock))
+				require.NoError(t, err)
+				tight, err := NewKeyed(p, WithClock(mock))
+				require.NoError(t, err)
+				var tightL KeyedLimiter = tight
+				if path == "refund" {
+					tightL = otherLimiter{tight}
+				}
+				dims := []Dimension{
+					{Name: "loose", Limiter: loose, Key: "client"},
+					{Name: "tight", Limiter: tightL, Key: "client"},
+				}
+				var admitted, deniedByTight atomic.Int64
+				var wg sync.WaitGroup
+				for range 32 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range 20 {
+							md, err := AllowAll(context.Background(), 1, dims...)
+							if err != nil {
+								t.Errorf("AllowAll: %v", err)
+								return
+							}
+							if md.Allowed {
+								admitted.Add(1)
+							} else if md.Index == 1 {
+								deniedByTight.Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				require.Equal(t, int64(p.Limit), admitted.Load(), "admitted")
+				assert.Equal(t, int64(32*20-p.Limit), deniedByTight.Load(), "denials all come from the tight limit")
+				rem := loose.Peek(context.Background(), "client", 0).Remaining
+				assert.Equal(t, 1000-p.Limit, rem, "the loose limit is charged only for admitted requests")
+			})
+		}
+	}
+}

@@ -114,8 +114,11 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 		}
 	}()
 
-	ds := make([]Decision, len(dims))
-	nows := make([]int64, len(dims))
+	var dsBuf [8]Decision
+	var nowsBuf [8]int64
+	ds, nows := dsBuf[:0], nowsBuf[:0]
+	ds = append(ds, make([]Decision, len(dims))...)
+	nows = append(nows, make([]int64, len(dims))...)
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
 		nows[i] = k.ts.now()
@@ -146,7 +149,8 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 // allowAllRefund is AllowAll over any limiters: charge in order, refund on
 // denial.
 func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision, error) {
-	ds := make([]Decision, len(dims))
+	var dsBuf [8]Decision
+	ds := append(dsBuf[:0], make([]Decision, len(dims))...)
 	var errs error // from dimensions admitted by a failure policy
 	for i, d := range dims {
 		dec, err := d.Limiter.AllowN(ctx, d.Key, n)
