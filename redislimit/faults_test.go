@@ -274,3 +274,51 @@ func TestScriptFlush(t *testing.T) {
 		})
 	}
 }
+
+// TestBreaker: with WithBreaker, a dead Redis costs one call the timeout
+// and the following calls nothing until the cooldown ends; one probe at a
+// time then tries Redis, and the limiter recovers after a restart.
+func TestBreaker(t *testing.T) {
+	srv, _ := startRedis(t)
+	before := runtime.NumGoroutine()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	var hooked atomic.Int64
+	const cooldown = 300 * time.Millisecond
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(100, time.Hour), WithFailurePolicy(FailClosed), WithBreaker(cooldown),
+		WithTimeout(faultTimeout), WithPrefix(uniquePrefix(t)), WithErrorHandler(func(error) { hooked.Add(1) }))
+	warmUp(t, l)
+	srv.Kill()
+	if _, err := l.AllowN(bg(), "k", 1); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("first call with Redis down: %v, want ErrUnavailable from Redis itself", err)
+	}
+	r := load(l, "k", 8, 2*cooldown)
+	t.Logf("breaker open: %d calls, slowest %v, %d errors reported", r.calls, r.slowest, hooked.Load())
+	if r.errs != r.calls || !r.unavailable || r.allowed != 0 {
+		t.Errorf("breaker open: %d calls, %d errors (ErrUnavailable: %t), %d allowed; want every call denied with ErrUnavailable", r.calls, r.errs, r.unavailable, r.allowed)
+	}
+	if r.slowest > faultTimeout+faultMargin {
+		t.Errorf("slowest call %v, want <= %v + %v", r.slowest, faultTimeout, faultMargin)
+	}
+	// Calls answered by the breaker are fast: at most one probe per
+	// cooldown waits for the timeout.
+	if want := int64(8 * 2 * cooldown / faultTimeout); r.calls < want {
+		t.Errorf("%d calls in %v from 8 goroutines, want at least %d: the breaker did not answer at once", r.calls, 2*cooldown, want)
+	}
+	if n := hooked.Load(); n > 6 {
+		t.Errorf("error handler called %d times, want only for calls that tried Redis (about one per cooldown)", n)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := l.AllowN(bg(), "after", 1)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery within 5s of the restart: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = c.Close()
+	settleGoroutines(t, before)
+}

@@ -61,6 +61,10 @@
 // limit ([WithLocalFallback]) — and the error, wrapping [ErrUnavailable] and
 // the cause, is both returned and passed to the [WithErrorHandler] hook.
 //
+// Without [WithBreaker], every call during an outage waits up to its
+// timeout; with it, calls fail fast for a cooldown once one call has found
+// Redis unreachable.
+//
 // Callers should act on Decision.Allowed whether or not err is nil, and log
 // or count err: the Decision already applies the failure policy. A caller
 // that wants its own policy can branch on errors.Is(err, ErrUnavailable).
@@ -115,6 +119,7 @@ type Limiter struct {
 	base     time.Time       // local monotonic origin for the deny cache
 	client   bool            // pass the local clock's time to the scripts
 	cache    *denyCache      // nil: disabled
+	brk      breaker
 	batch    batcher
 }
 
@@ -205,6 +210,7 @@ type config struct {
 	clock     ratelimit.Clock
 	client    bool
 	cacheKeys int
+	breaker   time.Duration
 }
 
 type optionFunc func(*config)
@@ -331,6 +337,8 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		return nil, configError("WithTimeout must be positive, got %v", cfg.timeout)
 	case cfg.cacheKeys < 0:
 		return nil, configError("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
+	case cfg.breaker < 0:
+		return nil, configError("WithBreaker must not be negative, got %v", cfg.breaker)
 	case cfg.failure == FailLocal && cfg.instances <= 0:
 		return nil, configError("WithLocalFallback instances must be positive, got %d", cfg.instances)
 	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
@@ -359,6 +367,7 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 	} else {
 		l.base = l.clock.Now()
 	}
+	l.brk.cooldown = int64(cfg.breaker)
 	if cfg.cacheKeys > 0 && sc.exactRetry {
 		l.cache = newDenyCache(cfg.cacheKeys)
 	}
@@ -489,21 +498,18 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 
 // decide runs the decision script.
 func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (ratelimit.Decision, error) {
-	c := getCall()
-	c.script = l.scripts.decide
-	c.keys = []string{l.Key(key)}
 	flag := "0"
 	if commit {
 		flag = "1"
 	}
 	args := make([]any, 0, 3+len(l.scripts.params))
 	args = append(args, l.nowArg(), n, flag)
-	c.args = append(args, l.scripts.params...)
-	if err := l.batch.do(ctx, c, l.timeout); err != nil {
-		return ratelimit.Decision{}, err
-	}
-	v, err := c.cmd.Int64Slice()
-	putCall(c)
+	args = append(args, l.scripts.params...)
+	var v []int64
+	err := l.run(ctx, l.scripts.decide, key, args, func(cmd *redis.Cmd) (err error) {
+		v, err = cmd.Int64Slice()
+		return err
+	})
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
@@ -517,6 +523,31 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (r
 		RetryAfter: time.Duration(v[2]) * time.Microsecond,
 		ResetAfter: time.Duration(v[3]) * time.Microsecond,
 	}, nil
+}
+
+// run runs script on key with args through the batcher and the breaker,
+// and hands the reply to read.
+func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, args []any, read func(*redis.Cmd) error) error {
+	var now int64
+	if l.brk.cooldown != 0 {
+		now = l.mono()
+	}
+	ok, probe, err := l.brk.allow(now)
+	if !ok {
+		return err
+	}
+	c := getCall()
+	c.script = script
+	c.keys = []string{l.Key(key)}
+	c.args = args
+	if err = l.batch.do(ctx, c, l.timeout); err == nil {
+		err = read(c.cmd)
+		putCall(c)
+	}
+	if l.brk.cooldown != 0 {
+		l.brk.done(l.mono(), probe, err, ctx.Err() != nil)
+	}
+	return err
 }
 
 // fail applies the failure policy to a call Redis could not decide.
@@ -538,9 +569,9 @@ func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) 
 }
 
 // report passes err to the error handler unless the caller's ctx ended
-// the call.
+// the call or the breaker answered it.
 func (l *Limiter) report(ctx context.Context, err error) {
-	if l.onError != nil && ctx.Err() == nil {
+	if l.onError != nil && ctx.Err() == nil && !errors.Is(err, ErrBreakerOpen) {
 		l.onError(err)
 	}
 }
@@ -564,17 +595,10 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 	if l.cache != nil {
 		l.cache.drop(key)
 	}
-	c := getCall()
-	c.script = l.scripts.refund
-	c.keys = []string{l.Key(key)}
 	args := make([]any, 0, 2+len(l.scripts.params))
 	args = append(args, l.nowArg(), n)
-	c.args = append(args, l.scripts.params...)
-	err := l.batch.do(ctx, c, l.timeout)
-	if err == nil {
-		err = c.cmd.Err()
-		putCall(c)
-	}
+	args = append(args, l.scripts.params...)
+	err := l.run(ctx, l.scripts.refund, key, args, (*redis.Cmd).Err)
 	if err != nil {
 		err = &unavailableError{op: "refund", key: key, err: err}
 		l.report(ctx, err)

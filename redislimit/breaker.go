@@ -1,0 +1,99 @@
+package redislimit
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// breaker fails calls fast while Redis is known to be unreachable, so that
+// an outage costs callers no waiting: without it every call during an
+// outage waits for its timeout (go-redis retries a refused dial with
+// backoff, so even a dead server takes the whole timeout).
+//
+// Closed, calls go to Redis. A call that fails for want of Redis (not an
+// error reply, not the caller's own context) opens it for cooldown: calls
+// then get the failure policy at once. After cooldown one call at a time
+// probes Redis while the others still fail fast; a success closes it, a
+// failure opens it for another cooldown. Times are the limiter's local
+// monotonic nanoseconds.
+type breaker struct {
+	cooldown  int64        // 0: disabled
+	openUntil atomic.Int64 // 0: closed
+	probing   atomic.Bool
+	last      atomic.Value // error that opened it
+}
+
+// ErrBreakerOpen is wrapped (with [ErrUnavailable]) by the errors of calls
+// that a [Limiter] with [WithBreaker] answered without trying Redis,
+// because a recent call found Redis unreachable.
+var ErrBreakerOpen = errors.New("redislimit: breaker open")
+
+// breakerError is the cause of a call answered while the breaker is open.
+type breakerError struct{ last error }
+
+func (e *breakerError) Error() string {
+	return fmt.Sprintf("%v after: %v", ErrBreakerOpen, e.last)
+}
+func (e *breakerError) Unwrap() error { return ErrBreakerOpen }
+
+// allow reports whether a call may go to Redis at now, and whether it is
+// the probe of a half-open breaker, which must report back with done.
+func (b *breaker) allow(now int64) (ok, probe bool, err error) {
+	if b.cooldown == 0 {
+		return true, false, nil
+	}
+	until := b.openUntil.Load()
+	if until == 0 {
+		return true, false, nil
+	}
+	if now >= until && b.probing.CompareAndSwap(false, true) {
+		return true, true, nil
+	}
+	last, _ := b.last.Load().(error)
+	return false, false, &breakerError{last: last}
+}
+
+// done records the outcome of a call that went to Redis. callerDone says
+// the caller's own context ended it, which says nothing about Redis.
+func (b *breaker) done(now int64, probe bool, err error, callerDone bool) {
+	if b.cooldown == 0 {
+		return
+	}
+	if probe {
+		defer b.probing.Store(false)
+	}
+	switch {
+	case err == nil || isReply(err):
+		if b.openUntil.Load() != 0 {
+			b.openUntil.Store(0)
+		}
+	case callerDone:
+	default:
+		b.last.Store(err)
+		b.openUntil.Store(now + b.cooldown)
+	}
+}
+
+// isReply reports whether err is an error reply from Redis (the server
+// answered), rather than a failure to reach it.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// WithBreaker makes the limiter stop calling Redis for cooldown after a
+// call finds it unreachable or too slow (an error reply does not count):
+// meanwhile calls get the failure policy's Decision at once, with an error
+// wrapping [ErrUnavailable] and [ErrBreakerOpen], and the error handler is
+// not called for them. After cooldown, one call at a time tries Redis; the
+// first success closes the breaker.
+//
+// Off by default: one limiter spans every node of a Redis Cluster, so one
+// unreachable node would open the breaker for the keys of the others too.
+func WithBreaker(cooldown time.Duration) Option {
+	return optionFunc(func(o *config) { o.breaker = cooldown })
+}
