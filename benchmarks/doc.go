@@ -1,8 +1,15 @@
-// Package benchmarks compares this module's limiters with other Go
-// rate-limiting libraries in one `go test -bench` run, so that the numbers
-// share a machine, a load and a moment. It lives in its own module so that
-// the libraries it compares against never reach the root go.mod.
+// Package benchmarks compares this module with other Go rate-limiting
+// libraries in one `go test -bench` run, so that the numbers share a
+// machine, a load and a moment. It lives in its own module so that the
+// libraries it compares against never reach the root go.mod.
 //
-// Run ./run.sh for the comparison with benchstat's summary; see
-// compare_test.go for what is measured and why the configurations match.
+// Suites: BenchmarkAllow (one limiter; compare_test.go), BenchmarkKeyed
+// (per-key limiting in memory, with bytes per key; keyed_test.go),
+// BenchmarkRedis (redis_test.go) and BenchmarkHTTP (middleware;
+// http_test.go). Each file says what is measured and why the configurations
+// compare.
+//
+// Run ./run.sh for every suite in rounds; it writes RESULTS.md with medians,
+// ratios ours/theirs (cmd/benchratio) and benchstat's summary. README.md
+// says how to read them.
 package benchmarks

@@ -10,6 +10,8 @@ require (
 	github.com/juju/ratelimit v1.0.2
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/rlkit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/sethvargo/go-limiter v0.7.1
+	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/ratelimit v0.3.1
 	golang.org/x/time v0.14.0
 )
@@ -18,6 +20,7 @@ require (
 	github.com/benbjohnson/clock v1.3.5 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect

@@ -1,55 +1,244 @@
 #!/usr/bin/env bash
-# Runs the side-by-side comparison (this module against x/time/rate, uber and
-# juju), then prints benchstat's summary and our ratios to each peer, all
-# from the same run.
+# Runs every side-by-side suite of this module in rounds, then writes
+# RESULTS.md (medians, ratios ours/theirs, benchstat) and prints the ratios.
 #
-#   ./run.sh                      # BenchmarkAllow, 6 rounds, -cpu=1,2
-#   COUNT=10 ./run.sh -benchtime=2s
-#   BENCH='BenchmarkAllow/(xtimerate|ratelimit-tokenbucket)/' ./run.sh
+#   ./run.sh                                # everything: 5 rounds, -benchtime=1s (about 20 min)
+#   QUICK=1 ./run.sh                        # 1 round, 200ms: checks the script (a few minutes)
+#   SUITES=Keyed LIBS='ratelimit-tokenbucket|sethvargo' ./run.sh
 #
-# Environment: BENCH (regexp, default BenchmarkAllow), COUNT (rounds, 6),
-# CPU (1,2), OUT (raw results; default results/<UTC time>.txt, git-ignored).
-# Further arguments go to `go test`.
+# Suites are BenchmarkAllow (run with -cpu=1,2), BenchmarkKeyed,
+# BenchmarkRedis and BenchmarkHTTP (run with -cpu=2). The Redis suite runs
+# against a redis-server this script starts on a free loopback port and stops
+# on exit; without redis-server (apt-get install redis-server redis-tools) it
+# is skipped and RESULTS.md says so.
 #
-# To add a suite (Redis, keyed limiters, ...): add its benchmark pattern to
-# BENCH's default below, and start any service it needs in the "services"
-# section; benchratio compares every BenchmarkX/ratelimit-*/<mode> with
-# BenchmarkX/<peer>/<mode>, so peers named alike are picked up by themselves.
+# Environment:
+#   COUNT      rounds (5); each round runs every suite once (-count=1)
+#   BENCHTIME  -benchtime (1s)
+#   SUITES     suites to run ("Allow Keyed Redis HTTP")
+#   LIBS       regexp of libraries to run within each suite (all)
+#   CPU        -cpu for every suite (default: 1,2 for Allow, 2 for the others)
+#   RESULTS    Markdown report to write (RESULTS.md; with QUICK=1 a file in
+#              $TMPDIR, so a trial run does not overwrite the committed one)
+#   OUT        raw results (results/<UTC time>.txt, git-ignored)
+# Further arguments go to the test binary, e.g. -test.benchmem=false.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-BENCH=${BENCH:-BenchmarkAllow}
-COUNT=${COUNT:-6}
-CPU=${CPU:-1,2}
+if [ -n "${QUICK:-}" ]; then
+	COUNT=${COUNT:-1}
+	BENCHTIME=${BENCHTIME:-200ms}
+	RESULTS=${RESULTS:-${TMPDIR:-/tmp}/ratelimit-bench-quick.md}
+fi
+COUNT=${COUNT:-5}
+BENCHTIME=${BENCHTIME:-1s}
+SUITES=${SUITES:-Allow Keyed Redis HTTP}
+LIBS=${LIBS:-}
+RESULTS=${RESULTS:-RESULTS.md}
 mkdir -p results
 OUT=${OUT:-results/$(date -u +%Y%m%dT%H%M%SZ).txt}
 # -mod=mod lets go.sum follow the root module's requirements (replace ../).
 export GOFLAGS="${GOFLAGS:-} -mod=mod"
 
-# --- services: none yet ---
+START=$(date +%s)
+START_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+load() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?'; }
+START_LOAD=$(load)
+
+TMP=$(mktemp -d)
+REDIS_PID=
+cleanup() {
+	if [ -n "$REDIS_PID" ]; then
+		kill "$REDIS_PID" 2>/dev/null || true
+		wait "$REDIS_PID" 2>/dev/null || true
+	fi
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- build: one test binary for every round, so rounds measure the same
+# code and no compiler runs beside a benchmark.
+echo "== building" >&2
+go test -c -o "$TMP/bench.test" .
+go build -o "$TMP/benchratio" ./cmd/benchratio
+BENCHSTAT=$(command -v benchstat || echo "$(go env GOPATH)/bin/benchstat")
+if [ ! -x "$BENCHSTAT" ]; then
+	go install golang.org/x/perf/cmd/benchstat@latest
+fi
+
+# --- services: a throwaway redis-server for BenchmarkRedis, persistence off,
+# on a free loopback port.
+REDIS_NOTE=
+start_redis() {
+	local port i
+	for _ in $(seq 20); do
+		port=$((20000 + RANDOM % 40000))
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			continue # in use
+		fi
+		redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+			--dir "$TMP" --logfile "$TMP/redis.log" &
+		REDIS_PID=$!
+		for i in $(seq 100); do
+			if redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG; then
+				export REDIS_ADDR=127.0.0.1:$port
+				REDIS_NOTE="redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port, started by run.sh (no persistence)"
+				return 0
+			fi
+			if ! kill -0 "$REDIS_PID" 2>/dev/null; then
+				break # exited: port taken after all
+			fi
+			sleep 0.05
+		done
+		kill "$REDIS_PID" 2>/dev/null || true
+		wait "$REDIS_PID" 2>/dev/null || true
+		REDIS_PID=
+	done
+	return 1
+}
+suites=()
+for s in $SUITES; do
+	if [ "$s" = Redis ]; then
+		if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+			REDIS_NOTE="skipped: redis-server or redis-cli not installed"
+			echo "== BenchmarkRedis $REDIS_NOTE" >&2
+			continue
+		fi
+		unset REDIS_ADDR
+		if ! start_redis; then
+			REDIS_NOTE="skipped: could not start redis-server"
+			echo "== BenchmarkRedis $REDIS_NOTE" >&2
+			continue
+		fi
+		echo "== $REDIS_NOTE" >&2
+	fi
+	suites+=("$s")
+done
+if [ ${#suites[@]} -eq 0 ]; then
+	echo "no suite to run" >&2
+	exit 1
+fi
+
+cpu_of() {
+	if [ -n "${CPU:-}" ]; then
+		echo "$CPU"
+	elif [ "$1" = Allow ]; then
+		echo 1,2
+	else
+		echo 2
+	fi
+}
+bench_of() {
+	if [ -n "$LIBS" ]; then
+		echo "^Benchmark$1\$/($LIBS)/"
+	else
+		echo "^Benchmark$1\$"
+	fi
+}
 
 # COUNT rounds of -count=1 rather than one -count=$COUNT: every library's
 # samples then spread over the whole run, so a burst of load from elsewhere
 # on the machine hits all libraries alike instead of the ones that happened
 # to run during it.
 : >"$OUT"
+LOADS=()
+FAILED=()
 for i in $(seq "$COUNT"); do
-	echo "== round $i/$COUNT, load $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')" >&2
-	go test -run=NONE -bench="$BENCH" -benchmem -count=1 -cpu="$CPU" "$@" ./... | tee -a "$OUT"
+	LOADS+=("$(load)")
+	echo "== round $i/$COUNT, load ${LOADS[-1]}" >&2
+	for s in "${suites[@]}"; do
+		# A failing suite is reported, not fatal: the other numbers still hold.
+		if ! "$TMP/bench.test" -test.run=NONE -test.bench="$(bench_of "$s")" -test.benchmem \
+			-test.count=1 -test.cpu="$(cpu_of "$s")" -test.benchtime="$BENCHTIME" "$@" | tee -a "$OUT"; then
+			FAILED+=("Benchmark$s in round $i")
+			echo "== Benchmark$s FAILED in round $i" >&2
+		fi
+	done
 done
+END_LOAD=$(load)
+MINUTES=$(( ($(date +%s) - START + 30) / 60 ))
 
+"$BENCHSTAT" "$OUT" >"$TMP/benchstat.txt"
 echo
 echo "== benchstat $OUT"
-BENCHSTAT=$(command -v benchstat || echo "$(go env GOPATH)/bin/benchstat")
-if [ ! -x "$BENCHSTAT" ]; then
-	go install golang.org/x/perf/cmd/benchstat@latest
-fi
-"$BENCHSTAT" "$OUT"
-
-# ns/op is wall time; cpu-ns/op is CPU time per call, which holds up when
-# other processes load the machine (compare_test.go, report).
-for metric in ns/op cpu-ns/op; do
+cat "$TMP/benchstat.txt"
+METRICS=(ns/op cpu-ns/op bytes/key allocs/op)
+for m in "${METRICS[@]}"; do
 	echo
-	echo "== ours / peers, $metric (medians, same run)"
-	go run ./cmd/benchratio -metric "$metric" "$OUT"
+	echo "== ours / theirs, $m (medians, same run)"
+	"$TMP/benchratio" -metric "$m" "$OUT"
 done
+
+# --- RESULTS.md
+cmd="./run.sh"
+for v in COUNT BENCHTIME SUITES LIBS CPU; do
+	case "$v=${!v:-}" in
+	COUNT=5 | BENCHTIME=1s | "SUITES=Allow Keyed Redis HTTP" | LIBS= | CPU=) ;;
+	*) cmd="$v='${!v}' $cmd" ;;
+	esac
+done
+if [ $# -gt 0 ]; then
+	cmd="$cmd $*"
+fi
+cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
+suite_list=
+for s in "${suites[@]}"; do
+	suite_list+="${suite_list:+, }Benchmark$s (-cpu=$(cpu_of "$s"))"
+done
+{
+	echo "# Benchmark results"
+	echo
+	echo "Side-by-side comparison of this module with other Go rate limiters; what is compared"
+	echo "and how to read it: [README.md](README.md). Written by \`run.sh\`; regenerate with:"
+	echo
+	echo '```'
+	echo "cd benchmarks && $cmd"
+	echo '```'
+	echo
+	echo "| | |"
+	echo "|---|---|"
+	echo "| date | $START_DATE |"
+	echo "| Go | $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH) |"
+	echo "| CPU | ${cpu_model:-unknown}, $(nproc) logical CPUs |"
+	echo "| suites | $suite_list |"
+	echo "| Redis | ${REDIS_NOTE:-not run} |"
+	echo "| rounds | $COUNT × -count=1, -benchtime=$BENCHTIME; every number below is the median of the rounds |"
+	echo "| duration | $MINUTES min |"
+	if [ ${#FAILED[@]} -gt 0 ]; then
+		echo "| failed | $(IFS=';'; echo "${FAILED[*]}" | sed 's/;/; /g') (see the raw output) |"
+	fi
+	echo "| load average (1, 5, 15 min) | start $START_LOAD; rounds $(IFS=';'; echo "${LOADS[*]}" | sed 's/;/; /g'); end $END_LOAD |"
+	echo
+	echo "The machine is a shared 2-core VM: other processes ran during the run whenever the"
+	echo "load average above exceeds about 2. Compare numbers within this file, not with other runs;"
+	echo "cpu-ns/op (CPU time per call) holds up better than ns/op (wall time) under load."
+	echo
+	echo "## Ratios, ours / theirs"
+	echo
+	echo "Each row is one of this module's benchmarks, each pair of columns a library of the same"
+	echo "suite in the same mode and GOMAXPROCS (procs): its median and the ratio ours / theirs"
+	echo "(below 1: ours is cheaper). \"ok\" and \"MISS\" mark the issues' targets."
+	for m in "${METRICS[@]}"; do
+		echo
+		echo "### $m"
+		"$TMP/benchratio" -md -metric "$m" "$OUT"
+	done
+	echo
+	echo "## Medians"
+	"$TMP/benchratio" -md -medians "$OUT"
+	echo
+	echo "## benchstat"
+	echo
+	echo "Medians with 95% confidence intervals over the rounds (\`benchstat $OUT\`)."
+	echo
+	echo "<details><summary>benchstat output</summary>"
+	echo
+	echo '```'
+	cat "$TMP/benchstat.txt"
+	echo '```'
+	echo
+	echo "</details>"
+} >"$RESULTS"
+echo
+echo "== wrote $RESULTS and $OUT in $MINUTES min" >&2

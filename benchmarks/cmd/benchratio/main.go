@@ -1,16 +1,41 @@
 // Command benchratio reads `go test -bench` output and prints, for every
 // benchmark of this module (sub-benchmark names starting with "ratelimit-"),
 // the median of a metric (ns/op unless -metric says otherwise) and its ratio
-// to each baseline library's median in the same mode and GOMAXPROCS, from the
-// same run.
+// to each other library's median in the same group, mode and GOMAXPROCS,
+// from the same run.
 //
 // Usage:
 //
-//	benchratio [-metric ns/op] [-base xtimerate,uber,juju] [-target xtimerate=0.6,uber=1] results.txt...
+//	benchratio [-metric ns/op] [-base libs] [-rows regexp] [-target specs] [-max specs] [-md] results.txt...
+//	benchratio -medians [-md] results.txt...
 //
 // Names must have the form Benchmark<Group>/<library>/<mode>[-<procs>], as
-// BenchmarkAllow/xtimerate/serial-2. A mode a baseline was not run in (uber
-// has no denied modes) prints "-". A ratio above its target is marked MISS.
+// BenchmarkAllow/xtimerate/serial-2 or BenchmarkKeyed/sethvargo/1Mkeys/serial-2
+// (the mode is everything after the library). A benchmark that does not
+// report the metric is left out (bytes/key only exists for 1Mkeys runs); a
+// mode a baseline was not run in prints "-".
+//
+// The baselines of a group are, unless -base names them, every library in
+// it whose name does not start with "ratelimit-", in the order they first
+// appear, except those -exclude names: by default "bare", BenchmarkHTTP's
+// handler without middleware, of which a ratio says little (subtract its
+// ns/op instead: see http_test.go).
+//
+// Targets mark results "ok" or "MISS". -target bounds ratios, -max bounds
+// our own value; both are comma-separated lists of
+//
+//	-target [Group/]baseline[@regexp]=max   ratio ours/baseline <= max
+//	-max    Group[@regexp]=max              ours <= max
+//
+// Group is the name after "Benchmark" (Allow, Keyed); without it a -target
+// applies in every group. The regexp, if any, must match
+// "<our library>/<mode>", e.g. ^ratelimit-tokenbucket/1Mkeys/. Without the
+// flags, the targets of the issues apply for the metric chosen (see
+// defaultTargets); -target= and -max= turn them off.
+//
+// -medians prints instead one table per group of every benchmark's medians
+// in every unit it reports. -md prints Markdown tables instead of aligned
+// text.
 package main
 
 import (
@@ -18,101 +43,168 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 )
 
+// defaultTargets are the targets applied when -target and -max are not
+// given, by metric: BenchmarkAllow's (issue 1) and BenchmarkKeyed's (issue
+// 6: at 1M keys at most 0.5x sethvargo's ns/op and at most 80 bytes per key
+// for the token bucket, fixed window and sliding counter; no allocation for
+// an existing key).
+var defaultTargets = map[string]struct{ ratio, max string }{
+	"ns/op":     {ratio: "Allow/xtimerate=0.6,Allow/uber=1," + keyedTarget + "/1Mkeys/=0.5"},
+	"cpu-ns/op": {ratio: "Allow/xtimerate=0.6,Allow/uber=1," + keyedTarget + "/1Mkeys/=0.5"},
+	"bytes/key": {max: "Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=80"},
+	"allocs/op": {max: "Allow=0,Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=0"},
+}
+
+const keyedTarget = "Keyed/sethvargo@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)"
+
 type key struct {
 	group, lib, mode, procs string
 }
 
+func (k key) name() string { return k.group + "/" + k.lib + "/" + k.mode }
+
+// results holds every sample of every benchmark, by unit, in input order.
+type results struct {
+	samples map[key]map[string][]float64
+	order   []key
+	units   map[string][]string // by group, in order of first appearance
+}
+
+// target is one bound: on ours/base when base is set, on ours otherwise.
+type target struct {
+	group, base string
+	re          *regexp.Regexp // nil: every benchmark
+	max         float64
+	spec        string
+}
+
+func (t target) applies(k key, base string) bool {
+	return (t.group == "" || t.group == strings.TrimPrefix(k.group, "Benchmark")) &&
+		t.base == base && (t.re == nil || t.re.MatchString(k.lib+"/"+k.mode))
+}
+
 func main() {
-	base := flag.String("base", "xtimerate,uber,juju", "comma-separated baseline libraries")
-	target := flag.String("target", "xtimerate=0.6,uber=1", "comma-separated lib=maxratio targets")
-	metric := flag.String("metric", "ns/op", "unit of the metric compared, e.g. ns/op or cpu-ns/op")
+	metric := flag.String("metric", "ns/op", "unit of the metric compared, e.g. ns/op, cpu-ns/op, bytes/key, allocs/op")
+	base := flag.String("base", "", "comma-separated baseline libraries (default: every other library of each group but -exclude)")
+	exclude := flag.String("exclude", "bare", "comma-separated libraries that are no baseline by default")
+	ratioSpec := flag.String("target", "", "comma-separated [Group/]baseline[@regexp]=maxratio targets (default: the issues' for -metric)")
+	maxSpec := flag.String("max", "", "comma-separated Group[@regexp]=max bounds on our value (default: the issues' for -metric)")
+	rowsRE := flag.String("rows", "", "regexp: only our benchmarks whose name (BenchmarkGroup/library/mode) matches")
+	md := flag.Bool("md", false, "print Markdown tables")
+	medians := flag.Bool("medians", false, "print every benchmark's medians in every unit instead of ratios")
 	flag.Parse()
-	targets := map[string]float64{}
-	for _, t := range strings.Split(*target, ",") {
-		if t == "" {
-			continue
-		}
-		lib, v, ok := strings.Cut(t, "=")
-		f, err := strconv.ParseFloat(v, 64)
-		if !ok || err != nil {
-			fatalf("bad -target %q", t)
-		}
-		targets[lib] = f
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["target"] {
+		*ratioSpec = defaultTargets[*metric].ratio
 	}
-	samples := map[key][]float64{}
-	var order []key
+	if !set["max"] {
+		*maxSpec = defaultTargets[*metric].max
+	}
+	targets := append(parseTargets(*ratioSpec, true), parseTargets(*maxSpec, false)...)
+
+	r := &results{samples: map[key]map[string][]float64{}, units: map[string][]string{}}
 	if flag.NArg() == 0 {
-		parse(os.Stdin, *metric, samples, &order)
+		r.parse(os.Stdin)
 	}
 	for _, name := range flag.Args() {
 		f, err := os.Open(name)
 		if err != nil {
 			fatalf("%v", err)
 		}
-		parse(f, *metric, samples, &order)
+		r.parse(f)
 		f.Close()
 	}
-	bases := strings.Split(*base, ",")
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "benchmark\tprocs\t%s\t", *metric)
-	for _, b := range bases {
-		fmt.Fprintf(w, "%s\tratio\t", b)
+	t := newTable(*md)
+	if *medians {
+		r.printMedians(t)
+		return
 	}
-	fmt.Fprintln(w)
-	misses := 0
-	for _, k := range order {
-		if !strings.HasPrefix(k.lib, "ratelimit-") {
-			continue
-		}
-		ours := median(samples[k])
-		fmt.Fprintf(w, "%s/%s/%s\t%s\t%.1f\t", k.group, k.lib, k.mode, k.procs, ours)
-		for _, b := range bases {
-			s, ok := samples[key{k.group, b, k.mode, k.procs}]
-			if !ok {
-				fmt.Fprint(w, "-\t-\t")
-				continue
-			}
-			m := median(s)
-			r := ours / m
-			mark := ""
-			if t, ok := targets[b]; ok && r > t {
-				mark = " MISS"
-				misses++
-			}
-			fmt.Fprintf(w, "%.1f\t%.2fx%s\t", m, r, mark)
-		}
-		fmt.Fprintln(w)
+	var bases []string
+	if *base != "" {
+		bases = strings.Split(*base, ",")
 	}
-	w.Flush()
-	fmt.Printf("\n%s, medians of %s; ratio = ours/baseline; targets %s; %d missed\n",
-		*metric, countNote(samples), *target, misses)
+	rows, err := regexp.Compile(*rowsRE)
+	if err != nil {
+		fatalf("bad -rows: %v", err)
+	}
+	checked, misses := r.printRatios(t, *metric, rows, bases, strings.Split(*exclude, ","), targets)
+	fmt.Printf("\n%s, medians of %s; ratio = ours/baseline", *metric, r.countNote())
+	if checked > 0 {
+		fmt.Printf("; targets: %s; %d checked, %d missed", specs(targets), checked, misses)
+	}
+	fmt.Println()
 }
 
-// parse reads benchmark result lines, keeping ns/op per name.
-func parse(r io.Reader, metric string, samples map[key][]float64, order *[]key) {
-	sc := bufio.NewScanner(r)
+func parseTargets(spec string, ratio bool) []target {
+	var ts []target
+	for _, s := range strings.Split(spec, ",") {
+		if s == "" {
+			continue
+		}
+		lhs, v, ok := strings.Cut(s, "=")
+		limit, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			fatalf("bad target %q", s)
+		}
+		t := target{max: limit, spec: s}
+		lhs, pattern, hasRE := strings.Cut(lhs, "@")
+		if hasRE {
+			re, err := regexp.Compile(pattern)
+			if err != nil {
+				fatalf("bad target %q: %v", s, err)
+			}
+			t.re = re
+		}
+		if ratio {
+			if g, b, ok := strings.Cut(lhs, "/"); ok {
+				t.group, t.base = g, b
+			} else {
+				t.base = lhs
+			}
+			if t.base == "" {
+				fatalf("bad target %q: no baseline", s)
+			}
+		} else {
+			t.group = lhs
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+func specs(ts []target) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		if t.base == "" {
+			s[i] = "ours " + t.spec
+		} else {
+			s[i] = t.spec
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// parse reads benchmark result lines.
+func (r *results) parse(in io.Reader) {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		v, found := 0.0, false
-		for i := 2; i+1 < len(f); i += 2 {
-			if f[i+1] == metric {
-				x, err := strconv.ParseFloat(f[i], 64)
-				v, found = x, err == nil
-				break
-			}
-		}
-		if !found {
-			continue
+		if _, err := strconv.Atoi(f[1]); err != nil {
+			continue // not a result line (a log line, say)
 		}
 		name, procs := f[0], "1"
 		if i := strings.LastIndexByte(name, '-'); i > strings.LastIndexByte(name, '/') {
@@ -125,37 +217,223 @@ func parse(r io.Reader, metric string, samples map[key][]float64, order *[]key) 
 			continue
 		}
 		k := key{parts[0], parts[1], parts[2], procs}
-		if _, seen := samples[k]; !seen {
-			*order = append(*order, k)
+		m, seen := r.samples[k]
+		if !seen {
+			m = map[string][]float64{}
+			r.samples[k] = m
+			r.order = append(r.order, k)
 		}
-		samples[k] = append(samples[k], v)
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			unit := f[i+1]
+			m[unit] = append(m[unit], v)
+			if !slices.Contains(r.units[k.group], unit) {
+				r.units[k.group] = append(r.units[k.group], unit)
+			}
+		}
 	}
 	if err := sc.Err(); err != nil {
 		fatalf("%v", err)
 	}
 }
 
+func (r *results) groups() []string {
+	var gs []string
+	for _, k := range r.order {
+		if !slices.Contains(gs, k.group) {
+			gs = append(gs, k.group)
+		}
+	}
+	return gs
+}
+
+func isOurs(lib string) bool { return strings.HasPrefix(lib, "ratelimit-") }
+
+// printRatios prints one table per group that has our results in metric
+// and a baseline, and returns how many targets were checked and missed.
+func (r *results) printRatios(t *table, metric string, rowsRE *regexp.Regexp, only, exclude []string, targets []target) (checked, misses int) {
+	check := func(k key, base string, v float64) string {
+		mark := ""
+		for _, tg := range targets {
+			if tg.applies(k, base) {
+				checked++
+				if v > tg.max || math.IsNaN(v) {
+					misses++
+					mark = " MISS"
+				} else if mark == "" {
+					mark = " ok"
+				}
+			}
+		}
+		return mark
+	}
+	for _, g := range r.groups() {
+		var bases []string
+		var rows []key
+		for _, k := range r.order {
+			if k.group != g {
+				continue
+			}
+			if isOurs(k.lib) {
+				if len(r.samples[k][metric]) > 0 && rowsRE.MatchString(k.name()) {
+					rows = append(rows, k)
+				}
+			} else if !slices.Contains(bases, k.lib) &&
+				(only == nil && !slices.Contains(exclude, k.lib) || slices.Contains(only, k.lib)) {
+				bases = append(bases, k.lib)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		head := []string{g, "procs", metric}
+		for _, b := range bases {
+			head = append(head, b, "ratio")
+		}
+		t.start(head, 2)
+		for _, k := range rows {
+			ours := median(r.samples[k][metric])
+			row := []string{k.lib + "/" + k.mode, k.procs, formatValue(ours) + check(k, "", ours)}
+			for _, b := range bases {
+				s := r.samples[key{k.group, b, k.mode, k.procs}][metric]
+				if len(s) == 0 {
+					row = append(row, "-", "-")
+					continue
+				}
+				m := median(s)
+				ratio := fmt.Sprintf("%.2fx", ours/m)
+				switch {
+				case m == 0 && ours == 0:
+					ratio = "="
+				case m == 0:
+					ratio = "inf"
+				}
+				row = append(row, formatValue(m), ratio+check(k, b, ours/m))
+			}
+			t.row(row)
+		}
+		t.end()
+	}
+	return checked, misses
+}
+
+// printMedians prints, per group, every benchmark's median in every unit
+// the group reports, and the number of samples.
+func (r *results) printMedians(t *table) {
+	for _, g := range r.groups() {
+		head := append([]string{g, "procs", "runs"}, r.units[g]...)
+		t.start(head, 1)
+		for _, k := range r.order {
+			if k.group != g {
+				continue
+			}
+			runs := 0
+			row := []string{k.lib + "/" + k.mode, k.procs, ""}
+			for _, u := range r.units[g] {
+				s := r.samples[k][u]
+				runs = max(runs, len(s))
+				if len(s) == 0 {
+					row = append(row, "-")
+				} else {
+					row = append(row, formatValue(median(s)))
+				}
+			}
+			row[2] = strconv.Itoa(runs)
+			t.row(row)
+		}
+		t.end()
+	}
+	fmt.Printf("\nmedians of %s\n", r.countNote())
+}
+
+// formatValue prints v with about four significant digits, without an
+// exponent for the magnitudes benchmarks report.
+func formatValue(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case v == math.Trunc(v) && a < 1e15:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 0.001:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
 func median(s []float64) float64 {
 	s = slices.Sorted(slices.Values(s))
 	n := len(s)
+	if n == 0 {
+		return math.NaN()
+	}
 	if n%2 == 1 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-func countNote(samples map[key][]float64) string {
+func (r *results) countNote() string {
 	lo, hi := -1, 0
-	for _, s := range samples {
-		if lo < 0 || len(s) < lo {
-			lo = len(s)
+	for _, m := range r.samples {
+		for _, s := range m {
+			if lo < 0 || len(s) < lo {
+				lo = len(s)
+			}
+			hi = max(hi, len(s))
 		}
-		hi = max(hi, len(s))
 	}
 	if lo == hi {
 		return fmt.Sprintf("%d runs each", lo)
 	}
 	return fmt.Sprintf("%d-%d runs each", lo, hi)
+}
+
+// table prints rows as aligned text or as a Markdown table.
+type table struct {
+	md bool
+	w  *tabwriter.Writer
+}
+
+func newTable(md bool) *table { return &table{md: md} }
+
+// start begins a table; columns from left on are right-aligned.
+func (t *table) start(head []string, left int) {
+	if t.md {
+		fmt.Println()
+		fmt.Println("| " + strings.Join(head, " | ") + " |")
+		sep := make([]string, len(head))
+		for i := range sep {
+			sep[i] = "---"
+			if i >= left {
+				sep[i] = "---:"
+			}
+		}
+		fmt.Println("|" + strings.Join(sep, "|") + "|")
+		return
+	}
+	fmt.Println()
+	t.w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	t.row(head)
+}
+
+func (t *table) row(cells []string) {
+	if t.md {
+		fmt.Println("| " + strings.Join(cells, " | ") + " |")
+		return
+	}
+	fmt.Fprintln(t.w, strings.Join(cells, "\t")+"\t")
+}
+
+func (t *table) end() {
+	if !t.md {
+		t.w.Flush()
+	}
 }
 
 func fatalf(format string, args ...any) {
