@@ -29,9 +29,10 @@ type denyCache struct {
 const denyShards = 16
 
 type denyShard struct {
-	mu sync.Mutex
-	m  map[string]denyEntry // guarded by mu
-	_  [40]byte
+	mu  sync.Mutex
+	m   map[string]denyEntry // guarded by mu
+	gen uint64               // guarded by mu; counts drops, see put
+	_   [32]byte
 }
 
 type denyEntry struct {
@@ -50,8 +51,9 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%denyShards]
 }
 
-// get returns the cached denial of n events for key at now, if any.
-func (c *denyCache) get(key string, n int, now int64, limit int) (ratelimit.Decision, bool) {
+// get returns the cached denial of n events for key at now, if any, and
+// otherwise the generation to pass to put after asking Redis.
+func (c *denyCache) get(key string, n int, now int64, limit int) (ratelimit.Decision, uint64, bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.m[key]
@@ -59,24 +61,30 @@ func (c *denyCache) get(key string, n int, now int64, limit int) (ratelimit.Deci
 		delete(sh.m, key)
 		ok = false
 	}
+	gen := sh.gen
 	sh.mu.Unlock()
 	if !ok || e.n != n {
-		return ratelimit.Decision{}, false
+		return ratelimit.Decision{}, gen, false
 	}
 	return ratelimit.Decision{
 		Limit:      limit,
 		Remaining:  e.remaining,
 		RetryAfter: time.Duration(e.until - now),
 		ResetAfter: time.Duration(max(e.resetAt-now, 0)),
-	}, true
+	}, gen, true
 }
 
 // put records that n events for key were denied with d, decided no
-// earlier than the local time sent.
-func (c *denyCache) put(key string, n int, sent int64, d ratelimit.Decision) {
+// earlier than the local time sent. gen is what get returned before the
+// request was sent: if a refund dropped a key of the shard since, the
+// denial may predate the refund, and is not recorded.
+func (c *denyCache) put(key string, n int, sent int64, gen uint64, d ratelimit.Decision) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if sh.gen != gen {
+		return
+	}
 	if sh.m == nil {
 		sh.m = make(map[string]denyEntry)
 	}
@@ -110,6 +118,7 @@ func (c *denyCache) drop(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	delete(sh.m, key)
+	sh.gen++
 	sh.mu.Unlock()
 }
 

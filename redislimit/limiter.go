@@ -449,10 +449,15 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 // package documentation).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
 	valid := n > 0 && n <= l.policy.Limit
-	var sent int64
+	var (
+		sent int64
+		gen  uint64
+	)
 	if valid && l.cache != nil {
 		sent = l.mono()
-		if d, ok := l.cache.get(key, n, sent, l.policy.Limit); ok {
+		var d ratelimit.Decision
+		var ok bool
+		if d, gen, ok = l.cache.get(key, n, sent, l.policy.Limit); ok {
 			return d, nil
 		}
 	}
@@ -469,7 +474,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		return d, nil
 	}
 	if !d.Allowed && l.cache != nil {
-		l.cache.put(key, n, sent, d)
+		l.cache.put(key, n, sent, gen, d)
 	}
 	return d, nil
 }
@@ -599,6 +604,11 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 	args = append(args, l.nowArg(), n)
 	args = append(args, l.scripts.params...)
 	err := l.run(ctx, l.scripts.refund, key, args, (*redis.Cmd).Err)
+	if l.cache != nil {
+		// Again: a denial decided before the refund landed may have been
+		// cached meanwhile.
+		l.cache.drop(key)
+	}
 	if err != nil {
 		err = &unavailableError{op: "refund", key: key, err: err}
 		l.report(ctx, err)
