@@ -647,6 +647,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return err
 		}
 		d, err := l.AllowN(ctx, key, n)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err() // the caller gave up, whatever the failure policy says
+		}
 		if d.Allowed {
 			return nil
 		}
