@@ -24,7 +24,7 @@ type breaker struct {
 	cooldown  int64        // 0: disabled
 	openUntil atomic.Int64 // 0: closed
 	probing   atomic.Bool
-	last      atomic.Value // error that opened it
+	last      atomic.Pointer[error] // the error that opened it
 }
 
 // ErrBreakerOpen is wrapped (with [ErrUnavailable]) by the errors of calls
@@ -53,7 +53,10 @@ func (b *breaker) allow(now int64) (ok, probe bool, err error) {
 	if now >= until && b.probing.CompareAndSwap(false, true) {
 		return true, true, nil
 	}
-	last, _ := b.last.Load().(error)
+	var last error
+	if p := b.last.Load(); p != nil {
+		last = *p
+	}
 	return false, false, &breakerError{last: last}
 }
 
@@ -73,7 +76,7 @@ func (b *breaker) done(now int64, probe bool, err error, callerDone bool) {
 		}
 	case callerDone:
 	default:
-		b.last.Store(err)
+		b.last.Store(&err) // a pointer: atomic.Value would panic on errors of different types
 		b.openUntil.Store(now + b.cooldown)
 	}
 }
