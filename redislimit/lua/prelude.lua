@@ -76,3 +76,53 @@ end
 
 -- Every script ends by returning {allowed (0/1), remaining, retryAfter µs,
 -- resetAfter µs} (decisions) or 1/0 (refunds: whether state was changed).
+
+-- tbParse splits a token bucket's stored "<last> <debt>".
+local function tbParse(v)
+  local sp = string.find(v, ' ', 1, true)
+  return tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1))
+end
+
+-- tbRefill returns a token bucket's last update and debt refilled up to now
+-- at r units per microsecond; time that runs backwards refills nothing.
+-- Mirrors tokenBucketAlg.advance.
+local function tbRefill(last, debt, now, r)
+  local e = now - last
+  if e <= 0 then
+    return last, debt
+  end
+  if debt > 0 then
+    if e >= cdiv(debt, r) then
+      debt = 0
+    else
+      debt = debt - e * r
+    end
+  end
+  return now, debt
+end
+
+-- logExpired counts the entries at the front of a sliding log list that are
+-- expired (ts <= cutoff), and their events, reading in growing chunks. It
+-- removes nothing: a denial stores nothing.
+local function logExpired(key, entries, cutoff)
+  local expired, expiredN = 0, 0
+  local chunk = 1
+  while expired < entries do
+    local first = 1 + 2 * expired
+    local items = redis.call('LRANGE', key, int(first), int(first + 2 * chunk - 1))
+    local live = #items == 0
+    for j = 1, #items, 2 do
+      if tonumber(items[j]) > cutoff then
+        live = true
+        break
+      end
+      expired = expired + 1
+      expiredN = expiredN + tonumber(items[j + 1])
+    end
+    if live then
+      break
+    end
+    chunk = chunk * 4
+  end
+  return expired, expiredN
+end

@@ -23,27 +23,8 @@ if len > 0 then
   entries = (len - 1) / 2
 end
 
--- Count the expired entries at the front (ts <= cutoff) and their events,
--- reading in growing chunks. Nothing is removed yet: a denial stores nothing.
-local expired, expiredN = 0, 0
-local chunk = 1
-while expired < entries do
-  local first = 1 + 2 * expired
-  local items = redis.call('LRANGE', key, int(first), int(first + 2 * chunk - 1))
-  local live = #items == 0
-  for j = 1, #items, 2 do
-    if tonumber(items[j]) > cutoff then
-      live = true
-      break
-    end
-    expired = expired + 1
-    expiredN = expiredN + tonumber(items[j + 1])
-  end
-  if live then
-    break
-  end
-  chunk = chunk * 4
-end
+-- Nothing is removed yet: a denial stores nothing.
+local expired, expiredN = logExpired(key, entries, cutoff)
 total = total - expiredN
 entries = entries - expired
 
@@ -91,7 +72,7 @@ end
 local free = after - max
 local ts = 0
 local i = expired
-chunk = 16
+local chunk = 16
 while free > 0 do
   local first = 1 + 2 * i
   local items = redis.call('LRANGE', key, int(first), int(first + 2 * chunk - 1))

@@ -17,25 +17,7 @@ local cutoff = now - w
 local total = tonumber(redis.call('LINDEX', key, 0))
 local entries = (len - 1) / 2
 
-local expired, expiredN = 0, 0
-local chunk = 1
-while expired < entries do
-  local first = 1 + 2 * expired
-  local items = redis.call('LRANGE', key, int(first), int(first + 2 * chunk - 1))
-  local live = #items == 0
-  for j = 1, #items, 2 do
-    if tonumber(items[j]) > cutoff then
-      live = true
-      break
-    end
-    expired = expired + 1
-    expiredN = expiredN + tonumber(items[j + 1])
-  end
-  if live then
-    break
-  end
-  chunk = chunk * 4
-end
+local expired, expiredN = logExpired(key, entries, cutoff)
 total = total - expiredN
 entries = entries - expired
 

@@ -17,23 +17,9 @@ local full = tonumber(ARGV[4]) * p
 local last, debt = 0, 0
 local v = redis.call('GET', key)
 if v then
-  local sp = string.find(v, ' ', 1, true)
-  last = tonumber(string.sub(v, 1, sp - 1))
-  debt = tonumber(string.sub(v, sp + 1))
+  last, debt = tbParse(v)
 end
-
--- Refill up to now; time that runs backwards refills nothing.
-local e = now - last
-if e > 0 then
-  last = now
-  if debt > 0 then
-    if e >= cdiv(debt, r) then
-      debt = 0
-    else
-      debt = debt - e * r
-    end
-  end
-end
+last, debt = tbRefill(last, debt, now, r)
 
 local need = n * p
 local avail = full - debt

@@ -12,21 +12,8 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local sp = string.find(v, ' ', 1, true)
-local last = tonumber(string.sub(v, 1, sp - 1))
-local debt = tonumber(string.sub(v, sp + 1))
-
-local e = now - last
-if e > 0 then
-  last = now
-  if debt > 0 then
-    if e >= cdiv(debt, r) then
-      debt = 0
-    else
-      debt = debt - e * r
-    end
-  end
-end
+local last, debt = tbParse(v)
+last, debt = tbRefill(last, debt, now, r)
 
 debt = math.max(debt - n * p, 0)
 if debt == 0 then
