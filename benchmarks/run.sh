@@ -47,7 +47,12 @@ START_LOAD=$(load)
 
 TMP=$(mktemp -d)
 REDIS_PID=
+BENCH_PID=
 cleanup() {
+	if [ -n "$BENCH_PID" ]; then
+		kill "$BENCH_PID" 2>/dev/null || true
+		wait "$BENCH_PID" 2>/dev/null || true
+	fi
 	if [ -n "$REDIS_PID" ]; then
 		kill "$REDIS_PID" 2>/dev/null || true
 		wait "$REDIS_PID" 2>/dev/null || true
@@ -142,23 +147,36 @@ bench_of() {
 # on the machine hits all libraries alike instead of the ones that happened
 # to run during it.
 : >"$OUT"
+mkfifo "$TMP/fifo"
 LOADS=()
 FAILED=()
 for i in $(seq "$COUNT"); do
 	LOADS+=("$(load)")
 	echo "== round $i/$COUNT, load ${LOADS[-1]}" >&2
 	for s in "${suites[@]}"; do
+		# In the background and waited for, so that a signal stops the run at
+		# once (bash runs traps only between foreground commands).
+		tee -a "$OUT" <"$TMP/fifo" &
+		TEE_PID=$!
+		"$TMP/bench.test" -test.run=NONE -test.bench="$(bench_of "$s")" -test.benchmem \
+			-test.count=1 -test.cpu="$(cpu_of "$s")" -test.benchtime="$BENCHTIME" "$@" >"$TMP/fifo" &
+		BENCH_PID=$!
 		# A failing suite is reported, not fatal: the other numbers still hold.
-		if ! "$TMP/bench.test" -test.run=NONE -test.bench="$(bench_of "$s")" -test.benchmem \
-			-test.count=1 -test.cpu="$(cpu_of "$s")" -test.benchtime="$BENCHTIME" "$@" | tee -a "$OUT"; then
+		if ! wait "$BENCH_PID"; then
 			FAILED+=("Benchmark$s in round $i")
 			echo "== Benchmark$s FAILED in round $i" >&2
 		fi
+		BENCH_PID=
+		wait "$TEE_PID"
 	done
 done
 END_LOAD=$(load)
 MINUTES=$(( ($(date +%s) - START + 30) / 60 ))
 
+if ! grep -q '^Benchmark' "$OUT"; then
+	echo "no benchmark results in $OUT; $RESULTS left as it was" >&2
+	exit 1
+fi
 "$BENCHSTAT" "$OUT" >"$TMP/benchstat.txt"
 echo
 echo "== benchstat $OUT"
@@ -239,6 +257,8 @@ done
 	echo '```'
 	echo
 	echo "</details>"
-} >"$RESULTS"
+} >"$TMP/results.md"
+# Written whole or not at all.
+mv "$TMP/results.md" "$RESULTS"
 echo
 echo "== wrote $RESULTS and $OUT in $MINUTES min" >&2
