@@ -116,9 +116,7 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 
 	var dsBuf [8]Decision
 	var nowsBuf [8]int64
-	ds, nows := dsBuf[:0], nowsBuf[:0]
-	ds = append(ds, make([]Decision, len(dims))...)
-	nows = append(nows, make([]int64, len(dims))...)
+	ds, nows := bufFor(&dsBuf, len(dims)), bufFor(&nowsBuf, len(dims))
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
 		nows[i] = k.ts.now()
@@ -146,11 +144,20 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 	return MultiDecision{Decision: ds[best], Index: best}, nil
 }
 
+// bufFor returns n elements in buf, or on the heap when n exceeds it.
+// (append(buf[:0], make(...)...) allocates under -race.)
+func bufFor[T any](buf *[8]T, n int) []T {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]T, n)
+}
+
 // allowAllRefund is AllowAll over any limiters: charge in order, refund on
 // denial.
 func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision, error) {
 	var dsBuf [8]Decision
-	ds := append(dsBuf[:0], make([]Decision, len(dims))...)
+	ds := bufFor(&dsBuf, len(dims))
 	var errs error // from dimensions admitted by a failure policy
 	for i, d := range dims {
 		dec, err := d.Limiter.AllowN(ctx, d.Key, n)
