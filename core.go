@@ -174,18 +174,31 @@ func (c *core[S, A]) WaitN(ctx context.Context, n int) error {
 	if isReserver {
 		return c.waitReserve(ctx, n)
 	}
+	return waitLoop(ctx, &c.ts, func() (Decision, error) { return c.AllowN(n), nil }, n)
+}
+
+// waitLoop retries allow after each denial's RetryAfter until it admits,
+// ctx is done, or the wait cannot succeed (RetryNever: n exceeds a limit
+// lowered meanwhile; a wait beyond ctx's deadline).
+func waitLoop(ctx context.Context, ts *timeSource, allow func() (Decision, error), n int) error {
 	for {
-		d := c.AllowN(n)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d, err := allow()
+		if err != nil {
+			return err
+		}
 		if d.Allowed {
 			return nil
 		}
-		if d.RetryAfter == RetryNever { // the limit was lowered meanwhile
+		if d.RetryAfter == RetryNever {
 			return nError(n, "the limit", int64(d.Limit))
 		}
 		if err := checkDeadline(ctx, d.RetryAfter); err != nil {
 			return err
 		}
-		if err := c.ts.sleep(ctx, d.RetryAfter); err != nil {
+		if err := ts.sleep(ctx, d.RetryAfter); err != nil {
 			return err
 		}
 	}

@@ -155,32 +155,6 @@ func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
 	return waitLoop(ctx, &k.ts, func() (Decision, error) { return k.AllowN(ctx, key, n) }, n)
 }
 
-// waitLoop retries allow after each denial's RetryAfter until it admits,
-// ctx is done, or the wait cannot succeed.
-func waitLoop(ctx context.Context, ts *timeSource, allow func() (Decision, error), n int) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		d, err := allow()
-		if err != nil {
-			return err
-		}
-		if d.Allowed {
-			return nil
-		}
-		if d.RetryAfter == RetryNever {
-			return nError(n, "the limit", int64(d.Limit))
-		}
-		if err := checkDeadline(ctx, d.RetryAfter); err != nil {
-			return err
-		}
-		if err := ts.sleep(ctx, d.RetryAfter); err != nil {
-			return err
-		}
-	}
-}
-
 // keyedStore is the algorithm-independent face of store[S, A]. It returns
 // verdicts, not Decisions: see verdict for why.
 type keyedStore interface {
