@@ -13,9 +13,7 @@ local w = tonumber(ARGV[5])
 local sk, count = 0, 0
 local v = redis.call('GET', key)
 if v then
-  local sp = string.find(v, ' ', 1, true)
-  sk = tonumber(string.sub(v, 1, sp - 1))
-  count = tonumber(string.sub(v, sp + 1))
+  sk, count = fields(v)
 end
 
 local k = fdiv(now, w)

@@ -8,14 +8,13 @@ local v = redis.call('GET', key)
 if not v then
   return 0
 end
-local sp = string.find(v, ' ', 1, true)
-local k = tonumber(string.sub(v, 1, sp - 1))
+local k, stored = fields(v)
 local now = clock()
 local w = tonumber(ARGV[4])
 if fdiv(now, w) ~= k then
   return 0
 end
-local count = math.max(tonumber(string.sub(v, sp + 1)) - tonumber(ARGV[2]), 0)
+local count = math.max(stored - tonumber(ARGV[2]), 0)
 if count == 0 then
   redis.call('DEL', key)
 else

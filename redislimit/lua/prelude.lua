@@ -77,10 +77,15 @@ end
 -- Every script ends by returning {allowed (0/1), remaining, retryAfter µs,
 -- resetAfter µs} (decisions) or 1/0 (refunds: whether state was changed).
 
--- tbParse splits a token bucket's stored "<last> <debt>".
-local function tbParse(v)
-  local sp = string.find(v, ' ', 1, true)
-  return tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1))
+-- fields returns the numbers of a stored state "<a> <b>" or "<a> <b> <c>",
+-- in order. Plain finds, not a gmatch into a table: no table per decision.
+local function fields(v)
+  local a = string.find(v, ' ', 1, true)
+  local b = string.find(v, ' ', a + 1, true)
+  if not b then
+    return tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1))
+  end
+  return tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), tonumber(string.sub(v, b + 1))
 end
 
 -- tbRefill returns a token bucket's last update and debt refilled up to now

@@ -15,11 +15,7 @@ local w = tonumber(ARGV[5])
 local sk, sc, sp = 0, 0, 0
 local v = redis.call('GET', key)
 if v then
-  local a = string.find(v, ' ', 1, true)
-  local b = string.find(v, ' ', a + 1, true)
-  sk = tonumber(string.sub(v, 1, a - 1))
-  sc = tonumber(string.sub(v, a + 1, b - 1))
-  sp = tonumber(string.sub(v, b + 1))
+  sk, sc, sp = fields(v)
 end
 
 -- roll: the state as seen at now, and the time elapsed in window k.

@@ -11,11 +11,7 @@ end
 local now = clock()
 local n = tonumber(ARGV[2])
 local w = tonumber(ARGV[4])
-local a = string.find(v, ' ', 1, true)
-local b = string.find(v, ' ', a + 1, true)
-local sk = tonumber(string.sub(v, 1, a - 1))
-local sc = tonumber(string.sub(v, a + 1, b - 1))
-local sp = tonumber(string.sub(v, b + 1))
+local sk, sc, sp = fields(v)
 local k = fdiv(now, w)
 if k == sk then
   local cur = math.max(sc - n, 0)

@@ -17,7 +17,7 @@ local full = tonumber(ARGV[4]) * p
 local last, debt = 0, 0
 local v = redis.call('GET', key)
 if v then
-  last, debt = tbParse(v)
+  last, debt = fields(v)
 end
 last, debt = tbRefill(last, debt, now, r)
 

@@ -12,7 +12,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local last, debt = tbParse(v)
+local last, debt = fields(v)
 last, debt = tbRefill(last, debt, now, r)
 
 debt = math.max(debt - n * p, 0)
