@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -29,8 +30,10 @@ type Option interface {
 
 // options holds every optional setting, with its default.
 type options struct {
-	clock   Clock // nil means the real clock (fast path)
-	maxKeys int   // Keyed only; 0 means DefaultMaxKeys
+	clock      Clock // nil means the real clock (fast path)
+	maxKeys    int   // Keyed only; meaningful when maxKeysSet
+	maxKeysSet bool
+	err        error // the first invalid option
 }
 
 type optionFunc func(*options)
@@ -39,19 +42,50 @@ func (f optionFunc) apply(o *options) { f(o) }
 
 // WithClock makes the limiter read time from c instead of the real clock.
 // Pass a *clock.Mock from github.com/benbjohnson/clock for deterministic
-// tests. A nil c selects the real clock.
+// tests. A nil c selects the real clock; a typed nil (such as a nil
+// *clock.Mock) is an error: the constructor returns an error wrapping
+// [ErrInvalidConfig].
 func WithClock(c Clock) Option {
-	return optionFunc(func(o *options) { o.clock = c })
+	return optionFunc(func(o *options) {
+		if c != nil && isNil(c) {
+			o.setErr(configError("WithClock: clock is a nil %T", c))
+			return
+		}
+		o.clock = c
+	})
 }
 
-func buildOptions(opts []Option) options {
+// setErr records the first invalid option.
+func (o *options) setErr(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+// buildOptions applies opts in order. Its error is that of the first
+// invalid option.
+func buildOptions(opts []Option) (options, error) {
 	var o options
 	for _, opt := range opts {
-		if opt != nil {
+		if opt != nil && !isNil(opt) {
 			opt.apply(&o)
 		}
 	}
-	return o
+	return o, o.err
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, slice, channel or function: a typed nil, which passes a v != nil
+// check and then panics when a method reads through it.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // timeSource turns a Clock into integer nanoseconds on the Unix time scale:

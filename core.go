@@ -56,10 +56,14 @@ type core[S any, A algorithm[S]] struct {
 	ts  timeSource
 }
 
-func (c *core[S, A]) init(alg A, opts []Option) {
-	o := buildOptions(opts)
+func (c *core[S, A]) init(alg A, opts []Option) error {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return err
+	}
 	c.alg = alg
 	c.ts = newTimeSource(o.clock)
+	return nil
 }
 
 // verdict is a Decision without its Limit, in int64 nanoseconds: what the

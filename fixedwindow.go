@@ -29,7 +29,9 @@ func NewFixedWindow(limit int, window time.Duration, opts ...Option) (*FixedWind
 		return nil, err
 	}
 	w := &FixedWindow{}
-	w.init(alg, opts)
+	if err := w.init(alg, opts); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 

@@ -47,11 +47,19 @@ const DefaultMaxKeys = 1 << 20
 // defaultShards is the number of shards of a Keyed limiter.
 const defaultShards = 64
 
-// WithMaxKeys caps the number of keys a [Keyed] limiter holds at about n
-// (each of its shards holds at most n divided by the number of shards,
-// rounded up). Single limiters ignore it.
+// WithMaxKeys caps the number of keys a [Keyed] limiter holds at exactly n,
+// over all its shards: a new key that would be key n+1 is admitted only if
+// an idle key can be reclaimed to make room, and is otherwise denied with
+// [ErrTooManyKeys]. A non-positive n is an error: [NewKeyed] returns an
+// error wrapping [ErrInvalidConfig]. Single limiters ignore it.
 func WithMaxKeys(n int) Option {
-	return optionFunc(func(o *options) { o.maxKeys = n })
+	return optionFunc(func(o *options) {
+		if n <= 0 {
+			o.setErr(configError("WithMaxKeys must be positive, got %d", n))
+			return
+		}
+		o.maxKeys, o.maxKeysSet = n, true
+	})
 }
 
 var keyedIDs atomic.Uint64
@@ -60,17 +68,14 @@ var keyedIDs atomic.Uint64
 // returns an error wrapping [ErrInvalidConfig] when p is invalid or
 // [WithMaxKeys] is not positive.
 func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
-	o := buildOptions(opts)
-	if o.maxKeys == 0 {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if !o.maxKeysSet {
 		o.maxKeys = DefaultMaxKeys
 	}
-	if o.maxKeys < 0 {
-		return nil, configError("WithMaxKeys must be positive, got %d", o.maxKeys)
-	}
-	var (
-		st  keyedStore
-		err error
-	)
+	var st keyedStore
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
 		st, err = storeOf[tbState, *tokenBucketAlg](o.maxKeys)(newTokenBucketAlg(p.Limit, p.Refill, p.Period))

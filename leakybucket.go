@@ -31,7 +31,9 @@ func NewLeakyBucket(capacity int, leakEvery time.Duration, opts ...Option) (*Lea
 		return nil, err
 	}
 	b := &LeakyBucket{}
-	b.init(alg, opts)
+	if err := b.init(alg, opts); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 

@@ -33,28 +33,59 @@ type MultiDecision struct {
 	Index int
 }
 
+// KeyedPeeker is implemented by keyed limiters that can report the
+// Decision AllowN would return without consuming anything, such as the
+// Redis limiters of package redislimit. [AllowAll] uses it, when a
+// dimension has already denied a request, to learn the other dimensions'
+// decisions without charging them.
+type KeyedPeeker interface {
+	Peek(ctx context.Context, key string, n int) (Decision, error)
+}
+
 // AllowAll charges n events to every dimension, all or nothing: if any
 // dimension denies, none is charged. It returns the most restrictive
 // Decision and which dimension it came from; MultiDecision.Allowed reports
-// whether the request was admitted.
+// whether the request was admitted. Every dimension is consulted, so a
+// denied request reports the longest RetryAfter of all the dimensions that
+// deny it: waiting that long (with no other traffic) lets it through.
 //
-// When every dimension's limiter is a [*Keyed], AllowAll is exact and
-// atomic: it locks the shards involved (in a fixed order, so concurrent
-// calls cannot deadlock), checks every dimension, and charges them only if
-// all admit. With other limiters (such as Redis ones) it charges the
-// dimensions in order and, when one denies, refunds those already charged
-// with RefundN; a concurrent request may then briefly see the refunded
-// quota as used.
+// When every dimension's limiter is a [*Keyed], or a [*Tiered] whose tier
+// for the key is a *Keyed, AllowAll is exact and atomic: it locks the shards
+// involved (in a fixed order, so concurrent calls cannot deadlock), checks
+// every dimension, and charges them only if all admit. With other limiters
+// (such as Redis ones) it charges the dimensions in order; once one denies,
+// it asks each later dimension what it would decide, with Peek when the
+// limiter implements [KeyedPeeker] and otherwise by charging it too, and
+// then refunds with RefundN every dimension it charged. A concurrent request
+// may then briefly see the refunded quota as used. Refunds do not depend on
+// ctx: a caller that goes away does not leave a denied request charged.
 //
-// An error from a limiter is returned with its Decision (the limiter's own
-// failure policy decides); a dimension that is not admitted stops the
-// request either way. With no dimensions the request is admitted.
+// A dimension with a nil Limiter is a configuration error: AllowAll denies
+// the request with an error wrapping [ErrInvalidConfig] that names it, and
+// charges nothing. An error from a limiter is returned with its Decision
+// (the limiter's own failure policy decides); a dimension that is not
+// admitted stops the request either way. With no dimensions the request is
+// admitted.
 func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, error) {
 	if len(dims) == 0 {
 		return MultiDecision{Decision: Decision{Allowed: true}, Index: -1}, nil
 	}
+	for i, d := range dims {
+		if isNil(d.Limiter) {
+			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
+				configError("AllowAll: dimension %d (%q) has a nil Limiter", i, d.Name)
+		}
+	}
 	if allKeyed(dims) {
 		return allowAllKeyed(n, dims)
+	}
+	var buf [8]Dimension
+	resolved, ok, err := resolveKeyed(ctx, dims, &buf)
+	if err != nil {
+		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: len(resolved)}, err
+	}
+	if ok {
+		return allowAllKeyed(n, resolved)
 	}
 	return allowAllRefund(ctx, n, dims)
 }
@@ -66,6 +97,34 @@ func allKeyed(dims []Dimension) bool {
 		}
 	}
 	return true
+}
+
+// resolveKeyed replaces every [*Tiered] dimension by its tier's limiter for
+// the key, in buf when it is large enough. ok reports whether every
+// resulting limiter is a *Keyed. On an unknown tier (or a tier that is a
+// nil limiter) it returns the dimensions resolved before the failing one,
+// and the error.
+func resolveKeyed(ctx context.Context, dims []Dimension, buf *[8]Dimension) (resolved []Dimension, ok bool, err error) {
+	out := bufFor(buf, len(dims))[:0]
+	ok = true
+	for _, d := range dims {
+		for depth := 0; ; depth++ {
+			t, isTiered := d.Limiter.(*Tiered)
+			if !isTiered || depth > 8 {
+				break
+			}
+			_, l, err := t.Tier(ctx, d.Key)
+			if err != nil {
+				return out, false, err
+			}
+			d.Limiter = l
+		}
+		if _, isKeyed := d.Limiter.(*Keyed); !isKeyed {
+			ok = false
+		}
+		out = append(out, d)
+	}
+	return out, ok, nil
 }
 
 // mostRestrictive picks from decisions: the longest RetryAfter among the
@@ -117,18 +176,27 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 	var dsBuf [8]Decision
 	var nowsBuf [8]int64
 	ds, nows := bufFor(&dsBuf, len(dims)), bufFor(&nowsBuf, len(dims))
+	denied := false
+	var errs error // ErrTooManyKeys from a full limiter
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
 		nows[i] = k.ts.now()
-		v, _ := k.store.decideLocked(nows[i], d.Key, n, false)
+		v, err := k.store.decideLocked(nows[i], d.Key, n, false)
 		ds[i] = v.decision(int64(k.policy.Limit))
 		if !ds[i].Allowed {
-			best := mostRestrictive(ds[:i+1])
-			return MultiDecision{Decision: ds[best], Index: best}, nil
+			denied = true
+			if err != nil && errs == nil {
+				errs = err
+			}
 		}
 	}
+	if denied {
+		// Every dimension was consulted: report the longest RetryAfter.
+		best := mostRestrictive(ds)
+		return MultiDecision{Decision: ds[best], Index: best}, errs
+	}
 	// Every dimension admits: charge them all. A charge can still fail when
-	// the same key appears twice or a shard is full; then undo the others.
+	// the same key appears twice; then undo the others.
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
 		v, err := k.store.decideLocked(nows[i], d.Key, n, true)
@@ -153,25 +221,69 @@ func bufFor[T any](buf *[8]T, n int) []T {
 	return make([]T, n)
 }
 
-// allowAllRefund is AllowAll over any limiters: charge in order, refund on
-// denial.
+// allowAllRefund is AllowAll over any limiters: charge in order until one
+// denies, then learn the decisions of the rest (peeking when they can, or
+// charging them), and refund everything charged.
 func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision, error) {
 	var dsBuf [8]Decision
-	ds := bufFor(&dsBuf, len(dims))
+	var chargedBuf [8]bool
+	ds, charged := bufFor(&dsBuf, len(dims)), bufFor(&chargedBuf, len(dims))
 	var errs error // from dimensions admitted by a failure policy
+	denied := false
 	for i, d := range dims {
-		dec, err := d.Limiter.AllowN(ctx, d.Key, n)
+		var (
+			dec    Decision
+			err    error
+			peeked bool
+		)
+		if denied {
+			dec, peeked, err = peekDim(ctx, d.Limiter, d.Key, n)
+		}
+		if !peeked {
+			dec, err = d.Limiter.AllowN(ctx, d.Key, n)
+			charged[i] = dec.Allowed
+		}
 		ds[i] = dec
 		errs = errors.Join(errs, err)
 		if !dec.Allowed {
-			for j := i - 1; j >= 0; j-- {
-				errs = errors.Join(errs, dims[j].Limiter.RefundN(ctx, dims[j].Key, n))
+			denied = true
+		}
+	}
+	if denied {
+		// Refunds are compensation owed whatever becomes of the caller.
+		rctx := context.WithoutCancel(ctx)
+		for j := len(dims) - 1; j >= 0; j-- {
+			if charged[j] {
+				errs = errors.Join(errs, dims[j].Limiter.RefundN(rctx, dims[j].Key, n))
 			}
-			return MultiDecision{Decision: dec, Index: i}, errs
 		}
 	}
 	best := mostRestrictive(ds)
 	return MultiDecision{Decision: ds[best], Index: best}, errs
+}
+
+// peekDim returns the Decision l would give key for n without charging it,
+// when l can tell: a [*Keyed], a [KeyedPeeker], or a [*Tiered] whose tier
+// for key is one of these.
+func peekDim(ctx context.Context, l KeyedLimiter, key string, n int) (Decision, bool, error) {
+	for depth := 0; depth <= 8; depth++ {
+		switch v := l.(type) {
+		case *Keyed:
+			return v.Peek(ctx, key, n), true, nil
+		case KeyedPeeker:
+			d, err := v.Peek(ctx, key, n)
+			return d, true, err
+		case *Tiered:
+			_, tl, err := v.Tier(ctx, key)
+			if err != nil {
+				return Decision{RetryAfter: RetryNever}, true, err
+			}
+			l = tl
+		default:
+			return Decision{}, false, nil
+		}
+	}
+	return Decision{}, false, nil
 }
 
 // Tiered is a [KeyedLimiter] that charges each key in the limiter of its
@@ -203,7 +315,7 @@ func NewTiered(tierOf func(ctx context.Context, key string) string, tiers map[st
 	}
 	t := &Tiered{tierOf: tierOf, tiers: make(map[string]KeyedLimiter, len(tiers))}
 	for name, l := range tiers {
-		if l == nil {
+		if isNil(l) {
 			return nil, configError("tier %q has a nil limiter", name)
 		}
 		t.tiers[name] = l
@@ -217,7 +329,8 @@ func (t *Tiered) Tier(ctx context.Context, key string) (string, KeyedLimiter, er
 	name := t.tierOf(ctx, key)
 	l, ok := t.tiers[name]
 	if !ok {
-		return name, nil, &wrapError{msg: fmt.Sprintf("%v %q for key %q", ErrUnknownTier, name, key), errs: []error{ErrUnknownTier}}
+		// The key stays out of the message: it may be an API key.
+		return name, nil, &wrapError{msg: fmt.Sprintf("%v %q", ErrUnknownTier, name), errs: []error{ErrUnknownTier}}
 	}
 	return name, l, nil
 }

@@ -39,7 +39,9 @@ func NewSlidingCounter(limit int, window time.Duration, opts ...Option) (*Slidin
 		return nil, err
 	}
 	c := &SlidingCounter{}
-	c.init(alg, opts)
+	if err := c.init(alg, opts); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -30,7 +30,9 @@ func NewSlidingLog(limit int, window time.Duration, opts ...Option) (*SlidingLog
 		return nil, err
 	}
 	l := &SlidingLog{}
-	l.init(alg, opts)
+	if err := l.init(alg, opts); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 

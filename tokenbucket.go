@@ -34,7 +34,9 @@ func NewTokenBucket(capacity, refill int, per time.Duration, opts ...Option) (*T
 		return nil, err
 	}
 	b := &TokenBucket{}
-	b.init(alg, opts)
+	if err := b.init(alg, opts); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
