@@ -23,11 +23,13 @@ import (
 // counted fully passed, so forgetting it hands its client nothing it would
 // not have had anyway. Reclaiming is incremental: each new key looks at the
 // next few keys of its shard, round the shard, and drops the idle ones,
-// under that shard's lock only, with no sweep of the whole table. The number of keys is capped
-// ([WithMaxKeys], default [DefaultMaxKeys]): when a shard is full and no
-// sampled key is idle, a request for a new key is denied with
-// [ErrTooManyKeys] while existing keys go on as before, so a flood of random
-// keys cannot exhaust memory or evict real clients.
+// under that shard's lock only, with no sweep of the whole table. The
+// number of keys is capped over all shards ([WithMaxKeys], default
+// [DefaultMaxKeys]): when the limiter holds that many keys and none of
+// those sampled (in the new key's shard, then a few in each other shard)
+// is idle, a request for a new key is denied with [ErrTooManyKeys] while
+// existing keys go on as before, so a flood of random keys cannot exhaust
+// memory or evict real clients.
 //
 // Create one with [NewKeyed]; the zero value is not usable. A Keyed is safe
 // for concurrent use.
@@ -131,8 +133,10 @@ func (k *Keyed) Allow(ctx context.Context, key string) bool {
 }
 
 // Peek reports the Decision AllowN(ctx, key, n) would return now without
-// consuming anything or storing the key. Peek(ctx, key, 0) reports the
-// key's current quota.
+// consuming anything or storing the key: a new key that the key cap would
+// refuse is reported denied with AllowN's RetryAfter of one second. Peek
+// may reclaim idle keys, which changes no decision. Peek(ctx, key, 0)
+// reports the key's current quota.
 func (k *Keyed) Peek(_ context.Context, key string, n int) Decision {
 	return k.store.peek(k.ts.now(), key, n).decision(int64(k.policy.Limit))
 }
@@ -176,12 +180,20 @@ type keyedStore interface {
 
 // store holds per-key state S for algorithm A in shards.
 type store[S any, A algorithm[S]] struct {
-	alg         A
-	seed        maphash.Seed
-	shards      []shard[S]
-	shift       uint // 64 - log2(len(shards)): the hash's top bits pick the shard
-	maxPerShard int
-	hash32      func(key string) uint32 // the low bits, for the shard's table
+	alg     A
+	seed    maphash.Seed
+	shards  []shard[S]
+	shift   uint // 64 - log2(len(shards)): the hash's top bits pick the shard
+	maxKeys int64
+	hash32  func(key string) uint32 // the low bits, for the shard's table
+	// keys counts the keys held over all shards, plus for a moment the
+	// room reserved for one being inserted: it changes only on insert and
+	// reclaim, under the lock of the shard concerned, never on the path of
+	// a key already held.
+	keys atomic.Int64
+	// sweep is where the next sweep of other shards starts, so that
+	// successive full inserts look at different shards first.
+	sweep atomic.Uint32
 }
 
 // shard is one lock and the keys it guards.
@@ -200,11 +212,11 @@ const (
 
 func newStore[S any, A algorithm[S]](alg A, maxKeys int) *store[S, A] {
 	s := &store[S, A]{
-		alg:         alg,
-		seed:        maphash.MakeSeed(),
-		shards:      make([]shard[S], defaultShards),
-		shift:       64 - 6, // defaultShards = 1<<6
-		maxPerShard: (maxKeys + defaultShards - 1) / defaultShards,
+		alg:     alg,
+		seed:    maphash.MakeSeed(),
+		shards:  make([]shard[S], defaultShards),
+		shift:   64 - 6, // defaultShards = 1<<6
+		maxKeys: int64(maxKeys),
 	}
 	s.hash32 = func(key string) uint32 { return uint32(maphash.String(s.seed, key)) }
 	return s
@@ -252,28 +264,71 @@ func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (v
 }
 
 // decideIn decides for key, which lives in sh with hash h, at now. A new
-// key that cannot be stored because sh is full is denied with a RetryAfter
-// of one second: when a key will next be idle is not known. Requires sh.mu
-// held.
+// key is decided on a fresh state and stored only if admitted and commit is
+// set. A new key that the limiter has no room for (it holds maxKeys keys
+// and none could be reclaimed) is denied with [ErrTooManyKeys] and a
+// RetryAfter of one second, whether or not commit is set, so that Peek
+// agrees with AllowN: when a key will next be idle is not known. Requires
+// sh.mu held.
 func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, commit bool) (verdict, error) {
 	if st := sh.t.get(key, h); st != nil {
 		return decideN(s.alg, st, now, n, commit), nil
 	}
-	// A new key: decide on a fresh state, and store it only if admitted.
 	v := decideN(s.alg, s.fresh(sh), now, n, false)
-	if !commit || !v.ok {
+	if !v.ok {
 		return v, nil
 	}
-	s.reclaim(sh, now, sampleOnInsert)
-	if sh.t.len() >= s.maxPerShard {
-		s.reclaim(sh, now, sampleWhenFull)
-		if sh.t.len() >= s.maxPerShard {
-			v.ok = false
-			v.retry = int64(time.Second)
-			return v, ErrTooManyKeys
-		}
+	if !s.makeRoom(sh, now) {
+		v.ok = false
+		v.retry = int64(time.Second)
+		return v, ErrTooManyKeys
+	}
+	if !commit {
+		s.keys.Add(-1) // give back the room makeRoom reserved
+		return v, nil
 	}
 	return decideN(s.alg, sh.t.insert(strings.Clone(key), h), now, n, true), nil
+}
+
+// makeRoom reserves room for one new key in s, reclaiming idle keys as
+// needed: a few of sh's on every insert, more of sh's when s is full, and
+// then some from the other shards (a full limiter's idle keys may all live
+// elsewhere). It reports false when s holds maxKeys keys and none of those
+// looked at was idle. On true the caller inserts the key, or gives the room
+// back with s.keys.Add(-1). Requires sh.mu held.
+func (s *store[S, A]) makeRoom(sh *shard[S], now int64) bool {
+	s.reclaim(sh, now, sampleOnInsert)
+	if s.reserve() {
+		return true
+	}
+	s.reclaim(sh, now, sampleWhenFull)
+	if s.reserve() {
+		return true
+	}
+	// Other shards: TryLock only, as sh.mu is held and lock order is not
+	// known; a busy shard is skipped this time.
+	start := s.sweep.Add(1)
+	for i := range s.shards {
+		o := &s.shards[(int(start)+i)%len(s.shards)]
+		if o == sh || !o.mu.TryLock() {
+			continue
+		}
+		s.reclaim(o, now, sampleOnInsert)
+		o.mu.Unlock()
+		if s.reserve() {
+			return true
+		}
+	}
+	return false
+}
+
+// reserve takes room for one key if s holds fewer than maxKeys.
+func (s *store[S, A]) reserve() bool {
+	if s.keys.Add(1) <= s.maxKeys {
+		return true
+	}
+	s.keys.Add(-1)
+	return false
 }
 
 // fresh returns sh's scratch state, reset to a fresh one. Requires sh.mu
@@ -295,6 +350,7 @@ func (s *store[S, A]) reclaim(sh *shard[S], now int64, budget int) {
 		}
 		if s.alg.idle(&t.entries[t.cursor].st, now) {
 			t.deleteEntry(t.cursor, s.hash32) // the last entry moves here: look again
+			s.keys.Add(-1)
 		} else {
 			t.cursor++
 		}

@@ -198,9 +198,11 @@ func TestKeyedCapDeniesNewKeysOnly(t *testing.T) {
 
 // TestKeyedFloodMemoryBound sends 5,000,000 distinct keys at a Keyed
 // limiter capped at 100,000 keys, on a clock that moves so that early keys
-// become idle, and checks the key count and the live heap stay bounded:
-// at most 120 bytes for each key the cap allows (token bucket, 10-20 byte
-// keys; about 56 measured).
+// become idle but about 120,000 would be live at a time: the flood reaches
+// the cap, new keys are then refused with ErrTooManyKeys, and the key count
+// and the live heap stay bounded: at most maxKeys keys, and at most 120
+// bytes for each key the cap allows (token bucket, 10-20 byte keys; about
+// 56 measured).
 func TestKeyedFloodMemoryBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("5M-key flood skipped in -short mode")
@@ -219,9 +221,10 @@ func TestKeyedFloodMemoryBound(t *testing.T) {
 	ctx := context.Background()
 	denied := 0
 	for i := range flood {
-		if i%100 == 0 {
-			// A key refills its one token in 600ms, so about 60,000 keys
-			// are live at a time; the rest must be reclaimed.
+		if i%200 == 0 {
+			// A key refills its one token in 600ms, so about 120,000 keys
+			// would be live at a time: more than the cap, and the rest must
+			// be reclaimed.
 			mock.Add(time.Millisecond)
 		}
 		if _, err := k.AllowN(ctx, "ip-"+strconv.Itoa(i), 1); err != nil {
@@ -234,7 +237,8 @@ func TestKeyedFloodMemoryBound(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("keys held %d, denied %d, heap %d bytes (%.0f bytes per cap key)", k.Len(), denied, heap, float64(heap)/maxKeys)
-	assert.LessOrEqual(t, k.Len(), maxKeys+defaultShards)
+	assert.LessOrEqual(t, k.Len(), maxKeys)
+	assert.Greater(t, denied, flood/10, "new keys refused once the cap is reached")
 	assert.Less(t, heap, int64(maxKeys*perKey), "heap grew beyond %d bytes per key", perKey)
 	runtime.KeepAlive(k)
 }
