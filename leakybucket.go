@@ -15,6 +15,12 @@ import (
 // Use it to smooth outbound traffic to a strict rate (Wait), or to police
 // inbound traffic with a bounded backlog (Allow).
 //
+// The queue counts every caller still waiting plus the event last
+// released, which stays in the bucket until it drains: a pool of N workers
+// that each loop on Wait needs a capacity of at least N+1, or the extra
+// workers get ErrQueueFull. When callers must never be refused, use a
+// [TokenBucket] (capacity 1 for no bursts), whose Wait queues any number.
+//
 // Create one with [NewLeakyBucket]; the zero value is not usable. A
 // LeakyBucket is safe for concurrent use.
 type LeakyBucket struct {

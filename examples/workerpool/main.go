@@ -5,6 +5,11 @@
 // the limiters admit them, and a context cancels everything on time-out or
 // Ctrl-C.
 //
+// The limiters are token buckets because their Wait queues any number of
+// callers: a worker that returns the error of Wait never dies of a full
+// queue. A LeakyBucket's Wait refuses callers beyond its capacity at once
+// (ErrQueueFull); use one for N workers only with a capacity of N+1 or more.
+//
 //	go run ./examples/workerpool
 package main
 
@@ -37,8 +42,11 @@ func main() {
 	}
 }
 
-func run(ctx context.Context) error {
-	const workers, jobs = 8, 36
+func run(ctx context.Context) error { return runWith(ctx, 8, 36) }
+
+// runWith runs the pool with the given number of workers and jobs. A worker
+// stops at the first error of Wait, as a worker loop usually does.
+func runWith(ctx context.Context, workers, jobs int) error {
 	global, err := ratelimit.NewTokenBucket(5, 20, time.Second)
 	if err != nil {
 		return err
@@ -66,6 +74,7 @@ func run(ctx context.Context) error {
 		mu      sync.Mutex
 		started = map[string][]time.Duration{}
 		wg      sync.WaitGroup
+		errs    = make(chan error, workers)
 	)
 	for range workers {
 		wg.Add(1)
@@ -76,11 +85,13 @@ func run(ctx context.Context) error {
 				// worker holding a shared token never waits on a tenant.
 				if err := perTenant.WaitN(ctx, j.tenant, 1); err != nil {
 					report(j, err)
-					continue
+					errs <- err
+					return
 				}
 				if err := global.Wait(ctx); err != nil {
 					report(j, err)
-					continue
+					errs <- err
+					return
 				}
 				at := time.Since(start)
 				mu.Lock()
@@ -92,6 +103,10 @@ func run(ctx context.Context) error {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil && ctx.Err() == nil {
+		return fmt.Errorf("a worker died: %w", err)
+	}
 
 	total := 0
 	for _, tenant := range []string{"acme", "globex", "initech"} {
