@@ -154,3 +154,27 @@ func TestSlidingLogSetLimitKeepsLog(t *testing.T) {
 	mock.Add(900 * ms)
 	assert.Equal(t, wantAllow(2, 0, time.Second), l.AllowN(1))
 }
+
+// TestSlidingLogSlotsAfterDrain: a log filled to its limit of 1,000
+// distinct timestamps and drained to 126 holds at most 4 slots per entry
+// (the ring halves when a quarter full), as the README's memory figure says.
+func TestSlidingLogSlotsAfterDrain(t *testing.T) {
+	t.Parallel()
+	l, mock := newTestSlidingLog(t, 1000, time.Second)
+	for range 1000 {
+		require.True(t, l.Allow())
+		mock.Add(time.Millisecond)
+	}
+	require.Equal(t, 1000, l.st.log.Len())
+	// Now the oldest is 1000ms old: advance so that 126 remain.
+	mock.Add(873 * time.Millisecond)
+	l.Peek(0)
+	require.Equal(t, 126, l.st.log.Len(), "entries left")
+	assert.LessOrEqual(t, l.st.log.Cap(), 4*126, "slots for 126 entries")
+	for l.st.log.Len() > 1 {
+		mock.Add(time.Millisecond)
+		l.Peek(0)
+		n, c := l.st.log.Len(), l.st.log.Cap()
+		require.LessOrEqualf(t, c, max(4*n, 1), "slots for %d entries", n)
+	}
+}

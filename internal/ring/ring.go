@@ -9,7 +9,8 @@ type Entry struct {
 }
 
 // Log is a FIFO of entries in a ring buffer that grows on demand, doubling
-// up to a maximum number of entries, and halves when an eighth full. The zero
+// up to a maximum number of entries, and halves when a quarter full, so
+// that a non-empty log never holds more than 4 slots per entry. The zero
 // value is an empty log holding no memory. A Log is not safe for concurrent
 // use.
 type Log struct {
@@ -46,10 +47,11 @@ func (l *Log) PopFront() {
 	if l.n == 0 {
 		l.head = 0
 	}
-	// Halve at an eighth full, not a quarter: a halved buffer is then at
-	// most a quarter full, so traffic that drains and refills the log does
-	// not shrink and regrow it on every swing.
-	if len(l.buf) > minCap && l.n <= len(l.buf)/8 {
+	// Halve at a quarter full: the buffer then holds at most 4 slots per
+	// entry, and a halved buffer is at most half full, so it takes a
+	// quarter of the old size in pushes to grow again or an eighth in pops
+	// to shrink again: amortized O(1), with no resize on every swing.
+	if len(l.buf) > minCap && l.n <= len(l.buf)/4 {
 		l.resize(max(len(l.buf)/2, minCap))
 	}
 }

@@ -92,7 +92,8 @@ func TestAddBackMerges(t *testing.T) {
 }
 
 // TestShrinkWhenMostlyEmpty: popping halves the buffer whenever it is at
-// most an eighth full, down to minCap.
+// most a quarter full, down to minCap, so it never holds more than 4 slots
+// per entry.
 func TestShrinkWhenMostlyEmpty(t *testing.T) {
 	t.Parallel()
 	var l Log
@@ -102,18 +103,20 @@ func TestShrinkWhenMostlyEmpty(t *testing.T) {
 	require.Equal(t, 64, l.Cap())
 	wantCap := func(n int) int {
 		switch {
-		case n >= 9:
+		case n >= 17:
 			return 64
-		case n >= 5:
+		case n >= 9:
 			return 32
-		case n >= 3:
+		case n >= 5:
 			return 16
-		case n == 2:
+		case n >= 3:
 			return 8
-		case n == 1:
+		case n == 2:
 			return 4
+		case n == 1:
+			return 2
 		}
-		return 2
+		return 1
 	}
 	for n := 63; n >= 0; n-- {
 		l.PopFront()
@@ -151,18 +154,20 @@ func TestOrderAcrossWrapAround(t *testing.T) {
 	assert.Equal(t, 16, l.Cap())
 	assert.Equal(t, seq(4, 12), entries(&l), "grown while wrapped")
 
-	for range 6 {
+	for range 4 {
 		l.PopFront()
 	}
-	assert.Equal(t, 16, l.Cap(), "3 of 16 is more than an eighth")
+	assert.Equal(t, 16, l.Cap(), "5 of 16 is more than a quarter")
 	l.PopFront()
 	assert.Equal(t, 8, l.Cap())
-	assert.Equal(t, seq(11, 12), entries(&l), "shrunk")
-	for i := int64(13); i <= 18; i++ {
+	assert.Equal(t, seq(9, 12), entries(&l), "shrunk")
+	for i := int64(13); i <= 16; i++ {
 		l.AddBack(i, 1, 100)
 	}
+	l.PopFront()
+	l.AddBack(17, 1, 100)
 	assert.Equal(t, 8, l.Cap())
-	assert.Equal(t, seq(11, 18), entries(&l), "wrapped after shrinking")
+	assert.Equal(t, seq(10, 17), entries(&l), "wrapped after shrinking")
 }
 
 // TestTrimBack removes events from the newest entry, and the entry once
@@ -185,7 +190,7 @@ func TestTrimBack(t *testing.T) {
 // TestAgainstSliceModel runs random operations on a Log and on a plain
 // slice and compares them after each, with the memory invariants: the
 // buffer holds every entry, never outgrows max(maxEntries, the most
-// entries ever held), and a pop that leaves it at most an eighth full
+// entries ever held), and a pop that leaves it at most a quarter full
 // shrinks it (unless at its minimum).
 func TestAgainstSliceModel(t *testing.T) {
 	t.Parallel()
@@ -216,7 +221,7 @@ func TestAgainstSliceModel(t *testing.T) {
 				prevCap := l.Cap()
 				l.PopFront()
 				model = model[1:]
-				shrink := prevCap > minCap && len(model) <= prevCap/8
+				shrink := prevCap > minCap && len(model) <= prevCap/4
 				if shrink && l.Cap() >= prevCap || !shrink && l.Cap() != prevCap {
 					t.Fatalf("maxEntries %d op %d: PopFront left %d entries, Cap %d -> %d", maxEntries, op, len(model), prevCap, l.Cap())
 				}
