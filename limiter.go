@@ -16,8 +16,10 @@
 //   - [SlidingLog]: exact: at most limit events in any interval of length
 //     window. Memory grows with use up to limit timestamps.
 //   - [SlidingCounter]: a weighted mix of the current and previous fixed
-//     windows. Nearly exact on smooth traffic with constant memory; its worst
-//     case on adversarial traffic approaches 2x the limit.
+//     windows, with constant memory. An estimate: it admits evenly spread
+//     traffic that stays 3 events per window below the limit, but near the
+//     limit it errs both ways even on even traffic, and its worst case on
+//     adversarial traffic approaches 2x the limit.
 //
 // All limiters count only admitted events: a denied request never consumes
 // quota, so a flood cannot lock a client out for longer than its own

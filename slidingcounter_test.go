@@ -130,3 +130,59 @@ func TestSlidingCounterSetLimitKeepsCounts(t *testing.T) {
 	mock.Add(1)
 	assert.Equal(t, wantAllow(3, 0, 1400*time.Millisecond), c.AllowN(1))
 }
+
+// evenTraffic offers a sliding counter one event every window/rate for 20
+// windows from testStart+phase, and returns its denials, the denials an
+// exact sliding window over the admitted events had room for, and the most
+// admitted events in any window.
+func evenTraffic(t *testing.T, limit int, rate float64, phase time.Duration) (denied, wrongDenied, maxInWindow int) {
+	t.Helper()
+	const w = time.Second
+	mock := newManualClock(testStart.Add(phase))
+	sc, err := NewSlidingCounter(limit, w, WithClock(mock))
+	require.NoError(t, err)
+	period := time.Duration(float64(w) / rate)
+	var admitted []time.Time
+	oldest := 0 // the oldest admitted event still in the window ending now
+	for range int(20 * rate) {
+		mock.Add(period)
+		now := mock.Now()
+		for oldest < len(admitted) && now.Sub(admitted[oldest]) >= w {
+			oldest++
+		}
+		inWindow := len(admitted) - oldest
+		if sc.Allow() {
+			admitted = append(admitted, now)
+			inWindow++
+		} else {
+			denied++
+			if inWindow < limit {
+				wrongDenied++
+			}
+		}
+		maxInWindow = max(maxInWindow, inWindow)
+	}
+	return denied, wrongDenied, maxInWindow
+}
+
+// TestSlidingCounterEvenTraffic checks what the docs claim for evenly
+// spread traffic: at a rate 3 or more events per window below the limit
+// every event is admitted, as an exact window would; at 1.01 x the limit
+// the estimate errs both ways, admitting more than the limit in some
+// window (at most 2% more) and denying events an exact window had room for.
+func TestSlidingCounterEvenTraffic(t *testing.T) {
+	t.Parallel()
+	for _, limit := range []int{4, 10, 100, 1000} {
+		for ph := range 10 {
+			phase := time.Duration(ph) * 7919 * time.Microsecond
+			denied, _, _ := evenTraffic(t, limit, float64(limit-3), phase)
+			assert.Zerof(t, denied, "limit %d, %d events a window, phase %v: denials", limit, limit-3, phase)
+		}
+	}
+	for _, limit := range []int{100, 1000} {
+		_, wrong, most := evenTraffic(t, limit, 1.01*float64(limit), 123457*time.Microsecond)
+		assert.Greater(t, most, limit, "limit %d at 1.01x: most events in a window", limit)
+		assert.LessOrEqual(t, float64(most), 1.02*float64(limit), "limit %d at 1.01x: most events in a window", limit)
+		assert.Positive(t, wrong, "limit %d at 1.01x: denials an exact window had room for", limit)
+	}
+}
