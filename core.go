@@ -128,8 +128,10 @@ func (c *core[S, A]) AllowN(n int) Decision {
 
 // Peek reports the Decision that AllowN(n) would return now, without
 // consuming anything. Peek(0) reports the current quota: its Remaining is
-// how many events would be admitted right now. Its Allowed is true unless a
-// limit lowered with SetLimit or SetRate is already exceeded.
+// how many events would be admitted right now. Its Allowed is true unless
+// the limiter is overdrawn: a limit lowered with SetLimit or SetRate is
+// already exceeded, or (token bucket) callers queued in WaitN hold tokens
+// the bucket has not refilled yet.
 func (c *core[S, A]) Peek(n int) Decision {
 	now := c.ts.now()
 	c.mu.Lock()

@@ -12,6 +12,14 @@ import (
 // served, with no bursts, and a caller that finds the queue full is refused
 // at once with [ErrQueueFull] instead of being left waiting.
 //
+// The two faces share one level but AllowN does not queue: it admits at
+// once while the bucket has room, counting the events of callers queued in
+// WaitN as occupying it, so an AllowN event can happen before earlier
+// waiters are released. Its event takes the next place in the schedule:
+// waiters already queued keep their release times, later ones queue behind
+// it, and the long-run rate holds. When the output must be strictly shaped,
+// let every caller use WaitN.
+//
 // Use it to smooth outbound traffic to a strict rate (Wait), or to police
 // inbound traffic with a bounded backlog (Allow).
 //

@@ -522,3 +522,54 @@ func TestWaitErrorsAreDistinct(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenBucketPeekWhileWaiterQueued: a waiter that reserved tokens the
+// bucket does not have yet overdraws it, and Peek(0) says so (Allowed
+// false, Remaining 0) until the waiter's tokens have refilled, as its doc
+// says.
+func TestTokenBucketPeekWhileWaiterQueued(t *testing.T) {
+	t.Parallel()
+	c := newTimerClock(t)
+	b, err := NewTokenBucket(1, 10, time.Second, WithClock(c))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.True(t, b.Allow())
+	out := make(chan waitResult, 1)
+	startWaiter(ctx, b, c, 1, 1, out)
+	require.Equal(t, 100*time.Millisecond, c.awaitTimer(t))
+	d := b.Peek(0)
+	assert.False(t, d.Allowed, "Peek(0) while a waiter holds tokens the bucket lacks")
+	assert.Equal(t, 0, d.Remaining)
+	c.Add(100 * time.Millisecond)
+	require.NoError(t, recvResult(t, out).err)
+	d = b.Peek(0)
+	assert.True(t, d.Allowed, "Peek(0) once the waiter's token has refilled")
+}
+
+// TestLeakyBucketAllowNMetersIndependently: AllowN does not queue behind
+// callers waiting in WaitN: it admits at once while the bucket has room
+// (queued waiters' events count as occupying it), and its event takes the
+// next place in the schedule, so waiters already queued keep their release
+// times and later ones queue behind it. The long-run rate holds.
+func TestLeakyBucketAllowNMetersIndependently(t *testing.T) {
+	t.Parallel()
+	const every = 100 * time.Millisecond
+	c := newTimerClock(t)
+	b, err := NewLeakyBucket(4, every, WithClock(c))
+	require.NoError(t, err)
+	ctx := context.Background()
+	out := make(chan waitResult, 4)
+	require.NoError(t, waitNow(ctx, t, b, c, 1))
+	startWaiter(ctx, b, c, 1, 1, out)
+	require.Equal(t, every, c.awaitTimer(t))
+	assert.True(t, b.Allow(), "AllowN admits at once although a waiter is queued")
+	startWaiter(ctx, b, c, 2, 1, out)
+	require.Equal(t, 3*every, c.awaitTimer(t), "a later waiter queues behind the AllowN event")
+	assert.False(t, b.Allow(), "the bucket is full: 1 released, 2 waiting, 1 metered")
+	c.Add(every)
+	r := recvResult(t, out)
+	assert.Equal(t, waitResult{id: 1, at: every}, r, "the earlier waiter keeps its release time")
+	c.Add(2 * every)
+	r = recvResult(t, out)
+	assert.Equal(t, waitResult{id: 2, at: 3 * every}, r)
+}
