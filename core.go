@@ -174,6 +174,9 @@ func (c *core[S, A]) WaitN(ctx context.Context, n int) error {
 	if n <= 0 || int64(n) > limit {
 		return nError(n, "the limit", limit)
 	}
+	if ctx == nil {
+		return errNilContext
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

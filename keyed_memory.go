@@ -161,6 +161,9 @@ func (k *Keyed) RefundN(_ context.Context, key string, n int) error {
 // on a key retry after each Decision's RetryAfter; unlike the single bucket
 // limiters they are not served in arrival order.
 func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	return waitLoop(ctx, &k.ts, func() (Decision, error) { return k.AllowN(ctx, key, n) }, n)
 }
 

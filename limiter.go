@@ -111,6 +111,10 @@ var (
 	ErrDeadline = errors.New("ratelimit: wait would exceed context deadline")
 )
 
+// errNilContext is returned by the methods that take a context when given
+// a nil one.
+var errNilContext = errors.New("ratelimit: nil context")
+
 // configError reports a bad constructor argument.
 func configError(format string, args ...any) error {
 	return &wrapError{msg: ErrInvalidConfig.Error() + ": " + fmt.Sprintf(format, args...), errs: []error{ErrInvalidConfig}}

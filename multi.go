@@ -70,6 +70,9 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 	if len(dims) == 0 {
 		return MultiDecision{Decision: Decision{Allowed: true}, Index: -1}, nil
 	}
+	if ctx == nil {
+		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: 0}, errNilContext
+	}
 	for i, d := range dims {
 		if isNil(d.Limiter) {
 			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
