@@ -22,7 +22,8 @@ type FixedWindow struct {
 
 // NewFixedWindow returns a limiter that admits at most limit events per
 // window. It returns an error wrapping [ErrInvalidConfig] when an argument
-// is not positive or window is longer than 100 years.
+// is not positive, window is longer than 100 years, or an option is invalid
+// (such as [WithClock] given a typed nil).
 func NewFixedWindow(limit int, window time.Duration, opts ...Option) (*FixedWindow, error) {
 	alg, err := newFixedWindowAlg(limit, window)
 	if err != nil {

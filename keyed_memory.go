@@ -67,8 +67,9 @@ func WithMaxKeys(n int) Option {
 var keyedIDs atomic.Uint64
 
 // NewKeyed returns an in-memory keyed limiter running p for every key. It
-// returns an error wrapping [ErrInvalidConfig] when p is invalid or
-// [WithMaxKeys] is not positive.
+// returns an error wrapping [ErrInvalidConfig] when p is invalid or when
+// an option is invalid ([WithMaxKeys] not positive, [WithClock] given a
+// typed nil).
 func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
 	o, err := buildOptions(opts)
 	if err != nil {

@@ -38,7 +38,8 @@ type LeakyBucket struct {
 // NewLeakyBucket returns an empty leaky bucket that holds at most capacity
 // events and drains one every leakEvery. It returns an error wrapping
 // [ErrInvalidConfig] when an argument is not positive, or when capacity x
-// leakEvery exceeds 2^61 ns (about 73 years).
+// leakEvery exceeds 2^61 ns (about 73 years), or when an option is invalid
+// (such as [WithClock] given a typed nil).
 func NewLeakyBucket(capacity int, leakEvery time.Duration, opts ...Option) (*LeakyBucket, error) {
 	alg, err := newLeakyBucketAlg(capacity, leakEvery)
 	if err != nil {

@@ -35,7 +35,8 @@ type SlidingCounter struct {
 // NewSlidingCounter returns a limiter that admits n events when the
 // weighted estimate of events in the last window plus n is at most limit.
 // It returns an error wrapping [ErrInvalidConfig] when an argument is not
-// positive or window is longer than 100 years.
+// positive, window is longer than 100 years, or an option is invalid (such
+// as [WithClock] given a typed nil).
 func NewSlidingCounter(limit int, window time.Duration, opts ...Option) (*SlidingCounter, error) {
 	alg, err := newSlidingCounterAlg(limit, window)
 	if err != nil {

@@ -23,7 +23,8 @@ type SlidingLog struct {
 // NewSlidingLog returns a limiter that admits at most limit events in any
 // interval of length window. It returns an error wrapping
 // [ErrInvalidConfig] when an argument is not positive or window is longer
-// than 100 years.
+// than 100 years, or when an option is invalid (such as [WithClock] given
+// a typed nil).
 func NewSlidingLog(limit int, window time.Duration, opts ...Option) (*SlidingLog, error) {
 	alg, err := newSlidingLogAlg(limit, window)
 	if err != nil {

@@ -27,7 +27,8 @@ type TokenBucket struct {
 // than 100 years, or when exact arithmetic would overflow: capacity x per,
 // with refill/per reduced to lowest terms, must stay below 2^60 token-ns
 // (so capacity 1 allows per up to about 36 years whatever the refill, and
-// 1,000,000 tokens per second is fine).
+// 1,000,000 tokens per second is fine), or when an option is invalid (such
+// as [WithClock] given a typed nil).
 func NewTokenBucket(capacity, refill int, per time.Duration, opts ...Option) (*TokenBucket, error) {
 	alg, err := newTokenBucketAlg(capacity, refill, per)
 	if err != nil {
