@@ -90,7 +90,9 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 	if ok {
 		return allowAllKeyed(n, resolved)
 	}
-	return allowAllRefund(ctx, n, dims)
+	// Resolved, each Tiered dimension is charged and refunded in the tier
+	// it was resolved to, with one call of its tier function.
+	return allowAllRefund(ctx, n, resolved)
 }
 
 func allKeyed(dims []Dimension) bool {
