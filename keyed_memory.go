@@ -26,8 +26,8 @@ import (
 // under that shard's lock only, with no sweep of the whole table. The
 // number of keys is capped over all shards ([WithMaxKeys], default
 // [DefaultMaxKeys]): when the limiter holds that many keys and none of
-// those sampled (in the new key's shard, then a few in each other shard)
-// is idle, a request for a new key is denied with [ErrTooManyKeys] while
+// those sampled (up to 20 in the new key's shard, then up to 16 in other
+// non-empty shards, a bounded cost) is idle, a request for a new key is denied with [ErrTooManyKeys] while
 // existing keys go on as before, so a flood of random keys cannot exhaust
 // memory or evict real clients.
 //
@@ -202,7 +202,10 @@ type store[S any, A algorithm[S]] struct {
 
 // shard is one lock and the keys it guards.
 type shard[S any] struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// held mirrors t.len(), written under mu, so that a full limiter looking
+	// for idle keys elsewhere can skip empty shards without their locks.
+	held    atomic.Int32
 	t       table[S] // guarded by mu
 	scratch S        // guarded by mu; the fresh state of keys not held
 }
@@ -291,15 +294,20 @@ func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n 
 		s.keys.Add(-1) // give back the room makeRoom reserved
 		return v, nil
 	}
-	return decideN(s.alg, sh.t.insert(strings.Clone(key), h), now, n, true), nil
+	st := sh.t.insert(strings.Clone(key), h)
+	sh.held.Store(int32(sh.t.len()))
+	return decideN(s.alg, st, now, n, true), nil
 }
 
 // makeRoom reserves room for one new key in s, reclaiming idle keys as
 // needed: a few of sh's on every insert, more of sh's when s is full, and
-// then some from the other shards (a full limiter's idle keys may all live
-// elsewhere). It reports false when s holds maxKeys keys and none of those
-// looked at was idle. On true the caller inserts the key, or gives the room
-// back with s.keys.Add(-1). Requires sh.mu held.
+// then a few in each of the next non-empty other shards (a full limiter's
+// idle keys may all live elsewhere), at most sampleWhenFull entries in all,
+// starting where the previous sweep stopped. It reports false when s holds
+// maxKeys keys and none of those looked at was idle. On true the caller
+// inserts the key, or gives the room back with s.keys.Add(-1). The cost of
+// a refusal is bounded: a flood of new keys at the cap cannot make each
+// request scan the limiter. Requires sh.mu held.
 func (s *store[S, A]) makeRoom(sh *shard[S], now int64) bool {
 	s.reclaim(sh, now, sampleOnInsert)
 	if s.reserve() {
@@ -309,16 +317,19 @@ func (s *store[S, A]) makeRoom(sh *shard[S], now int64) bool {
 	if s.reserve() {
 		return true
 	}
-	// Other shards: TryLock only, as sh.mu is held and lock order is not
-	// known; a busy shard is skipped this time.
-	start := s.sweep.Add(1)
-	for i := range s.shards {
-		o := &s.shards[(int(start)+i)%len(s.shards)]
-		if o == sh || !o.mu.TryLock() {
+	// Other shards: TryLock only, as sh.mu is held and the lock order is
+	// not known; a busy shard is skipped this time.
+	budget := sampleWhenFull
+	start := int(s.sweep.Add(1))
+	for i := 0; i < len(s.shards) && budget > 0; i++ {
+		o := &s.shards[(start+i)%len(s.shards)]
+		if o == sh || o.held.Load() == 0 || !o.mu.TryLock() {
 			continue
 		}
 		s.reclaim(o, now, sampleOnInsert)
 		o.mu.Unlock()
+		budget -= sampleOnInsert
+		s.sweep.Store(uint32(start + i)) // the next sweep starts here
 		if s.reserve() {
 			return true
 		}
@@ -355,6 +366,7 @@ func (s *store[S, A]) reclaim(sh *shard[S], now int64, budget int) {
 		if s.alg.idle(&t.entries[t.cursor].st, now) {
 			t.deleteEntry(t.cursor, s.hash32) // the last entry moves here: look again
 			s.keys.Add(-1)
+			sh.held.Store(int32(t.len()))
 		} else {
 			t.cursor++
 		}
