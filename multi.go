@@ -74,7 +74,7 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: 0}, errNilContext
 	}
 	for i, d := range dims {
-		if isNil(d.Limiter) {
+		if nilLimiter(d.Limiter) {
 			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
 				configError("AllowAll: dimension %d (%q) has a nil Limiter", i, d.Name)
 		}
@@ -93,6 +93,18 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 	// Resolved, each Tiered dimension is charged and refunded in the tier
 	// it was resolved to, with one call of its tier function.
 	return allowAllRefund(ctx, n, resolved)
+}
+
+// nilLimiter reports whether l is nil or a typed nil, without reflection
+// for the in-memory limiters.
+func nilLimiter(l KeyedLimiter) bool {
+	switch v := l.(type) {
+	case *Keyed:
+		return v == nil
+	case *Tiered:
+		return v == nil
+	}
+	return isNil(l)
 }
 
 func allKeyed(dims []Dimension) bool {
@@ -201,7 +213,8 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 		return MultiDecision{Decision: ds[best], Index: best}, errs
 	}
 	// Every dimension admits: charge them all. A charge can still fail when
-	// the same key appears twice; then undo the others.
+	// the same key appears twice, or two new keys compete for the last room
+	// under a key cap; then undo the others.
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
 		v, err := k.store.decideLocked(nows[i], d.Key, n, true)
