@@ -9,7 +9,10 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -137,4 +140,54 @@ func FuzzXForwardedFor(f *testing.F) {
 			t.Fatalf("X-Forwarded-For: %q, %q: key %q, want %q", client, a.String()+", 10.0.0.2", got, want)
 		}
 	})
+}
+
+// TestNewRejectsDuplicateNames: two Limits with one Name would be
+// indistinguishable in the fields and hooks (issue 9, item 15).
+func TestNewRejectsDuplicateNames(t *testing.T) {
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), clock.NewMock())
+	for _, names := range [][2]string{{"api", "api"}, {"", "default"}, {"", ""}} {
+		_, err := New([]Limit{
+			{Name: names[0], Key: KeyByIP(), Limiter: lim},
+			{Name: names[1], Key: KeyByAPIKey(), Limiter: lim},
+		})
+		require.Error(t, err, "names %q", names)
+		assert.Contains(t, err.Error(), "httplimit:")
+		assert.Contains(t, err.Error(), "twice")
+	}
+}
+
+// TestHeadCountsAsGetRoute: ServeMux serves HEAD with a GET pattern's
+// handler, so a route limit on GET charges HEAD too (issue 9, item 3).
+func TestHeadCountsAsGetRoute(t *testing.T) {
+	mux := http.NewServeMux()
+	var runs int
+	mux.HandleFunc("GET /report", func(w http.ResponseWriter, r *http.Request) { runs++ })
+	mux.HandleFunc("GET /files/", func(w http.ResponseWriter, r *http.Request) { runs++ })
+	for _, tc := range []struct {
+		name string
+		key  KeyFunc
+	}{
+		{"IsRoute", When(IsRoute("GET /report"), KeyByIP())},
+		{"IsRoute subtree", When(IsRoute("GET /files/"), KeyByIP())},
+		{"IsMuxRoute", When(IsMuxRoute(mux, "GET /report"), KeyByIP())},
+		{"KeyByRoute", KeyByRoute()},
+		{"KeyByMuxRoute", KeyByMuxRoute(mux)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Hour), clock.NewMock())
+			h := newMW(t, []Limit{{Name: "report", Key: tc.key, Limiter: lim}}).Handler(mux)
+			path := "/report"
+			if tc.name == "IsRoute subtree" {
+				path = "/files/a/b"
+			}
+			runs = 0
+			var codes []int
+			for _, m := range []string{"GET", "GET", "GET", "HEAD", "HEAD"} {
+				codes = append(codes, do(h, m, path).Code)
+			}
+			assert.Equal(t, []int{200, 200, 429, 429, 429}, codes)
+			assert.Equal(t, 2, runs, "handler runs")
+		})
+	}
 }

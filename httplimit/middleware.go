@@ -19,7 +19,7 @@ import (
 type Limit struct {
 	// Name identifies the limit in the RateLimit-Policy and RateLimit
 	// fields and in hooks, such as "api" or "login". Printable ASCII;
-	// "default" if empty.
+	// "default" if empty; unique among the Limits of one Middleware.
 	Name string
 	// Key picks the key to charge; a request it does not apply to is not
 	// charged in this limit. Required.
@@ -197,8 +197,9 @@ type tierer interface {
 
 // New returns a middleware enforcing limits, all or nothing: a request is
 // charged in every limit that applies to it only if every one admits it.
-// It returns an error when a Limit has no Key or no limiter, or a name that
-// is not printable ASCII.
+// It returns an error when a Limit has no Key or no limiter, a name that
+// is not printable ASCII, or the name of another Limit ("default" counts as
+// the name of a Limit without one).
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	m := &Middleware{headers: AllHeaders, denied: WriteDenied}
 	for _, o := range opts {
@@ -212,6 +213,7 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	if len(limits) == 0 {
 		return nil, errors.New("httplimit: no limits")
 	}
+	names := make(map[string]bool, len(limits))
 	for _, l := range limits {
 		if l.Name == "" {
 			l.Name = "default"
@@ -219,6 +221,10 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 		if err := checkPolicyName(l.Name); err != nil {
 			return nil, err
 		}
+		if names[l.Name] {
+			return nil, fmt.Errorf("httplimit: limit name %q used twice: each Limit needs a name of its own", l.Name)
+		}
+		names[l.Name] = true
 		if l.Key == nil {
 			return nil, fmt.Errorf("httplimit: limit %q has no Key", l.Name)
 		}
