@@ -423,3 +423,238 @@ func TestMiddlewareWaitingRetryAfterSucceeds(t *testing.T) {
 		})
 	}
 }
+
+// maxPauseDur is the cap of every pause parsed from a server's answer.
+const maxPauseDur = maxPauseSeconds * time.Second
+
+// TestServerPauseEveryHeaderCombination: for 429, 503 and other answers
+// with every combination of Retry-After, RateLimit and X-RateLimit-* the
+// transport pauses exactly as documented: Retry-After when valid, else
+// the longest exhausted RateLimit item, else X-RateLimit-Reset unless
+// quota is left; never negative, never beyond the cap.
+func TestServerPauseEveryHeaderCombination(t *testing.T) {
+	t.Parallel()
+	now := epoch
+	type hv struct {
+		v    string
+		d    time.Duration
+		ok   bool // the value names a pause
+		left bool // (X-RateLimit-Remaining) quota is left
+	}
+	retryAfters := []hv{
+		{"", 0, false, false}, {"7", 7 * time.Second, true, false},
+		{now.Add(9 * time.Second).UTC().Format(http.TimeFormat), 9 * time.Second, true, false},
+		{now.Add(-time.Hour).UTC().Format(http.TimeFormat), 0, true, false},
+		{"Fri, 31 Dec 9999 23:59:59 GMT", maxPauseDur, true, false},
+		{"99999999999999999999999999", maxPauseDur, true, false},
+		{"soon", 0, false, false}, {"-3", 0, false, false}, {"1.5", 0, false, false}, {`"7"`, 0, false, false},
+	}
+	rateLimits := []hv{
+		{"", 0, false, false},
+		{`"burst";r=0;t=5, "daily";r=4000;t=80000`, 5 * time.Second, true, false},
+		{`"daily";r=4000;t=80000`, 0, false, false},
+		{`"a";t=50`, 0, false, false},
+		{`"a";r=0;t=99999999999999999999`, maxPauseDur, true, false},
+		{`"a;r=0;t=3";r=1;t=4`, 0, false, false},
+		{`garbage;;;,,"`, 0, false, false},
+	}
+	remainings := []hv{{"", 0, false, false}, {"0", 0, false, false}, {"3", 0, false, true}, {"x", 0, false, true}}
+	resets := []hv{
+		{"", 0, false, false}, {"11", 11 * time.Second, true, false},
+		{strconv.FormatInt(now.Unix()+13, 10), 13 * time.Second, true, false},
+		{strconv.FormatInt(now.Unix()-13, 10), 0, true, false},
+		{"99999999999999999999", maxPauseDur, true, false},
+		{"-1", 0, false, false}, {"12.5", 0, false, false},
+	}
+	for _, status := range []int{429, 503, 500, 200} {
+		for _, ra := range retryAfters {
+			for _, rl := range rateLimits {
+				for _, rem := range remainings {
+					for _, rs := range resets {
+						h := http.Header{}
+						for _, f := range []struct{ k, v string }{{HeaderRetryAfter, ra.v}, {HeaderRateLimit, rl.v},
+							{HeaderXRateLimitRemaining, rem.v}, {HeaderXRateLimitReset, rs.v}} {
+							if f.v != "" {
+								h.Set(f.k, f.v)
+							}
+						}
+						var want time.Duration
+						var wantOK bool
+						switch {
+						case status != 429 && status != 503:
+						case ra.ok:
+							want, wantOK = ra.d, true
+						case rl.ok:
+							want, wantOK = rl.d, true
+						case rem.left:
+						case rs.ok:
+							want, wantOK = rs.d, true
+						}
+						d, ok := serverPause(&http.Response{StatusCode: status, Header: h}, now)
+						if d != want || ok != wantOK {
+							t.Errorf("%d %v: pause %v, %v; want %v, %v", status, h, d, ok, want, wantOK)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzRetryAfter: both forms of Retry-After parse to what they say,
+// within [0, cap]; anything else parses to a value within the cap or not
+// at all.
+func FuzzRetryAfter(f *testing.F) {
+	f.Add(uint64(7), int64(9), "7")
+	f.Add(uint64(1<<63), int64(-1<<40), "Fri, 31 Dec 9999 23:59:59 GMT")
+	f.Add(uint64(0), int64(1<<40), "Thu Jan  1 00:01:30 2026")
+	f.Fuzz(func(t *testing.T, secs uint64, offset int64, raw string) {
+		d, ok := ParseRetryAfter(strconv.FormatUint(secs, 10), epoch)
+		want := time.Duration(min(secs, maxPauseSeconds)) * time.Second
+		if !ok || d != want {
+			t.Fatalf("ParseRetryAfter(%d) = %v, %v; want %v", secs, d, ok, want)
+		}
+		offset %= 1 << 36 // dates from 1 to 4000 AD
+		at := epoch.Add(time.Duration(offset) * time.Second)
+		if at.Year() >= 1 && at.Year() <= 9999 {
+			d, ok = ParseRetryAfter(at.UTC().Format(http.TimeFormat), epoch)
+			want = min(max(at.Sub(epoch), 0), maxPauseDur)
+			if !ok || d != want {
+				t.Fatalf("ParseRetryAfter(%s) = %v, %v; want %v", at.UTC().Format(http.TimeFormat), d, ok, want)
+			}
+		}
+		if d, ok := ParseRetryAfter(raw, epoch); ok && (d < 0 || d > maxPauseDur) {
+			t.Fatalf("ParseRetryAfter(%q) = %v", raw, d)
+		}
+	})
+}
+
+// FuzzXRateLimitReset: delay-seconds and Unix times both parse to the
+// pause they mean, within [0, cap]; anything else within the cap or not
+// at all.
+func FuzzXRateLimitReset(f *testing.F) {
+	f.Add(uint64(11), "11")
+	f.Add(uint64(epoch.Unix()+13), "1767225613")
+	f.Add(uint64(1<<63), "99999999999999999999999")
+	f.Fuzz(func(t *testing.T, v uint64, raw string) {
+		d, ok := ParseXRateLimitReset(strconv.FormatUint(v, 10), epoch)
+		var want time.Duration
+		if v < epochThreshold {
+			want = time.Duration(v) * time.Second
+		} else if v <= 1<<40 {
+			want = min(max(time.Unix(int64(v), 0).Sub(epoch), 0), maxPauseDur)
+		} else {
+			want = maxPauseDur
+		}
+		if !ok || d != want {
+			t.Fatalf("ParseXRateLimitReset(%d) = %v, %v; want %v", v, d, ok, want)
+		}
+		if d, ok := ParseXRateLimitReset(raw, epoch); ok && (d < 0 || d > maxPauseDur) {
+			t.Fatalf("ParseXRateLimitReset(%q) = %v", raw, d)
+		}
+	})
+}
+
+// FuzzRateLimitFields: the transport's RateLimit parser never panics,
+// stays within the cap, reads exactly the t of the exhausted item in the
+// fields the middleware writes, and its splitter keeps every byte of a
+// RateLimit-Policy line.
+func FuzzRateLimitFields(f *testing.F) {
+	f.Add(`"burst";r=0;t=1, "daily";r=4000;t=80000`, "api", 3, 0, int64(1500))
+	f.Add(`"a\";r=0;t=9";r=1;t=2`, `we"ird\name`, 0, 5, int64(0))
+	f.Add(`,,;;"`, "", 10, 10, int64(-1))
+	f.Fuzz(func(t *testing.T, raw, name string, limit, remaining int, retryMillis int64) {
+		if d, ok := ParseRateLimitReset([]string{raw, raw}); ok && (d < 0 || d > maxPauseDur) {
+			t.Fatalf("ParseRateLimitReset(%q) = %v", raw, d)
+		}
+		var joined []string
+		for part := range splitTopLevel(raw, ',') {
+			joined = append(joined, part)
+		}
+		if strings.Join(joined, ",") != raw {
+			t.Fatalf("splitTopLevel(%q) lost bytes: %q", raw, joined)
+		}
+		if checkPolicyName(name) != nil || limit < 0 || remaining < 0 {
+			return
+		}
+		// Round trip: what the middleware writes, the transport reads.
+		dec := ratelimit.Decision{Allowed: remaining > 0, Limit: limit, Remaining: remaining}
+		if !dec.Allowed {
+			dec.Remaining = 0
+			dec.RetryAfter = time.Duration(retryMillis%(1<<40)) * time.Millisecond
+			if dec.RetryAfter < 0 {
+				dec.RetryAfter = ratelimit.RetryNever
+			}
+		}
+		h := http.Header{}
+		writeHeaders(h, AllHeaders, &headerState{d: dec, name: appendSFString(nil, name), now: epoch.UnixNano()})
+		d, ok := ParseRateLimitReset(h.Values(HeaderRateLimit))
+		switch {
+		case dec.Allowed || dec.RetryAfter == ratelimit.RetryNever:
+			if ok {
+				t.Fatalf("%v: RateLimit %q read as a pause of %v", dec, h.Get(HeaderRateLimit), d)
+			}
+		default:
+			want := time.Duration(RetryAfterSeconds(dec)) * time.Second
+			if !ok || d != want {
+				t.Fatalf("%v: RateLimit %q read as %v, %v; want %v", dec, h.Get(HeaderRateLimit), d, ok, want)
+			}
+		}
+	})
+}
+
+// TestOversizedForwardingHeaders: forwarding headers as large as a server
+// accepts resolve quickly to the address the trusted proxy appended.
+func TestOversizedForwardingHeaders(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("1.2.3.4, ", 100_000)
+	quotes := strings.Repeat(`for="\"`, 100_000)
+	backslashes := strings.Repeat(`\`, 500_000) + `"`
+	fwd := mustResolver(t, TrustedProxies("10.0.0.0/8"), ProxyHeaders("Forwarded"))
+	xff := mustResolver(t, TrustedProxies("10.0.0.0/8"))
+	start := time.Now()
+	for _, client := range []string{big, quotes, backslashes} {
+		assert.Equal(t, "203.0.113.9", appendingProxyKey(t, fwd, "Forwarded", client+", for=203.0.113.9"))
+		assert.Equal(t, "203.0.113.9", appendingProxyKey(t, xff, "X-Forwarded-For", client+", 203.0.113.9"))
+		lines := make([]string, 1000)
+		for i := range lines {
+			lines[i] = client[:1000]
+		}
+		assert.Equal(t, "203.0.113.9", appendingProxyKey(t, fwd, "Forwarded", append(lines, "for=203.0.113.9")...))
+	}
+	// A chain of trusted proxies longer than any real one stops at the
+	// oldest hop examined, never at a client-chosen address beyond it.
+	chain := "for=6.6.6.6" + strings.Repeat(", for=10.0.0.9", 2*maxForwardedHops)
+	assert.Equal(t, "10.0.0.9", appendingProxyKey(t, fwd, "Forwarded", chain))
+	assert.Less(t, time.Since(start), 5*time.Second)
+
+	// A client-chosen key of a megabyte is stored as its digest.
+	lim := &recordingLimiter{}
+	h := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim}}).Handler(okHandler)
+	do(h, "GET", "/", HeaderAPIKey, strings.Repeat("k", 1<<20))
+	require.Len(t, lim.keys, 1)
+	assert.LessOrEqual(t, len(lim.keys[0]), MaxKeyLen)
+}
+
+// TestForgedForwardingHeadersUntrustedPeer: from a peer that is not a
+// trusted proxy, no forwarding header of any style, however many lines,
+// changes the key.
+func TestForgedForwardingHeadersUntrustedPeer(t *testing.T) {
+	t.Parallel()
+	res := mustResolver(t, TrustedProxies("10.0.0.0/8"), ProxyHeaders("Forwarded", "X-Forwarded-For", "X-Real-IP"))
+	for _, hdr := range []map[string][]string{
+		{"X-Forwarded-For": {"10.0.0.1", "6.6.6.6"}},
+		{"Forwarded": {`for=6.6.6.6`, `for="[2001:db8::6]"`}},
+		{"X-Real-Ip": {"6.6.6.6"}},
+		{"X-Forwarded-For": {"6.6.6.6"}, "Forwarded": {"for=7.7.7.7"}, "X-Real-Ip": {"8.8.8.8"}},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "198.51.100.7:5555"
+		for k, v := range hdr {
+			r.Header[k] = v
+		}
+		k, ok := res.Key(r)
+		require.True(t, ok)
+		assert.Equal(t, "198.51.100.7", k, "headers %v", hdr)
+	}
+}

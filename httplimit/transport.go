@@ -395,7 +395,7 @@ func closeBody(req *http.Request) {
 	}
 }
 
-// maxPauseSeconds bounds the pauses read from servers (about 31 years), so
+// maxPauseSeconds bounds the pauses read from servers (about 34 years), so
 // that no arithmetic overflows.
 const maxPauseSeconds = 1 << 30
 
@@ -458,7 +458,8 @@ func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 // ParseRetryAfter parses a Retry-After value: delay-seconds ("120") or an
 // HTTP date ("Wed, 21 Oct 2026 07:28:00 GMT", and the other formats
 // http.ParseTime accepts), read relative to now. A date in the past gives
-// 0. It reports false for an empty or malformed value.
+// 0; either form saturates at about 34 years. It reports false for an
+// empty or malformed value.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -472,7 +473,7 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return max(at.Sub(now), 0), true
+	return min(max(at.Sub(now), 0), maxPauseSeconds*time.Second), true
 }
 
 // parseSeconds parses non-negative decimal seconds, saturating at
