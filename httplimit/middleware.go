@@ -137,8 +137,10 @@ func WithCost(cost func(r *http.Request) int) Option {
 // known ("" when it is not). The request is then treated as the limiter's
 // Decision says: limiters carry their own failure policy, so under
 // FailOpen a request is admitted with the error, under FailClosed denied.
-// Either way the middleware sends no quota fields for that Decision (they
-// would be made up), only Retry-After on a denial.
+// Either way the middleware sends no quota fields for a request on which
+// an enforced limit's limiter reported an error (a failure policy's
+// Decision has made-up quota numbers, and with several limits the error
+// does not say whose Decision it was), only Retry-After on a denial.
 //
 // A backend that is down fails every request, so the hook is called at
 // most once per limit per interval ([WithErrorReportInterval], default
