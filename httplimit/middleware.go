@@ -474,7 +474,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			if e != nil && ctx.Err() == nil {
 				m.report(r, charges, i, e)
 			}
-			if !d.Allowed && e == nil && m.onShadow != nil {
+			if !d.Allowed && m.onShadow != nil && (e == nil || ctx.Err() == nil) {
 				m.onShadow(r, c.l.Name, d)
 			}
 			if m.shadowHeaders && e == nil && (from < 0 || failed || moreRestrictive(d, dec)) {
