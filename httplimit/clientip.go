@@ -66,26 +66,47 @@ func TrustedProxies(cidrs ...string) IPOption {
 			if err != nil {
 				return fmt.Errorf("httplimit: trusted proxy %q: %w", c, err)
 			}
-			if p.Addr().Is4In6() {
-				p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+			if p, err = unmapPrefix(p); err != nil {
+				return err
 			}
-			r.trusted = append(r.trusted, p.Masked())
+			r.trusted = append(r.trusted, p)
 		}
 		return nil
 	}}
 }
 
-// TrustedPrefixes is [TrustedProxies] for parsed networks.
+// TrustedPrefixes is [TrustedProxies] for parsed networks. An IPv4-mapped
+// IPv6 prefix such as ::ffff:10.0.0.0/104 trusts the IPv4 network it maps
+// (10.0.0.0/8), since client addresses are compared unmapped.
 func TrustedPrefixes(prefixes ...netip.Prefix) IPOption {
 	return IPOption{func(r *IPResolver) error {
 		for _, p := range prefixes {
 			if !p.IsValid() {
 				return fmt.Errorf("httplimit: trusted proxy prefix %v is invalid", p)
 			}
-			r.trusted = append(r.trusted, p.Masked())
+			p, err := unmapPrefix(p)
+			if err != nil {
+				return err
+			}
+			r.trusted = append(r.trusted, p)
 		}
 		return nil
 	}}
+}
+
+// unmapPrefix returns p masked and, when it is an IPv4-mapped IPv6 prefix
+// (::ffff:10.0.0.0/104), as the IPv4 prefix it maps (10.0.0.0/8): client
+// addresses are compared unmapped. A mapped prefix shorter than 96 bits
+// covers more than IPv4-mapped space and is refused.
+func unmapPrefix(p netip.Prefix) (netip.Prefix, error) {
+	p = p.Masked()
+	if !p.Addr().Is4In6() {
+		return p, nil
+	}
+	if p.Bits() < 96 {
+		return netip.Prefix{}, fmt.Errorf("httplimit: trusted proxy prefix %v: an IPv4-mapped prefix needs at least 96 bits", p)
+	}
+	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96), nil
 }
 
 // ProxyHeaders names the headers, in order of preference, that the trusted
@@ -291,44 +312,68 @@ const maxForwardedHops = 32
 
 // forwarded walks RFC 7239 Forwarded lines: comma-separated elements of
 // semicolon-separated pairs, of which for= names the hop's client.
+//
+// Each line is split from the right, the end a trusted proxy appends to,
+// so that whatever text stands to the left of a proxy's element (an
+// unbalanced quote, a stray backslash, garbage) cannot reach into it: the
+// element a trusted proxy wrote is always read as it wrote it. An element
+// that cannot be read (its quotes do not balance, it has no for= address)
+// ends the walk at the nearest address known, as an "unknown" hop does;
+// since only client text can be malformed, that address is the one the
+// nearest trusted proxy vouched for.
 func (w *walker) forwarded(lines []string) {
 	for i := len(lines) - 1; i >= 0 && !w.done; i-- {
-		// Split into elements left to right (quoted strings may hold commas
-		// and semicolons), keeping the last maxForwardedHops in a ring.
-		var starts, ends [maxForwardedHops]int
-		n := 0
 		s := lines[i]
-		start, quoted := 0, false
-		for j := 0; j <= len(s); j++ {
-			if j < len(s) {
-				c := s[j]
-				if quoted {
-					if c == '\\' {
-						j++
-					} else if c == '"' {
-						quoted = false
-					}
-					continue
-				}
-				if c == '"' {
-					quoted = true
-					continue
-				}
-				if c != ',' {
-					continue
-				}
+		for hops := 0; !w.done; hops++ {
+			if hops == maxForwardedHops {
+				w.done = true // too many hops: stop at the oldest one examined
+				break
 			}
-			starts[n%maxForwardedHops], ends[n%maxForwardedHops] = start, min(j, len(s))
-			n++
-			start = j + 1
-		}
-		for k := n - 1; k >= max(n-maxForwardedHops, 0) && !w.done; k-- {
-			w.hop(forwardedFor(s[starts[k%maxForwardedHops]:ends[k%maxForwardedHops]]))
-		}
-		if n > maxForwardedHops && !w.done {
-			w.done = true // too many hops: stop at the oldest one examined
+			start, ok := lastElement(s)
+			if !ok {
+				w.done = true // unbalanced quotes: unreadable
+				break
+			}
+			w.hop(forwardedFor(s[start:]))
+			if start == 0 {
+				break
+			}
+			s = s[:start-1]
 		}
 	}
+}
+
+// lastElement returns where the last comma-separated element of s begins,
+// scanning from the right; quoted strings may hold commas. It reports
+// false when a quoted string is still open at the start of s.
+func lastElement(s string) (int, bool) {
+	quoted := false
+	for j := len(s) - 1; j >= 0; j-- {
+		c := s[j]
+		if quoted {
+			if c == '"' && !escapedAt(s, j) {
+				quoted = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			quoted = true
+		case ',':
+			return j + 1, true
+		}
+	}
+	return 0, !quoted
+}
+
+// escapedAt reports whether s[j] is preceded by an odd number of
+// backslashes (a quoted-pair inside a quoted string).
+func escapedAt(s string, j int) bool {
+	n := 0
+	for j--; j >= 0 && s[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 1
 }
 
 // forwardedFor returns the value of the for= pair of one Forwarded element,

@@ -46,14 +46,34 @@
 // a custom handler, which may prefer 413.
 //
 // Errors from a limiter (Redis down) never reach the client: the limiter's
-// own failure policy decides (fail open, fail closed, local fallback), and
-// the error goes to the [WithErrorHook] hook.
+// own failure policy decides (fail open, fail closed, local fallback) and
+// the request is admitted or denied as its Decision says, whatever the
+// error. The quota fields are then left out (no quota was measured; a
+// fail-closed denial still carries Retry-After), and the error goes to the
+// [WithErrorHook] hook, at most once per limit per
+// [WithErrorReportInterval].
+//
+// A request whose context is done by the time a limiter answers it with an
+// error (the client went away, a deadline passed) is not served: that
+// error is the caller's, not the backend's, so no failure policy admits it
+// free. The middleware answers 503 without calling the handler or the
+// error hook.
+//
+// # Client IP
+//
+// Forwarded headers are read only from peers named trusted
+// ([TrustedProxies]), from the right, the end a proxy appends to: no text a
+// client puts before its proxy's entry (an unbalanced quote, garbage, any
+// number of lines) can hide or replace the address that proxy vouched for.
 //
 // # Client
 //
 // [NewTransport] and [NewKeyedTransport] wrap an [http.RoundTripper] so that
 // each request first waits for the limiter, and so that a 429 or 503 answer
-// with Retry-After (delay-seconds or an HTTP date) or a RateLimit field
-// pauses every request through the transport until the server is ready,
-// then retries the requests that can be replayed.
+// naming a pause (Retry-After when present; else the exhausted items of a
+// RateLimit field; else X-RateLimit-Reset) pauses the requests of its key
+// (every request, for [NewTransport]) until the server is ready. With
+// [WithRetries] it then retries the requests that are safe to send twice:
+// idempotent methods, and requests marked with [MarkRetrySafe] or carrying
+// an Idempotency-Key. A request whose context is done is never sent.
 package httplimit

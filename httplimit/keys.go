@@ -62,7 +62,8 @@ func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
 
 // KeyByRoute keys requests by their route: the pattern that
 // [http.ServeMux] matched (r.Pattern, such as "POST /login"), or else the
-// method and path ("POST /login"). The pattern is set only when the
+// method and path ("POST /login"; HEAD requests are keyed as GET, since
+// the mux serves them with the GET handler and they share its quota). The pattern is set only when the
 // middleware runs inside the mux, that is when it wraps the handlers
 // registered on it; a middleware wrapping the whole mux should use
 // [KeyByMuxRoute].
@@ -74,7 +75,11 @@ func KeyByRoute() KeyFunc {
 		if r.Pattern != "" {
 			return r.Pattern, true
 		}
-		return r.Method + " " + r.URL.Path, true
+		method := r.Method
+		if method == http.MethodHead {
+			method = http.MethodGet // the mux serves HEAD with GET handlers
+		}
+		return method + " " + r.URL.Path, true
 	}
 }
 
@@ -104,20 +109,47 @@ func When(match func(r *http.Request) bool, key KeyFunc) KeyFunc {
 }
 
 // IsRoute reports whether a request is for route, written like a
-// ServeMux pattern without wildcards: "POST /login" or "/health". It
-// compares route with r.Pattern when the mux has set it, and otherwise with
-// the request's method and path ("/health" matches every method). It
-// allocates nothing.
+// ServeMux pattern without wildcards: "POST /login", "GET /report" or
+// "/health". It compares route with r.Pattern when the mux has set it.
+// Otherwise it matches as [http.ServeMux] would route the request: a GET
+// route matches HEAD requests too (the mux serves HEAD with the GET
+// handler), a route without a method matches every method, and a path
+// ending in "/" matches the whole subtree below it. Without the mux it
+// cannot see that a more specific pattern would take a request first, so
+// such requests are matched too (charged, never let through); for an exact
+// answer use [IsMuxRoute]. It allocates nothing.
 func IsRoute(route string) func(r *http.Request) bool {
 	method, path, hasMethod := strings.Cut(route, " ")
 	if !hasMethod {
 		method, path = "", route
 	}
+	subtree := strings.HasSuffix(path, "/")
 	return func(r *http.Request) bool {
 		if r.Pattern != "" {
 			return r.Pattern == route
 		}
-		return (method == "" || r.Method == method) && r.URL.Path == path
+		if method != "" && r.Method != method && (method != http.MethodGet || r.Method != http.MethodHead) {
+			return false
+		}
+		if subtree {
+			return strings.HasPrefix(r.URL.Path, path)
+		}
+		return r.URL.Path == path
+	}
+}
+
+// IsMuxRoute reports whether mux routes a request to the pattern route,
+// exactly as registered (such as "GET /report" or "GET /items/{id}"), for
+// a middleware that wraps the whole mux. It asks mux, so HEAD requests
+// served by a GET pattern, subtrees and precedence all count as the mux
+// decides.
+func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
+	return func(r *http.Request) bool {
+		if r.Pattern != "" {
+			return r.Pattern == route
+		}
+		_, pattern := mux.Handler(r)
+		return pattern == route
 	}
 }
 

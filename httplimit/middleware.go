@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -19,7 +20,7 @@ import (
 type Limit struct {
 	// Name identifies the limit in the RateLimit-Policy and RateLimit
 	// fields and in hooks, such as "api" or "login". Printable ASCII;
-	// "default" if empty.
+	// "default" if empty; unique among the Limits of one Middleware.
 	Name string
 	// Key picks the key to charge; a request it does not apply to is not
 	// charged in this limit. Required.
@@ -133,11 +134,63 @@ func WithCost(cost func(r *http.Request) int) Option {
 
 // WithErrorHook reports errors from limiters (a Redis backend down, a key
 // cap reached, an unknown tier), with the name of the limit when it is
-// known. The request is then treated as the limiter's Decision says:
-// limiters carry their own failure policy. The hook must be safe for
-// concurrent use and should be quick.
+// known ("" when it is not). The request is then treated as the limiter's
+// Decision says: limiters carry their own failure policy, so under
+// FailOpen a request is admitted with the error, under FailClosed denied.
+// Either way the middleware sends no quota fields for a request on which
+// an enforced limit's limiter reported an error (a failure policy's
+// Decision has made-up quota numbers, and with several limits the error
+// does not say whose Decision it was), only Retry-After on a denial.
+//
+// A backend that is down fails every request, so the hook is called at
+// most once per limit per interval ([WithErrorReportInterval], default
+// [DefaultErrorReportInterval]); the next error reported after some were
+// left out comes wrapped in an [*ErrorSummary] counting them. The caller's
+// own cancellation (a done request context) is not reported. The hook is
+// called synchronously, must be safe for concurrent use and should be
+// quick.
 func WithErrorHook(hook func(r *http.Request, limit string, err error)) Option {
 	return Option{func(m *Middleware) { m.onError = hook }}
+}
+
+// DefaultErrorReportInterval is how often, at most, the error hook is
+// called for one limit unless [WithErrorReportInterval] says otherwise.
+const DefaultErrorReportInterval = 10 * time.Second
+
+// WithErrorReportInterval sets how often, at most, the error hook
+// ([WithErrorHook]) is called for one limit (default
+// [DefaultErrorReportInterval]). d <= 0 reports every error, one call per
+// limit per request while a backend is down.
+func WithErrorReportInterval(d time.Duration) Option {
+	return Option{func(m *Middleware) { m.reportEvery = max(d, 0) }}
+}
+
+// ErrorSummary is the error passed to the error hook ([WithErrorHook])
+// when earlier errors of the same limit were not reported, to keep an
+// outage from calling the hook on every request: Err is the error of the
+// request at hand, Suppressed how many errors of the limit went
+// unreported since the last call.
+type ErrorSummary struct {
+	// Err is the error of the request the hook is called for.
+	Err error
+	// Suppressed counts the errors of the limit left unreported before it.
+	Suppressed int64
+}
+
+// Error returns Err's text with the count of errors left unreported.
+func (e *ErrorSummary) Error() string {
+	return fmt.Sprintf("%v (and %d more errors not reported since the last report)", e.Err, e.Suppressed)
+}
+
+// Unwrap returns Err.
+func (e *ErrorSummary) Unwrap() error { return e.Err }
+
+// reporter throttles the error reports of one limit.
+type reporter struct {
+	mu         sync.Mutex
+	reported   bool  // guarded by mu; a report was made
+	last       int64 // guarded by mu; Unix nanoseconds of the last report
+	suppressed int64 // guarded by mu; errors left out since
 }
 
 // WithShadowHook reports every request that a [Limit] in shadow mode would
@@ -174,6 +227,8 @@ type Middleware struct {
 	clock         ratelimit.Clock
 	wall          wallClock // when clock is nil
 	hasShadow     bool      // some limit is in shadow mode
+	reportEvery   time.Duration
+	anyReporter   reporter // for errors of no known limit
 }
 
 // limit is a Limit ready to serve.
@@ -182,6 +237,7 @@ type limit struct {
 	sfName []byte        // Name as an RFC 8941 String
 	window time.Duration // Limiter's window, if fixed; 0 if not known up front
 	consts constCache
+	rep    *reporter
 }
 
 // policer is implemented by limiters that can say which policy they run,
@@ -197,10 +253,11 @@ type tierer interface {
 
 // New returns a middleware enforcing limits, all or nothing: a request is
 // charged in every limit that applies to it only if every one admits it.
-// It returns an error when a Limit has no Key or no limiter, or a name that
-// is not printable ASCII.
+// It returns an error when a Limit has no Key or no limiter, a name that
+// is not printable ASCII, or the name of another Limit ("default" counts as
+// the name of a Limit without one).
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
-	m := &Middleware{headers: AllHeaders, denied: WriteDenied}
+	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: DefaultErrorReportInterval}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(m)
@@ -212,6 +269,7 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	if len(limits) == 0 {
 		return nil, errors.New("httplimit: no limits")
 	}
+	names := make(map[string]bool, len(limits))
 	for _, l := range limits {
 		if l.Name == "" {
 			l.Name = "default"
@@ -219,6 +277,10 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 		if err := checkPolicyName(l.Name); err != nil {
 			return nil, err
 		}
+		if names[l.Name] {
+			return nil, fmt.Errorf("httplimit: limit name %q used twice: each Limit needs a name of its own", l.Name)
+		}
+		names[l.Name] = true
 		if l.Key == nil {
 			return nil, fmt.Errorf("httplimit: limit %q has no Key", l.Name)
 		}
@@ -249,7 +311,7 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 				fixed = p.Policy().Window()
 			}
 		}
-		m.limits = append(m.limits, limit{Limit: l, sfName: appendSFString(nil, l.Name), window: fixed})
+		m.limits = append(m.limits, limit{Limit: l, sfName: appendSFString(nil, l.Name), window: fixed, rep: new(reporter)})
 		m.hasShadow = m.hasShadow || l.Shadow
 
 	}
@@ -378,28 +440,45 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		from   = -1 // index in charges of the reported Decision
 		denied bool
 		err    error
+		failed bool // the reported Decision came with an error: a failure policy's
 	)
 	if enforced > 0 {
-		dec, from, err = m.allowAll(r, n, charges[:enforced])
+		var errAt int
+		dec, from, errAt, err = m.allowAll(ctx, n, charges[:enforced])
+		if err != nil {
+			if ctx.Err() != nil {
+				// The request's context ended before the limiters could
+				// decide (the client went away, a deadline passed): its
+				// error is not a backend failure, and whatever Decision
+				// came with it was not made on the request's merits.
+				// Neither admit it free nor charge the failure to the
+				// backend.
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			m.report(r, charges, errAt, err)
+			failed = true
+		}
 		denied = !dec.Allowed
 	}
 	if !denied {
 		for i := enforced; i < len(charges); i++ {
 			c := &charges[i]
 			d := ratelimit.Decision{RetryAfter: ratelimit.RetryNever}
+			var e error
 			if c.limiter == nil {
-				m.report(r, c.l.Name, unknownTier(c.l.Name))
+				e = unknownTier(c.l.Name)
 			} else {
-				var e error
-				if d, e = c.limiter.AllowN(ctx, c.key, n); e != nil {
-					m.report(r, c.l.Name, e)
-				}
+				d, e = c.limiter.AllowN(ctx, c.key, n)
 			}
-			if !d.Allowed && m.onShadow != nil {
+			if e != nil && ctx.Err() == nil {
+				m.report(r, charges, i, e)
+			}
+			if !d.Allowed && m.onShadow != nil && (e == nil || ctx.Err() == nil) {
 				m.onShadow(r, c.l.Name, d)
 			}
-			if m.shadowHeaders && (from < 0 || moreRestrictive(d, dec)) {
-				dec, from = d, i
+			if m.shadowHeaders && e == nil && (from < 0 || failed || moreRestrictive(d, dec)) {
+				dec, from, failed = d, i, false
 				if !d.Allowed { // reported, not enforced
 					dec.Allowed = true
 					dec.RetryAfter = 0
@@ -409,17 +488,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 
 	if from >= 0 && (m.headers != NoHeaders || denied) {
+		set := m.headers
+		if failed {
+			set = NoHeaders // no quota was measured: only Retry-After
+		}
 		c := &charges[from]
 		st := headerState{d: dec, name: c.l.sfName, consts: &c.l.consts}
-		if m.headers&IETFHeaders != 0 {
+		if set&IETFHeaders != 0 {
 			st.window = m.window(ctx, c)
 		}
-		if m.clock != nil {
-			st.now = m.clock.Now().UnixNano()
-		} else {
-			st.now = m.wall.unixNano()
-		}
-		writeHeaders(w.Header(), m.headers, &st)
+		st.now = m.nowNano()
+		writeHeaders(w.Header(), set, &st)
 	}
 	if !denied {
 		next.ServeHTTP(w, r)
@@ -447,31 +526,55 @@ func unknownTier(limit string) error {
 	return fmt.Errorf("httplimit: limit %q: %w", limit, ratelimit.ErrUnknownTier)
 }
 
-func (m *Middleware) report(r *http.Request, limit string, err error) {
-	if m.onError != nil {
-		m.onError(r, limit, err)
+func (m *Middleware) nowNano() int64 {
+	if m.clock != nil {
+		return m.clock.Now().UnixNano()
 	}
+	return m.wall.unixNano()
+}
+
+// report passes err, from the limit of cs[at] (at < 0: unknown), to the
+// error hook, at most once per limit per m.reportEvery.
+func (m *Middleware) report(r *http.Request, cs []charge, at int, err error) {
+	if m.onError == nil {
+		return
+	}
+	rep, name := &m.anyReporter, ""
+	if at >= 0 && at < len(cs) {
+		rep, name = cs[at].l.rep, cs[at].l.Name
+	}
+	if m.reportEvery > 0 {
+		now := m.nowNano()
+		rep.mu.Lock()
+		if rep.reported && now-rep.last < int64(m.reportEvery) {
+			rep.suppressed++
+			rep.mu.Unlock()
+			return
+		}
+		left := rep.suppressed
+		rep.reported, rep.last, rep.suppressed = true, now, 0
+		rep.mu.Unlock()
+		if left > 0 {
+			err = &ErrorSummary{Err: err, Suppressed: left}
+		}
+	}
+	m.onError(r, name, err)
 }
 
 // allowAll charges n in every limit of cs, all or nothing, and returns the
-// Decision to report and its index in cs.
-func (m *Middleware) allowAll(r *http.Request, n int, cs []charge) (ratelimit.Decision, int, error) {
-	ctx := r.Context()
+// Decision to report, its index in cs, and with an error the index of the
+// limit to report it under (-1 if unknown).
+func (m *Middleware) allowAll(ctx context.Context, n int, cs []charge) (ratelimit.Decision, int, int, error) {
 	for i := range cs {
 		if cs[i].limiter == nil { // a tier with no limiter: deny
-			err := unknownTier(cs[i].l.Name)
-			m.report(r, cs[i].l.Name, err)
-			return ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, i, err
+			return ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, i, i, unknownTier(cs[i].l.Name)
 		}
 	}
 	if len(cs) == 1 {
 		// One limit: AllowN directly, which is AllowAll's result for one
 		// dimension without the bookkeeping.
 		d, err := cs[0].limiter.AllowN(ctx, cs[0].key, n)
-		if err != nil {
-			m.report(r, cs[0].l.Name, err)
-		}
-		return d, 0, err
+		return d, 0, 0, err
 	}
 	var buf [maxInline]ratelimit.Dimension
 	dims := buf[:0]
@@ -479,14 +582,7 @@ func (m *Middleware) allowAll(r *http.Request, n int, cs []charge) (ratelimit.De
 		dims = append(dims, ratelimit.Dimension{Name: c.l.Name, Limiter: c.limiter, Key: c.key})
 	}
 	md, err := ratelimit.AllowAll(ctx, n, dims...)
-	if err != nil {
-		name := ""
-		if md.Index >= 0 {
-			name = cs[md.Index].l.Name
-		}
-		m.report(r, name, err)
-	}
-	return md.Decision, md.Index, err
+	return md.Decision, md.Index, md.Index, err
 }
 
 // window returns the window to report for c's limit.

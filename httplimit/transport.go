@@ -31,16 +31,29 @@ func (e *pauseDeadlineError) Unwrap() []error {
 // Transport is an [http.RoundTripper] for clients of rate-limited APIs.
 // Each request first waits for the transport's limiter (honouring its
 // context), then goes to the base transport. When the server answers 429
-// Too Many Requests or 503 Service Unavailable with a Retry-After field
-// (delay-seconds or an HTTP date) or a RateLimit field with a t parameter,
-// the transport pauses every request through it until that time, and
+// Too Many Requests or 503 Service Unavailable and names a pause, the
+// transport pauses the requests it stands for until that time, and
 // retries the request if it may ([WithRetries]).
+//
+// The pause is the Retry-After field (delay-seconds or an HTTP date) when
+// the answer has a valid one. Otherwise it is the longest t of the
+// RateLimit items that are exhausted (r=0): an item with quota left does
+// not hold the client back, however far away its reset is. Otherwise,
+// unless X-RateLimit-Remaining says quota is left, it is X-RateLimit-Reset
+// ([ParseXRateLimitReset]). Every pause is capped ([WithMaxPause]).
+//
+// A transport from [NewTransport] has one pause for all its requests; one
+// from [NewKeyedTransport] has one per key, so that one API's 429 does not
+// stall requests to another.
+//
+// A request whose context is done is never sent.
 //
 // Create one with [NewTransport] or [NewKeyedTransport]; the zero value is
 // not usable. A Transport is safe for concurrent use.
 type Transport struct {
 	base     http.RoundTripper
-	wait     func(ctx context.Context, r *http.Request, n int) error // nil: no limiter
+	wait     func(ctx context.Context, key string, n int) error // nil: no limiter
+	key      func(r *http.Request) string                       // nil: one key, ""
 	cost     func(r *http.Request) int
 	clock    ratelimit.Clock
 	retries  int
@@ -48,9 +61,13 @@ type Transport struct {
 	maxPause time.Duration
 	onPause  func(r *http.Request, resp *http.Response, d time.Duration)
 
-	mu    sync.Mutex
-	until time.Time // guarded by mu; no request is sent before it
+	mu     sync.Mutex
+	pauses map[string]time.Time // guarded by mu; no request of a key is sent before its time
 }
+
+// sweepPauses is the number of paused keys above which adding a pause
+// first drops the pauses that have ended.
+const sweepPauses = 64
 
 // TransportOption configures a [Transport].
 type TransportOption struct {
@@ -59,11 +76,17 @@ type TransportOption struct {
 
 // WithRetries retries a request that was answered 429 or 503 with a pause,
 // after the pause, up to n times (default 0: the answer is returned to the
-// caller, and later requests still wait for the pause). Only requests whose
-// body can be sent again are retried: those without a body and those with
-// GetBody set (as http.NewRequest sets for in-memory bodies). A 429 or 503
-// with a pause says the server did not process the request, so any method
-// qualifies; a body that cannot be replayed never does.
+// caller, and later requests still wait for the pause).
+//
+// A 503 does not prove that the server did nothing, so only requests that
+// are safe to send twice are retried: those of an idempotent method (RFC
+// 9110 section 9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE), those whose
+// context the caller marked with [MarkRetrySafe], and, as net/http's own
+// Transport does, those with an Idempotency-Key or X-Idempotency-Key header
+// (the caller's statement that the server deduplicates them). A POST or
+// PATCH without either is handed back with its answer. In every case the
+// body must be replayable: no body, or GetBody set (as http.NewRequest sets
+// for in-memory bodies).
 func WithRetries(n int) TransportOption {
 	return TransportOption{func(t *Transport) error {
 		if n < 0 {
@@ -121,33 +144,60 @@ func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Durati
 	return TransportOption{func(t *Transport) error { t.onPause = hook; return nil }}
 }
 
+type retrySafeKey struct{}
+
+// MarkRetrySafe returns a copy of ctx marking the requests made with it as
+// safe to send more than once, so that [WithRetries] retries them whatever
+// their method: for instance a POST the server deduplicates.
+func MarkRetrySafe(ctx context.Context) context.Context {
+	return context.WithValue(ctx, retrySafeKey{}, true)
+}
+
+// retrySafe reports whether req may be sent again.
+func retrySafe(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	if _, ok := req.Header["Idempotency-Key"]; ok {
+		return true
+	}
+	if _, ok := req.Header["X-Idempotency-Key"]; ok {
+		return true
+	}
+	safe, _ := req.Context().Value(retrySafeKey{}).(bool)
+	return safe
+}
+
 // NewTransport returns a transport sending requests through base
 // (http.DefaultTransport if nil) after waiting for lim. A nil lim waits for
 // nothing but the pauses servers ask for.
 func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...TransportOption) (*Transport, error) {
-	var wait func(context.Context, *http.Request, int) error
+	var wait func(context.Context, string, int) error
 	if lim != nil {
-		wait = func(ctx context.Context, _ *http.Request, n int) error { return lim.WaitN(ctx, n) }
+		wait = func(ctx context.Context, _ string, n int) error { return lim.WaitN(ctx, n) }
 	}
-	return newTransport(base, wait, opts)
+	return newTransport(base, wait, nil, opts)
 }
 
 // NewKeyedTransport is [NewTransport] with a keyed limiter: each request
 // waits in lim under key(r), such as its host, so that one transport can
-// respect a different quota per API.
+// respect a different quota per API. Pauses servers ask for belong to the
+// key too: a 429 answering a request of one key holds back only the
+// requests of that key.
 func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key func(r *http.Request) string, opts ...TransportOption) (*Transport, error) {
 	if lim == nil || key == nil {
 		return nil, errors.New("httplimit: NewKeyedTransport needs a limiter and a key function")
 	}
-	wait := func(ctx context.Context, r *http.Request, n int) error { return lim.WaitN(ctx, key(r), n) }
-	return newTransport(base, wait, opts)
+	wait := func(ctx context.Context, k string, n int) error { return lim.WaitN(ctx, k, n) }
+	return newTransport(base, wait, key, opts)
 }
 
-func newTransport(base http.RoundTripper, wait func(context.Context, *http.Request, int) error, opts []TransportOption) (*Transport, error) {
+func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key func(*http.Request) string, opts []TransportOption) (*Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	t := &Transport{base: base, wait: wait, maxRetry: time.Minute, maxPause: time.Hour}
+	t := &Transport{base: base, wait: wait, key: key, maxRetry: time.Minute, maxPause: time.Hour}
 	for _, o := range opts {
 		if o.apply == nil {
 			continue
@@ -160,15 +210,41 @@ func newTransport(base http.RoundTripper, wait func(context.Context, *http.Reque
 }
 
 // PausedFor returns how long requests through t are paused from now at
-// the server's request; 0 if they are not.
+// the server's request; 0 if they are not. For a transport from
+// [NewKeyedTransport] it is the longest pause of any key.
 func (t *Transport) PausedFor() time.Duration {
 	t.mu.Lock()
-	until := t.until
+	var until time.Time
+	for _, u := range t.pauses {
+		if u.After(until) {
+			until = u
+		}
+	}
 	t.mu.Unlock()
 	if until.IsZero() {
 		return 0
 	}
 	return max(until.Sub(t.now()), 0)
+}
+
+// PausedForKey returns how long requests of key are paused from now, for a
+// transport from [NewKeyedTransport]; for one from [NewTransport] every key
+// gives [Transport.PausedFor].
+func (t *Transport) PausedForKey(key string) time.Duration {
+	if t.key == nil {
+		key = ""
+	}
+	until := t.pausedUntil(key)
+	if until.IsZero() {
+		return 0
+	}
+	return max(until.Sub(t.now()), 0)
+}
+
+func (t *Transport) pausedUntil(key string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pauses[key]
 }
 
 func (t *Transport) now() time.Time {
@@ -186,9 +262,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.cost != nil {
 		n = t.cost(req)
 	}
+	key := ""
+	if t.key != nil {
+		key = t.key(req)
+	}
 	send := req
 	for attempt := 0; ; attempt++ {
-		if err := t.ready(ctx, req, n); err != nil {
+		if err := t.ready(ctx, key, n); err != nil {
 			closeBody(send)
 			return nil, err
 		}
@@ -201,11 +281,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		d = min(d, t.maxPause)
-		t.pause(d)
+		t.pause(key, d)
 		if t.onPause != nil {
 			t.onPause(req, resp, d)
 		}
-		if attempt >= t.retries || d > t.maxRetry || !replayable(req) {
+		if attempt >= t.retries || d > t.maxRetry || !replayable(req) || !retrySafe(req) {
 			return resp, nil
 		}
 		next, err := rewind(req)
@@ -219,38 +299,49 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// ready waits for any pause, then for the limiter, then for any pause that
-// began meanwhile.
-func (t *Transport) ready(ctx context.Context, req *http.Request, n int) error {
-	if err := t.waitPause(ctx); err != nil {
+// ready waits for any pause of key, then for the limiter, then for any
+// pause that began meanwhile. It returns ctx's error when ctx is done, even
+// if the limiter admitted the request (a limiter failing open): a request
+// whose caller has gone is never sent.
+func (t *Transport) ready(ctx context.Context, key string, n int) error {
+	if err := t.waitPause(ctx, key); err != nil {
 		return err
 	}
 	if t.wait != nil && n > 0 {
-		if err := t.wait(ctx, req, n); err != nil {
+		if err := t.wait(ctx, key, n); err != nil {
 			return err
 		}
-		return t.waitPause(ctx)
+		return t.waitPause(ctx, key)
 	}
 	return nil
 }
 
-func (t *Transport) pause(d time.Duration) {
+func (t *Transport) pause(key string, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	until := t.now().Add(d)
+	now := t.now()
+	until := now.Add(d)
 	t.mu.Lock()
-	if until.After(t.until) {
-		t.until = until
+	defer t.mu.Unlock()
+	if t.pauses == nil {
+		t.pauses = make(map[string]time.Time)
 	}
-	t.mu.Unlock()
+	if _, ok := t.pauses[key]; !ok && len(t.pauses) >= sweepPauses {
+		for k, u := range t.pauses {
+			if !u.After(now) {
+				delete(t.pauses, k)
+			}
+		}
+	}
+	if until.After(t.pauses[key]) {
+		t.pauses[key] = until
+	}
 }
 
-func (t *Transport) waitPause(ctx context.Context) error {
+func (t *Transport) waitPause(ctx context.Context, key string) error {
 	for {
-		t.mu.Lock()
-		until := t.until
-		t.mu.Unlock()
+		until := t.pausedUntil(key)
 		if until.IsZero() {
 			return ctx.Err()
 		}
@@ -304,29 +395,71 @@ func closeBody(req *http.Request) {
 	}
 }
 
-// maxPauseSeconds bounds the pauses read from servers (about 31 years), so
+// maxPauseSeconds bounds the pauses read from servers (about 34 years), so
 // that no arithmetic overflows.
 const maxPauseSeconds = 1 << 30
 
-// serverPause returns the pause a 429 or 503 answer asks for: the longer
-// of Retry-After and the largest t of a RateLimit field. It reports false
-// when the answer is of another status or names no pause.
+// serverPause returns the pause a 429 or 503 answer asks for: its
+// Retry-After when valid; else the longest t among exhausted RateLimit
+// items; else X-RateLimit-Reset, unless X-RateLimit-Remaining says quota is
+// left. It reports false when the answer is of another status or names no
+// pause.
 func serverPause(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
 		return 0, false
 	}
-	d1, ok1 := ParseRetryAfter(resp.Header.Get(HeaderRetryAfter), now)
-	d2, ok2 := ParseRateLimitReset(resp.Header.Values(HeaderRateLimit))
-	if !ok1 && !ok2 {
+	h := resp.Header
+	if d, ok := ParseRetryAfter(h.Get(HeaderRetryAfter), now); ok {
+		return d, true
+	}
+	if d, ok := ParseRateLimitReset(h.Values(HeaderRateLimit)); ok {
+		return d, true
+	}
+	if rem := strings.TrimSpace(h.Get(HeaderXRateLimitRemaining)); rem != "" {
+		if left, ok := parseSeconds(rem); !ok || left != 0 {
+			return 0, false // quota left, or unreadable: no pause from Reset
+		}
+	}
+	return ParseXRateLimitReset(h.Get(HeaderXRateLimitReset), now)
+}
+
+// epochThreshold separates the two readings of X-RateLimit-Reset: values
+// from it up are Unix times (it is 2001-09-09), smaller ones delays in
+// seconds (it is 31 years).
+const epochThreshold = 1_000_000_000
+
+// ParseXRateLimitReset parses an X-RateLimit-Reset value, which servers
+// write either as delay-seconds ("17") or as a Unix time in seconds
+// ("1767225617", as GitHub does): values of at least 1,000,000,000 are
+// read as Unix times relative to now (a time in the past gives 0), smaller
+// ones as delays. It reports false for an empty or malformed value.
+func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	var s int64
+	if v == "" {
 		return 0, false
 	}
-	return max(d1, d2), true
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if s < 1<<40 { // saturate: beyond any Unix time or cap
+			s = s*10 + int64(c-'0')
+		}
+	}
+	if s < epochThreshold {
+		return time.Duration(min(s, maxPauseSeconds)) * time.Second, true
+	}
+	d := time.Unix(min(s, 1<<40), 0).Sub(now)
+	return min(max(d, 0), maxPauseSeconds*time.Second), true
 }
 
 // ParseRetryAfter parses a Retry-After value: delay-seconds ("120") or an
 // HTTP date ("Wed, 21 Oct 2026 07:28:00 GMT", and the other formats
 // http.ParseTime accepts), read relative to now. A date in the past gives
-// 0. It reports false for an empty or malformed value.
+// 0; either form saturates at about 34 years. It reports false for an
+// empty or malformed value.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -340,7 +473,7 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return max(at.Sub(now), 0), true
+	return min(max(at.Sub(now), 0), maxPauseSeconds*time.Second), true
 }
 
 // parseSeconds parses non-negative decimal seconds, saturating at
@@ -362,28 +495,40 @@ func parseSeconds(v string) (time.Duration, bool) {
 	return time.Duration(min(s, maxPauseSeconds)) * time.Second, true
 }
 
-// ParseRateLimitReset returns the largest t parameter (seconds until the
-// quota is available) among the items of RateLimit field lines such as
-// `"api";r=0;t=17`. It reports false when no item has a valid t.
+// ParseRateLimitReset returns how long until the quota a RateLimit field
+// describes is available again: the largest t parameter (seconds) among the
+// exhausted items (r=0) of field lines such as
+// `"burst";r=0;t=17, "daily";r=4000;t=80000`. Items with quota left, or
+// without a valid r, are not waited for, however distant their t. It
+// reports false when no exhausted item has a valid t.
 func ParseRateLimitReset(lines []string) (time.Duration, bool) {
 	var best time.Duration
 	found := false
 	for _, line := range lines {
 		for item := range splitTopLevel(line, ',') {
 			first := true
+			var t time.Duration
+			hasT, exhausted := false, false
 			for param := range splitTopLevel(item, ';') {
 				if first { // the item's value (the policy name)
 					first = false
 					continue
 				}
 				k, v, ok := strings.Cut(strings.TrimSpace(param), "=")
-				if !ok || k != "t" {
+				if !ok {
 					continue
 				}
-				if d, ok := parseSeconds(v); ok {
-					best = max(best, d)
-					found = true
+				switch k {
+				case "t":
+					t, hasT = parseSeconds(v)
+				case "r":
+					r, ok := parseSeconds(v)
+					exhausted = ok && r == 0
 				}
+			}
+			if hasT && exhausted {
+				best = max(best, t)
+				found = true
 			}
 		}
 	}

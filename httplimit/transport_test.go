@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // timerClock is a mock clock that announces every timer it starts, so a
@@ -130,7 +133,7 @@ func TestTransportPausesExactly(t *testing.T) {
 		{"delay-seconds", []string{HeaderRetryAfter, "7"}, 7 * time.Second},
 		{"http-date", []string{HeaderRetryAfter, epoch.Add(9 * time.Second).UTC().Format(http.TimeFormat)}, 9 * time.Second},
 		{"ratelimit t", []string{HeaderRateLimit, `"api";r=0;t=5`}, 5 * time.Second},
-		{"longer of both", []string{HeaderRetryAfter, "3", HeaderRateLimit, `"a";r=0;t=4, "b";r=0;t=6`}, 6 * time.Second},
+		{"retry-after over ratelimit", []string{HeaderRetryAfter, "3", HeaderRateLimit, `"a";r=0;t=4, "b";r=0;t=6`}, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -200,12 +203,13 @@ func TestTransportRetriesOnlyReplayable(t *testing.T) {
 	tr, _ := NewTransport(nil, nil, WithRetries(3), WithTransportClock(clk))
 
 	// A POST with a streaming body: not replayable, so the 429 comes back.
-	req, _ := http.NewRequest("POST", srv.URL, onlyReader{strings.NewReader("stream")})
+	req, _ := http.NewRequestWithContext(MarkRetrySafe(context.Background()), "POST", srv.URL, onlyReader{strings.NewReader("stream")})
 	if r := <-roundTrip(tr, req); r.err != nil || r.resp.StatusCode != 429 || s.hits.Load() != 1 {
 		t.Fatalf("streaming body: %v %v, %d hits", r.resp, r.err, s.hits.Load())
 	}
-	// A POST with an in-memory body (GetBody set): replayed after the pause.
-	req, _ = http.NewRequest("POST", srv.URL, strings.NewReader("payload"))
+	// A POST with an in-memory body (GetBody set), marked safe to retry:
+	// replayed after the pause.
+	req, _ = http.NewRequestWithContext(MarkRetrySafe(context.Background()), "POST", srv.URL, strings.NewReader("payload"))
 	done := roundTrip(tr, req)
 	clk.nextTimer(t) // the pause left by the first 429
 	clk.Add(time.Second)
@@ -355,7 +359,8 @@ func TestParseRetryAfter(t *testing.T) {
 	}{
 		{[]string{`"a";r=0;t=17`}, 17 * time.Second, true},
 		{[]string{`"a;t=99";r=0;t=2`}, 2 * time.Second, true},
-		{[]string{`"a";r=1`, `"b";t=4`}, 4 * time.Second, true},
+		{[]string{`"a";r=1;t=9`, `"b";r=0;t=4`}, 4 * time.Second, true},
+		{[]string{`"a";r=1`, `"b";t=4`}, 0, false}, // no r: not known to be exhausted
 		{[]string{`"a";r=1`}, 0, false},
 		{[]string{`"a";t=-1`}, 0, false},
 	}
@@ -365,4 +370,159 @@ func TestParseRetryAfter(t *testing.T) {
 			t.Errorf("ParseRateLimitReset(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
+}
+
+// TestTransportPauseOnlyFromExhausted: Retry-After, when present, is the
+// pause; otherwise only exhausted RateLimit items (r=0) set it, so a
+// roomy daily quota's t does not stop the client for hours (issue 9,
+// item 11a).
+func TestTransportPauseOnlyFromExhausted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		hdr  []string
+		want time.Duration
+	}{
+		{"retry-after wins", []string{HeaderRetryAfter, "1", HeaderRateLimit, `"burst";r=0;t=1, "daily";r=4000;t=80000`}, time.Second},
+		{"retry-after wins over longer exhausted", []string{HeaderRetryAfter, "2", HeaderRateLimit, `"burst";r=0;t=9`}, 2 * time.Second},
+		{"exhausted items only", []string{HeaderRateLimit, `"burst";r=0;t=5, "daily";r=4000;t=80000`}, 5 * time.Second},
+		{"longest exhausted", []string{HeaderRateLimit, `"a";r=0;t=5, "b";r=0;t=7, "c";r=3;t=900`}, 7 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, srv := startScripted(t, answer(429, tc.hdr...))
+			clk := newTimerClock(t)
+			tr, err := NewTransport(nil, nil, WithTransportClock(clk))
+			require.NoError(t, err)
+			req, _ := http.NewRequest("GET", srv.URL, nil)
+			r := <-roundTrip(tr, req)
+			require.NoError(t, r.err)
+			assert.Equal(t, 429, r.resp.StatusCode)
+			assert.Equal(t, tc.want, tr.PausedFor())
+		})
+	}
+}
+
+// TestKeyedTransportPausePerKey: with NewKeyedTransport a server's pause
+// holds only requests of its key: host A's 429 does not stall host B
+// (issue 9, item 11b).
+func TestKeyedTransportPausePerKey(t *testing.T) {
+	t.Parallel()
+	sa, srvA := startScripted(t, answer(429, HeaderRetryAfter, "60"))
+	sb, srvB := startScripted(t)
+	clk := newTimerClock(t)
+	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clk)
+	tr, err := NewKeyedTransport(nil, kl, func(r *http.Request) string { return r.URL.Host }, WithTransportClock(clk))
+	require.NoError(t, err)
+	req, _ := http.NewRequest("GET", srvA.URL, nil)
+	r := <-roundTrip(tr, req)
+	require.NoError(t, r.err)
+	require.Equal(t, 429, r.resp.StatusCode)
+	hostA := strings.TrimPrefix(srvA.URL, "http://")
+	hostB := strings.TrimPrefix(srvB.URL, "http://")
+	assert.Equal(t, time.Minute, tr.PausedForKey(hostA))
+	assert.Equal(t, time.Duration(0), tr.PausedForKey(hostB))
+	assert.Equal(t, time.Minute, tr.PausedFor())
+
+	req, _ = http.NewRequest("GET", srvB.URL, nil)
+	select {
+	case r := <-roundTrip(tr, req):
+		require.NoError(t, r.err)
+		assert.Equal(t, 200, r.resp.StatusCode)
+	case d := <-clk.timers:
+		t.Fatalf("host B paused %v by host A's 429", d)
+	case <-time.After(5 * time.Second):
+		t.Fatal("host B's request did not complete")
+	}
+	assert.Equal(t, int64(1), sb.hits.Load())
+
+	// Host A is still paused.
+	req, _ = http.NewRequest("GET", srvA.URL, nil)
+	done := roundTrip(tr, req)
+	assert.Equal(t, time.Minute, clk.nextTimer(t))
+	clk.Add(time.Minute)
+	r = <-done
+	require.NoError(t, r.err)
+	assert.Equal(t, 200, r.resp.StatusCode)
+	assert.Equal(t, int64(2), sa.hits.Load())
+}
+
+// TestTransportRetriesOnlyIdempotent: WithRetries re-sends only
+// idempotent methods (RFC 9110 9.2.2), requests marked with
+// [MarkRetrySafe] and requests carrying an Idempotency-Key: a POST answered
+// 503 is handed back, not charged twice (issue 9, item 11c).
+func TestTransportRetriesOnlyIdempotent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		method string
+		safe   bool
+		idem   string
+		retry  bool
+	}{
+		{"GET", false, "", true}, {"HEAD", false, "", true}, {"OPTIONS", false, "", true}, {"TRACE", false, "", true},
+		{"PUT", false, "", true}, {"DELETE", false, "", true},
+		{"POST", false, "", false}, {"PATCH", false, "", false}, {"CHARGE", false, "", false},
+		{"POST", true, "", true}, {"PATCH", true, "", true},
+		{"POST", false, "Idempotency-Key", true}, {"POST", false, "X-Idempotency-Key", true},
+	} {
+		t.Run(fmt.Sprintf("%s/safe=%v/%s", tc.method, tc.safe, tc.idem), func(t *testing.T) {
+			t.Parallel()
+			s, srv := startScripted(t, answer(503, HeaderRetryAfter, "1"))
+			clk := newTimerClock(t)
+			tr, err := NewTransport(nil, nil, WithRetries(3), WithTransportClock(clk))
+			require.NoError(t, err)
+			ctx := context.Background()
+			if tc.safe {
+				ctx = MarkRetrySafe(ctx)
+			}
+			req, _ := http.NewRequestWithContext(ctx, tc.method, srv.URL, strings.NewReader("charge $10"))
+			if tc.idem != "" {
+				req.Header.Set(tc.idem, "k1")
+			}
+			done := roundTrip(tr, req)
+			if tc.retry {
+				clk.nextTimer(t)
+				clk.Add(time.Second)
+			}
+			r := <-done
+			require.NoError(t, r.err)
+			if tc.retry {
+				assert.Equal(t, 200, r.resp.StatusCode)
+				assert.Equal(t, int64(2), s.hits.Load())
+			} else {
+				assert.Equal(t, 503, r.resp.StatusCode)
+				assert.Equal(t, int64(1), s.hits.Load(), "a non-idempotent request was sent again")
+			}
+		})
+	}
+}
+
+// doneWaiter is a limiter that admits whatever the context, as a limiter
+// failing open on a done context would.
+type doneWaiter struct{ fixedLimiter }
+
+// TestTransportDoneContextNotSent: a request whose context is done is
+// never sent, even when the limiter lets it through (issue 9, item 1).
+func TestTransportDoneContextNotSent(t *testing.T) {
+	t.Parallel()
+	s, srv := startScripted(t)
+	for _, tr := range []*Transport{
+		must(NewTransport(nil, nil)),
+		must(NewKeyedTransport(nil, doneWaiter{}, func(*http.Request) string { return "k" })),
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, strings.NewReader("x"))
+		resp, err := tr.RoundTrip(req)
+		assert.Nil(t, resp)
+		assert.ErrorIs(t, err, context.Canceled)
+	}
+	assert.Equal(t, int64(0), s.hits.Load())
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
