@@ -89,32 +89,44 @@ func compile(p ratelimit.Policy) (scripts, error) {
 		// Units in a full bucket, plus the refill per µs that the
 		// arithmetic adds on top, must stay exact.
 		if limit > (maxState-2*r)/u {
-			return scripts{}, configError("Limit (capacity) %d with Refill %d per %v needs %d-bit integers on Redis (at most 52): use a smaller capacity or a coarser rate",
+			return scripts{}, configError("Limit (capacity) %d with Refill %d per %v needs %d-bit integers on Redis (at most 2^52): use a smaller capacity or a coarser rate",
 				p.Limit, p.Refill, p.Period, bitsOf(limit, u))
 		}
 		return scripts{decide: tokenBucketScript, refund: tokenBucketRefundScript, code: "tb",
 			params: []any{limit, r, u}, exactRetry: true}, nil
 	case ratelimit.LeakyBucketAlgorithm:
 		if limit > maxState/per {
-			return scripts{}, configError("Limit (capacity) %d x Period (leakEvery) %v is too long for exact arithmetic on Redis (at most 2^52 µs)", p.Limit, p.Period)
+			return scripts{}, configError("Limit (capacity) %d x Period (leakEvery) %v exceeds 2^52 µs, the longest bucket Redis Lua handles exactly", p.Limit, p.Period)
 		}
 		return scripts{decide: leakyBucketScript, refund: leakyBucketRefundScript, code: "lb",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.FixedWindowAlgorithm:
+		// count + n, both at most limit, must stay exact.
+		if limit > maxState {
+			return scripts{}, configError("Limit %d exceeds 2^52, the largest fixed window limit Redis Lua counts exactly", p.Limit)
+		}
 		if per > maxState {
-			return scripts{}, configError("Period (window) %v is too long for Redis", p.Period)
+			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
 		}
 		return scripts{decide: fixedWindowScript, refund: fixedWindowRefundScript, code: "fw",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.SlidingLogAlgorithm:
+		// total + n, both at most limit, and the log's cumulative counts
+		// (base + at most limit, base kept at most 2^52) must stay exact.
+		if limit > maxState {
+			return scripts{}, configError("Limit %d exceeds 2^52, the largest sliding log limit Redis Lua counts exactly", p.Limit)
+		}
 		if per > maxState {
-			return scripts{}, configError("Period (window) %v is too long for Redis", p.Period)
+			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
 		}
 		return scripts{decide: slidingLogScript, refund: slidingLogRefundScript, code: "sl",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.SlidingCounterAlgorithm:
 		// The estimate multiplies counts (at most limit) by times within a
-		// window (at most window µs).
+		// window (at most window µs); window ends are now + 2 windows.
+		if per > maxState {
+			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
+		}
 		if limit > (maxExact-1)/per {
 			return scripts{}, configError("Limit %d x Period (window) %v = %.3g exceeds 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window",
 				p.Limit, p.Period, float64(limit)*float64(per))
