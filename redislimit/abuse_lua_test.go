@@ -200,19 +200,18 @@ func TestForeignStateNoLockout(t *testing.T) {
 	for _, pp := range pairs {
 		t.Run(name(pp[0])+"_then_"+name(pp[1]), func(t *testing.T) {
 			mock := newMock()
-			prefix := uniquePrefix(t)
-			// Both limiters get the same key names: what a shared prefix
-			// (or a future key layout bug) would do.
-			a := mustNew(t, c, pp[0], WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(prefix))
-			b := mustNew(t, c, pp[1], WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(prefix))
-			if a.Key("k") != b.Key("k") {
-				t.Skip("policies are namespaced: keys differ") // nothing shared to test
-			}
+			a := mustNew(t, c, pp[0], WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
+			b := mustNew(t, c, pp[1], WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 			for range pp[0].Limit {
 				d, err := a.AllowN(bg(), "k", 1)
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 			}
+			// Hand a's state to b's key, as a shared prefix (or any key
+			// layout mistake) would; without a TTL, as a forged key has.
+			dump, err := c.Dump(bg(), a.Key("k")).Result()
+			require.NoError(t, err)
+			require.NoError(t, c.RestoreReplace(bg(), b.Key("k"), 0, dump).Err())
 			mem, err := ratelimit.NewKeyed(pp[1], ratelimit.WithClock(mock))
 			require.NoError(t, err)
 			for i := range pp[1].Limit + 2 {
@@ -344,5 +343,63 @@ func TestCompileExactBounds(t *testing.T) {
 		d, err = l.AllowN(bg(), "k2", b52)
 		require.NoError(t, err)
 		require.False(t, d.Allowed)
+	}
+}
+
+// TestSlidingLogRebase drives a sliding log of limit 2^52 on one key that
+// never goes idle until its base passes 2^52, the point where the script
+// moves every score back, and checks every decision against the in-memory
+// reference.
+func TestSlidingLogRebase(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	const b52 = 1 << 52
+	p := ratelimit.SlidingLogPolicy(b52, time.Second)
+	pr := newPair(t, c, p)
+	half := p.Period / 2
+	steps := []step{
+		{key: "k", kind: 'a', n: b52 - 1},
+		{advance: half, key: "k", kind: 'a', n: 1},
+		{advance: half + time.Microsecond, key: "k", kind: 'a', n: b52 - 1}, // the first entry expired
+		{key: "k", kind: 'a', n: 1},                                           // denied: full
+		{advance: half, key: "k", kind: 'a', n: 1},                            // base 2^52
+		{key: "k", kind: 'a', n: 1},
+		{advance: half + time.Microsecond, key: "k", kind: 'a', n: 3}, // base past 2^52: rebase
+		{key: "k", kind: 'a', n: b52},
+		{key: "k", kind: 'a', n: b52 - 4},
+		{key: "k", kind: 'a', n: 1},
+		{key: "k", kind: 'r', n: 2},
+		{key: "k", kind: 'a', n: 2},
+		{key: "k", kind: 'a', n: 1},
+		{advance: time.Microsecond, key: "k", kind: 'p', n: b52},
+		{advance: half, key: "k", kind: 'a', n: b52 / 2},
+		{advance: half, key: "k", kind: 'a', n: b52},
+	}
+	for i, st := range steps {
+		pr.run(t, i, st)
+	}
+	requireTTL(t, c, pr.rl.Key("k"), p)
+}
+
+// TestNewRejectsBadPolicies: policies the core rejects are rejected by New
+// with a redislimit error, never a panic or a limiter that fails open.
+func TestNewRejectsBadPolicies(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, p := range []ratelimit.Policy{
+		{},
+		ratelimit.FixedWindowPolicy(-1, time.Second),
+		ratelimit.FixedWindowPolicy(1, -time.Second),
+		ratelimit.SlidingLogPolicy(0, time.Second),
+		ratelimit.TokenBucketPolicy(1, -1, time.Second),
+		ratelimit.LeakyBucketPolicy(1<<62, time.Hour),
+		ratelimit.SlidingCounterPolicy(1<<40, time.Second),
+		ratelimit.FixedWindowPolicy(1, 1500*time.Nanosecond),
+	} {
+		l, err := New(c, p)
+		require.Error(t, err, "%v", p)
+		require.Nil(t, l)
+		require.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
+		require.True(t, strings.HasPrefix(err.Error(), "redislimit: "), "%v", err)
 	}
 }

@@ -75,7 +75,7 @@ type scripts struct {
 // integers the scripts compute must stay below 2^53.
 func compile(p ratelimit.Policy) (scripts, error) {
 	if err := p.Validate(); err != nil {
-		return scripts{}, err
+		return scripts{}, fmt.Errorf("redislimit: %w", err)
 	}
 	if p.Period%time.Microsecond != 0 {
 		return scripts{}, configError("Period %v is not a whole number of microseconds (Redis keeps time in integer microseconds)", p.Period)

@@ -345,7 +345,12 @@ local function slRebase(key, base)
   end
   local items = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for j = 1, #items, 2 do
-    redis.call('ZADD', key, int(tonumber(items[j + 1]) - base), items[j])
+    local c = score(items[j + 1])
+    if c then
+      redis.call('ZADD', key, int(c - base), items[j])
+    else
+      redis.call('ZREM', key, items[j]) -- forged, and never read
+    end
   end
   return base
 end

@@ -52,7 +52,7 @@ end
 
 -- Denied: the entry whose expiry frees enough room for n is the first whose
 -- cum reaches base + (after - max).
-local found = redis.call('ZRANGEBYSCORE', key, int(base + after - max), '+inf', 'LIMIT', 0, 1)
+local found = redis.call('ZRANGEBYSCORE', key, int(base + (after - max)), '+inf', 'LIMIT', 0, 1)
 local ts = num(found[1])
 if not ts or ts > backTS then
   -- Only a forged log gets here; the next call finds it fresh.
