@@ -361,8 +361,8 @@ func TestSlidingLogRebase(t *testing.T) {
 		{key: "k", kind: 'a', n: b52 - 1},
 		{advance: half, key: "k", kind: 'a', n: 1},
 		{advance: half + time.Microsecond, key: "k", kind: 'a', n: b52 - 1}, // the first entry expired
-		{key: "k", kind: 'a', n: 1},                                           // denied: full
-		{advance: half, key: "k", kind: 'a', n: 1},                            // base 2^52
+		{key: "k", kind: 'a', n: 1},                                         // denied: full
+		{advance: half, key: "k", kind: 'a', n: 1},                          // base 2^52
 		{key: "k", kind: 'a', n: 1},
 		{advance: half + time.Microsecond, key: "k", kind: 'a', n: 3}, // base past 2^52: rebase
 		{key: "k", kind: 'a', n: b52},

@@ -11,12 +11,23 @@ import (
 )
 
 // The Lua scripts, one decision script and one refund script per algorithm,
-// each with the shared prelude in front. They are package-level
+// each with the shared prelude and its algorithm's state helpers in front
+// (only those: every helper is a closure made anew on every run). They are package-level
 // [redis.Script] values: EVALSHA first, EVAL when the server answers
 // NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
 var (
 	//go:embed lua/prelude.lua
 	preludeLua string
+	//go:embed lua/tb.lua
+	tbLua string
+	//go:embed lua/lb.lua
+	lbLua string
+	//go:embed lua/fw.lua
+	fwLua string
+	//go:embed lua/sl.lua
+	slLua string
+	//go:embed lua/sc.lua
+	scLua string
 	//go:embed lua/tokenbucket.lua
 	tokenBucketLua string
 	//go:embed lua/tokenbucket_refund.lua
@@ -40,16 +51,16 @@ var (
 )
 
 var (
-	tokenBucketScript          = redis.NewScript(preludeLua + tokenBucketLua)
-	tokenBucketRefundScript    = redis.NewScript(preludeLua + tokenBucketRefundLua)
-	leakyBucketScript          = redis.NewScript(preludeLua + leakyBucketLua)
-	leakyBucketRefundScript    = redis.NewScript(preludeLua + leakyBucketRefundLua)
-	fixedWindowScript          = redis.NewScript(preludeLua + fixedWindowLua)
-	fixedWindowRefundScript    = redis.NewScript(preludeLua + fixedWindowRefundLua)
-	slidingLogScript           = redis.NewScript(preludeLua + slidingLogLua)
-	slidingLogRefundScript     = redis.NewScript(preludeLua + slidingLogRefundLua)
-	slidingCounterScript       = redis.NewScript(preludeLua + slidingCounterLua)
-	slidingCounterRefundScript = redis.NewScript(preludeLua + slidingCounterRefundLua)
+	tokenBucketScript          = redis.NewScript(preludeLua + tbLua + tokenBucketLua)
+	tokenBucketRefundScript    = redis.NewScript(preludeLua + tbLua + tokenBucketRefundLua)
+	leakyBucketScript          = redis.NewScript(preludeLua + lbLua + leakyBucketLua)
+	leakyBucketRefundScript    = redis.NewScript(preludeLua + lbLua + leakyBucketRefundLua)
+	fixedWindowScript          = redis.NewScript(preludeLua + fwLua + fixedWindowLua)
+	fixedWindowRefundScript    = redis.NewScript(preludeLua + fwLua + fixedWindowRefundLua)
+	slidingLogScript           = redis.NewScript(preludeLua + slLua + slidingLogLua)
+	slidingLogRefundScript     = redis.NewScript(preludeLua + slLua + slidingLogRefundLua)
+	slidingCounterScript       = redis.NewScript(preludeLua + scLua + slidingCounterLua)
+	slidingCounterRefundScript = redis.NewScript(preludeLua + scLua + slidingCounterRefundLua)
 )
 
 // maxExact is 2^53: Lua numbers are doubles, exact for integers below it.
