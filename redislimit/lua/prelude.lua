@@ -101,9 +101,10 @@ local function load(key)
 end
 
 -- num parses a decimal integer as written by int(): digits with an optional
--- minus sign, exact (below 2^53 in magnitude). Anything else gives nil.
+-- minus sign and no leading zero, exact (below 2^53 in magnitude). Anything
+-- else gives nil.
 local function num(s)
-  if not s or not string.find(s, '^%-?%d+$') or #s > 17 then
+  if not s or not string.find(s, '^%-?%d+$') or #s > 17 or string.find(s, '^%-?0%d') or s == '-0' then
     return nil
   end
   local x = tonumber(s)

@@ -34,6 +34,15 @@ local slMaxBase = 4503599627370496
 -- a call can add, so they drain, and few enough to bound every call.
 local slDrop = 16
 
+-- slRemove deletes a sliding log key, off Redis's main thread where the
+-- server can (UNLINK, Redis 4+: a log may hold many entries).
+local function slRemove(key)
+  local r = redis.pcall('UNLINK', key)
+  if type(r) == 'table' then
+    redis.call('DEL', key)
+  end
+end
+
 -- slEntry returns the time and cum of the entry at rank r, or nil.
 local function slEntry(key, r)
   local e = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
@@ -62,7 +71,7 @@ local function slLoad(key, now, max, w)
   local base = score(redis.call('ZSCORE', key, 'b'))
   local rb = redis.call('ZRANK', key, 'b')
   if not base or base < 0 then
-    redis.call('UNLINK', key)
+    slRemove(key)
     return 0, 0, 0, 0
   end
   if rb > 0 then
@@ -75,7 +84,7 @@ local function slLoad(key, now, max, w)
   local lastTS, lastCum = slEntry(key, last)
   if entries < 1 or not lastTS or not lastCum or lastCum - base < entries or lastCum - base > max
       or lastTS - now > math.min(w, maxSkew) then
-    redis.call('UNLINK', key)
+    slRemove(key)
     return 0, 0, 0, 0
   end
   -- The expired entries (ts <= now - w) are ranks rb+1 .. j: gallop, then
@@ -83,7 +92,7 @@ local function slLoad(key, now, max, w)
   local cutoff = now - w
   local ts, cum = slEntry(key, rb + 1)
   if not ts or not cum or cum <= base or cum > lastCum then
-    redis.call('UNLINK', key)
+    slRemove(key)
     return 0, 0, 0, 0
   end
   if ts > cutoff then
@@ -103,7 +112,7 @@ local function slLoad(key, now, max, w)
     else
       ts, cum = slEntry(key, r)
       if not ts or not cum or cum <= loCum or cum > lastCum then
-        redis.call('UNLINK', key)
+        slRemove(key)
         return 0, 0, 0, 0
       end
       if ts > cutoff then
@@ -117,7 +126,7 @@ local function slLoad(key, now, max, w)
     local r = math.floor((lo + hi) / 2)
     ts, cum = slEntry(key, r)
     if not ts or not cum or cum <= loCum or cum > lastCum then
-      redis.call('UNLINK', key)
+      slRemove(key)
       return 0, 0, 0, 0
     end
     if ts > cutoff then
@@ -127,7 +136,7 @@ local function slLoad(key, now, max, w)
     end
   end
   if lo == last then
-    redis.call('UNLINK', key) -- everything expired
+    slRemove(key) -- everything expired
     return 0, 0, 0, 0
   end
   redis.call('ZADD', key, int(loCum), 'b')

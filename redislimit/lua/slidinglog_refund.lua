@@ -34,7 +34,7 @@ while n > 0 and entries > 0 do
 end
 
 if entries == 0 then
-  redis.call('UNLINK', key)
+  slRemove(key)
   return 1
 end
 local back = redis.call('ZRANGE', key, -1, -1)
