@@ -403,3 +403,21 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		require.True(t, strings.HasPrefix(err.Error(), "redislimit: "), "%v", err)
 	}
 }
+
+// TestClientTimeBeforeEpoch: with WithClientTime, a clock before 1970
+// (negative Unix microseconds) is still a clock: state written then must
+// read back as valid, not as garbage (which would make every call fresh).
+func TestClientTimeBeforeEpoch(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, p := range policies() {
+		t.Run(name(p), func(t *testing.T) {
+			t.Parallel()
+			pr := newPair(t, c, p)
+			pr.mock.Set(time.Date(1969, 6, 1, 12, 0, 0, 123456000, time.UTC))
+			for i, st := range timeline(p) {
+				pr.run(t, i, st)
+			}
+		})
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rlkit/ratelimit"
 )
 
 // serverMicros returns the server time per EVALSHA call (µs, from INFO
@@ -119,10 +118,9 @@ func TestSlidingLogDecisionCost(t *testing.T) {
 		t.Logf("limit %7d: deny n=limit %7.1f µs, deny n=1 %5.1f µs, admit %5.1f µs (server time per call)", limit, denyBig, deny1, admit)
 		worst = max(worst, denyBig, deny1, admit)
 	}
-	// O(log limit) server time is a few tens of µs; O(limit) at 200k is
-	// tens of ms. The bound leaves room for a loaded machine.
-	if worst > 1000 {
-		t.Errorf("a sliding log decision took %.0f µs of server time, want well under 1ms", worst)
+	// O(log limit) server time is tens of µs; O(limit) was 25 ms at 10k and
+	// 1.8 s at 200k on a loaded machine. The bound leaves room for load.
+	if worst > 5000 {
+		t.Errorf("a sliding log decision took %.0f µs of server time, want well under 5ms", worst)
 	}
-	_ = ratelimit.SlidingLogAlgorithm
 }

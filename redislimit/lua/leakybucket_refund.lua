@@ -7,7 +7,7 @@ local key = KEYS[1]
 local now = clock()
 local every = tonumber(ARGV[4])
 local empty = lbLoad(key, now, tonumber(ARGV[3]) * every)
-if empty == 0 then
+if empty <= now then
   return 0
 end
 empty = empty - tonumber(ARGV[2]) * every

@@ -1,5 +1,5 @@
--- sl.lua: the state helpers of the sliding log scripts, between the prelude and
--- each script.
+-- sl.lua: the state helpers of the sliding log scripts, placed between
+-- the prelude and each script.
 
 -- score parses a sorted set score reply as an exact integer, or gives nil.
 -- Redis may format scores in exponent notation (7.2+ prints the shortest

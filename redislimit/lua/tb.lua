@@ -1,15 +1,15 @@
--- tb.lua: the state helpers of the token bucket scripts, between the prelude and
--- each script.
+-- tb.lua: the state helpers of the token bucket scripts, placed between
+-- the prelude and each script.
 
 -- tbLoad returns a token bucket's valid state "<last> <debt>" at key, or
--- the fresh state 0, 0: the debt must be within a full bucket, and last at
--- most min(refill time, maxSkew) ahead of now.
+-- the fresh state, a full bucket at now: the debt must be within a full
+-- bucket, and last at most min(refill time, maxSkew) ahead of now.
 local function tbLoad(key, now, full, r)
   local last, debt = fields(load(key), 2)
-  if last and last >= 0 and debt >= 0 and debt <= full and last - now <= math.min(cdiv(full, r), maxSkew) then
+  if last and debt >= 0 and debt <= full and last - now <= math.min(cdiv(full, r), maxSkew) then
     return last, debt
   end
-  return 0, 0
+  return now, 0
 end
 
 -- tbRefill returns a token bucket's last update and debt refilled up to now
