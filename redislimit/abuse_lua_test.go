@@ -428,3 +428,60 @@ func TestClientTimeBeforeEpoch(t *testing.T) {
 		requireTTL(t, c, l.Key("k"), p)
 	}
 }
+
+// TestSlidingLogLargeDifferential drives logs of hundreds of entries (the
+// conformance policies hold a handful), so that the galloping search for
+// expired entries, the dead entries dropped a few per call and the
+// cumulative-count lookup of denials all run at depth, and demands the
+// in-memory reference's decisions.
+func TestSlidingLogLargeDifferential(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, p := range []ratelimit.Policy{
+		ratelimit.SlidingLogPolicy(300, 5*time.Millisecond),
+		ratelimit.SlidingLogPolicy(1000, 2*time.Millisecond),
+	} {
+		t.Run(name(p), func(t *testing.T) {
+			t.Parallel()
+			var deepest int64
+			defer func() { t.Logf("deepest log: %d members", deepest) }()
+			for seed := range uint64(3) {
+				pr := newPair(t, c, p)
+				rng := newRand(seed)
+				us := int64(p.Period / time.Microsecond)
+				for i := range 3000 {
+					st := step{key: "k", kind: 'a', n: 1}
+					switch r := rng.IntN(100); {
+					case r < 85:
+						st.advance = time.Duration(rng.Int64N(us/int64(p.Limit)+1)) * time.Microsecond
+					case r < 97:
+						st.advance = time.Duration(rng.Int64N(us/8+1)) * time.Microsecond
+					case r < 99:
+						st.advance = time.Duration(rng.Int64N(us+1)) * time.Microsecond
+					default:
+						st.advance = time.Duration(rng.Int64N(3*us)) * time.Microsecond
+					}
+					switch r := rng.IntN(100); {
+					case r < 8:
+						st.kind = 'p'
+						st.n = rng.IntN(p.Limit + 1)
+					case r < 12:
+						st.kind = 'r'
+						st.n = 1 + rng.IntN(5)
+					case r < 14:
+						st.n = 1 + rng.IntN(p.Limit)
+					case r < 24:
+						st.n = 1 + rng.IntN(4)
+					}
+					pr.runSeed(t, seed, i, st)
+					if t.Failed() {
+						return
+					}
+					card, err := c.ZCard(bg(), pr.rl.Key("k")).Result()
+					require.NoError(t, err)
+					deepest = max(deepest, card)
+				}
+			}
+		})
+	}
+}
