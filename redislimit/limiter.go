@@ -28,10 +28,15 @@
 //     are exactly the in-memory durations rounded up, never shorter.
 //
 // That holds while time does not run backwards. When it does (a step of the
-// server's clock, or callers' clocks out of step with [WithClientTime]),
-// both homes stay safe — windows do not reopen, no quota is minted — but
-// they may differ in detail: the in-memory limiter keeps state that Redis
-// has already let expire or never stored (a denial stores nothing).
+// server's clock, or callers' clocks out of step with [WithClientTime]) by
+// at most the policy's idle time or one minute, whichever is less, both
+// homes stay safe — windows do not reopen, no quota is minted — but they
+// may differ in detail: the in-memory limiter keeps state that Redis has
+// already let expire or never stored (a denial stores nothing). Stored
+// state further ahead than that reads as fresh, as does state that is
+// garbage, of another Redis type or beyond the policy's bounds: a larger
+// step admits at most one fresh quota, and no stored state locks a key out
+// or keeps it longer than the policy's idle time plus that allowance.
 //
 // # Keys
 //
@@ -46,10 +51,12 @@
 //
 // A key takes about 56 bytes (leaky bucket) to 90 bytes (token bucket,
 // windows) of Redis memory with a short prefix; a sliding log takes about
-// 12 bytes per distinct microsecond with events, so at most about 12 x
-// limit bytes. Give Redis the memory, or run it with maxmemory-policy
-// noeviction (scripts then fail with OOM and the failure policy applies):
-// an evicted key would hand its client a fresh, full quota.
+// 14 bytes per distinct microsecond with events up to 128 of them, then
+// about 125 (a sorted set, which keeps every decision at O(log limit)), so
+// at most about 125 x limit bytes. Give Redis the memory, or run it with
+// maxmemory-policy noeviction (scripts then fail with OOM and the failure
+// policy applies): an evicted key would hand its client a fresh, full
+// quota.
 //
 // # Failures
 //

@@ -11,12 +11,23 @@ import (
 )
 
 // The Lua scripts, one decision script and one refund script per algorithm,
-// each with the shared prelude in front. They are package-level
+// each with the shared prelude and its algorithm's state helpers in front
+// (only those: every helper is a closure made anew on every run). They are package-level
 // [redis.Script] values: EVALSHA first, EVAL when the server answers
 // NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
 var (
 	//go:embed lua/prelude.lua
 	preludeLua string
+	//go:embed lua/tb.lua
+	tbLua string
+	//go:embed lua/lb.lua
+	lbLua string
+	//go:embed lua/fw.lua
+	fwLua string
+	//go:embed lua/sl.lua
+	slLua string
+	//go:embed lua/sc.lua
+	scLua string
 	//go:embed lua/tokenbucket.lua
 	tokenBucketLua string
 	//go:embed lua/tokenbucket_refund.lua
@@ -40,16 +51,16 @@ var (
 )
 
 var (
-	tokenBucketScript          = redis.NewScript(preludeLua + tokenBucketLua)
-	tokenBucketRefundScript    = redis.NewScript(preludeLua + tokenBucketRefundLua)
-	leakyBucketScript          = redis.NewScript(preludeLua + leakyBucketLua)
-	leakyBucketRefundScript    = redis.NewScript(preludeLua + leakyBucketRefundLua)
-	fixedWindowScript          = redis.NewScript(preludeLua + fixedWindowLua)
-	fixedWindowRefundScript    = redis.NewScript(preludeLua + fixedWindowRefundLua)
-	slidingLogScript           = redis.NewScript(preludeLua + slidingLogLua)
-	slidingLogRefundScript     = redis.NewScript(preludeLua + slidingLogRefundLua)
-	slidingCounterScript       = redis.NewScript(preludeLua + slidingCounterLua)
-	slidingCounterRefundScript = redis.NewScript(preludeLua + slidingCounterRefundLua)
+	tokenBucketScript          = redis.NewScript(preludeLua + tbLua + tokenBucketLua)
+	tokenBucketRefundScript    = redis.NewScript(preludeLua + tbLua + tokenBucketRefundLua)
+	leakyBucketScript          = redis.NewScript(preludeLua + lbLua + leakyBucketLua)
+	leakyBucketRefundScript    = redis.NewScript(preludeLua + lbLua + leakyBucketRefundLua)
+	fixedWindowScript          = redis.NewScript(preludeLua + fwLua + fixedWindowLua)
+	fixedWindowRefundScript    = redis.NewScript(preludeLua + fwLua + fixedWindowRefundLua)
+	slidingLogScript           = redis.NewScript(preludeLua + slLua + slidingLogLua)
+	slidingLogRefundScript     = redis.NewScript(preludeLua + slLua + slidingLogRefundLua)
+	slidingCounterScript       = redis.NewScript(preludeLua + scLua + slidingCounterLua)
+	slidingCounterRefundScript = redis.NewScript(preludeLua + scLua + slidingCounterRefundLua)
 )
 
 // maxExact is 2^53: Lua numbers are doubles, exact for integers below it.
@@ -75,7 +86,7 @@ type scripts struct {
 // integers the scripts compute must stay below 2^53.
 func compile(p ratelimit.Policy) (scripts, error) {
 	if err := p.Validate(); err != nil {
-		return scripts{}, err
+		return scripts{}, fmt.Errorf("redislimit: %w", err)
 	}
 	if p.Period%time.Microsecond != 0 {
 		return scripts{}, configError("Period %v is not a whole number of microseconds (Redis keeps time in integer microseconds)", p.Period)
@@ -89,32 +100,44 @@ func compile(p ratelimit.Policy) (scripts, error) {
 		// Units in a full bucket, plus the refill per µs that the
 		// arithmetic adds on top, must stay exact.
 		if limit > (maxState-2*r)/u {
-			return scripts{}, configError("Limit (capacity) %d with Refill %d per %v needs %d-bit integers on Redis (at most 52): use a smaller capacity or a coarser rate",
+			return scripts{}, configError("Limit (capacity) %d with Refill %d per %v needs %d-bit integers on Redis (at most 2^52): use a smaller capacity or a coarser rate",
 				p.Limit, p.Refill, p.Period, bitsOf(limit, u))
 		}
 		return scripts{decide: tokenBucketScript, refund: tokenBucketRefundScript, code: "tb",
 			params: []any{limit, r, u}, exactRetry: true}, nil
 	case ratelimit.LeakyBucketAlgorithm:
 		if limit > maxState/per {
-			return scripts{}, configError("Limit (capacity) %d x Period (leakEvery) %v is too long for exact arithmetic on Redis (at most 2^52 µs)", p.Limit, p.Period)
+			return scripts{}, configError("Limit (capacity) %d x Period (leakEvery) %v exceeds 2^52 µs, the longest bucket Redis Lua handles exactly", p.Limit, p.Period)
 		}
 		return scripts{decide: leakyBucketScript, refund: leakyBucketRefundScript, code: "lb",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.FixedWindowAlgorithm:
+		// count + n, both at most limit, must stay exact.
+		if limit > maxState {
+			return scripts{}, configError("Limit %d exceeds 2^52, the largest fixed window limit Redis Lua counts exactly", p.Limit)
+		}
 		if per > maxState {
-			return scripts{}, configError("Period (window) %v is too long for Redis", p.Period)
+			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
 		}
 		return scripts{decide: fixedWindowScript, refund: fixedWindowRefundScript, code: "fw",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.SlidingLogAlgorithm:
+		// total + n, both at most limit, and the log's cumulative counts
+		// (base + at most limit, base kept at most 2^52) must stay exact.
+		if limit > maxState {
+			return scripts{}, configError("Limit %d exceeds 2^52, the largest sliding log limit Redis Lua counts exactly", p.Limit)
+		}
 		if per > maxState {
-			return scripts{}, configError("Period (window) %v is too long for Redis", p.Period)
+			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
 		}
 		return scripts{decide: slidingLogScript, refund: slidingLogRefundScript, code: "sl",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.SlidingCounterAlgorithm:
 		// The estimate multiplies counts (at most limit) by times within a
-		// window (at most window µs).
+		// window (at most window µs); window ends are now + 2 windows.
+		if per > maxState {
+			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
+		}
 		if limit > (maxExact-1)/per {
 			return scripts{}, configError("Limit %d x Period (window) %v = %.3g exceeds 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window",
 				p.Limit, p.Period, float64(limit)*float64(per))

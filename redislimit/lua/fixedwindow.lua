@@ -10,18 +10,15 @@ local commit = ARGV[3] == '1'
 local max = tonumber(ARGV[4])
 local w = tonumber(ARGV[5])
 
-local sk, count = 0, 0
-local v = redis.call('GET', key)
-if v then
-  sk, count = fields(v)
-end
+local sk, count = fwLoad(key, now, max, w)
 
 local k = fdiv(now, w)
 local at = now
 if k > sk then
   count = 0
 elseif k < sk then
-  -- Time ran backwards: stay in the newer window.
+  -- Time ran backwards (by at most maxSkew: see fwLoad): stay in the
+  -- newer window.
   k = sk
   at = k * w
 end

@@ -4,14 +4,10 @@
 -- KEYS[1]  as in fixedwindow.lua
 -- ARGV     now (µs or ""), n, limit, window (µs)
 local key = KEYS[1]
-local v = redis.call('GET', key)
-if not v then
-  return 0
-end
-local k, stored = fields(v)
 local now = clock()
 local w = tonumber(ARGV[4])
-if fdiv(now, w) ~= k then
+local k, stored = fwLoad(key, now, tonumber(ARGV[3]), w)
+if fdiv(now, w) ~= k or stored == 0 then
   return 0
 end
 local count = math.max(stored - tonumber(ARGV[2]), 0)

@@ -11,12 +11,12 @@ local commit = ARGV[3] == '1'
 local every = tonumber(ARGV[5])
 local span = tonumber(ARGV[4]) * every
 
-local empty = tonumber(redis.call('GET', key)) or 0
+local empty = lbLoad(key, now, span)
 local level = math.max(empty - now, 0)
 local need = n * every
 if level + need <= span then
   if commit then
-    redis.call('SET', key, now + level + need, 'PX', ttl(level + need))
+    redis.call('SET', key, int(now + level + need), 'PX', ttl(level + need))
   end
   return {1, fdiv(span - level - need, every), 0, level + need}
 end

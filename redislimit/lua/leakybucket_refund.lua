@@ -4,15 +4,16 @@
 -- KEYS[1]  as in leakybucket.lua
 -- ARGV     now (µs or ""), n, capacity, every (µs)
 local key = KEYS[1]
-local empty = tonumber(redis.call('GET', key))
-if not empty then
+local now = clock()
+local every = tonumber(ARGV[4])
+local empty = lbLoad(key, now, tonumber(ARGV[3]) * every)
+if empty <= now then
   return 0
 end
-local now = clock()
-empty = empty - tonumber(ARGV[2]) * tonumber(ARGV[4])
+empty = empty - tonumber(ARGV[2]) * every
 if empty <= now then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, empty, 'PX', ttl(empty - now))
+  redis.call('SET', key, int(empty), 'PX', ttl(empty - now))
 end
 return 1

@@ -77,57 +77,71 @@ end
 -- Every script ends by returning {allowed (0/1), remaining, retryAfter µs,
 -- resetAfter µs} (decisions) or 1/0 (refunds: whether state was changed).
 
--- fields returns the numbers of a stored state "<a> <b>" or "<a> <b> <c>",
--- in order. Plain finds, not a gmatch into a table: no table per decision.
-local function fields(v)
-  local a = string.find(v, ' ', 1, true)
-  local b = string.find(v, ' ', a + 1, true)
-  if not b then
-    return tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1))
+-- Stored state is read as untrusted: garbage, another Redis type, a state
+-- of another policy or one from far in the future must read as fresh state
+-- (and be overwritten by the next write), never raise a script error (which
+-- the failure policy would turn into an admission) and never lock a key out.
+
+-- maxSkew bounds how far ahead of now stored state may lie and still be
+-- honoured as a clock that stepped back a little (or, with client time, a
+-- caller whose clock lags another's): the state then holds its quota, as it
+-- would have. Beyond min(idle time of the policy, maxSkew) it is foreign or
+-- forged, and read as fresh. One minute, the same as the client-time slack.
+local maxSkew = 60000000
+
+-- load returns the string stored at key, or nil when there is none or the
+-- key holds another type (SET replaces any type, so the next write repairs
+-- it).
+local function load(key)
+  local v = redis.pcall('GET', key)
+  if type(v) ~= 'string' then
+    return nil
   end
-  return tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), tonumber(string.sub(v, b + 1))
+  return v
 end
 
--- tbRefill returns a token bucket's last update and debt refilled up to now
--- at r units per microsecond; time that runs backwards refills nothing.
--- Mirrors tokenBucketAlg.advance.
-local function tbRefill(last, debt, now, r)
-  local e = now - last
-  if e <= 0 then
-    return last, debt
+-- num parses a decimal integer as written by int(): digits with an optional
+-- minus sign and no leading zero, exact (below 2^53 in magnitude). Anything
+-- else gives nil.
+local function num(s)
+  if not s or not string.find(s, '^%-?%d+$') or #s > 17 or string.find(s, '^%-?0%d') or s == '-0' then
+    return nil
   end
-  if debt > 0 then
-    if e >= cdiv(debt, r) then
-      debt = 0
-    else
-      debt = debt - e * r
-    end
+  local x = tonumber(s)
+  if x and x > -9007199254740992 and x < 9007199254740992 then
+    return x
   end
-  return now, debt
+  return nil
 end
 
--- logExpired counts the entries at the front of a sliding log list that are
--- expired (ts <= cutoff), and their events, reading in growing chunks. It
--- removes nothing: a denial stores nothing.
-local function logExpired(key, entries, cutoff)
-  local expired, expiredN = 0, 0
-  local chunk = 1
-  while expired < entries do
-    local first = 1 + 2 * expired
-    local items = redis.call('LRANGE', key, int(first), int(first + 2 * chunk - 1))
-    local live = #items == 0
-    for j = 1, #items, 2 do
-      if tonumber(items[j]) > cutoff then
-        live = true
-        break
-      end
-      expired = expired + 1
-      expiredN = expiredN + tonumber(items[j + 1])
-    end
-    if live then
-      break
-    end
-    chunk = chunk * 4
+-- fields returns the integers of a stored state of exactly count (1, 2 or
+-- 3) space-separated fields, or nil when v is not one.
+local function fields(v, count)
+  if not v then
+    return nil
   end
-  return expired, expiredN
+  if count == 1 then
+    return num(v)
+  elseif count == 2 then
+    local a, b = string.match(v, '^(%-?%d+) (%-?%d+)$')
+    a, b = num(a), num(b)
+    if a and b then
+      return a, b
+    end
+    return nil
+  end
+  local a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+  a, b, c = num(a), num(b), num(c)
+  if a and b and c then
+    return a, b, c
+  end
+  return nil
+end
+
+-- windowOK reports whether a stored window index sk may be honoured at now
+-- with windows of w µs: a past or current window, or the next one when it
+-- starts within maxSkew (a clock that stepped back across a boundary).
+local function windowOK(sk, now, w)
+  local k = fdiv(now, w)
+  return sk <= k or (sk == k + 1 and sk * w - now <= maxSkew)
 end

@@ -12,11 +12,7 @@ local commit = ARGV[3] == '1'
 local max = tonumber(ARGV[4])
 local w = tonumber(ARGV[5])
 
-local sk, sc, sp = 0, 0, 0
-local v = redis.call('GET', key)
-if v then
-  sk, sc, sp = fields(v)
-end
+local sk, sc, sp = scLoad(key, now, max, w)
 
 -- roll: the state as seen at now, and the time elapsed in window k.
 local k = fdiv(now, w)
@@ -26,7 +22,8 @@ if k == sk then
 elseif k == sk + 1 then
   prev = sc
 elseif k < sk then
-  -- Time ran backwards: stay at the start of the newer window.
+  -- Time ran backwards (by at most maxSkew: see scLoad): stay at the
+  -- start of the newer window.
   k, cur, prev, e = sk, sc, sp, 0
 end
 

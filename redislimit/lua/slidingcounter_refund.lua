@@ -4,14 +4,13 @@
 -- KEYS[1]  as in slidingcounter.lua
 -- ARGV     now (µs or ""), n, limit, window (µs)
 local key = KEYS[1]
-local v = redis.call('GET', key)
-if not v then
-  return 0
-end
 local now = clock()
 local n = tonumber(ARGV[2])
 local w = tonumber(ARGV[4])
-local sk, sc, sp = fields(v)
+local sk, sc, sp = scLoad(key, now, tonumber(ARGV[3]), w)
+if sc == 0 and sp == 0 then
+  return 0
+end
 local k = fdiv(now, w)
 if k == sk then
   local cur = math.max(sc - n, 0)

@@ -6,47 +6,37 @@
 -- KEYS[1]  as in slidinglog.lua
 -- ARGV     now (µs or ""), n, limit, window (µs)
 local key = KEYS[1]
-local len = redis.call('LLEN', key)
-if len == 0 then
-  return 0
-end
 local now = clock()
 local n = tonumber(ARGV[2])
 local w = tonumber(ARGV[4])
-local cutoff = now - w
-local total = tonumber(redis.call('LINDEX', key, 0))
-local entries = (len - 1) / 2
+local base, entries = slLoad(key, now, tonumber(ARGV[3]), w)
+if entries == 0 then
+  return 0
+end
 
-local expired, expiredN = logExpired(key, entries, cutoff)
-total = total - expiredN
-entries = entries - expired
-
--- Remove n events from the back.
+-- Remove n events from the back: each entry removed was added once.
 while n > 0 and entries > 0 do
-  local backN = tonumber(redis.call('LINDEX', key, -1))
+  local back = redis.call('ZRANGE', key, -2, -1, 'WITHSCORES')
+  local prevCum, backCum = score(back[2]), score(back[4])
+  if not prevCum or not backCum or backCum <= prevCum then
+    redis.call('DEL', key) -- forged: read as fresh from now on
+    return 1
+  end
+  local backN = backCum - prevCum
   if backN > n then
-    redis.call('LSET', key, -1, backN - n)
-    total = total - n
+    redis.call('ZADD', key, int(backCum - n), back[3])
     n = 0
   else
-    redis.call('RPOP', key)
-    redis.call('RPOP', key)
-    total = total - backN
+    redis.call('ZREM', key, back[3])
     n = n - backN
     entries = entries - 1
   end
 end
 
 if entries == 0 then
-  redis.call('DEL', key)
+  slRemove(key)
   return 1
 end
-if expired > 0 then
-  redis.call('LTRIM', key, int(1 + 2 * expired), -1)
-  redis.call('LPUSH', key, total)
-else
-  redis.call('LSET', key, 0, total)
-end
-local back = tonumber(redis.call('LINDEX', key, -2))
-expire(key, back + w - now)
+local back = redis.call('ZRANGE', key, -1, -1)
+expire(key, tonumber(back[1]) + w - now)
 return 1

@@ -14,11 +14,7 @@ local r = tonumber(ARGV[5])
 local p = tonumber(ARGV[6])
 local full = tonumber(ARGV[4]) * p
 
-local last, debt = 0, 0
-local v = redis.call('GET', key)
-if v then
-  last, debt = fields(v)
-end
+local last, debt = tbLoad(key, now, full, r)
 last, debt = tbRefill(last, debt, now, r)
 
 local need = n * p

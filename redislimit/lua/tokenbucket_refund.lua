@@ -4,15 +4,14 @@
 -- KEYS[1]  as in tokenbucket.lua
 -- ARGV     now (µs or ""), n, capacity, r, p
 local key = KEYS[1]
-local v = redis.call('GET', key)
-if not v then
-  return 0
-end
 local now = clock()
 local n = tonumber(ARGV[2])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local last, debt = fields(v)
+local last, debt = tbLoad(key, now, tonumber(ARGV[3]) * p, r)
+if debt == 0 then
+  return 0
+end
 last, debt = tbRefill(last, debt, now, r)
 
 debt = math.max(debt - n * p, 0)

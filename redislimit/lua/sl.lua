@@ -1,0 +1,161 @@
+-- sl.lua: the state helpers of the sliding log scripts, placed between
+-- the prelude and each script.
+
+-- score parses a sorted set score reply as an exact integer, or gives nil.
+-- Redis may format scores in exponent notation (7.2+ prints the shortest
+-- round-trip form, 1e+08 for 100000000), which tonumber reads exactly.
+local function score(s)
+  local x = tonumber(s)
+  if x and x == math.floor(x) and x > -9007199254740992 and x <= 9007199254740992 then
+    return x
+  end
+  return nil
+end
+
+-- A sliding log is a sorted set. Member "b" has score base; every entry
+-- is a member named by its time (decimal Unix µs) whose score is cum, the
+-- number of events logged through this entry since the key was made. Times
+-- strictly increase with cum (events at or before the newest entry's time
+-- merge into it), so the order by score is the order by time. Entries
+-- scored at most base are expired ("dead", ranked before "b") and are
+-- removed a few per call; live entries follow "b", an entry holds its cum
+-- minus the previous score events, and the log holds last cum - base live
+-- events. Every lookup is by rank or score, O(log entries): a denial finds
+-- the entry whose expiry frees room for n with one ZRANGEBYSCORE, and the
+-- expired entries are found by a galloping search, not a walk.
+
+-- slMaxBase: scores are moved back by base once it passes 2^52, so that cum
+-- = base + at most limit (<= 2^52, checked in Go) stays exact. That takes
+-- 2^52 expired events on a key that never went idle, and rewrites the key
+-- once (O(entries)).
+local slMaxBase = 4503599627370496
+
+-- slDrop is how many dead entries a call removes: more than the one entry
+-- a call can add, so they drain, and few enough to bound every call.
+local slDrop = 16
+
+-- slRemove deletes a sliding log key, off Redis's main thread where the
+-- server can (UNLINK, Redis 4+: a log may hold many entries).
+local function slRemove(key)
+  local r = redis.pcall('UNLINK', key)
+  if type(r) == 'table' then
+    redis.call('DEL', key)
+  end
+end
+
+-- slEntry returns the time and cum of the entry at rank r, or nil.
+local function slEntry(key, r)
+  local e = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
+  if #e ~= 2 then
+    return nil
+  end
+  return num(e[1]), score(e[2])
+end
+
+-- slLoad reads the sliding log at key as seen at now with window w and
+-- limit max, marking its expired entries dead. It returns base, the number
+-- of live entries, the newest entry's time and cum; with no live entries,
+-- 0, 0, 0, 0 and no key. A log that is not one (another type, another
+-- layout, counts beyond max, a newest entry more than min(w, maxSkew) in the
+-- future) is removed and read as empty. UNLINK frees a large key off
+-- Redis's main thread.
+local function slLoad(key, now, max, w)
+  local card = redis.pcall('ZCARD', key)
+  if type(card) ~= 'number' then
+    redis.call('DEL', key) -- another type
+    return 0, 0, 0, 0
+  end
+  if card == 0 then
+    return 0, 0, 0, 0
+  end
+  local base = score(redis.call('ZSCORE', key, 'b'))
+  local rb = redis.call('ZRANK', key, 'b')
+  if not base or base < 0 then
+    slRemove(key)
+    return 0, 0, 0, 0
+  end
+  if rb > 0 then
+    local drop = math.min(rb, slDrop)
+    redis.call('ZREMRANGEBYRANK', key, 0, drop - 1)
+    rb, card = rb - drop, card - drop
+  end
+  local last = card - 1
+  local entries = last - rb
+  local lastTS, lastCum = slEntry(key, last)
+  if entries < 1 or not lastTS or not lastCum or lastCum - base < entries or lastCum - base > max
+      or lastTS - now > math.min(w, maxSkew) then
+    slRemove(key)
+    return 0, 0, 0, 0
+  end
+  -- The expired entries (ts <= now - w) are ranks rb+1 .. j: gallop, then
+  -- bisect, for the largest such j.
+  local cutoff = now - w
+  local ts, cum = slEntry(key, rb + 1)
+  if not ts or not cum or cum <= base or cum > lastCum then
+    slRemove(key)
+    return 0, 0, 0, 0
+  end
+  if ts > cutoff then
+    return base, entries, lastTS, lastCum
+  end
+  -- Invariant: rank lo is expired (with cum lo_cum), rank hi is live or
+  -- past the end.
+  local lo, loCum, step, hi = rb + 1, cum, 1, nil
+  while not hi do
+    local r = lo + step
+    if r >= last then
+      if lastTS <= cutoff then
+        lo, loCum, hi = last, lastCum, last + 1
+      else
+        hi = last
+      end
+    else
+      ts, cum = slEntry(key, r)
+      if not ts or not cum or cum <= loCum or cum > lastCum then
+        slRemove(key)
+        return 0, 0, 0, 0
+      end
+      if ts > cutoff then
+        hi = r
+      else
+        lo, loCum, step = r, cum, step * 2
+      end
+    end
+  end
+  while hi - lo > 1 do
+    local r = math.floor((lo + hi) / 2)
+    ts, cum = slEntry(key, r)
+    if not ts or not cum or cum <= loCum or cum > lastCum then
+      slRemove(key)
+      return 0, 0, 0, 0
+    end
+    if ts > cutoff then
+      hi = r
+    else
+      lo, loCum = r, cum
+    end
+  end
+  if lo == last then
+    slRemove(key) -- everything expired
+    return 0, 0, 0, 0
+  end
+  redis.call('ZADD', key, int(loCum), 'b')
+  return loCum, last - lo, lastTS, lastCum
+end
+
+-- slRebase moves a sliding log's base back to 0 once it passes slMaxBase.
+local function slRebase(key, base)
+  if base <= slMaxBase then
+    return 0
+  end
+  local items = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  for j = 1, #items, 2 do
+    local c = score(items[j + 1])
+    if c then
+      redis.call('ZADD', key, int(c - base), items[j])
+    else
+      redis.call('ZREM', key, items[j]) -- forged, and never read
+    end
+  end
+  return base
+end
