@@ -93,7 +93,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,7 +121,11 @@ type Limiter struct {
 	clock    ratelimit.Clock // nil: the real clock
 	base     time.Time       // local monotonic origin for the deny cache
 	client   bool            // pass the local clock's time to the scripts
+	plain    bool            // key names hold keys as given, not digests
 	cache    *denyCache      // nil: disabled
+	dials    *dialRecorder   // nil: the client cannot be hooked
+	rep      reporter
+	latest   atomic.Int64 // with client time: the latest decision time seen (local mono)
 	brk      breaker
 	batch    batcher
 }
@@ -178,24 +185,6 @@ var (
 	errOverloaded = errors.New("redislimit: too many calls waiting for redis")
 )
 
-// timeoutError is the cause when Redis did not answer within the
-// limiter's timeout. It matches context.DeadlineExceeded.
-type timeoutError struct{ d time.Duration }
-
-func (e *timeoutError) Error() string { return fmt.Sprintf("redislimit: no reply within %v", e.d) }
-func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
-
-// unavailableError wraps ErrUnavailable and the cause.
-type unavailableError struct {
-	op, key string
-	err     error
-}
-
-func (e *unavailableError) Error() string {
-	return fmt.Sprintf("redislimit: redis unavailable: %s %q: %v", e.op, e.key, e.err)
-}
-func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
-
 // Option configures a [Limiter].
 type Option interface {
 	apply(*config)
@@ -211,6 +200,9 @@ type config struct {
 	client    bool
 	cacheKeys int
 	breaker   time.Duration
+	plain     bool
+	// instancesSet says WithLocalFallback gave instances.
+	instancesSet bool
 }
 
 type optionFunc func(*config)
@@ -257,7 +249,7 @@ func WithFailurePolicy(f FailurePolicy) Option {
 // the limit, each instance still admits one). The fallback starts empty
 // (full quota) and its state is not carried back to Redis.
 func WithLocalFallback(instances int) Option {
-	return optionFunc(func(c *config) { c.failure, c.instances = FailLocal, instances })
+	return optionFunc(func(c *config) { c.failure, c.instances, c.instancesSet = FailLocal, instances, true })
 }
 
 // WithErrorHandler sets a function called with every error that made
@@ -312,8 +304,8 @@ func WithDenyCache(maxKeys int) Option {
 // Redis's 53-bit integers, or when an option is invalid. New does not
 // contact Redis.
 func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Limiter, error) {
-	if client == nil {
-		return nil, configError("client is nil")
+	if isNil(client) {
+		return nil, configError("client is nil (%T)", client)
 	}
 	sc, err := compile(p)
 	if err != nil {
@@ -324,6 +316,7 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		timeout:   DefaultTimeout,
 		failure:   FailOpen,
 		cacheKeys: DefaultDenyCacheKeys,
+		breaker:   DefaultBreakerCooldown,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -339,6 +332,8 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		return nil, configError("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
 	case cfg.breaker < 0:
 		return nil, configError("WithBreaker must not be negative, got %v", cfg.breaker)
+	case cfg.failure == FailLocal && !cfg.instancesSet:
+		return nil, configError("FailLocal needs the number of instances sharing the limit: use WithLocalFallback(instances)")
 	case cfg.failure == FailLocal && cfg.instances <= 0:
 		return nil, configError("WithLocalFallback instances must be positive, got %d", cfg.instances)
 	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
@@ -347,12 +342,14 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 	l := &Limiter{
 		policy:  p,
 		scripts: sc,
-		prefix:  cfg.prefix + sc.code + ":{",
+		prefix:  cfg.prefix + sc.code + ":" + policyFingerprint(sc.code, p) + ":{",
 		timeout: cfg.timeout,
 		failure: cfg.failure,
 		onError: cfg.onError,
 		clock:   cfg.clock,
 		client:  cfg.client,
+		plain:   cfg.plain,
+		dials:   recorderFor(client),
 		batch: batcher{
 			client:      client,
 			timeout:     cfg.timeout,
@@ -409,9 +406,6 @@ func localShare(p ratelimit.Policy, instances int) (ratelimit.Policy, error) {
 // Policy returns the policy l runs for every key.
 func (l *Limiter) Policy() ratelimit.Policy { return l.policy }
 
-// Key returns the Redis key that holds the state of key.
-func (l *Limiter) Key(key string) string { return l.prefix + key + "}" }
-
 // mono returns the local monotonic time in nanoseconds since l was made.
 func (l *Limiter) mono() int64 {
 	if l.clock == nil {
@@ -431,6 +425,35 @@ func (l *Limiter) nowArg() any {
 	return l.clock.Now().UnixMicro()
 }
 
+// times returns the script's time argument and the local monotonic time
+// the decision is made at, for the deny cache. With [WithClientTime] both
+// come from one reading, truncated to the microsecond as the script does,
+// so that the cache does not deny past the moment the script would admit.
+func (l *Limiter) times() (arg any, mono int64) {
+	if !l.client {
+		return "", l.mono()
+	}
+	var t time.Time
+	if l.clock == nil {
+		t = time.Now()
+	} else {
+		t = l.clock.Now()
+	}
+	return t.UnixMicro(), int64(t.Sub(l.base)) - int64(t.Nanosecond()%1000)
+}
+
+// isNil reports whether client is nil or a typed nil pointer.
+func isNil(client redis.UniversalClient) bool {
+	if client == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(client); v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
 // Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
 // event was admitted (by Redis, or by the failure policy).
 func (l *Limiter) Allow(ctx context.Context, key string) bool {
@@ -448,35 +471,114 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 // [ErrUnavailable] and the cause; act on the Decision either way (see the
 // package documentation).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if ctx.Err() != nil {
+		return l.canceled(ctx)
+	}
 	valid := n > 0 && n <= l.policy.Limit
 	var (
-		sent int64
+		h    uint64
 		gen  uint64
+		sent int64
 	)
+	now, mono := l.times()
 	if valid && l.cache != nil {
-		sent = l.mono()
+		h = l.cache.hash(key)
 		var d ratelimit.Decision
 		var ok bool
-		if d, gen, ok = l.cache.get(key, n, sent, l.policy.Limit); ok {
+		if d, gen, ok = l.cache.get(h, key, n, mono, l.policy.Limit); ok {
 			return d, nil
 		}
+		sent = mono
 	}
 	m := n
 	if !valid {
 		m = 0
 	}
-	d, err := l.decide(ctx, key, m, valid)
+	d, err := l.decide(ctx, key, now, m, valid)
 	if err != nil {
+		if ctx.Err() != nil {
+			return l.canceled(ctx)
+		}
 		return l.fail(ctx, "allow", key, n, err)
 	}
 	if !valid {
 		d.Allowed, d.RetryAfter = false, ratelimit.RetryNever
 		return d, nil
 	}
-	if !d.Allowed && l.cache != nil {
-		l.cache.put(key, n, sent, gen, d)
+	if l.cache != nil {
+		inOrder := l.ordered(sent)
+		if d.Allowed {
+			// What was cached for key predates this admission: a denial
+			// of a larger n now has a longer wait.
+			l.cache.invalidate(h, key)
+		} else if inOrder {
+			l.cache.put(h, key, n, sent, l.cacheSpan(n, d), gen, d)
+		}
 	}
 	return d, nil
+}
+
+// cacheSpan returns how long the denial d of n events keeps its Remaining
+// (at least; 0 when that is not known), so that a cached copy says exactly
+// what Redis would. Remaining r < n grows by one when a token arrives or
+// the bucket leaks one (every Period/Refill or Period), and n-r-1 such
+// steps come before n fit at RetryAfter; a fixed window's Remaining holds
+// until the window ends (its RetryAfter); a sliding log's grows whenever
+// its oldest event leaves, which only RetryAfter says when r = n-1.
+// RetryAfter was rounded up to the microsecond, hence the microsecond off.
+func (l *Limiter) cacheSpan(n int, d ratelimit.Decision) int64 {
+	k := int64(n - d.Remaining - 1)
+	if k <= 0 || l.policy.Algorithm == ratelimit.FixedWindowAlgorithm {
+		return int64(d.RetryAfter)
+	}
+	per := int64(l.policy.Period)
+	if k > math.MaxInt64/per {
+		return 0
+	}
+	var steps int64
+	switch l.policy.Algorithm {
+	case ratelimit.TokenBucketAlgorithm:
+		r := int64(l.policy.Refill)
+		steps = (k*per + r - 1) / r
+	case ratelimit.LeakyBucketAlgorithm:
+		steps = k * per
+	default:
+		return 0
+	}
+	return max(int64(d.RetryAfter)-steps-int64(time.Microsecond), 0)
+}
+
+// ordered reports whether mono is not earlier than any time a decision
+// was made at. Only with client time can it be earlier (a clock that runs
+// backwards, or callers racing): the script then decides at its stored
+// state's later time and counts RetryAfter from there, which a cache entry
+// counting from mono would get wrong, so such a denial is not cached.
+func (l *Limiter) ordered(mono int64) bool {
+	if !l.client {
+		return true
+	}
+	for {
+		last := l.latest.Load()
+		if mono < last {
+			return false
+		}
+		if mono == last || l.latest.CompareAndSwap(last, mono) {
+			return true
+		}
+	}
+}
+
+// CanceledRetryAfter is the RetryAfter of the Decision a [Limiter] returns
+// when the caller's ctx is done before Redis decides: nothing was decided,
+// and a second is what a [FailClosed] limiter announces for the same
+// reason (no answer).
+const CanceledRetryAfter = FailClosedRetryAfter
+
+// canceled is the answer to a caller whose ctx is done: a denial and
+// ctx.Err(), never the failure policy (which is for Redis failures), and
+// nothing reported: the caller gave up, Redis did not fail.
+func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, ctx.Err()
 }
 
 // Peek reports the Decision AllowN(ctx, key, n) would return now, without
@@ -484,15 +586,20 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 // It always asks Redis; on failure it returns the error and a zero
 // Decision.
 func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if ctx.Err() != nil {
+		return l.canceled(ctx)
+	}
 	valid := n >= 0 && n <= l.policy.Limit
 	m := n
 	if !valid {
 		m = 0
 	}
-	d, err := l.decide(ctx, key, m, false)
+	d, err := l.decide(ctx, key, l.nowArg(), m, false)
 	if err != nil {
-		err = &unavailableError{op: "peek", key: key, err: err}
-		l.report(ctx, err)
+		if ctx.Err() != nil {
+			return l.canceled(ctx)
+		}
+		err = l.unavailable("peek", key, err)
 		return ratelimit.Decision{}, err
 	}
 	if !valid {
@@ -502,13 +609,13 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 }
 
 // decide runs the decision script.
-func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (ratelimit.Decision, error) {
+func (l *Limiter) decide(ctx context.Context, key string, now any, n int, commit bool) (ratelimit.Decision, error) {
 	flag := "0"
 	if commit {
 		flag = "1"
 	}
 	args := make([]any, 0, 3+len(l.scripts.params))
-	args = append(args, l.nowArg(), n, flag)
+	args = append(args, now, n, flag)
 	args = append(args, l.scripts.params...)
 	var v []int64
 	err := l.run(ctx, l.scripts.decide, key, args, func(cmd *redis.Cmd) (err error) {
@@ -549,16 +656,19 @@ func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, arg
 		err = read(c.cmd)
 		putCall(c)
 	}
+	callerDone := ctx.Err() != nil
+	if err != nil && !callerDone {
+		err = l.cause(err)
+	}
 	if l.brk.cooldown != 0 {
-		l.brk.done(l.mono(), probe, err, ctx.Err() != nil)
+		l.brk.done(l.mono(), probe, err, callerDone)
 	}
 	return err
 }
 
 // fail applies the failure policy to a call Redis could not decide.
 func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) (ratelimit.Decision, error) {
-	err := &unavailableError{op: op, key: key, err: cause}
-	l.report(ctx, err)
+	err := l.unavailable(op, key, cause)
 	limit := l.policy.Limit
 	if n <= 0 || n > limit {
 		return ratelimit.Decision{Limit: limit, RetryAfter: ratelimit.RetryNever}, err
@@ -573,12 +683,14 @@ func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) 
 	return ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit - n}, err
 }
 
-// report passes err to the error handler unless the caller's ctx ended
-// the call or the breaker answered it.
-func (l *Limiter) report(ctx context.Context, err error) {
-	if l.onError != nil && ctx.Err() == nil && !errors.Is(err, ErrBreakerOpen) {
-		l.onError(err)
-	}
+// unavailable returns the error of a call Redis could not decide (not the
+// caller's cancellation: callers check that first), with its truthful
+// cause, and reports it.
+func (l *Limiter) unavailable(op, key string, cause error) error {
+	quiet := errors.Is(cause, ErrBreakerOpen)
+	err := &unavailableError{op: op, digest: keyDigest(key), err: cause}
+	l.report(err, quiet)
+	return err
 }
 
 // RefundN gives back n events that AllowN admitted for key just before, as
@@ -597,8 +709,14 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 		return fmt.Errorf("redislimit: refund of n=%d: %w", n, ratelimit.ErrInvalidN)
 	}
 	n = min(n, l.policy.Limit) // refunding more than the limit empties the state
+	// A refund gives back what was charged: it must not depend on the
+	// caller still waiting (a client that went away would leave the charge
+	// in place). It runs bounded by the limiter's timeout only.
+	ctx = context.WithoutCancel(ctx)
+	var h uint64
 	if l.cache != nil {
-		l.cache.drop(key)
+		h = l.cache.hash(key)
+		l.cache.invalidate(h, key)
 	}
 	args := make([]any, 0, 2+len(l.scripts.params))
 	args = append(args, l.nowArg(), n)
@@ -607,11 +725,10 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 	if l.cache != nil {
 		// Again: a denial decided before the refund landed may have been
 		// cached meanwhile.
-		l.cache.drop(key)
+		l.cache.invalidate(h, key)
 	}
 	if err != nil {
-		err = &unavailableError{op: "refund", key: key, err: err}
-		l.report(ctx, err)
+		err = l.unavailable("refund", key, err)
 		if l.fallback != nil {
 			_ = l.fallback.RefundN(ctx, key, n)
 		}
