@@ -641,3 +641,11 @@ func TestAbusePolicyChangeMidTraffic(t *testing.T) {
 	require.EqualValues(t, 10, oldAdmitted.Load(), "old policy")
 	require.EqualValues(t, 30, newAdmitted.Load(), "new policy")
 }
+
+// TestDocumentedKeyName: the example key name in the package doc and the
+// README is the real one.
+func TestDocumentedKeyName(t *testing.T) {
+	t.Parallel()
+	l := mustNew(t, refusedClient(t, false), ratelimit.TokenBucketPolicy(20, 100, time.Minute))
+	require.Equal(t, "ratelimit:tb:53a22938:{6j_UO-HlfWLhY9rhn8dAvQ}", l.Key("user:42"))
+}

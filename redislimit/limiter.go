@@ -27,27 +27,53 @@
 //     nested-ceiling identity ceil(ceil(a/b)/1000) = ceil(a/(1000b)), they
 //     are exactly the in-memory durations rounded up, never shorter.
 //
-// That holds while time does not run backwards. When it does (a step of the
-// server's clock, or callers' clocks out of step with [WithClientTime]),
-// both homes stay safe — windows do not reopen, no quota is minted — but
-// they may differ in detail: the in-memory limiter keeps state that Redis
-// has already let expire or never stored (a denial stores nothing).
+// Unlike the in-memory limiters, which measure on the monotonic clock,
+// Redis limiters decide on the Redis server's wall clock (TIME), or with
+// [WithClientTime] on the callers' wall clocks: a step of that clock is
+// seen as time passing. A forward step refills buckets, ends windows and
+// ages sliding logs at once, so it mints at most one fresh quota per key
+// (the capacity, or one window's limit) however large the step: no state
+// holds more than that. A backward step mints nothing — windows do not
+// reopen, the scripts never move a key's state back in time — but it
+// withholds quota until the clock has caught up with the state's time
+// (at most the size of the step). Run Redis servers on NTP that slews
+// rather than steps.
+//
+// The two homes agree while time does not run backwards. When it does
+// (a step of the server's clock, or callers' clocks out of step with
+// [WithClientTime]), both stay safe but may differ in detail: the
+// in-memory limiter keeps state that Redis has already let expire or never
+// stored (a denial stores nothing).
 //
 // # Keys
 //
-// The state of key K under an algorithm lives in one Redis key named
-// prefix + code + ":{" + K + "}", for example "ratelimit:tb:{user42}" (codes
-// tb, lb, fw, sl, sc). The braces make K the Cluster hash tag, so state for
-// related purposes can be colocated and no script can fail with CROSSSLOT:
-// every script touches one key only. Every key carries a TTL that ends when
-// its state becomes idle (a full bucket, passed windows), so idle clients
-// vanish from Redis without changing any decision. Limiters with different
-// policies of the same algorithm must not share a prefix.
+// The state of key K lives in one Redis key named
+// prefix + code + ":" + fingerprint + ":{" + digest(K) + "}", for example
+// "ratelimit:tb:53a22938:{6j_UO-HlfWLhY9rhn8dAvQ}" for the key "user:42"
+// under TokenBucketPolicy(20, 100, time.Minute) ([Limiter.Key] returns
+// it). The code names the algorithm (tb, lb, fw, sl, sc) and the
+// fingerprint, 8 hex digits of SHA-256 over the policy's numbers, the
+// policy: limiters with different policies never read each other's state,
+// even on one prefix, and a changed policy starts every key fresh (with a
+// full quota) instead of misreading state kept under the old numbers.
 //
-// A key takes about 56 bytes (leaky bucket) to 90 bytes (token bucket,
-// windows) of Redis memory with a short prefix; a sliding log takes about
-// 12 bytes per distinct microsecond with events, so at most about 12 x
-// limit bytes. Give Redis the memory, or run it with maxmemory-policy
+// The digest is the first 128 bits of SHA-256(K), base64url (22
+// characters): keys are often API keys or session tokens, and whoever can
+// list Redis keys (a MONITOR, a backup, a shared instance) should not read
+// them; the names have a fixed length whatever the key. Note that a digest
+// hides a secret, not a guessable key: an IP address can be recovered from
+// its digest by trying them all. [WithPlainKeys] keeps K as given, for
+// readable names. The braces make the digest (or K) the Cluster hash tag:
+// it depends on K only, so one client's state under several limiters lands
+// on one node, and no script can fail with CROSSSLOT: every script touches
+// one key only. Every key carries a TTL that ends when its state becomes
+// idle (a full bucket, passed windows), so idle clients vanish from Redis
+// without changing any decision.
+//
+// A key takes about 88 bytes (leaky bucket) to 120 bytes (token bucket)
+// of Redis memory with a short prefix (the hashed name is 36 bytes plus
+// the prefix); a sliding log takes about 12 bytes per distinct
+// microsecond with events, so at most about 12 x limit bytes. Give Redis the memory, or run it with maxmemory-policy
 // noeviction (scripts then fail with OOM and the failure policy applies):
 // an evicted key would hand its client a fresh, full quota.
 //
@@ -59,15 +85,44 @@
 // The Decision is then what the failure policy chose — [FailOpen] (the
 // default), [FailClosed] or a local in-memory fallback with a share of the
 // limit ([WithLocalFallback]) — and the error, wrapping [ErrUnavailable] and
-// the cause, is both returned and passed to the [WithErrorHandler] hook.
+// the cause (a refused connection is reported as such, a timeout as a
+// timeout; never the key itself, only a digest), is returned and reported
+// to the [WithErrorHandler] hook, at most once a second (with the number of
+// failures not reported, see [Suppressed]).
 //
-// Without [WithBreaker], every call during an outage waits up to its
-// timeout; with it, calls fail fast for a cooldown once one call has found
-// Redis unreachable.
+// The breaker is on by default ([WithBreaker], [DefaultBreakerCooldown]):
+// the first call that finds Redis unreachable pays the timeout, and the
+// following calls get the failure policy at once until a probe finds Redis
+// back. WithBreaker(0) makes every call try Redis and wait.
 //
-// Callers should act on Decision.Allowed whether or not err is nil, and log
-// or count err: the Decision already applies the failure policy. A caller
-// that wants its own policy can branch on errors.Is(err, ErrUnavailable).
+// Under FailOpen, AllowN returns an error and Allowed=true. The one correct
+// way to handle that is to act on Decision.Allowed whatever err says (the
+// Decision already applies the failure policy: serve the request) and to
+// count or log err, rate-limited (the hook already is), never to turn err
+// into a failure of the request:
+//
+//	d, err := l.AllowN(ctx, key, 1)
+//	if err != nil {
+//		unavailable.Add(1) // a metric; the error handler logs
+//	}
+//	if !d.Allowed {
+//		return tooManyRequests(d.RetryAfter)
+//	}
+//	serve()
+//
+// A Decision made by the failure policy has made-up Remaining and
+// ResetAfter (Redis did not say); errors.Is(err, ErrUnavailable) tells the
+// two apart, for headers for example. A caller that wants its own policy
+// can branch on it too.
+//
+// The failure policy is for Redis failures only. A caller whose ctx is
+// done before Redis decides (it went away, or its deadline passed) gets a
+// denial with RetryAfter [CanceledRetryAfter] and ctx.Err(), whatever the
+// failure policy: nothing is admitted, reported or counted against Redis
+// by the breaker. So give ctx more time than the limiter's timeout, or a
+// slow Redis becomes a denial rather than the failure policy. A call
+// abandoned while in flight may still have been charged (see below).
+// Refunds ([Limiter.RefundN]) do not depend on ctx at all.
 //
 // A call that timed out may still have run on Redis, consuming its events;
 // so may a script go-redis retried after a lost reply (its MaxRetries): set
@@ -144,7 +199,8 @@ const (
 	// Remaining 0 and RetryAfter [FailClosedRetryAfter].
 	FailClosed
 	// FailLocal decides with an in-memory [ratelimit.Keyed] limiter
-	// holding a share of the limit; see [WithLocalFallback].
+	// holding a share of the limit; see [WithLocalFallback], which
+	// selects it and gives the share.
 	FailLocal
 )
 
@@ -230,8 +286,11 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithFailurePolicy sets what the limiter decides when Redis cannot:
-// [FailOpen] (the default) or [FailClosed]. For [FailLocal] use
-// [WithLocalFallback].
+// [FailOpen] (the default), [FailClosed] or [FailLocal]. FailLocal needs
+// the number of instances that share the limit, which only
+// [WithLocalFallback] gives (it selects FailLocal itself): New returns an
+// error for FailLocal without it, rather than guess one instance and let
+// every instance admit the whole limit.
 func WithFailurePolicy(f FailurePolicy) Option {
 	return optionFunc(func(c *config) { c.failure = f })
 }
@@ -252,9 +311,13 @@ func WithLocalFallback(instances int) Option {
 	return optionFunc(func(c *config) { c.failure, c.instances, c.instancesSet = FailLocal, instances, true })
 }
 
-// WithErrorHandler sets a function called with every error that made
-// Redis unable to decide (each wraps [ErrUnavailable]), for logging and
-// metrics. It is not called when the caller's own ctx ended the call. It
+// WithErrorHandler sets a function called with the errors that made Redis
+// unable to decide (each wraps [ErrUnavailable]), for logging and metrics:
+// at most once a second per limiter, so that an outage does not log a line
+// per request. Each call stands for 1 + [Suppressed](err) failed calls:
+// the failures in between, and the calls the breaker answered, are
+// counted, not reported. It is not called when the caller's own ctx ended
+// the call. Errors name keys by a digest ([KeyDigest]), never the key. It
 // must be safe for concurrent use and should return quickly: it runs on
 // the caller's goroutine.
 func WithErrorHandler(f func(error)) Option {
@@ -282,13 +345,16 @@ func WithClientTime() Option {
 // (default [DefaultDenyCacheKeys]; 0 disables the cache). A request for n
 // events on a key whose last request for the same n was denied with
 // RetryAfter r is denied locally, without a round trip, until r has
-// passed. The local Decision's RetryAfter and ResetAfter count down from
-// the remembered ones; its Remaining is the remembered one.
+// passed or, sooner, until the remembered Remaining may have grown. The
+// local Decision's RetryAfter and ResetAfter count down from the
+// remembered ones. Any admission or refund on the key through this
+// limiter forgets what was remembered for it.
 //
-// This is exact — the server would deny as well — for the token bucket,
-// leaky bucket, fixed window and sliding log, as long as no refund
-// intervenes on another instance. The sliding counter is not cached: its
-// RetryAfter is documented as an estimate.
+// This is exact — the Decision is the one the server would return — for
+// the token bucket, leaky bucket, fixed window and sliding log, as long as
+// no refund intervenes on another instance (the conformance tests run with
+// the cache on). The sliding counter is not cached: its RetryAfter is
+// documented as an estimate.
 func WithDenyCache(maxKeys int) Option {
 	return optionFunc(func(o *config) { o.cacheKeys = maxKeys })
 }
@@ -466,10 +532,11 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 // n <= 0 or n exceeds the limit the Decision is denied with RetryAfter
 // [ratelimit.RetryNever].
 //
-// When Redis cannot decide within the timeout or before ctx is done,
-// AllowN returns the failure policy's Decision and an error wrapping
-// [ErrUnavailable] and the cause; act on the Decision either way (see the
-// package documentation).
+// When Redis cannot decide within the timeout, AllowN returns the failure
+// policy's Decision and an error wrapping [ErrUnavailable] and the cause;
+// act on the Decision either way (see the package documentation). When
+// ctx is done first, AllowN returns a denial with RetryAfter
+// [CanceledRetryAfter] and ctx.Err(), never the failure policy's Decision.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
@@ -584,7 +651,7 @@ func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
 // Peek reports the Decision AllowN(ctx, key, n) would return now, without
 // consuming anything. Peek(ctx, key, 0) reports the key's current quota.
 // It always asks Redis; on failure it returns the error and a zero
-// Decision.
+// Decision, and when ctx is done first a denial and ctx.Err(), as AllowN.
 func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
@@ -701,6 +768,10 @@ func (l *Limiter) unavailable(op, key string, cause error) error {
 // key these may be another request's, a moment younger). A key with no
 // state needs no refund.
 //
+// The refund does not depend on ctx: it is made even when ctx is done or
+// ends meanwhile (a client that went away must not leave its charge in
+// place), bounded by the limiter's timeout only; ctx's values are kept.
+//
 // With [WithLocalFallback], a refund that Redis cannot make is made in the
 // local fallback, which most likely admitted the events. The error wraps
 // [ErrUnavailable] then, or [ratelimit.ErrInvalidN] when n <= 0.
@@ -751,7 +822,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 //
 // When Redis is unavailable WaitN follows the failure policy: it returns
 // nil when the policy admits (FailOpen, or the local fallback), waits as
-// the local fallback says, and with FailClosed returns the error.
+// the local fallback says, and with FailClosed returns the error. When ctx
+// is done it returns ctx.Err(), whatever the failure policy.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	if n <= 0 {
 		return fmt.Errorf("redislimit: n=%d: %w", n, ratelimit.ErrInvalidN)
