@@ -76,7 +76,8 @@ func (b *breaker) done(now int64, probe bool, err error, callerDone bool) {
 		}
 	case callerDone:
 	default:
-		b.last.Store(&err) // a pointer: atomic.Value would panic on errors of different types
+		last := err         // a copy: taking err's address would move it to the heap on every call
+		b.last.Store(&last) // a pointer: atomic.Value would panic on errors of different types
 		b.openUntil.Store(now + b.cooldown)
 	}
 }
