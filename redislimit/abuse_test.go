@@ -652,3 +652,35 @@ func TestDocumentedKeyName(t *testing.T) {
 	l := mustNew(t, refusedClient(t, false), ratelimit.TokenBucketPolicy(20, 100, time.Minute))
 	require.Equal(t, "ratelimit:tb:53a22938:{6j_UO-HlfWLhY9rhn8dAvQ}", l.Key("user:42"))
 }
+
+// cancelOnDeny is a KeyedLimiter that denies and cancels the request's
+// ctx, as a client that goes away right after the denial.
+type cancelOnDeny struct {
+	ratelimit.KeyedLimiter
+	cancel context.CancelFunc
+}
+
+func (c cancelOnDeny) AllowN(context.Context, string, int) (ratelimit.Decision, error) {
+	c.cancel()
+	return ratelimit.Decision{Limit: 1, RetryAfter: time.Second}, nil
+}
+
+// TestAllowAllRefundAfterClientLeft: AllowAll charges a Redis limit, a
+// later dimension denies and the client goes away at that moment: the
+// refund still lands, and the Redis limit is back to its full quota.
+func TestAllowAllRefundAfterClientLeft(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(5, time.Hour), WithPrefix(uniquePrefix(t)))
+	for range 3 {
+		ctx, cancel := context.WithCancel(bg())
+		d, _ := ratelimit.AllowAll(ctx, 1,
+			ratelimit.Dimension{Name: "redis", Limiter: l, Key: "k"},
+			ratelimit.Dimension{Name: "deny", Limiter: cancelOnDeny{cancel: cancel}, Key: "k"})
+		cancel()
+		require.False(t, d.Allowed)
+	}
+	d, err := l.Peek(bg(), "k", 0)
+	require.NoError(t, err)
+	require.Equal(t, 5, d.Remaining, "denied requests left charged on Redis")
+}
