@@ -491,12 +491,16 @@ func (l *Limiter) nowArg() any {
 	return l.clock.Now().UnixMicro()
 }
 
-// times returns the script's time argument and the local monotonic time
-// the decision is made at, for the deny cache. With [WithClientTime] both
-// come from one reading, truncated to the microsecond as the script does,
-// so that the cache does not deny past the moment the script would admit.
+// times returns the script's time argument and, when the deny cache needs
+// it, the local monotonic time the decision is made at. With
+// [WithClientTime] both come from one reading, truncated to the
+// microsecond as the script does, so that the cache does not deny past the
+// moment the script would admit.
 func (l *Limiter) times() (arg any, mono int64) {
 	if !l.client {
+		if l.cache == nil {
+			return "", 0
+		}
 		return "", l.mono()
 	}
 	var t time.Time
