@@ -684,3 +684,53 @@ func TestAllowAllRefundAfterClientLeft(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, d.Remaining, "denied requests left charged on Redis")
 }
+
+// TestTimeoutReportedAsTimeout: a hung Redis (connected, not answering)
+// is reported as a timeout, not as a connection failure.
+func TestTimeoutReportedAsTimeout(t *testing.T) {
+	t.Parallel()
+	for _, ctxTimeouts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ctxtimeouts=%t", ctxTimeouts), func(t *testing.T) {
+			t.Parallel()
+			srv, _ := startRedis(t)
+			if srv.PID() == 0 {
+				t.Skip("needs a redis-server owned by the test")
+			}
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: ctxTimeouts})
+			t.Cleanup(func() { _ = c.Close() })
+			var reported atomic.Pointer[error]
+			l := mustNew(t, c, ratelimit.FixedWindowPolicy(5, time.Hour), WithPrefix(uniquePrefix(t)),
+				WithTimeout(100*time.Millisecond), WithErrorHandler(func(err error) { reported.Store(&err) }))
+			_, err := l.AllowN(bg(), "warm", 1)
+			require.NoError(t, err)
+			cont := stopServer(t, srv.PID())
+			d, err := l.AllowN(bg(), secret, 1)
+			cont()
+			require.True(t, d.Allowed, "FailOpen")
+			require.ErrorIs(t, err, ErrUnavailable)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Contains(t, err.Error(), "no reply within 100ms")
+			require.NotContains(t, err.Error(), "cannot connect")
+			require.NotContains(t, err.Error(), "SECRET")
+			require.NotNil(t, reported.Load(), "error handler not called")
+			require.Equal(t, err.Error(), (*reported.Load()).Error())
+		})
+	}
+}
+
+// TestBreakerProbeCanceled: the probe of a half-open breaker whose caller
+// gives up says nothing about Redis: the breaker neither closes nor
+// reopens for a full cooldown, and the next call probes.
+func TestBreakerProbeCanceled(t *testing.T) {
+	t.Parallel()
+	b := breaker{cooldown: 100}
+	b.done(0, false, &timeoutError{}, false) // open until 100
+	ok, probe, _ := b.allow(100)
+	require.True(t, ok)
+	require.True(t, probe)
+	b.done(105, probe, context.Canceled, true)
+	require.EqualValues(t, 100, b.openUntil.Load(), "a cancelled probe moved the breaker")
+	ok, probe, _ = b.allow(106)
+	require.True(t, ok, "no probe after a cancelled one")
+	require.True(t, probe)
+}
