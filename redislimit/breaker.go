@@ -28,7 +28,7 @@ type breaker struct {
 }
 
 // ErrBreakerOpen is wrapped (with [ErrUnavailable]) by the errors of calls
-// that a [Limiter] with [WithBreaker] answered without trying Redis,
+// that a [Limiter] answered without trying Redis (see [WithBreaker]),
 // because a recent call found Redis unreachable.
 var ErrBreakerOpen = errors.New("redislimit: breaker open")
 
@@ -76,7 +76,8 @@ func (b *breaker) done(now int64, probe bool, err error, callerDone bool) {
 		}
 	case callerDone:
 	default:
-		b.last.Store(&err) // a pointer: atomic.Value would panic on errors of different types
+		last := err         // a copy: taking err's address would move it to the heap on every call
+		b.last.Store(&last) // a pointer: atomic.Value would panic on errors of different types
 		b.openUntil.Store(now + b.cooldown)
 	}
 }
@@ -88,15 +89,23 @@ func isReply(err error) bool {
 	return errors.As(err, &re)
 }
 
-// WithBreaker makes the limiter stop calling Redis for cooldown after a
-// call finds it unreachable or too slow (an error reply does not count):
-// meanwhile calls get the failure policy's Decision at once, with an error
-// wrapping [ErrUnavailable] and [ErrBreakerOpen], and the error handler is
-// not called for them. After cooldown, one call at a time tries Redis; the
-// first success closes the breaker.
+// WithBreaker sets how long the limiter stops calling Redis after a call
+// finds it unreachable or too slow (an error reply does not count; nor
+// does a call ended by the caller's own ctx): meanwhile calls get the
+// failure policy's Decision at once, with an error wrapping
+// [ErrUnavailable] and [ErrBreakerOpen], and the error handler counts them
+// without being called for each (see [Suppressed]). After cooldown, one
+// call at a time tries Redis; the first success closes the breaker.
 //
-// Off by default: one limiter spans every node of a Redis Cluster, so one
-// unreachable node would open the breaker for the keys of the others too.
+// On by default with [DefaultBreakerCooldown]: an outage costs one call
+// the timeout, not every call. WithBreaker(0) turns it off, so that every
+// call tries Redis and waits up to its timeout. One limiter spans every
+// node of a Redis Cluster, so one unreachable node opens the breaker for
+// the keys of the other nodes too.
 func WithBreaker(cooldown time.Duration) Option {
 	return optionFunc(func(o *config) { o.breaker = cooldown })
 }
+
+// DefaultBreakerCooldown is the breaker's cooldown unless [WithBreaker]
+// says otherwise.
+const DefaultBreakerCooldown = time.Second

@@ -39,7 +39,9 @@ func newPair(t *testing.T, c redis.UniversalClient, p ratelimit.Policy) *pair {
 	if err != nil {
 		t.Fatalf("NewKeyed(%v): %v", p, err)
 	}
-	rl := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
+	// Default options otherwise: the deny cache is on, and must not change
+	// a single Decision.
+	rl := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
 	return &pair{mock: mock, mem: mem, rl: rl}
 }
 

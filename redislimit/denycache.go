@@ -3,6 +3,7 @@ package redislimit
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -20,24 +21,38 @@ import (
 // (with no other traffic; refunds made by other instances can make the
 // server admit sooner, which the cache does not see). Times are local
 // monotonic nanoseconds.
+//
+// Any admission or refund on a key invalidates what was cached for it: a
+// denial of n=4 followed by an admission of n=2 means the next n=4 waits
+// longer than the cached RetryAfter. A denial decided before such an
+// admission but answered after it must not be cached either: each key maps
+// to one of denyGens generation counters, bumped by every admission and
+// refund on the keys that map to it, and put records nothing if the counter
+// moved since get.
 type denyCache struct {
 	seed        maphash.Seed
 	maxPerShard int
 	shards      [denyShards]denyShard
+	gens        [denyGens]atomic.Uint64
 }
 
-const denyShards = 16
+const (
+	denyShards = 16
+	denyGens   = 1024
+)
 
 type denyShard struct {
-	mu  sync.Mutex
-	m   map[string]denyEntry // guarded by mu
-	gen uint64               // guarded by mu; counts drops, see put
-	_   [32]byte
+	mu   sync.Mutex
+	m    map[string]denyEntry // guarded by mu
+	size atomic.Int64         // len(m), readable without mu
+	_    [32]byte
 }
 
 type denyEntry struct {
 	n         int   // the denied request's n; only requests for exactly n hit
+	sent      int64 // local ns at which the denial was decided (at the earliest)
 	until     int64 // local ns at which the request may be admitted
+	valid     int64 // local ns until which remaining holds (<= until)
 	resetAt   int64 // local ns at which the key's quota is full (lower bound)
 	remaining int   // Remaining of the denial
 }
@@ -47,21 +62,34 @@ func newDenyCache(maxKeys int) *denyCache {
 	return c
 }
 
-func (c *denyCache) shard(key string) *denyShard {
-	return &c.shards[maphash.String(c.seed, key)%denyShards]
-}
+// hash returns the hash of key that the other methods take.
+func (c *denyCache) hash(key string) uint64 { return maphash.String(c.seed, key) }
 
-// get returns the cached denial of n events for key at now, if any, and
-// otherwise the generation to pass to put after asking Redis.
-func (c *denyCache) get(key string, n int, now int64, limit int) (ratelimit.Decision, uint64, bool) {
-	sh := c.shard(key)
+func (c *denyCache) shard(h uint64) *denyShard { return &c.shards[h%denyShards] }
+
+func (c *denyCache) gen(h uint64) *atomic.Uint64 { return &c.gens[(h/denyShards)%denyGens] }
+
+// get returns the cached denial of n events for key (whose hash is h) at
+// now, if any, and otherwise the generation to pass to put after asking
+// Redis.
+func (c *denyCache) get(h uint64, key string, n int, now int64, limit int) (ratelimit.Decision, uint64, bool) {
+	gen := c.gen(h).Load()
+	sh := c.shard(h)
+	if sh.size.Load() == 0 {
+		return ratelimit.Decision{}, gen, false
+	}
 	sh.mu.Lock()
 	e, ok := sh.m[key]
-	if ok && now >= e.until {
+	if ok && now >= e.valid {
 		delete(sh.m, key)
+		sh.size.Store(int64(len(sh.m)))
 		ok = false
 	}
-	gen := sh.gen
+	if ok && now < e.sent {
+		// The local clock ran backwards (a fake clock, or client
+		// time): the entry's arithmetic no longer holds.
+		ok = false
+	}
 	sh.mu.Unlock()
 	if !ok || e.n != n {
 		return ratelimit.Decision{}, gen, false
@@ -76,22 +104,40 @@ func (c *denyCache) get(key string, n int, now int64, limit int) (ratelimit.Deci
 
 // put records that n events for key were denied with d, decided no
 // earlier than the local time sent. gen is what get returned before the
-// request was sent: if a refund dropped a key of the shard since, the
-// denial may predate the refund, and is not recorded.
-func (c *denyCache) put(key string, n int, sent int64, gen uint64, d ratelimit.Decision) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.gen != gen {
+// request was sent: if an admission or a refund on key (or on a key
+// sharing its counter) happened since, the denial may predate it, and is
+// not recorded.
+//
+// valid is how long after sent the denial's Remaining stays true (it may
+// grow before the request of n fits: a token arrives, an old event leaves
+// the log); the entry answers only until then.
+func (c *denyCache) put(h uint64, key string, n int, sent, valid int64, gen uint64, d ratelimit.Decision) {
+	if valid <= 0 {
 		return
 	}
+	sh := c.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if c.gen(h).Load() != gen {
+		return
+	}
+	defer func() {
+		sh.size.Store(int64(len(sh.m)))
+		// An invalidate that bumped the counter after the check above
+		// may have seen size 0 and skipped the lock: look again, now that
+		// size is published.
+		if c.gen(h).Load() != gen {
+			delete(sh.m, key)
+			sh.size.Store(int64(len(sh.m)))
+		}
+	}()
 	if sh.m == nil {
 		sh.m = make(map[string]denyEntry)
 	}
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.maxPerShard {
 		budget := 8
 		for k, e := range sh.m {
-			if e.until <= sent {
+			if e.valid <= sent {
 				delete(sh.m, k)
 			}
 			if budget--; budget == 0 {
@@ -107,18 +153,25 @@ func (c *denyCache) put(key string, n int, sent int64, gen uint64, d ratelimit.D
 	}
 	sh.m[key] = denyEntry{
 		n:         n,
+		sent:      sent,
 		until:     sent + int64(d.RetryAfter),
+		valid:     sent + min(valid, int64(d.RetryAfter)),
 		resetAt:   sent + int64(d.ResetAfter),
 		remaining: d.Remaining,
 	}
 }
 
-// drop forgets key, after a refund.
-func (c *denyCache) drop(key string) {
-	sh := c.shard(key)
+// invalidate forgets what was cached for key (whose hash is h), after an
+// admission or a refund, and makes the denials in flight uncacheable.
+func (c *denyCache) invalidate(h uint64, key string) {
+	c.gen(h).Add(1)
+	sh := c.shard(h)
+	if sh.size.Load() == 0 {
+		return
+	}
 	sh.mu.Lock()
 	delete(sh.m, key)
-	sh.gen++
+	sh.size.Store(int64(len(sh.m)))
 	sh.mu.Unlock()
 }
 

@@ -29,6 +29,8 @@ func ExampleNew() {
 		redislimit.WithTimeout(50*time.Millisecond),
 		// While Redis is down, each of the 4 instances admits a quarter.
 		redislimit.WithLocalFallback(4),
+		// Called at most once a second, with the number of failures each
+		// call stands for (redislimit.Suppressed): safe to log.
 		redislimit.WithErrorHandler(func(err error) { log.Print(err) }),
 	)
 	if err != nil {
@@ -37,8 +39,10 @@ func ExampleNew() {
 
 	d, err := limiter.AllowN(context.Background(), "api-key-123", 1)
 	if err != nil {
-		// Redis could not decide: d is the local fallback's decision.
-		// Act on it as usual; the error is for logs and metrics.
+		// Redis could not decide: d is the local fallback's decision
+		// (with FailOpen, an admission). Act on it as usual; the error is
+		// for metrics, never a reason to fail the request. (A done ctx
+		// gives a denial and ctx.Err() instead.)
 		_ = errors.Is(err, redislimit.ErrUnavailable) // true
 	}
 	if !d.Allowed {

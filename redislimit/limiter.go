@@ -27,36 +27,60 @@
 //     nested-ceiling identity ceil(ceil(a/b)/1000) = ceil(a/(1000b)), they
 //     are exactly the in-memory durations rounded up, never shorter.
 //
-// That holds while time does not run backwards. When it does (a step of the
-// server's clock, or callers' clocks out of step with [WithClientTime]) by
-// at most the policy's idle time or one minute, whichever is less, both
-// homes stay safe — windows do not reopen, no quota is minted — but they
-// may differ in detail: the in-memory limiter keeps state that Redis has
-// already let expire or never stored (a denial stores nothing). Stored
-// state further ahead than that reads as fresh, as does state that is
-// garbage, of another Redis type or beyond the policy's bounds: a larger
+// Unlike the in-memory limiters, which measure on the monotonic clock,
+// Redis limiters decide on the Redis server's wall clock (TIME), or with
+// [WithClientTime] on the callers' wall clocks: a step of that clock is
+// seen as time passing. A forward step refills buckets, ends windows and
+// ages sliding logs at once, so it mints at most one fresh quota per key
+// (the capacity, or one window's limit) however large the step: no state
+// holds more than that. A backward step of at most the policy's idle time
+// or one minute, whichever is less, mints nothing — windows do not reopen,
+// the scripts never move a key's state back in time — but withholds quota
+// until the clock has caught up with the state's time. Stored state
+// further ahead than that reads as fresh, as does state that is garbage,
+// of another Redis type or beyond the policy's bounds: a larger backward
 // step admits at most one fresh quota, and no stored state locks a key out
-// or keeps it longer than the policy's idle time plus that allowance.
+// or keeps it longer than the policy's idle time plus that allowance. Run
+// Redis servers on NTP that slews rather than steps.
+//
+// The two homes agree while time does not run backwards. When it does,
+// both stay safe but may differ in detail: the in-memory limiter keeps
+// state that Redis has already let expire or never stored (a denial stores
+// nothing).
 //
 // # Keys
 //
-// The state of key K under an algorithm lives in one Redis key named
-// prefix + code + ":{" + K + "}", for example "ratelimit:tb:{user42}" (codes
-// tb, lb, fw, sl, sc). The braces make K the Cluster hash tag, so state for
-// related purposes can be colocated and no script can fail with CROSSSLOT:
-// every script touches one key only. Every key carries a TTL that ends when
-// its state becomes idle (a full bucket, passed windows), so idle clients
-// vanish from Redis without changing any decision. Limiters with different
-// policies of the same algorithm must not share a prefix.
+// The state of key K lives in one Redis key named
+// prefix + code + ":" + fingerprint + ":{" + digest(K) + "}", for example
+// "ratelimit:tb:53a22938:{6j_UO-HlfWLhY9rhn8dAvQ}" for the key "user:42"
+// under TokenBucketPolicy(20, 100, time.Minute) ([Limiter.Key] returns
+// it). The code names the algorithm (tb, lb, fw, sl, sc) and the
+// fingerprint, 8 hex digits of SHA-256 over the policy's numbers, the
+// policy: limiters with different policies never read each other's state,
+// even on one prefix, and a changed policy starts every key fresh (with a
+// full quota) instead of misreading state kept under the old numbers.
 //
-// A key takes about 56 bytes (leaky bucket) to 90 bytes (token bucket,
-// windows) of Redis memory with a short prefix; a sliding log takes about
-// 14 bytes per distinct microsecond with events up to 128 of them, then
-// about 125 (a sorted set, which keeps every decision at O(log limit)), so
-// at most about 125 x limit bytes. Give Redis the memory, or run it with
-// maxmemory-policy noeviction (scripts then fail with OOM and the failure
-// policy applies): an evicted key would hand its client a fresh, full
-// quota.
+// The digest is the first 128 bits of SHA-256(K), base64url (22
+// characters): keys are often API keys or session tokens, and whoever can
+// list Redis keys (a MONITOR, a backup, a shared instance) should not read
+// them; the names have a fixed length whatever the key. Note that a digest
+// hides a secret, not a guessable key: an IP address can be recovered from
+// its digest by trying them all. [WithPlainKeys] keeps K as given, for
+// readable names. The braces make the digest (or K) the Cluster hash tag:
+// it depends on K only, so one client's state under several limiters lands
+// on one node, and no script can fail with CROSSSLOT: every script touches
+// one key only. Every key carries a TTL that ends when its state becomes
+// idle (a full bucket, passed windows), so idle clients vanish from Redis
+// without changing any decision.
+//
+// A key takes about 88 bytes (leaky bucket) to 120 bytes (token bucket)
+// of Redis memory with a short prefix (the hashed name is 36 bytes plus
+// the prefix); a sliding log takes about 14 bytes per distinct microsecond
+// with events up to 128 of them, then about 125 (a sorted set, which keeps
+// every decision at O(log limit)), so at most about 125 x limit bytes.
+// Give Redis the memory, or run it with maxmemory-policy noeviction
+// (scripts then fail with OOM and the failure policy applies): an evicted
+// key would hand its client a fresh, full quota.
 //
 // # Failures
 //
@@ -66,15 +90,44 @@
 // The Decision is then what the failure policy chose — [FailOpen] (the
 // default), [FailClosed] or a local in-memory fallback with a share of the
 // limit ([WithLocalFallback]) — and the error, wrapping [ErrUnavailable] and
-// the cause, is both returned and passed to the [WithErrorHandler] hook.
+// the cause (a refused connection is reported as such, a timeout as a
+// timeout; never the key itself, only a digest), is returned and reported
+// to the [WithErrorHandler] hook, at most once a second (with the number of
+// failures not reported, see [Suppressed]).
 //
-// Without [WithBreaker], every call during an outage waits up to its
-// timeout; with it, calls fail fast for a cooldown once one call has found
-// Redis unreachable.
+// The breaker is on by default ([WithBreaker], [DefaultBreakerCooldown]):
+// the first call that finds Redis unreachable pays the timeout, and the
+// following calls get the failure policy at once until a probe finds Redis
+// back. WithBreaker(0) makes every call try Redis and wait.
 //
-// Callers should act on Decision.Allowed whether or not err is nil, and log
-// or count err: the Decision already applies the failure policy. A caller
-// that wants its own policy can branch on errors.Is(err, ErrUnavailable).
+// Under FailOpen, AllowN returns an error and Allowed=true. The one correct
+// way to handle that is to act on Decision.Allowed whatever err says (the
+// Decision already applies the failure policy: serve the request) and to
+// count or log err, rate-limited (the hook already is), never to turn err
+// into a failure of the request:
+//
+//	d, err := l.AllowN(ctx, key, 1)
+//	if err != nil {
+//		unavailable.Add(1) // a metric; the error handler logs
+//	}
+//	if !d.Allowed {
+//		return tooManyRequests(d.RetryAfter)
+//	}
+//	serve()
+//
+// A Decision made by the failure policy has made-up Remaining and
+// ResetAfter (Redis did not say); errors.Is(err, ErrUnavailable) tells the
+// two apart, for headers for example. A caller that wants its own policy
+// can branch on it too.
+//
+// The failure policy is for Redis failures only. A caller whose ctx is
+// done before Redis decides (it went away, or its deadline passed) gets a
+// denial with RetryAfter [CanceledRetryAfter] and ctx.Err(), whatever the
+// failure policy: nothing is admitted, reported or counted against Redis
+// by the breaker. So give ctx more time than the limiter's timeout, or a
+// slow Redis becomes a denial rather than the failure policy. A call
+// abandoned while in flight may still have been charged (see below).
+// Refunds ([Limiter.RefundN]) do not depend on ctx at all.
 //
 // A call that timed out may still have run on Redis, consuming its events;
 // so may a script go-redis retried after a lost reply (its MaxRetries): set
@@ -100,7 +153,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -125,7 +181,11 @@ type Limiter struct {
 	clock    ratelimit.Clock // nil: the real clock
 	base     time.Time       // local monotonic origin for the deny cache
 	client   bool            // pass the local clock's time to the scripts
+	plain    bool            // key names hold keys as given, not digests
 	cache    *denyCache      // nil: disabled
+	dials    *dialRecorder   // nil: the client cannot be hooked
+	rep      reporter
+	latest   atomic.Int64 // with client time: the latest decision time seen (local mono)
 	brk      breaker
 	batch    batcher
 }
@@ -144,7 +204,8 @@ const (
 	// Remaining 0 and RetryAfter [FailClosedRetryAfter].
 	FailClosed
 	// FailLocal decides with an in-memory [ratelimit.Keyed] limiter
-	// holding a share of the limit; see [WithLocalFallback].
+	// holding a share of the limit; see [WithLocalFallback], which
+	// selects it and gives the share.
 	FailLocal
 )
 
@@ -185,24 +246,6 @@ var (
 	errOverloaded = errors.New("redislimit: too many calls waiting for redis")
 )
 
-// timeoutError is the cause when Redis did not answer within the
-// limiter's timeout. It matches context.DeadlineExceeded.
-type timeoutError struct{ d time.Duration }
-
-func (e *timeoutError) Error() string { return fmt.Sprintf("redislimit: no reply within %v", e.d) }
-func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
-
-// unavailableError wraps ErrUnavailable and the cause.
-type unavailableError struct {
-	op, key string
-	err     error
-}
-
-func (e *unavailableError) Error() string {
-	return fmt.Sprintf("redislimit: redis unavailable: %s %q: %v", e.op, e.key, e.err)
-}
-func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
-
 // Option configures a [Limiter].
 type Option interface {
 	apply(*config)
@@ -218,6 +261,9 @@ type config struct {
 	client    bool
 	cacheKeys int
 	breaker   time.Duration
+	plain     bool
+	// instancesSet says WithLocalFallback gave instances.
+	instancesSet bool
 }
 
 type optionFunc func(*config)
@@ -245,8 +291,11 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithFailurePolicy sets what the limiter decides when Redis cannot:
-// [FailOpen] (the default) or [FailClosed]. For [FailLocal] use
-// [WithLocalFallback].
+// [FailOpen] (the default), [FailClosed] or [FailLocal]. FailLocal needs
+// the number of instances that share the limit, which only
+// [WithLocalFallback] gives (it selects FailLocal itself): New returns an
+// error for FailLocal without it, rather than guess one instance and let
+// every instance admit the whole limit.
 func WithFailurePolicy(f FailurePolicy) Option {
 	return optionFunc(func(c *config) { c.failure = f })
 }
@@ -264,12 +313,16 @@ func WithFailurePolicy(f FailurePolicy) Option {
 // the limit, each instance still admits one). The fallback starts empty
 // (full quota) and its state is not carried back to Redis.
 func WithLocalFallback(instances int) Option {
-	return optionFunc(func(c *config) { c.failure, c.instances = FailLocal, instances })
+	return optionFunc(func(c *config) { c.failure, c.instances, c.instancesSet = FailLocal, instances, true })
 }
 
-// WithErrorHandler sets a function called with every error that made
-// Redis unable to decide (each wraps [ErrUnavailable]), for logging and
-// metrics. It is not called when the caller's own ctx ended the call. It
+// WithErrorHandler sets a function called with the errors that made Redis
+// unable to decide (each wraps [ErrUnavailable]), for logging and metrics:
+// at most once a second per limiter, so that an outage does not log a line
+// per request. Each call stands for 1 + [Suppressed](err) failed calls:
+// the failures in between, and the calls the breaker answered, are
+// counted, not reported. It is not called when the caller's own ctx ended
+// the call. Errors name keys by a digest ([KeyDigest]), never the key. It
 // must be safe for concurrent use and should return quickly: it runs on
 // the caller's goroutine.
 func WithErrorHandler(f func(error)) Option {
@@ -297,13 +350,16 @@ func WithClientTime() Option {
 // (default [DefaultDenyCacheKeys]; 0 disables the cache). A request for n
 // events on a key whose last request for the same n was denied with
 // RetryAfter r is denied locally, without a round trip, until r has
-// passed. The local Decision's RetryAfter and ResetAfter count down from
-// the remembered ones; its Remaining is the remembered one.
+// passed or, sooner, until the remembered Remaining may have grown. The
+// local Decision's RetryAfter and ResetAfter count down from the
+// remembered ones. Any admission or refund on the key through this
+// limiter forgets what was remembered for it.
 //
-// This is exact — the server would deny as well — for the token bucket,
-// leaky bucket, fixed window and sliding log, as long as no refund
-// intervenes on another instance. The sliding counter is not cached: its
-// RetryAfter is documented as an estimate.
+// This is exact — the Decision is the one the server would return — for
+// the token bucket, leaky bucket, fixed window and sliding log, as long as
+// no refund intervenes on another instance (the conformance tests run with
+// the cache on). The sliding counter is not cached: its RetryAfter is
+// documented as an estimate.
 func WithDenyCache(maxKeys int) Option {
 	return optionFunc(func(o *config) { o.cacheKeys = maxKeys })
 }
@@ -319,8 +375,8 @@ func WithDenyCache(maxKeys int) Option {
 // Redis's 53-bit integers, or when an option is invalid. New does not
 // contact Redis.
 func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Limiter, error) {
-	if client == nil {
-		return nil, configError("client is nil")
+	if isNil(client) {
+		return nil, configError("client is nil (%T)", client)
 	}
 	sc, err := compile(p)
 	if err != nil {
@@ -331,6 +387,7 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		timeout:   DefaultTimeout,
 		failure:   FailOpen,
 		cacheKeys: DefaultDenyCacheKeys,
+		breaker:   DefaultBreakerCooldown,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -346,6 +403,8 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		return nil, configError("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
 	case cfg.breaker < 0:
 		return nil, configError("WithBreaker must not be negative, got %v", cfg.breaker)
+	case cfg.failure == FailLocal && !cfg.instancesSet:
+		return nil, configError("FailLocal needs the number of instances sharing the limit: use WithLocalFallback(instances)")
 	case cfg.failure == FailLocal && cfg.instances <= 0:
 		return nil, configError("WithLocalFallback instances must be positive, got %d", cfg.instances)
 	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
@@ -354,12 +413,14 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 	l := &Limiter{
 		policy:  p,
 		scripts: sc,
-		prefix:  cfg.prefix + sc.code + ":{",
+		prefix:  cfg.prefix + sc.code + ":" + policyFingerprint(sc.code, p) + ":{",
 		timeout: cfg.timeout,
 		failure: cfg.failure,
 		onError: cfg.onError,
 		clock:   cfg.clock,
 		client:  cfg.client,
+		plain:   cfg.plain,
+		dials:   recorderFor(client),
 		batch: batcher{
 			client:      client,
 			timeout:     cfg.timeout,
@@ -416,9 +477,6 @@ func localShare(p ratelimit.Policy, instances int) (ratelimit.Policy, error) {
 // Policy returns the policy l runs for every key.
 func (l *Limiter) Policy() ratelimit.Policy { return l.policy }
 
-// Key returns the Redis key that holds the state of key.
-func (l *Limiter) Key(key string) string { return l.prefix + key + "}" }
-
 // mono returns the local monotonic time in nanoseconds since l was made.
 func (l *Limiter) mono() int64 {
 	if l.clock == nil {
@@ -438,6 +496,39 @@ func (l *Limiter) nowArg() any {
 	return l.clock.Now().UnixMicro()
 }
 
+// times returns the script's time argument and, when the deny cache needs
+// it, the local monotonic time the decision is made at. With
+// [WithClientTime] both come from one reading, truncated to the
+// microsecond as the script does, so that the cache does not deny past the
+// moment the script would admit.
+func (l *Limiter) times() (arg any, mono int64) {
+	if !l.client {
+		if l.cache == nil {
+			return "", 0
+		}
+		return "", l.mono()
+	}
+	var t time.Time
+	if l.clock == nil {
+		t = time.Now()
+	} else {
+		t = l.clock.Now()
+	}
+	return t.UnixMicro(), int64(t.Sub(l.base)) - int64(t.Nanosecond()%1000)
+}
+
+// isNil reports whether client is nil or a typed nil pointer.
+func isNil(client redis.UniversalClient) bool {
+	if client == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(client); v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
 // Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
 // event was admitted (by Redis, or by the failure policy).
 func (l *Limiter) Allow(ctx context.Context, key string) bool {
@@ -450,56 +541,141 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 // n <= 0 or n exceeds the limit the Decision is denied with RetryAfter
 // [ratelimit.RetryNever].
 //
-// When Redis cannot decide within the timeout or before ctx is done,
-// AllowN returns the failure policy's Decision and an error wrapping
-// [ErrUnavailable] and the cause; act on the Decision either way (see the
-// package documentation).
+// When Redis cannot decide within the timeout, AllowN returns the failure
+// policy's Decision and an error wrapping [ErrUnavailable] and the cause;
+// act on the Decision either way (see the package documentation). When
+// ctx is done first, AllowN returns a denial with RetryAfter
+// [CanceledRetryAfter] and ctx.Err(), never the failure policy's Decision.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if ctx.Err() != nil {
+		return l.canceled(ctx)
+	}
 	valid := n > 0 && n <= l.policy.Limit
 	var (
-		sent int64
+		h    uint64
 		gen  uint64
+		sent int64
 	)
+	now, mono := l.times()
 	if valid && l.cache != nil {
-		sent = l.mono()
+		h = l.cache.hash(key)
 		var d ratelimit.Decision
 		var ok bool
-		if d, gen, ok = l.cache.get(key, n, sent, l.policy.Limit); ok {
+		if d, gen, ok = l.cache.get(h, key, n, mono, l.policy.Limit); ok {
 			return d, nil
 		}
+		sent = mono
 	}
 	m := n
 	if !valid {
 		m = 0
 	}
-	d, err := l.decide(ctx, key, m, valid)
+	d, err := l.decide(ctx, key, now, m, valid)
 	if err != nil {
+		if ctx.Err() != nil {
+			return l.canceled(ctx)
+		}
 		return l.fail(ctx, "allow", key, n, err)
 	}
 	if !valid {
 		d.Allowed, d.RetryAfter = false, ratelimit.RetryNever
 		return d, nil
 	}
-	if !d.Allowed && l.cache != nil {
-		l.cache.put(key, n, sent, gen, d)
+	if l.cache != nil {
+		inOrder := l.ordered(sent)
+		if d.Allowed {
+			// What was cached for key predates this admission: a denial
+			// of a larger n now has a longer wait.
+			l.cache.invalidate(h, key)
+		} else if inOrder {
+			l.cache.put(h, key, n, sent, l.cacheSpan(n, d), gen, d)
+		}
 	}
 	return d, nil
+}
+
+// cacheSpan returns how long the denial d of n events keeps its Remaining
+// (at least; 0 when that is not known), so that a cached copy says exactly
+// what Redis would. Remaining r < n grows by one when a token arrives or
+// the bucket leaks one (every Period/Refill or Period), and n-r-1 such
+// steps come before n fit at RetryAfter; a fixed window's Remaining holds
+// until the window ends (its RetryAfter); a sliding log's grows whenever
+// its oldest event leaves, which only RetryAfter says when r = n-1.
+// RetryAfter was rounded up to the microsecond, hence the microsecond off.
+func (l *Limiter) cacheSpan(n int, d ratelimit.Decision) int64 {
+	k := int64(n - d.Remaining - 1)
+	if k <= 0 || l.policy.Algorithm == ratelimit.FixedWindowAlgorithm {
+		return int64(d.RetryAfter)
+	}
+	per := int64(l.policy.Period)
+	if k > math.MaxInt64/per {
+		return 0
+	}
+	var steps int64
+	switch l.policy.Algorithm {
+	case ratelimit.TokenBucketAlgorithm:
+		r := int64(l.policy.Refill)
+		steps = (k*per + r - 1) / r
+	case ratelimit.LeakyBucketAlgorithm:
+		steps = k * per
+	default:
+		return 0
+	}
+	return max(int64(d.RetryAfter)-steps-int64(time.Microsecond), 0)
+}
+
+// ordered reports whether mono is not earlier than any time a decision
+// was made at. Only with client time can it be earlier (a clock that runs
+// backwards, or callers racing): the script then decides at its stored
+// state's later time and counts RetryAfter from there, which a cache entry
+// counting from mono would get wrong, so such a denial is not cached.
+func (l *Limiter) ordered(mono int64) bool {
+	if !l.client {
+		return true
+	}
+	for {
+		last := l.latest.Load()
+		if mono < last {
+			return false
+		}
+		if mono == last || l.latest.CompareAndSwap(last, mono) {
+			return true
+		}
+	}
+}
+
+// CanceledRetryAfter is the RetryAfter of the Decision a [Limiter] returns
+// when the caller's ctx is done before Redis decides: nothing was decided,
+// and a second is what a [FailClosed] limiter announces for the same
+// reason (no answer).
+const CanceledRetryAfter = FailClosedRetryAfter
+
+// canceled is the answer to a caller whose ctx is done: a denial and
+// ctx.Err(), never the failure policy (which is for Redis failures), and
+// nothing reported: the caller gave up, Redis did not fail.
+func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, ctx.Err()
 }
 
 // Peek reports the Decision AllowN(ctx, key, n) would return now, without
 // consuming anything. Peek(ctx, key, 0) reports the key's current quota.
 // It always asks Redis; on failure it returns the error and a zero
-// Decision.
+// Decision, and when ctx is done first a denial and ctx.Err(), as AllowN.
 func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if ctx.Err() != nil {
+		return l.canceled(ctx)
+	}
 	valid := n >= 0 && n <= l.policy.Limit
 	m := n
 	if !valid {
 		m = 0
 	}
-	d, err := l.decide(ctx, key, m, false)
+	d, err := l.decide(ctx, key, l.nowArg(), m, false)
 	if err != nil {
-		err = &unavailableError{op: "peek", key: key, err: err}
-		l.report(ctx, err)
+		if ctx.Err() != nil {
+			return l.canceled(ctx)
+		}
+		err = l.unavailable("peek", key, err)
 		return ratelimit.Decision{}, err
 	}
 	if !valid {
@@ -509,13 +685,13 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 }
 
 // decide runs the decision script.
-func (l *Limiter) decide(ctx context.Context, key string, n int, commit bool) (ratelimit.Decision, error) {
+func (l *Limiter) decide(ctx context.Context, key string, now any, n int, commit bool) (ratelimit.Decision, error) {
 	flag := "0"
 	if commit {
 		flag = "1"
 	}
 	args := make([]any, 0, 3+len(l.scripts.params))
-	args = append(args, l.nowArg(), n, flag)
+	args = append(args, now, n, flag)
 	args = append(args, l.scripts.params...)
 	var v []int64
 	err := l.run(ctx, l.scripts.decide, key, args, func(cmd *redis.Cmd) (err error) {
@@ -556,16 +732,19 @@ func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, arg
 		err = read(c.cmd)
 		putCall(c)
 	}
+	callerDone := ctx.Err() != nil
+	if err != nil && !callerDone {
+		err = l.cause(err)
+	}
 	if l.brk.cooldown != 0 {
-		l.brk.done(l.mono(), probe, err, ctx.Err() != nil)
+		l.brk.done(l.mono(), probe, err, callerDone)
 	}
 	return err
 }
 
 // fail applies the failure policy to a call Redis could not decide.
 func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) (ratelimit.Decision, error) {
-	err := &unavailableError{op: op, key: key, err: cause}
-	l.report(ctx, err)
+	err := l.unavailable(op, key, cause)
 	limit := l.policy.Limit
 	if n <= 0 || n > limit {
 		return ratelimit.Decision{Limit: limit, RetryAfter: ratelimit.RetryNever}, err
@@ -580,12 +759,14 @@ func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) 
 	return ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit - n}, err
 }
 
-// report passes err to the error handler unless the caller's ctx ended
-// the call or the breaker answered it.
-func (l *Limiter) report(ctx context.Context, err error) {
-	if l.onError != nil && ctx.Err() == nil && !errors.Is(err, ErrBreakerOpen) {
-		l.onError(err)
-	}
+// unavailable returns the error of a call Redis could not decide (not the
+// caller's cancellation: callers check that first), with its truthful
+// cause, and reports it.
+func (l *Limiter) unavailable(op, key string, cause error) error {
+	quiet := errors.Is(cause, ErrBreakerOpen)
+	err := &unavailableError{op: op, digest: keyDigest(key), err: cause}
+	l.report(err, quiet)
+	return err
 }
 
 // RefundN gives back n events that AllowN admitted for key just before, as
@@ -596,6 +777,10 @@ func (l *Limiter) report(ctx context.Context, err error) {
 // key these may be another request's, a moment younger). A key with no
 // state needs no refund.
 //
+// The refund does not depend on ctx: it is made even when ctx is done or
+// ends meanwhile (a client that went away must not leave its charge in
+// place), bounded by the limiter's timeout only; ctx's values are kept.
+//
 // With [WithLocalFallback], a refund that Redis cannot make is made in the
 // local fallback, which most likely admitted the events. The error wraps
 // [ErrUnavailable] then, or [ratelimit.ErrInvalidN] when n <= 0.
@@ -604,8 +789,14 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 		return fmt.Errorf("redislimit: refund of n=%d: %w", n, ratelimit.ErrInvalidN)
 	}
 	n = min(n, l.policy.Limit) // refunding more than the limit empties the state
+	// A refund gives back what was charged: it must not depend on the
+	// caller still waiting (a client that went away would leave the charge
+	// in place). It runs bounded by the limiter's timeout only.
+	ctx = context.WithoutCancel(ctx)
+	var h uint64
 	if l.cache != nil {
-		l.cache.drop(key)
+		h = l.cache.hash(key)
+		l.cache.invalidate(h, key)
 	}
 	args := make([]any, 0, 2+len(l.scripts.params))
 	args = append(args, l.nowArg(), n)
@@ -614,11 +805,10 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 	if l.cache != nil {
 		// Again: a denial decided before the refund landed may have been
 		// cached meanwhile.
-		l.cache.drop(key)
+		l.cache.invalidate(h, key)
 	}
 	if err != nil {
-		err = &unavailableError{op: "refund", key: key, err: err}
-		l.report(ctx, err)
+		err = l.unavailable("refund", key, err)
 		if l.fallback != nil {
 			_ = l.fallback.RefundN(ctx, key, n)
 		}
@@ -641,7 +831,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 //
 // When Redis is unavailable WaitN follows the failure policy: it returns
 // nil when the policy admits (FailOpen, or the local fallback), waits as
-// the local fallback says, and with FailClosed returns the error.
+// the local fallback says, and with FailClosed returns the error. When ctx
+// is done it returns ctx.Err(), whatever the failure policy.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	if n <= 0 {
 		return fmt.Errorf("redislimit: n=%d: %w", n, ratelimit.ErrInvalidN)

@@ -296,7 +296,8 @@ func TestSkew(t *testing.T) {
 	}
 }
 
-// TestKeys checks the key layout: prefix, algorithm code, hash tag, TTL.
+// TestKeys checks the key layout: prefix, algorithm code, policy
+// fingerprint, hash tag (a digest of the key), TTL.
 func TestKeys(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
@@ -304,7 +305,7 @@ func TestKeys(t *testing.T) {
 		prefix := uniquePrefix(t)
 		l := mustNew(t, c, p, WithPrefix(prefix))
 		key := l.Key("user:42")
-		if want := prefix + l.scripts.code + ":{user:42}"; key != want {
+		if want := prefix + l.scripts.code + ":" + policyFingerprint(l.scripts.code, p) + ":{6j_UO-HlfWLhY9rhn8dAvQ}"; key != want {
 			t.Errorf("Key(user:42) = %q, want %q", key, want)
 		}
 		if _, err := l.AllowN(bg(), "user:42", 1); err != nil {
@@ -326,8 +327,12 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Second))
-	if got := l.Key("x"); got != "ratelimit:fw:{x}" {
-		t.Errorf("default Key(x) = %q, want ratelimit:fw:{x}", got)
+	// fw, limit 1, window 1s; the first 128 bits of SHA-256("x").
+	if got, want := l.Key("x"), "ratelimit:fw:5e244d77:{LXEWQrcmsEQBYnyp-6wy9Q}"; got != want {
+		t.Errorf("default Key(x) = %q, want %q", got, want)
+	}
+	if got, want := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Second), WithPlainKeys()).Key("x"), "ratelimit:fw:5e244d77:{x}"; got != want {
+		t.Errorf("WithPlainKeys: Key(x) = %q, want %q", got, want)
 	}
 }
 

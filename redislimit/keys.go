@@ -1,0 +1,79 @@
+package redislimit
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/rlkit/ratelimit"
+)
+
+// Key names. The state of key K lives in
+//
+//	prefix + code + ":" + policy fingerprint + ":{" + digest(K) + "}"
+//
+// The fingerprint (8 hex digits of SHA-256 over the algorithm and its
+// numbers) keeps limiters with different policies apart, so a policy change
+// starts fresh instead of reading state written under other numbers. The
+// digest is the first 128 bits of SHA-256(K) in unpadded base64url (22
+// characters): key names hold no secret and have a fixed length. It
+// depends on K only, so the same K has the same hash tag under every
+// limiter (state for one client can be colocated on one Cluster node).
+
+// keyDigestLen is the length of the digest of a key in its Redis name.
+const keyDigestLen = 22
+
+// policyFingerprint returns the 8 hex digits that name p's numbers in
+// its Redis keys.
+func policyFingerprint(code string, p ratelimit.Policy) string {
+	refill := 0
+	if p.Algorithm == ratelimit.TokenBucketAlgorithm {
+		refill = p.Refill
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d/%d/%d", code, p.Limit, refill, p.Period/time.Microsecond))
+	return hex.EncodeToString(sum[:4])
+}
+
+// keyHash returns SHA-256 of key without copying it.
+func keyHash(key string) [sha256.Size]byte {
+	return sha256.Sum256(unsafe.Slice(unsafe.StringData(key), len(key)))
+}
+
+// Key returns the Redis key that holds the state of key: the prefix, the
+// algorithm's code, the policy's fingerprint and, in braces (the Cluster
+// hash tag), a digest of key, or key itself with [WithPlainKeys].
+func (l *Limiter) Key(key string) string {
+	if l.plain {
+		return l.prefix + key + "}"
+	}
+	sum := keyHash(key)
+	var b [keyDigestLen + 1]byte
+	base64.RawURLEncoding.Encode(b[:keyDigestLen], sum[:16])
+	b[keyDigestLen] = '}'
+	return l.prefix + string(b[:])
+}
+
+// keyDigest names key in errors: a short digest, never the key (it may be
+// an API key).
+func keyDigest(key string) string {
+	sum := keyHash(key)
+	return "sha256:" + hex.EncodeToString(sum[:6])
+}
+
+// WithPlainKeys stores each key's state under a Redis key name holding the
+// key as given (prefix + code + ":" + fingerprint + ":{" + key + "}")
+// instead of its digest: readable with redis-cli, and the caller chooses
+// the Cluster hash tag, but any secret in the key (an API key, a session
+// token) is then visible to whoever can list Redis keys, and long keys make
+// long names.
+func WithPlainKeys() Option {
+	return optionFunc(func(c *config) { c.plain = true })
+}
+
+// KeyDigest returns the digest of key that the errors of a [Limiter] show
+// in place of the key ("sha256:" and 12 hex digits), so that an operator
+// can match an error to a known key.
+func KeyDigest(key string) string { return keyDigest(key) }

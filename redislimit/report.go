@@ -1,0 +1,189 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// timeoutError is the cause when Redis did not answer within the
+// limiter's timeout. It matches context.DeadlineExceeded.
+type timeoutError struct{ d time.Duration }
+
+func (e *timeoutError) Error() string { return fmt.Sprintf("redislimit: no reply within %v", e.d) }
+func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// connectError is the cause when the call ran out of time while go-redis
+// was failing to connect (it retries a failed dial with backoff, so a
+// refused connection shows up as a timeout): it names the dial's error.
+type connectError struct {
+	d    time.Duration
+	dial error
+}
+
+func (e *connectError) Error() string {
+	return fmt.Sprintf("redislimit: cannot connect to redis (gave up after %v): %v", e.d, e.dial)
+}
+func (e *connectError) Unwrap() []error { return []error{e.dial, context.DeadlineExceeded} }
+
+// unavailableError wraps ErrUnavailable and the cause. It names the key by
+// a digest only: keys may be API keys.
+type unavailableError struct {
+	op, digest string
+	err        error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("redislimit: redis unavailable: %s (key %s): %v", e.op, e.digest, e.err)
+}
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// reportedError is what the error handler gets when earlier failures were
+// not reported to it (see [WithErrorHandler]).
+type reportedError struct {
+	err        error
+	suppressed int64
+}
+
+func (e *reportedError) Error() string {
+	return fmt.Sprintf("%v (and %d more failed calls since the last report)", e.err, e.suppressed)
+}
+func (e *reportedError) Unwrap() error { return e.err }
+
+// Suppressed returns how many failed calls a [Limiter] answered without
+// calling its error handler since the handler's previous call, when err is
+// an error the handler received; 0 otherwise. Each call of the handler thus
+// stands for 1 + Suppressed(err) failed calls.
+func Suppressed(err error) int64 {
+	var r *reportedError
+	if errors.As(err, &r) {
+		return r.suppressed
+	}
+	return 0
+}
+
+// reportEvery is the least time between two calls of a limiter's error
+// handler.
+const reportEvery = time.Second
+
+// reporter rate-limits calls of the error handler: at most one per
+// reportEvery, the others counted and their number passed with the next.
+type reporter struct {
+	last       atomic.Int64 // local mono ns + 1 of the last report; 0: none yet
+	suppressed atomic.Int64
+}
+
+// report passes err to the error handler, or counts it. quiet says the
+// breaker answered the call: counted, never reported on its own.
+func (l *Limiter) report(err error, quiet bool) {
+	if l.onError == nil {
+		return
+	}
+	if quiet {
+		l.rep.suppressed.Add(1)
+		return
+	}
+	now := l.mono() + 1
+	last := l.rep.last.Load()
+	if (last != 0 && now-last < int64(reportEvery)) || !l.rep.last.CompareAndSwap(last, now) {
+		l.rep.suppressed.Add(1)
+		return
+	}
+	if n := l.rep.suppressed.Swap(0); n > 0 {
+		err = &reportedError{err: err, suppressed: n}
+	}
+	l.onError(err)
+}
+
+// cause turns the error of a call that tried Redis into the truthful
+// cause: a timeout of the limiter's own (not the caller's) becomes a
+// timeoutError, or a connectError when a dial failed meanwhile.
+func (l *Limiter) cause(err error) error {
+	var ce *connectError
+	if errors.As(err, &ce) {
+		return err
+	}
+	var te *timeoutError
+	if !errors.As(err, &te) {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		te = &timeoutError{l.timeout}
+	}
+	if l.dials != nil {
+		if f := l.dials.last.Load(); f != nil && time.Since(f.at) <= 2*l.timeout+time.Second {
+			return &connectError{d: te.d, dial: f.err}
+		}
+	}
+	return te
+}
+
+// dialRecorder remembers the last failed dial of a client's connection
+// pools, as a go-redis hook, so that errors can name the real cause.
+type dialRecorder struct {
+	last atomic.Pointer[dialFailure] // nil after a successful dial
+}
+
+type dialFailure struct {
+	err error
+	at  time.Time
+}
+
+func (r *dialRecorder) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			r.last.Store(&dialFailure{err: err, at: time.Now()})
+		} else {
+			r.last.Store(nil)
+		}
+		return conn, err
+	}
+}
+
+func (r *dialRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (r *dialRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// recorders holds one dialRecorder per client, so that many limiters on
+// one client add one hook; entries go when their client is collected.
+var recorders sync.Map // weak.Pointer[T] -> *dialRecorder
+
+// recorderFor returns the dial recorder of client, installing it on first
+// use; nil for client types it cannot hook.
+func recorderFor(client redis.UniversalClient) *dialRecorder {
+	switch c := client.(type) {
+	case *redis.Client:
+		return register(c, func(r *dialRecorder) { c.AddHook(r) })
+	case *redis.ClusterClient:
+		return register(c, func(r *dialRecorder) { c.OnNewNode(func(n *redis.Client) { n.AddHook(r) }) })
+	case *redis.Ring:
+		return register(c, func(r *dialRecorder) { c.OnNewNode(func(n *redis.Client) { n.AddHook(r) }) })
+	}
+	return nil
+}
+
+var registerMu sync.Mutex
+
+func register[T any](p *T, install func(*dialRecorder)) *dialRecorder {
+	k := weak.Make(p)
+	registerMu.Lock()
+	defer registerMu.Unlock()
+	if v, ok := recorders.Load(k); ok {
+		return v.(*dialRecorder)
+	}
+	r := &dialRecorder{}
+	recorders.Store(k, r)
+	install(r)
+	runtime.AddCleanup(p, func(k weak.Pointer[T]) { recorders.Delete(k) }, k)
+	return r
+}
