@@ -374,6 +374,11 @@ func WithDenyCache(maxKeys int) Option {
 // number of microseconds, when p's arithmetic would not be exact in
 // Redis's 53-bit integers, or when an option is invalid. New does not
 // contact Redis.
+//
+// New adds one go-redis hook to client (once per client, however many
+// limiters share it; on a Cluster or Ring client, to each node's client as
+// it is made). The hook only watches dials, so that an error can say
+// "connection refused" rather than "no reply": it changes no command.
 func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Limiter, error) {
 	if isNil(client) {
 		return nil, configError("client is nil (%T)", client)
