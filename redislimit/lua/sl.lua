@@ -87,30 +87,22 @@ local function slLoad(key, now, max, w)
     slRemove(key)
     return 0, 0, 0, 0
   end
-  -- The expired entries (ts <= now - w) are ranks rb+1 .. j: gallop, then
-  -- bisect, for the largest such j.
+  -- The expired entries (ts <= now - w) are ranks rb+1 .. lo: gallop,
+  -- then bisect, for the largest such lo. Invariant: rank lo is "b" or
+  -- expired, with cum loCum; rank hi, once known, is live or past the end.
+  -- Cums rise with rank: a probe that breaks that is a forged log.
   local cutoff = now - w
-  local ts, cum = slEntry(key, rb + 1)
-  if not ts or not cum or cum <= base or cum > lastCum then
-    slRemove(key)
-    return 0, 0, 0, 0
-  end
-  if ts > cutoff then
-    return base, entries, lastTS, lastCum
-  end
-  -- Invariant: rank lo is expired (with cum lo_cum), rank hi is live or
-  -- past the end.
-  local lo, loCum, step, hi = rb + 1, cum, 1, nil
-  while not hi do
-    local r = lo + step
-    if r >= last then
+  local lo, loCum, step, hi = rb, base, 1, nil
+  while not hi or hi - lo > 1 do
+    local r = hi and math.floor((lo + hi) / 2) or lo + step
+    if not hi and r >= last then
       if lastTS <= cutoff then
         lo, loCum, hi = last, lastCum, last + 1
       else
         hi = last
       end
     else
-      ts, cum = slEntry(key, r)
+      local ts, cum = slEntry(key, r)
       if not ts or not cum or cum <= loCum or cum > lastCum then
         slRemove(key)
         return 0, 0, 0, 0
@@ -122,18 +114,8 @@ local function slLoad(key, now, max, w)
       end
     end
   end
-  while hi - lo > 1 do
-    local r = math.floor((lo + hi) / 2)
-    ts, cum = slEntry(key, r)
-    if not ts or not cum or cum <= loCum or cum > lastCum then
-      slRemove(key)
-      return 0, 0, 0, 0
-    end
-    if ts > cutoff then
-      hi = r
-    else
-      lo, loCum = r, cum
-    end
+  if lo == rb then
+    return base, entries, lastTS, lastCum -- nothing newly expired
   end
   if lo == last then
     slRemove(key) -- everything expired
