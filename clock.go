@@ -2,10 +2,11 @@ package ratelimit
 
 import (
 	"context"
-	"reflect"
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // Clock is the source of time for a limiter. It lists only what limiters
@@ -47,7 +48,7 @@ func (f optionFunc) apply(o *options) { f(o) }
 // [ErrInvalidConfig].
 func WithClock(c Clock) Option {
 	return optionFunc(func(o *options) {
-		if c != nil && isNil(c) {
+		if c != nil && typednil.Is(c) {
 			o.setErr(configError("WithClock: clock is a nil %T", c))
 			return
 		}
@@ -67,25 +68,11 @@ func (o *options) setErr(err error) {
 func buildOptions(opts []Option) (options, error) {
 	var o options
 	for _, opt := range opts {
-		if opt != nil && !isNil(opt) {
+		if !typednil.Is(opt) {
 			opt.apply(&o)
 		}
 	}
 	return o, o.err
-}
-
-// isNil reports whether v is nil or an interface holding a nil pointer,
-// map, slice, channel or function: a typed nil, which passes a v != nil
-// check and then panics when a method reads through it.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // timeSource turns a Clock into integer nanoseconds on the Unix time scale:

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // Dimension is one limit that a request must pass: a keyed limiter and the
@@ -104,7 +106,7 @@ func nilLimiter(l KeyedLimiter) bool {
 	case *Tiered:
 		return v == nil
 	}
-	return isNil(l)
+	return typednil.Is(l)
 }
 
 func allKeyed(dims []Dimension) bool {
@@ -333,7 +335,7 @@ func NewTiered(tierOf func(ctx context.Context, key string) string, tiers map[st
 	}
 	t := &Tiered{tierOf: tierOf, tiers: make(map[string]KeyedLimiter, len(tiers))}
 	for name, l := range tiers {
-		if isNil(l) {
+		if typednil.Is(l) {
 			return nil, configError("tier %q has a nil limiter", name)
 		}
 		t.tiers[name] = l

@@ -154,13 +154,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // Limiter is a [ratelimit.KeyedLimiter] whose state lives in Redis: one
@@ -380,7 +380,7 @@ func WithDenyCache(maxKeys int) Option {
 // it is made). The hook only watches dials, so that an error can say
 // "connection refused" rather than "no reply": it changes no command.
 func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Limiter, error) {
-	if isNil(client) {
+	if typednil.Is(client) {
 		return nil, configError("client is nil (%T)", client)
 	}
 	sc, err := compile(p)
@@ -520,18 +520,6 @@ func (l *Limiter) times() (arg any, mono int64) {
 		t = l.clock.Now()
 	}
 	return t.UnixMicro(), int64(t.Sub(l.base)) - int64(t.Nanosecond()%1000)
-}
-
-// isNil reports whether client is nil or a typed nil pointer.
-func isNil(client redis.UniversalClient) bool {
-	if client == nil {
-		return true
-	}
-	switch v := reflect.ValueOf(client); v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
 }
 
 // Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
