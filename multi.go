@@ -283,25 +283,15 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 }
 
 // peekDim returns the Decision l would give key for n without charging it,
-// when l can tell: a [*Keyed], a [KeyedPeeker], or a [*Tiered] whose tier
-// for key is one of these.
+// when l can tell: a [*Keyed] or a [KeyedPeeker]. (AllowAll has already
+// resolved every [*Tiered] dimension to its tier.)
 func peekDim(ctx context.Context, l KeyedLimiter, key string, n int) (Decision, bool, error) {
-	for depth := 0; depth <= 8; depth++ {
-		switch v := l.(type) {
-		case *Keyed:
-			return v.Peek(ctx, key, n), true, nil
-		case KeyedPeeker:
-			d, err := v.Peek(ctx, key, n)
-			return d, true, err
-		case *Tiered:
-			_, tl, err := v.Tier(ctx, key)
-			if err != nil {
-				return Decision{RetryAfter: RetryNever}, true, err
-			}
-			l = tl
-		default:
-			return Decision{}, false, nil
-		}
+	switch v := l.(type) {
+	case *Keyed:
+		return v.Peek(ctx, key, n), true, nil
+	case KeyedPeeker:
+		d, err := v.Peek(ctx, key, n)
+		return d, true, err
 	}
 	return Decision{}, false, nil
 }
