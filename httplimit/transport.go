@@ -434,24 +434,14 @@ const epochThreshold = 1_000_000_000
 // read as Unix times relative to now (a time in the past gives 0), smaller
 // ones as delays. It reports false for an empty or malformed value.
 func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	var s int64
-	if v == "" {
+	s, ok := parseDecimal(strings.TrimSpace(v), 1<<40) // beyond any Unix time or cap
+	if !ok {
 		return 0, false
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if s < 1<<40 { // saturate: beyond any Unix time or cap
-			s = s*10 + int64(c-'0')
-		}
 	}
 	if s < epochThreshold {
 		return time.Duration(min(s, maxPauseSeconds)) * time.Second, true
 	}
-	d := time.Unix(min(s, 1<<40), 0).Sub(now)
+	d := time.Unix(s, 0).Sub(now)
 	return min(max(d, 0), maxPauseSeconds*time.Second), true
 }
 
@@ -479,6 +469,13 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 // parseSeconds parses non-negative decimal seconds, saturating at
 // maxPauseSeconds.
 func parseSeconds(v string) (time.Duration, bool) {
+	s, ok := parseDecimal(v, maxPauseSeconds)
+	return time.Duration(s) * time.Second, ok
+}
+
+// parseDecimal parses a non-empty string of decimal digits, saturating at
+// limit.
+func parseDecimal(v string, limit int64) (int64, bool) {
 	if v == "" {
 		return 0, false
 	}
@@ -488,11 +485,11 @@ func parseSeconds(v string) (time.Duration, bool) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		if s < maxPauseSeconds {
+		if s < limit {
 			s = s*10 + int64(c-'0')
 		}
 	}
-	return time.Duration(min(s, maxPauseSeconds)) * time.Second, true
+	return min(s, limit), true
 }
 
 // ParseRateLimitReset returns how long until the quota a RateLimit field
