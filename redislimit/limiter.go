@@ -495,10 +495,15 @@ func (l *Limiter) nowArg() any {
 	if !l.client {
 		return ""
 	}
+	return l.localNow().UnixMicro()
+}
+
+// localNow reads the local clock: l's, or the real one.
+func (l *Limiter) localNow() time.Time {
 	if l.clock == nil {
-		return time.Now().UnixMicro()
+		return time.Now()
 	}
-	return l.clock.Now().UnixMicro()
+	return l.clock.Now()
 }
 
 // times returns the script's time argument and, when the deny cache needs
@@ -513,12 +518,7 @@ func (l *Limiter) times() (arg any, mono int64) {
 		}
 		return "", l.mono()
 	}
-	var t time.Time
-	if l.clock == nil {
-		t = time.Now()
-	} else {
-		t = l.clock.Now()
-	}
+	t := l.localNow()
 	return t.UnixMicro(), int64(t.Sub(l.base)) - int64(t.Nanosecond()%1000)
 }
 
