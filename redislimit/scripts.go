@@ -94,6 +94,14 @@ func compile(p ratelimit.Policy) (scripts, error) {
 	per := int64(p.Period / time.Microsecond)
 	limit := int64(p.Limit)
 	switch p.Algorithm {
+	case ratelimit.FixedWindowAlgorithm, ratelimit.SlidingLogAlgorithm, ratelimit.SlidingCounterAlgorithm:
+		// Window indexes, ends and (sliding counter) the times the
+		// estimate multiplies stay exact only for windows below 2^52 µs.
+		if per > maxState {
+			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
+		}
+	}
+	switch p.Algorithm {
 	case ratelimit.TokenBucketAlgorithm:
 		g := gcd(int64(p.Refill), per)
 		r, u := int64(p.Refill)/g, per/g
@@ -116,9 +124,6 @@ func compile(p ratelimit.Policy) (scripts, error) {
 		if limit > maxState {
 			return scripts{}, configError("Limit %d exceeds 2^52, the largest fixed window limit Redis Lua counts exactly", p.Limit)
 		}
-		if per > maxState {
-			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
-		}
 		return scripts{decide: fixedWindowScript, refund: fixedWindowRefundScript, code: "fw",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.SlidingLogAlgorithm:
@@ -127,17 +132,11 @@ func compile(p ratelimit.Policy) (scripts, error) {
 		if limit > maxState {
 			return scripts{}, configError("Limit %d exceeds 2^52, the largest sliding log limit Redis Lua counts exactly", p.Limit)
 		}
-		if per > maxState {
-			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
-		}
 		return scripts{decide: slidingLogScript, refund: slidingLogRefundScript, code: "sl",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.SlidingCounterAlgorithm:
 		// The estimate multiplies counts (at most limit) by times within a
 		// window (at most window µs); window ends are now + 2 windows.
-		if per > maxState {
-			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
-		}
 		if limit > (maxExact-1)/per {
 			return scripts{}, configError("Limit %d x Period (window) %v = %.3g exceeds 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window",
 				p.Limit, p.Period, float64(limit)*float64(per))
