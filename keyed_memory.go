@@ -23,13 +23,13 @@ import (
 // counted fully passed, so forgetting it hands its client nothing it would
 // not have had anyway. Reclaiming is incremental: each new key looks at the
 // next few keys of its shard, round the shard, and drops the idle ones,
-// under that shard's lock only, with no sweep of the whole table. The
-// number of keys is capped over all shards ([WithMaxKeys], default
-// [DefaultMaxKeys]): when the limiter holds that many keys and none of
-// those sampled (up to 20 in the new key's shard, then up to 16 in other
-// non-empty shards, a bounded cost) is idle, a request for a new key is denied with [ErrTooManyKeys] while
-// existing keys go on as before, so a flood of random keys cannot exhaust
-// memory or evict real clients.
+// under that shard's lock only, with no sweep of the whole table. The number
+// of keys is capped over all shards ([WithMaxKeys], default
+// [DefaultMaxKeys]): when the limiter holds that many keys and none of those
+// sampled (up to 20 in the new key's shard, then up to 16 in other non-empty
+// shards, a bounded cost) is idle, a request for a new key is denied with
+// [ErrTooManyKeys] while existing keys go on as before, so a flood of random
+// keys cannot exhaust memory or evict real clients.
 //
 // Create one with [NewKeyed]; the zero value is not usable. A Keyed is safe
 // for concurrent use.

@@ -20,9 +20,9 @@ import (
 // stays 3 events per window below the limit is all admitted, while at 1.01x
 // the limit some window holds up to 2% more than limit and some events are
 // denied that an exact window had room for. It assumes the previous
-// window's events were spread evenly: on adversarial traffic (a burst at the end of one window, then another
-// once the previous count has decayed) it can admit up to nearly 2x limit in
-// one window length. Use [SlidingLog] when the bound must be exact. Its
+// window's events were spread evenly: on adversarial traffic (a burst at
+// the end of one window, then another once the previous count has decayed)
+// it can admit up to nearly 2x limit in one window length. Use [SlidingLog] when the bound must be exact. Its
 // RetryAfter is computed from the same estimate: if no other traffic
 // arrives, a retry after RetryAfter succeeds, and it is never 0 on a denial.
 //

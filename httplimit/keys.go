@@ -63,10 +63,10 @@ func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
 // KeyByRoute keys requests by their route: the pattern that
 // [http.ServeMux] matched (r.Pattern, such as "POST /login"), or else the
 // method and path ("POST /login"; HEAD requests are keyed as GET, since
-// the mux serves them with the GET handler and they share its quota). The pattern is set only when the
-// middleware runs inside the mux, that is when it wraps the handlers
-// registered on it; a middleware wrapping the whole mux should use
-// [KeyByMuxRoute].
+// the mux serves them with the GET handler and they share its quota). The
+// pattern is set only when the middleware runs inside the mux, that is
+// when it wraps the handlers registered on it; a middleware wrapping the
+// whole mux should use [KeyByMuxRoute].
 //
 // Keying by raw path gives each distinct URL its own key; the limiter's key
 // cap ([ratelimit.WithMaxKeys]) bounds the memory that costs.

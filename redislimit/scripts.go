@@ -12,9 +12,9 @@ import (
 
 // The Lua scripts, one decision script and one refund script per algorithm,
 // each with the shared prelude and its algorithm's state helpers in front
-// (only those: every helper is a closure made anew on every run). They are package-level
-// [redis.Script] values: EVALSHA first, EVAL when the server answers
-// NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
+// (only those: every helper is a closure made anew on every run). They are
+// package-level [redis.Script] values: EVALSHA first, EVAL when the server
+// answers NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
 var (
 	//go:embed lua/prelude.lua
 	preludeLua string
