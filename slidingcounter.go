@@ -22,9 +22,10 @@ import (
 // denied that an exact window had room for. It assumes the previous
 // window's events were spread evenly: on adversarial traffic (a burst at
 // the end of one window, then another once the previous count has decayed)
-// it can admit up to nearly 2x limit in one window length. Use [SlidingLog] when the bound must be exact. Its
-// RetryAfter is computed from the same estimate: if no other traffic
-// arrives, a retry after RetryAfter succeeds, and it is never 0 on a denial.
+// it can admit up to nearly 2x limit in one window length. Use
+// [SlidingLog] when the bound must be exact. Its RetryAfter is computed
+// from the same estimate: if no other traffic arrives, a retry after
+// RetryAfter succeeds, and it is never 0 on a denial.
 //
 // Create one with [NewSlidingCounter]; the zero value is not usable. A
 // SlidingCounter is safe for concurrent use.
