@@ -56,13 +56,6 @@ func (l *Limiter) Key(key string) string {
 	return l.prefix + string(b[:])
 }
 
-// keyDigest names key in errors: a short digest, never the key (it may be
-// an API key).
-func keyDigest(key string) string {
-	sum := keyHash(key)
-	return "sha256:" + hex.EncodeToString(sum[:6])
-}
-
 // WithPlainKeys stores each key's state under a Redis key name holding the
 // key as given (prefix + code + ":" + fingerprint + ":{" + key + "}")
 // instead of its digest: readable with redis-cli, and the caller chooses
@@ -75,5 +68,9 @@ func WithPlainKeys() Option {
 
 // KeyDigest returns the digest of key that the errors of a [Limiter] show
 // in place of the key ("sha256:" and 12 hex digits), so that an operator
-// can match an error to a known key.
-func KeyDigest(key string) string { return keyDigest(key) }
+// can match an error to a known key: keys may be API keys, and no error
+// carries one.
+func KeyDigest(key string) string {
+	sum := keyHash(key)
+	return "sha256:" + hex.EncodeToString(sum[:6])
+}

@@ -757,7 +757,7 @@ func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) 
 // cause, and reports it.
 func (l *Limiter) unavailable(op, key string, cause error) error {
 	quiet := errors.Is(cause, ErrBreakerOpen)
-	err := &unavailableError{op: op, digest: keyDigest(key), err: cause}
+	err := &unavailableError{op: op, digest: KeyDigest(key), err: cause}
 	l.report(err, quiet)
 	return err
 }
