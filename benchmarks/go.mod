@@ -10,6 +10,7 @@ require (
 	github.com/juju/ratelimit v1.0.2
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/rlkit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/rlkit/ratelimit/redislimit v0.0.0-00010101000000-000000000000
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/ratelimit v0.3.1
@@ -27,3 +28,5 @@ require (
 	golang.org/x/sys v0.30.0 // indirect
 	gopkg.in/check.v1 v1.0.0-20201130134442-10cb98267c6c // indirect
 )
+
+replace github.com/rlkit/ratelimit/redislimit => ../redislimit
