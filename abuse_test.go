@@ -46,7 +46,7 @@ func waitHomes(t *testing.T, p Policy, c Clock) []waitHome {
 			name:  "keyed",
 			waitN: func(ctx context.Context, n int) error { return k.WaitN(ctx, "k", n) },
 			allow: func() bool { return k.Allow(ctx, "k") },
-			peek:  func() Decision { return k.Peek(ctx, "k", 0) },
+			peek:  func() Decision { return must(k.Peek(ctx, "k", 0)) },
 		},
 	}
 }
@@ -188,15 +188,15 @@ func TestAbuseConcurrentRefunds(t *testing.T) {
 							assert.NoError(t, k.RefundN(ctx, "k", 1)) // never charged
 							assert.NoError(t, k.RefundN(ctx, "never-seen", 3))
 						}
-						d := k.Peek(ctx, "k", 0)
+						d := must(k.Peek(ctx, "k", 0))
 						assert.GreaterOrEqual(t, d.Remaining, 0)
 						assert.LessOrEqual(t, d.Remaining, p.Limit)
 					}
 				}()
 			}
 			wg.Wait()
-			assert.Equal(t, p.Limit, k.Peek(ctx, "k", 0).Remaining, "quota after balanced refunds")
-			assert.Equal(t, p.Limit, k.Peek(ctx, "never-seen", 0).Remaining, "a refund never raises a key above fresh")
+			assert.Equal(t, p.Limit, must(k.Peek(ctx, "k", 0)).Remaining, "quota after balanced refunds")
+			assert.Equal(t, p.Limit, must(k.Peek(ctx, "never-seen", 0)).Remaining, "a refund never raises a key above fresh")
 			for _, n := range []int{0, -1} {
 				assert.ErrorIs(t, k.RefundN(ctx, "k", n), ErrInvalidN)
 			}
@@ -210,7 +210,7 @@ func TestAbuseConcurrentRefunds(t *testing.T) {
 // fits).
 func TestAbusePolicyChangeMidTraffic(t *testing.T) {
 	t.Parallel()
-	tb, err := NewTokenBucket(10, 1000, time.Second)
+	tb, err := NewTokenBucket(Per(1000, time.Second), 10)
 	require.NoError(t, err)
 	lb, err := NewLeakyBucket(10, time.Millisecond)
 	require.NoError(t, err)
@@ -224,7 +224,7 @@ func TestAbusePolicyChangeMidTraffic(t *testing.T) {
 		l      testLimiter
 		change func(i int) error
 	}{
-		"tokenbucket":    {tb, func(i int) error { return tb.SetRate(1+i%10, 500+i, time.Second) }},
+		"tokenbucket":    {tb, func(i int) error { return tb.SetRate(Per(500+i, time.Second), 1+i%10) }},
 		"leakybucket":    {lb, func(i int) error { return lb.SetRate(1+i%10, time.Duration(1+i%3)*time.Millisecond) }},
 		"fixedwindow":    {fw, func(i int) error { return fw.SetLimit(1 + i%10) }},
 		"slidinglog":     {sl, func(i int) error { return sl.SetLimit(1 + i%10) }},
@@ -308,7 +308,7 @@ func TestAbuseTypedNilInputs(t *testing.T) {
 	var nilMock *clock.Mock
 	var nilOpt optionFunc
 	constructors := map[string]func(opts ...Option) error{
-		"tokenbucket":    func(o ...Option) error { _, err := NewTokenBucket(1, 1, time.Second, o...); return err },
+		"tokenbucket":    func(o ...Option) error { _, err := NewTokenBucket(Per(1, time.Second), 1, o...); return err },
 		"leakybucket":    func(o ...Option) error { _, err := NewLeakyBucket(1, time.Second, o...); return err },
 		"fixedwindow":    func(o ...Option) error { _, err := NewFixedWindow(1, time.Second, o...); return err },
 		"slidinglog":     func(o ...Option) error { _, err := NewSlidingLog(1, time.Second, o...); return err },

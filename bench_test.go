@@ -4,8 +4,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/benbjohnson/clock"
 )
 
 // The benchmarks run every algorithm on the real clock, which is what users
@@ -48,9 +46,11 @@ var benchAlgos = []struct {
 	denied func(opts ...Option) (Limiter, error)
 }{
 	{
-		name:   "tokenbucket",
-		admit:  func(o ...Option) (Limiter, error) { return NewTokenBucket(10_000, 10_000, 100*time.Microsecond, o...) },
-		denied: func(o ...Option) (Limiter, error) { return NewTokenBucket(1000, 1000, time.Millisecond, o...) },
+		name: "tokenbucket",
+		admit: func(o ...Option) (Limiter, error) {
+			return NewTokenBucket(Per(10_000, 100*time.Microsecond), 10_000, o...)
+		},
+		denied: func(o ...Option) (Limiter, error) { return NewTokenBucket(Per(1000, time.Millisecond), 1000, o...) },
 	},
 	{
 		name:   "leakybucket",
@@ -145,8 +145,8 @@ func (c *benchStepClock) Now() time.Time {
 	return c.now
 }
 
-func (c *benchStepClock) Timer(time.Duration) *clock.Timer {
-	panic("ratelimit: benchStepClock.Timer called; it only serves Allow")
+func (c *benchStepClock) After(time.Duration) <-chan time.Time {
+	panic("ratelimit: benchStepClock.After called; it only serves Allow")
 }
 
 // TestAllowDoesNotAllocate checks that Allow allocates nothing in the two

@@ -4,23 +4,27 @@ import (
 	"context"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
-// Clock is the source of time for a limiter. It lists only what limiters
-// call. *clock.Mock from github.com/benbjohnson/clock satisfies it, which
-// is how tests and examples run on deterministic time; so does the value
-// returned by clock.New.
+// Clock is the source of time for a limiter: the two things limiters ask
+// of time, in the shape of the time package, so that any fake can
+// implement it in a few lines. *clock.Mock from
+// github.com/benbjohnson/clock satisfies it as it is, and so does the
+// value clock.New returns.
+//
+// Without WithClock a limiter uses the time package directly, which also
+// makes it run on the fake time of a testing/synctest bubble.
 type Clock interface {
 	// Now returns the current time. Limiters measure durations as
 	// differences of Now values, so a clock whose times carry a monotonic
 	// reading (as time.Now's do) is immune to wall-clock steps.
 	Now() time.Time
-	// Timer returns a timer that fires after d. Wait methods use it and
-	// stop it when they return early.
-	Timer(d time.Duration) *clock.Timer
+	// After returns a channel that receives the time once d has passed on
+	// this clock, as time.After does. A waiter that gives up early stops
+	// listening, so the clock must not block sending on the channel: give
+	// it a buffer of one, as time.After does.
+	After(d time.Duration) <-chan time.Time
 }
 
 // Option configures a limiter. Options are applied in order after the
@@ -34,7 +38,9 @@ type options struct {
 	clock      Clock // nil means the real clock (fast path)
 	maxKeys    int   // Keyed only; meaningful when maxKeysSet
 	maxKeysSet bool
-	err        error // the first invalid option
+	observer   Observer // nil: no reports
+	name       string   // the limiter's name in Events
+	err        error    // the first invalid option
 }
 
 type optionFunc func(*options)
@@ -42,8 +48,8 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 // WithClock makes the limiter read time from c instead of the real clock.
-// Pass a *clock.Mock from github.com/benbjohnson/clock for deterministic
-// tests. A nil c selects the real clock; a typed nil (such as a nil
+// Pass a fake clock of your own, or a *clock.Mock from
+// github.com/benbjohnson/clock, for deterministic tests. A nil c selects the real clock; a typed nil (such as a nil
 // *clock.Mock) is an error: the constructor returns an error wrapping
 // [ErrInvalidConfig].
 func WithClock(c Clock) Option {
@@ -105,8 +111,8 @@ func (t *timeSource) now() int64 {
 	return t.baseUnix + int64(t.clock.Now().Sub(t.base))
 }
 
-// sleep waits for d or until ctx is done, whichever comes first, and stops
-// its timer either way.
+// sleep waits for d or until ctx is done, whichever comes first. On the
+// real clock it stops its timer either way.
 func (t *timeSource) sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -117,9 +123,7 @@ func (t *timeSource) sleep(ctx context.Context, d time.Duration) error {
 		defer tm.Stop()
 		c = tm.C
 	} else {
-		tm := t.clock.Timer(d)
-		defer tm.Stop()
-		c = tm.C
+		c = t.clock.After(d)
 	}
 	select {
 	case <-c:

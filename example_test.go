@@ -20,7 +20,7 @@ func newMock() *clock.Mock {
 func ExampleNewTokenBucket() {
 	mock := newMock()
 	// Bursts of up to 3, refilled at 10 per second.
-	b, err := ratelimit.NewTokenBucket(3, 10, time.Second, ratelimit.WithClock(mock))
+	b, err := ratelimit.NewTokenBucket(ratelimit.Per(10, time.Second), 3, ratelimit.WithClock(mock))
 	if err != nil {
 		panic(err)
 	}
@@ -40,7 +40,7 @@ func ExampleNewTokenBucket() {
 
 func ExampleTokenBucket_Wait() {
 	mock := newMock()
-	b, _ := ratelimit.NewTokenBucket(1, 1, time.Second, ratelimit.WithClock(mock))
+	b, _ := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Second), 1, ratelimit.WithClock(mock))
 	ctx := context.Background()
 	_ = b.Wait(ctx) // the first token is there
 
@@ -158,7 +158,8 @@ func ExampleAllowAll() {
 		fmt.Println(md.Allowed, md.Index, md.Remaining)
 	}
 	// The denied attempt charged neither limit.
-	fmt.Println(perKey.Peek(ctx, "key-123", 0).Remaining)
+	d, _ := perKey.Peek(ctx, "key-123", 0)
+	fmt.Println(d.Remaining)
 	// Output:
 	// true 1 1
 	// true 1 0

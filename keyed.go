@@ -25,6 +25,12 @@ type KeyedLimiter interface {
 	// as if they had not happened. [AllowAll] uses it to undo the limits
 	// that admitted a request when a later one denies it.
 	RefundN(ctx context.Context, key string, n int) error
+	// Peek reports the Decision (and error) AllowN would return now for key
+	// and n, without consuming anything. Peek(ctx, key, 0) reports the
+	// key's current quota. [AllowAll] uses it, once a dimension has denied a
+	// request, to learn the other dimensions' decisions without charging
+	// them.
+	Peek(ctx context.Context, key string, n int) (Decision, error)
 }
 
 // ErrTooManyKeys is returned, with a denied Decision whose RetryAfter is one

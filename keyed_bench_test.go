@@ -15,7 +15,7 @@ import (
 // 1M-key runs really hold a million keys. The sliding log's 64 per hour
 // keeps its per-key log small; once a key has 64 events it is denied.
 var keyedBenchPolicies = []Policy{
-	TokenBucketPolicy(100_000, 1, time.Minute),
+	TokenBucketPolicy(Per(1, time.Minute), 100_000),
 	LeakyBucketPolicy(1000, time.Hour),
 	FixedWindowPolicy(1<<30, time.Hour),
 	SlidingLogPolicy(64, time.Hour),
@@ -124,7 +124,7 @@ func fillKeyed(b *testing.B, p Policy, keys []string) *Keyed {
 // BenchmarkAllowAll measures AllowAll over two in-memory limits, the
 // atomic path, with every request admitted.
 func BenchmarkAllowAll(b *testing.B) {
-	a, err := NewKeyed(TokenBucketPolicy(1<<30, 1<<30, time.Second))
+	a, err := NewKeyed(TokenBucketPolicy(Per(1<<30, time.Second), 1<<30))
 	if err != nil {
 		b.Fatal(err)
 	}

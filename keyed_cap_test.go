@@ -24,14 +24,16 @@ func TestWithMaxKeysIsExact(t *testing.T) {
 			admitted := 0
 			for i := 0; i < n+500; i++ {
 				key := "key-" + strconv.Itoa(i)
-				peek := k.Peek(ctx, key, 1)
+				peek, perr := k.Peek(ctx, key, 1)
 				d, err := k.AllowN(ctx, key, 1)
 				require.Equal(t, d.Allowed, peek.Allowed, "Peek and AllowN for new key %d", i)
 				if d.Allowed {
+					require.NoError(t, perr)
 					admitted++
 					continue
 				}
 				require.ErrorIs(t, err, ErrTooManyKeys)
+				require.ErrorIs(t, perr, ErrTooManyKeys, "Peek's error when the cap refuses")
 				assert.Equal(t, time.Second, peek.RetryAfter, "Peek's RetryAfter when the cap refuses")
 			}
 			assert.Equal(t, n, admitted, "new keys admitted")

@@ -133,13 +133,15 @@ func (k *Keyed) Allow(ctx context.Context, key string) bool {
 	return d.Allowed
 }
 
-// Peek reports the Decision AllowN(ctx, key, n) would return now without
-// consuming anything or storing the key: a new key that the key cap would
-// refuse is reported denied with AllowN's RetryAfter of one second. Peek
+// Peek reports the Decision and error AllowN(ctx, key, n) would return now
+// without consuming anything or storing the key: a new key that the key cap
+// would refuse is reported denied with AllowN's RetryAfter of one second and
+// [ErrTooManyKeys]. Peek
 // may reclaim idle keys, which changes no decision. Peek(ctx, key, 0)
 // reports the key's current quota.
-func (k *Keyed) Peek(_ context.Context, key string, n int) Decision {
-	return k.store.peek(k.ts.now(), key, n).decision(int64(k.policy.Limit))
+func (k *Keyed) Peek(_ context.Context, key string, n int) (Decision, error) {
+	v, err := k.store.peek(k.ts.now(), key, n)
+	return v.decision(int64(k.policy.Limit)), err
 }
 
 // RefundN gives back n events admitted for key just before, as if they had
@@ -172,7 +174,7 @@ func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
 // verdicts, not Decisions: see verdict for why.
 type keyedStore interface {
 	allow(now int64, key string, n int, commit bool) (verdict, error)
-	peek(now int64, key string, n int) verdict
+	peek(now int64, key string, n int) (verdict, error)
 	refund(now int64, key string, n int64)
 	len() int
 	// lockFor returns the lock of key's shard and the shard's index.
@@ -250,7 +252,7 @@ func (s *store[S, A]) allow(now int64, key string, n int, commit bool) (verdict,
 	return v, err
 }
 
-func (s *store[S, A]) peek(now int64, key string, n int) verdict {
+func (s *store[S, A]) peek(now int64, key string, n int) (verdict, error) {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -259,10 +261,9 @@ func (s *store[S, A]) peek(now int64, key string, n int) verdict {
 		if st == nil {
 			st = s.fresh(sh)
 		}
-		return s.alg.decide(st, now, 0, false)
+		return s.alg.decide(st, now, 0, false), nil
 	}
-	v, _ := s.decideIn(sh, now, key, h, n, false)
-	return v
+	return s.decideIn(sh, now, key, h, n, false)
 }
 
 func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (verdict, error) {

@@ -20,7 +20,7 @@ import (
 // testPolicies holds one policy of each algorithm, with rates that are not
 // round numbers so that fractional arithmetic is exercised.
 var testPolicies = []Policy{
-	TokenBucketPolicy(5, 7, 300*time.Millisecond),
+	TokenBucketPolicy(Per(7, 300*time.Millisecond), 5),
 	LeakyBucketPolicy(4, 70*time.Millisecond),
 	FixedWindowPolicy(6, time.Second),
 	SlidingLogPolicy(6, time.Second),
@@ -118,7 +118,7 @@ func TestNewKeyedErrors(t *testing.T) {
 		want string
 	}{
 		{Policy{}, nil, "unknown algorithm"},
-		{TokenBucketPolicy(0, 1, time.Second), nil, "capacity"},
+		{TokenBucketPolicy(Per(1, time.Second), 0), nil, "capacity"},
 		{SlidingLogPolicy(5, 0), nil, "window"},
 		{FixedWindowPolicy(5, time.Second), []Option{WithMaxKeys(-1)}, "WithMaxKeys"},
 	} {
@@ -137,7 +137,7 @@ func TestKeyedReclaimsOnlyIdleKeys(t *testing.T) {
 	t.Parallel()
 	mock := newManualClock(time.Unix(1_700_000_000, 0))
 	// 10 per minute: a used key is idle again 6s after its last token.
-	k, err := NewKeyed(TokenBucketPolicy(10, 10, time.Minute), WithClock(mock), WithMaxKeys(64*4))
+	k, err := NewKeyed(TokenBucketPolicy(Per(10, time.Minute), 10), WithClock(mock), WithMaxKeys(64*4))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range 10 {
@@ -149,7 +149,7 @@ func TestKeyedReclaimsOnlyIdleKeys(t *testing.T) {
 	for i := range 10_000 {
 		_, _ = k.AllowN(ctx, "flood-"+strconv.Itoa(i), 1)
 	}
-	d := k.Peek(ctx, "victim", 1)
+	d := must(k.Peek(ctx, "victim", 1))
 	assert.False(t, d.Allowed, "victim got a fresh bucket from eviction: %+v", d)
 	assert.LessOrEqual(t, k.Len(), 64*4)
 
@@ -216,7 +216,7 @@ func TestKeyedFloodMemoryBound(t *testing.T) {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	k, err := NewKeyed(TokenBucketPolicy(100, 100, time.Minute), WithClock(mock), WithMaxKeys(maxKeys))
+	k, err := NewKeyed(TokenBucketPolicy(Per(100, time.Minute), 100), WithClock(mock), WithMaxKeys(maxKeys))
 	require.NoError(t, err)
 	ctx := context.Background()
 	denied := 0
@@ -280,7 +280,7 @@ func TestKeyedConcurrentExact(t *testing.T) {
 func TestKeyedWait(t *testing.T) {
 	t.Parallel()
 	mock := newCountingMock(time.Unix(1_700_000_000, 0))
-	k, err := NewKeyed(TokenBucketPolicy(1, 1, time.Second), WithClock(mock))
+	k, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 1), WithClock(mock))
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, k.WaitN(ctx, "w", 1))
@@ -298,7 +298,7 @@ func TestKeyedWait(t *testing.T) {
 
 	tctx, cancel := context.WithTimeout(ctx, time.Hour)
 	defer cancel()
-	slow, err := NewKeyed(TokenBucketPolicy(1, 1, 2*time.Hour), WithClock(mock))
+	slow, err := NewKeyed(TokenBucketPolicy(Per(1, 2*time.Hour), 1), WithClock(mock))
 	require.NoError(t, err)
 	require.NoError(t, slow.WaitN(tctx, "w", 1))
 	err = slow.WaitN(tctx, "w", 1)
@@ -324,9 +324,9 @@ func newManualClock(start time.Time) *manualClock {
 	return c
 }
 
-func (c *manualClock) Now() time.Time                   { return time.Unix(0, c.ns.Load()) }
-func (c *manualClock) Add(d time.Duration)              { c.ns.Add(int64(d)) }
-func (c *manualClock) Timer(time.Duration) *clock.Timer { return clock.NewMock().Timer(time.Hour) }
+func (c *manualClock) Now() time.Time                       { return time.Unix(0, c.ns.Load()) }
+func (c *manualClock) Add(d time.Duration)                  { c.ns.Add(int64(d)) }
+func (c *manualClock) After(time.Duration) <-chan time.Time { return make(chan time.Time, 1) }
 
 // countingMock is a mock clock that counts the timers made from it, so a
 // test can tell when a waiter has blocked.
@@ -341,9 +341,9 @@ func newCountingMock(start time.Time) *countingMock {
 	return m
 }
 
-func (c *countingMock) Timer(d time.Duration) *clock.Timer {
+func (c *countingMock) After(d time.Duration) <-chan time.Time {
 	c.timers.Add(1)
-	return c.Mock.Timer(d)
+	return c.Mock.After(d)
 }
 
 // waitForTimers waits (in real time, briefly) until n timers have been
@@ -361,7 +361,7 @@ func waitForTimers(t *testing.T, c *countingMock, n int64) {
 
 func TestAllowAllDoesNotAllocate(t *testing.T) {
 	mock := newManualClock(time.Unix(1_700_000_000, 0))
-	a, err := NewKeyed(TokenBucketPolicy(1<<20, 1<<20, time.Second), WithClock(mock))
+	a, err := NewKeyed(TokenBucketPolicy(Per(1<<20, time.Second), 1<<20), WithClock(mock))
 	require.NoError(t, err)
 	b, err := NewKeyed(FixedWindowPolicy(1<<20, time.Hour), WithClock(mock))
 	require.NoError(t, err)
@@ -428,7 +428,7 @@ func TestAllowAllUnderContention(t *testing.T) {
 				wg.Wait()
 				require.Equal(t, int64(p.Limit), admitted.Load(), "admitted")
 				assert.Equal(t, int64(32*20-p.Limit), deniedByTight.Load(), "denials all come from the tight limit")
-				rem := loose.Peek(context.Background(), "client", 0).Remaining
+				rem := must(loose.Peek(context.Background(), "client", 0)).Remaining
 				assert.Equal(t, 1000-p.Limit, rem, "the loose limit is charged only for admitted requests")
 			})
 		}

@@ -56,6 +56,9 @@ type Limiter interface {
 	// error at once when n can never be admitted, or when the wait would
 	// outlast ctx's deadline.
 	WaitN(ctx context.Context, n int) error
+	// Peek reports the Decision AllowN(n) would return now, without
+	// consuming anything. Peek(0) reports the current quota.
+	Peek(n int) Decision
 }
 
 // Compile-time checks that every limiter implements Limiter.

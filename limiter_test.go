@@ -111,7 +111,7 @@ var limiterCases = []limiterCase{
 		name:       "tokenbucket",
 		exactRetry: true,
 		make: func(limit int, per time.Duration, opts ...Option) (testLimiter, error) {
-			l, err := NewTokenBucket(limit, limit, per, opts...)
+			l, err := NewTokenBucket(Per(limit, per), limit, opts...)
 			if err != nil {
 				return nil, err
 			}
@@ -731,17 +731,17 @@ func TestConstructorErrors(t *testing.T) {
 		arg  string
 		call func() (any, error)
 	}{
-		{"tokenbucket/capacity-zero", "capacity", func() (any, error) { return NewTokenBucket(0, 1, time.Second) }},
-		{"tokenbucket/capacity-negative", "capacity", func() (any, error) { return NewTokenBucket(-1, 1, time.Second) }},
-		{"tokenbucket/capacity-min", "capacity", func() (any, error) { return NewTokenBucket(math.MinInt, 1, time.Second) }},
-		{"tokenbucket/refill-zero", "refill", func() (any, error) { return NewTokenBucket(1, 0, time.Second) }},
-		{"tokenbucket/refill-negative", "refill", func() (any, error) { return NewTokenBucket(1, -5, time.Second) }},
-		{"tokenbucket/per-zero", "per", func() (any, error) { return NewTokenBucket(1, 1, 0) }},
-		{"tokenbucket/per-negative", "per", func() (any, error) { return NewTokenBucket(1, 1, -time.Second) }},
-		{"tokenbucket/per-too-long", "per", func() (any, error) { return NewTokenBucket(1, 1, tooLong) }},
-		{"tokenbucket/per-max", "per", func() (any, error) { return NewTokenBucket(1, 1, math.MaxInt64) }},
-		{"tokenbucket/capacity-overflow", "capacity", func() (any, error) { return NewTokenBucket(math.MaxInt, 1, time.Nanosecond) }},
-		{"tokenbucket/capacity-overflow-slow", "capacity", func() (any, error) { return NewTokenBucket(math.MaxInt/1000, 1, time.Hour) }},
+		{"tokenbucket/capacity-zero", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Second), 0) }},
+		{"tokenbucket/capacity-negative", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Second), -1) }},
+		{"tokenbucket/capacity-min", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Second), math.MinInt) }},
+		{"tokenbucket/refill-zero", "refill", func() (any, error) { return NewTokenBucket(Per(0, time.Second), 1) }},
+		{"tokenbucket/refill-negative", "refill", func() (any, error) { return NewTokenBucket(Per(-5, time.Second), 1) }},
+		{"tokenbucket/per-zero", "per", func() (any, error) { return NewTokenBucket(Per(1, 0), 1) }},
+		{"tokenbucket/per-negative", "per", func() (any, error) { return NewTokenBucket(Per(1, -time.Second), 1) }},
+		{"tokenbucket/per-too-long", "per", func() (any, error) { return NewTokenBucket(Per(1, tooLong), 1) }},
+		{"tokenbucket/per-max", "per", func() (any, error) { return NewTokenBucket(Per(1, math.MaxInt64), 1) }},
+		{"tokenbucket/capacity-overflow", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Nanosecond), math.MaxInt) }},
+		{"tokenbucket/capacity-overflow-slow", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Hour), math.MaxInt/1000) }},
 		{"leakybucket/capacity-zero", "capacity", func() (any, error) { return NewLeakyBucket(0, time.Second) }},
 		{"leakybucket/capacity-negative", "capacity", func() (any, error) { return NewLeakyBucket(-3, time.Second) }},
 		{"leakybucket/leakEvery-zero", "leakEvery", func() (any, error) { return NewLeakyBucket(1, 0) }},
@@ -789,9 +789,9 @@ func TestConstructorsAcceptLimits(t *testing.T) {
 	// 2^61 ns, as documented) refuse periods of decades even at capacity 1;
 	// 10 years must pass.
 	const decade = 10 * 365 * 24 * time.Hour
-	_, err := NewTokenBucket(1, 1, decade, nil, WithClock(nil))
+	_, err := NewTokenBucket(Per(1, decade), 1, nil, WithClock(nil))
 	assert.NoError(t, err)
-	_, err = NewTokenBucket(1_000_000, 1<<53, time.Nanosecond)
+	_, err = NewTokenBucket(Per(1<<53, time.Nanosecond), 1_000_000)
 	assert.NoError(t, err)
 	_, err = NewLeakyBucket(1, decade)
 	assert.NoError(t, err)
@@ -838,7 +838,7 @@ func TestHugeLimitNeverOverAdmits(t *testing.T) {
 func TestSettersRejectBadConfig(t *testing.T) {
 	t.Parallel()
 	mock := newMockClock(t)
-	tb, err := NewTokenBucket(5, 10, time.Second, WithClock(mock))
+	tb, err := NewTokenBucket(Per(10, time.Second), 5, WithClock(mock))
 	require.NoError(t, err)
 	lb, err := NewLeakyBucket(5, 100*time.Millisecond, WithClock(mock))
 	require.NoError(t, err)
@@ -856,10 +856,10 @@ func TestSettersRejectBadConfig(t *testing.T) {
 		name, arg string
 		set       func() error
 	}{
-		{"tokenbucket", "capacity", func() error { return tb.SetRate(0, 10, time.Second) }},
-		{"tokenbucket", "refill", func() error { return tb.SetRate(5, -1, time.Second) }},
-		{"tokenbucket", "per", func() error { return tb.SetRate(5, 10, 0) }},
-		{"tokenbucket", "capacity", func() error { return tb.SetRate(math.MaxInt, 1, time.Nanosecond) }},
+		{"tokenbucket", "capacity", func() error { return tb.SetRate(Per(10, time.Second), 0) }},
+		{"tokenbucket", "refill", func() error { return tb.SetRate(Per(-1, time.Second), 5) }},
+		{"tokenbucket", "per", func() error { return tb.SetRate(Per(10, 0), 5) }},
+		{"tokenbucket", "capacity", func() error { return tb.SetRate(Per(1, time.Nanosecond), math.MaxInt) }},
 		{"leakybucket", "capacity", func() error { return lb.SetRate(-1, time.Second) }},
 		{"leakybucket", "leakEvery", func() error { return lb.SetRate(5, 0) }},
 		{"leakybucket", "capacity", func() error { return lb.SetRate(math.MaxInt, time.Second) }},
@@ -900,4 +900,14 @@ func TestErrorsMatchSentinels(t *testing.T) {
 	assert.Contains(t, nError(30, "the limit", 20).Error(), "n=30")
 	var target interface{ Unwrap() []error }
 	assert.True(t, errors.As(d, &target))
+}
+
+// must returns v, panicking (and so failing the test) if err is not nil. It
+// lets a test read a keyed Peek's Decision inline where the error is not
+// under test.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -35,15 +35,6 @@ type MultiDecision struct {
 	Index int
 }
 
-// KeyedPeeker is implemented by keyed limiters that can report the
-// Decision AllowN would return without consuming anything, such as the
-// Redis limiters of package redislimit. [AllowAll] uses it, when a
-// dimension has already denied a request, to learn the other dimensions'
-// decisions without charging them.
-type KeyedPeeker interface {
-	Peek(ctx context.Context, key string, n int) (Decision, error)
-}
-
 // AllowAll charges n events to every dimension, all or nothing: if any
 // dimension denies, none is charged. It returns the most restrictive
 // Decision and which dimension it came from; MultiDecision.Allowed reports
@@ -56,9 +47,8 @@ type KeyedPeeker interface {
 // involved (in a fixed order, so concurrent calls cannot deadlock), checks
 // every dimension, and charges them only if all admit. With other limiters
 // (such as Redis ones) it charges the dimensions in order; once one denies,
-// it asks each later dimension what it would decide, with Peek when the
-// limiter implements [KeyedPeeker] and otherwise by charging it too, and
-// then refunds with RefundN every dimension it charged. A concurrent request
+// it asks each later dimension what it would decide with Peek, and then
+// refunds with RefundN every dimension it charged. A concurrent request
 // may then briefly see the refunded quota as used. Refunds do not depend on
 // ctx: a caller that goes away does not leave a denied request charged.
 //
@@ -242,8 +232,8 @@ func bufFor[T any](buf *[8]T, n int) []T {
 }
 
 // allowAllRefund is AllowAll over any limiters: charge in order until one
-// denies, then learn the decisions of the rest (peeking when they can, or
-// charging them), and refund everything charged.
+// denies, then learn the decisions of the rest with Peek, and refund
+// everything charged.
 func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision, error) {
 	var dsBuf [8]Decision
 	var chargedBuf [8]bool
@@ -252,14 +242,12 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 	denied := false
 	for i, d := range dims {
 		var (
-			dec    Decision
-			err    error
-			peeked bool
+			dec Decision
+			err error
 		)
 		if denied {
-			dec, peeked, err = peekDim(ctx, d.Limiter, d.Key, n)
-		}
-		if !peeked {
+			dec, err = d.Limiter.Peek(ctx, d.Key, n)
+		} else {
 			dec, err = d.Limiter.AllowN(ctx, d.Key, n)
 			charged[i] = dec.Allowed
 		}
@@ -280,20 +268,6 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 	}
 	best := mostRestrictive(ds)
 	return MultiDecision{Decision: ds[best], Index: best}, errs
-}
-
-// peekDim returns the Decision l would give key for n without charging it,
-// when l can tell: a [*Keyed] or a [KeyedPeeker]. (AllowAll has already
-// resolved every [*Tiered] dimension to its tier.)
-func peekDim(ctx context.Context, l KeyedLimiter, key string, n int) (Decision, bool, error) {
-	switch v := l.(type) {
-	case *Keyed:
-		return v.Peek(ctx, key, n), true, nil
-	case KeyedPeeker:
-		d, err := v.Peek(ctx, key, n)
-		return d, true, err
-	}
-	return Decision{}, false, nil
 }
 
 // Tiered is a [KeyedLimiter] that charges each key in the limiter of its
@@ -362,6 +336,17 @@ func (t *Tiered) WaitN(ctx context.Context, key string, n int) error {
 		return err
 	}
 	return l.WaitN(ctx, key, n)
+}
+
+// Peek reports what AllowN would decide for key in its tier's limiter,
+// without consuming anything. A key whose tier is unknown is reported
+// denied, with an error wrapping [ErrUnknownTier].
+func (t *Tiered) Peek(ctx context.Context, key string, n int) (Decision, error) {
+	_, l, err := t.Tier(ctx, key)
+	if err != nil {
+		return Decision{RetryAfter: RetryNever}, err
+	}
+	return l.Peek(ctx, key, n)
 }
 
 // RefundN refunds key in its current tier's limiter.

@@ -13,30 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// peekingLimiter hides a *Keyed behind KeyedLimiter plus KeyedPeeker, as a
-// Redis limiter that can peek does.
-type peekingLimiter struct{ k *Keyed }
-
-func (p peekingLimiter) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	return p.k.AllowN(ctx, key, n)
-}
-func (p peekingLimiter) WaitN(ctx context.Context, key string, n int) error {
-	return p.k.WaitN(ctx, key, n)
-}
-func (p peekingLimiter) RefundN(ctx context.Context, key string, n int) error {
-	return p.k.RefundN(ctx, key, n)
-}
-func (p peekingLimiter) Peek(ctx context.Context, key string, n int) (Decision, error) {
-	return p.k.Peek(ctx, key, n), nil
-}
-
 // homes wraps an in-memory *Keyed for each way AllowAll can meet it: as
-// itself (the locked path), hidden behind KeyedLimiter (charge and refund),
-// behind KeyedPeeker (charge, then peek), and as the only tier of a Tiered.
+// itself (the locked path), hidden behind KeyedLimiter (charge, peek the
+// rest once one denies, refund), and as the only tier of a Tiered.
 var homes = map[string]func(t *testing.T, k *Keyed) KeyedLimiter{
-	"keyed":   func(_ *testing.T, k *Keyed) KeyedLimiter { return k },
-	"refund":  func(_ *testing.T, k *Keyed) KeyedLimiter { return otherLimiter{k} },
-	"peeking": func(_ *testing.T, k *Keyed) KeyedLimiter { return peekingLimiter{k} },
+	"keyed":  func(_ *testing.T, k *Keyed) KeyedLimiter { return k },
+	"refund": func(_ *testing.T, k *Keyed) KeyedLimiter { return otherLimiter{k} },
 	"tiered": func(t *testing.T, k *Keyed) KeyedLimiter {
 		tl, err := NewTiered(func(context.Context, string) string { return "only" }, map[string]KeyedLimiter{"only": k})
 		require.NoError(t, err)
@@ -54,9 +36,9 @@ func TestAllowAllReportsLongestRetryAfter(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/hourFirst=%v", name, hourFirst), func(t *testing.T) {
 				t.Parallel()
 				mock := newManualClock(testStart)
-				sec, err := NewKeyed(TokenBucketPolicy(1, 1, time.Second), WithClock(mock))
+				sec, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 1), WithClock(mock))
 				require.NoError(t, err)
-				hour, err := NewKeyed(TokenBucketPolicy(1, 1, time.Hour), WithClock(mock))
+				hour, err := NewKeyed(TokenBucketPolicy(Per(1, time.Hour), 1), WithClock(mock))
 				require.NoError(t, err)
 				dims := []Dimension{
 					{Name: "second", Limiter: home(t, sec), Key: "k"},
@@ -224,7 +206,7 @@ func TestAllowAllRefundIgnoresCallerCancellation(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, md.Allowed)
 	assert.Equal(t, int64(1), first.refunds.Load(), "refunds")
-	assert.Equal(t, 5, k1.Peek(ctx, "k", 0).Remaining, "the first limit after the refund")
+	assert.Equal(t, 5, must(k1.Peek(ctx, "k", 0)).Remaining, "the first limit after the refund")
 }
 
 // TestAllowAllNilLimiter: a dimension without a limiter is an error that
@@ -248,7 +230,7 @@ func TestAllowAllNilLimiter(t *testing.T) {
 			assert.Contains(t, err.Error(), `"broken"`)
 			assert.False(t, md.Allowed)
 			assert.Equal(t, 1, md.Index)
-			assert.Equal(t, 5, k.Peek(ctx, "k", 0).Remaining, "charged nothing")
+			assert.Equal(t, 5, must(k.Peek(ctx, "k", 0)).Remaining, "charged nothing")
 		})
 	}
 }
@@ -277,7 +259,7 @@ func TestAllowAllTieredIsAtomic(t *testing.T) {
 	go func() {
 		defer close(done)
 		for !stop.Load() {
-			if tierLim.Peek(ctx, "k", 0).Remaining != 1 {
+			if must(tierLim.Peek(ctx, "k", 0)).Remaining != 1 {
 				seenUsed.Add(1)
 			}
 		}

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -53,10 +54,37 @@ type Policy struct {
 	Period time.Duration
 }
 
-// TokenBucketPolicy is the policy of [NewTokenBucket].
-func TokenBucketPolicy(capacity, refill int, per time.Duration) Policy {
-	return Policy{Algorithm: TokenBucketAlgorithm, Limit: capacity, Refill: refill, Period: per}
+// TokenBucketPolicy is the policy of [NewTokenBucket]: a bucket of capacity
+// tokens refilled at rate, such as TokenBucketPolicy(PerMinute(100), 100).
+func TokenBucketPolicy(rate Rate, capacity int) Policy {
+	return Policy{Algorithm: TokenBucketAlgorithm, Limit: capacity, Refill: rate.Events, Period: rate.Per}
 }
+
+// Rate is a number of events per span of time, such as 10 per second: the
+// refill rate of a token bucket. Write one with [Per], [PerSecond],
+// [PerMinute] or [PerHour]. A Rate is its own type so that a token bucket's
+// rate and capacity cannot be swapped without the compiler noticing.
+type Rate struct {
+	// Events is how many events the rate allows every Per.
+	Events int
+	// Per is the span of time over which Events are allowed.
+	Per time.Duration
+}
+
+// Per returns the rate of events every d, such as Per(3, time.Second).
+func Per(events int, d time.Duration) Rate { return Rate{Events: events, Per: d} }
+
+// PerSecond returns the rate of events every second.
+func PerSecond(events int) Rate { return Rate{Events: events, Per: time.Second} }
+
+// PerMinute returns the rate of events every minute.
+func PerMinute(events int) Rate { return Rate{Events: events, Per: time.Minute} }
+
+// PerHour returns the rate of events every hour.
+func PerHour(events int) Rate { return Rate{Events: events, Per: time.Hour} }
+
+// String returns the rate as events/span, such as "10/1s".
+func (r Rate) String() string { return strconv.Itoa(r.Events) + "/" + r.Per.String() }
 
 // LeakyBucketPolicy is the policy of [NewLeakyBucket].
 func LeakyBucketPolicy(capacity int, leakEvery time.Duration) Policy {
@@ -104,7 +132,7 @@ func (p Policy) Validate() error {
 func (p Policy) NewLimiter(opts ...Option) (Limiter, error) {
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
-		return NewTokenBucket(p.Limit, p.Refill, p.Period, opts...)
+		return NewTokenBucket(Per(p.Refill, p.Period), p.Limit, opts...)
 	case LeakyBucketAlgorithm:
 		return NewLeakyBucket(p.Limit, p.Period, opts...)
 	case FixedWindowAlgorithm:

@@ -6,9 +6,9 @@ import (
 )
 
 // TokenBucket is a token bucket: it starts full with capacity tokens, gains
-// refill tokens every per, continuously, never above capacity, and admits n
-// events by taking n tokens. It allows bursts up to capacity and a long-run
-// rate of refill/per. Most callers want [TokenBucket.Allow] or
+// tokens at a steady rate (rate.Events every rate.Per, continuously), never
+// above capacity, and admits n events by taking n tokens. It allows bursts
+// up to capacity and a long-run rate of rate. Most callers want [TokenBucket.Allow] or
 // [TokenBucket.Wait].
 //
 // The arithmetic is exact: tokens are counted in integer fractions of a
@@ -21,16 +21,20 @@ type TokenBucket struct {
 	core[tbState, *tokenBucketAlg]
 }
 
-// NewTokenBucket returns a full token bucket holding at most capacity
-// tokens and gaining refill tokens every per. It returns an error wrapping
-// [ErrInvalidConfig] when an argument is not positive, when per is longer
-// than 100 years, or when exact arithmetic would overflow: capacity x per,
-// with refill/per reduced to lowest terms, must stay below 2^60 token-ns
-// (so capacity 1 allows per up to about 36 years whatever the refill, and
-// 1,000,000 tokens per second is fine), or when an option is invalid (such
-// as [WithClock] given a typed nil).
-func NewTokenBucket(capacity, refill int, per time.Duration, opts ...Option) (*TokenBucket, error) {
-	alg, err := newTokenBucketAlg(capacity, refill, per)
+// NewTokenBucket returns a full token bucket that refills at rate and holds
+// at most capacity tokens, such as NewTokenBucket(PerSecond(10), 100): the
+// argument order of golang.org/x/time/rate's NewLimiter(r, burst), with a
+// [Rate] that cannot be mistaken for the capacity.
+//
+// It returns an error wrapping [ErrInvalidConfig] when an argument is not
+// positive, when rate.Per is longer than 100 years, or when exact
+// arithmetic would overflow: capacity x rate.Per, with the rate reduced to
+// lowest terms, must stay below 2^60 token-ns (so capacity 1 allows
+// rate.Per up to about 36 years whatever rate.Events, and 1,000,000 tokens
+// per second is fine), or when an option is invalid (such as [WithClock]
+// given a typed nil).
+func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, error) {
+	alg, err := newTokenBucketAlg(capacity, rate.Events, rate.Per)
 	if err != nil {
 		return nil, err
 	}
@@ -44,8 +48,8 @@ func NewTokenBucket(capacity, refill int, per time.Duration, opts ...Option) (*T
 // SetRate changes the capacity and the refill rate, keeping the tokens the
 // bucket holds now (capped at the new capacity). Waiters already in line
 // keep the release times they were given.
-func (b *TokenBucket) SetRate(capacity, refill int, per time.Duration) error {
-	alg, err := newTokenBucketAlg(capacity, refill, per)
+func (b *TokenBucket) SetRate(rate Rate, capacity int) error {
+	alg, err := newTokenBucketAlg(capacity, rate.Events, rate.Per)
 	if err != nil {
 		return err
 	}

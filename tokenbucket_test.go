@@ -12,7 +12,7 @@ import (
 func newTestTokenBucket(t *testing.T, capacity, refill int, per time.Duration) (*TokenBucket, *clock.Mock) {
 	t.Helper()
 	mock := newMockClock(t)
-	b, err := NewTokenBucket(capacity, refill, per, WithClock(mock))
+	b, err := NewTokenBucket(Per(refill, per), capacity, WithClock(mock))
 	require.NoError(t, err)
 	return b, mock
 }
@@ -137,18 +137,18 @@ func TestTokenBucketSetRateKeepsTokens(t *testing.T) {
 	b, mock := newTestTokenBucket(t, 5, 10, time.Second)
 	require.True(t, b.AllowN(3).Allowed)
 
-	require.NoError(t, b.SetRate(100, 10, time.Second))
+	require.NoError(t, b.SetRate(Per(10, time.Second), 100))
 	assert.Equal(t, 100, b.Limit())
 	assert.Equal(t, wantAllow(100, 2, 9800*ms), b.Peek(0), "2 tokens left, capacity raised to 100")
 	mock.Add(100 * ms)
 	assert.Equal(t, 3, b.Peek(0).Remaining, "100ms after raising the capacity")
 
-	require.NoError(t, b.SetRate(100, 1, time.Hour))
+	require.NoError(t, b.SetRate(Per(1, time.Hour), 100))
 	assert.Equal(t, 3, b.Peek(0).Remaining, "after slowing the refill")
 
-	require.NoError(t, b.SetRate(1, 10, time.Second))
+	require.NoError(t, b.SetRate(Per(10, time.Second), 1))
 	assert.Equal(t, wantAllow(1, 1, 0), b.Peek(0), "capacity lowered to 1")
-	require.NoError(t, b.SetRate(5, 10, time.Second))
+	require.NoError(t, b.SetRate(Per(10, time.Second), 5))
 	assert.Equal(t, wantAllow(5, 1, 400*ms), b.Peek(0), "capacity raised back: the capped tokens are gone")
 	mock.Add(400 * ms)
 	assert.Equal(t, wantAllow(5, 5, 0), b.Peek(0))
@@ -164,7 +164,7 @@ func TestTokenBucketSetRateFractions(t *testing.T) {
 	require.True(t, b.AllowN(5).Allowed)
 	mock.Add(500 * ms) // 1.5 tokens
 	require.Equal(t, 1, b.Peek(0).Remaining)
-	require.NoError(t, b.SetRate(5, 10, time.Second))
+	require.NoError(t, b.SetRate(Per(10, time.Second), 5))
 	assert.Equal(t, wantAllow(5, 1, 350*ms), b.Peek(0), "1.5 tokens at 10/s")
 	mock.Add(49 * ms)
 	assert.Equal(t, 1, b.Peek(0).Remaining, "1.99 tokens")

@@ -33,10 +33,10 @@ func newTimerClock(t *testing.T) *timerClock {
 	return &timerClock{Mock: newMockClock(t), started: make(chan time.Duration, 256)}
 }
 
-func (c *timerClock) Timer(d time.Duration) *clock.Timer {
-	tm := c.Mock.Timer(d)
+func (c *timerClock) After(d time.Duration) <-chan time.Time {
+	ch := c.Mock.After(d)
 	c.started <- d
-	return tm
+	return ch
 }
 
 // awaitTimer waits until some waiter has started a timer and returns its
@@ -119,7 +119,7 @@ func waitNow(ctx context.Context, t *testing.T, l Limiter, c *timerClock, n int)
 func TestTokenBucketWaitFIFO(t *testing.T) {
 	t.Parallel()
 	c := newTimerClock(t)
-	b, err := NewTokenBucket(2, 1, time.Second, WithClock(c))
+	b, err := NewTokenBucket(Per(1, time.Second), 2, WithClock(c))
 	require.NoError(t, err)
 	require.True(t, b.AllowN(2).Allowed)
 
@@ -162,7 +162,7 @@ func TestTokenBucketWaitFIFO(t *testing.T) {
 func TestTokenBucketWaitImmediate(t *testing.T) {
 	t.Parallel()
 	c := newTimerClock(t)
-	b, err := NewTokenBucket(3, 1, time.Second, WithClock(c))
+	b, err := NewTokenBucket(Per(1, time.Second), 3, WithClock(c))
 	require.NoError(t, err)
 	require.NoError(t, waitNow(context.Background(), t, b, c, 2))
 	assert.Equal(t, 1, b.Peek(0).Remaining)
@@ -173,7 +173,7 @@ func TestTokenBucketWaitImmediate(t *testing.T) {
 func TestTokenBucketWaitCancel(t *testing.T) {
 	t.Parallel()
 	c := newTimerClock(t)
-	b, err := NewTokenBucket(1, 1, time.Second, WithClock(c))
+	b, err := NewTokenBucket(Per(1, time.Second), 1, WithClock(c))
 	require.NoError(t, err)
 	require.True(t, b.Allow())
 
@@ -198,7 +198,7 @@ func TestTokenBucketWaitCancel(t *testing.T) {
 func TestTokenBucketWaitCancelWithQueueBehind(t *testing.T) {
 	t.Parallel()
 	c := newTimerClock(t)
-	b, err := NewTokenBucket(1, 1, time.Second, WithClock(c))
+	b, err := NewTokenBucket(Per(1, time.Second), 1, WithClock(c))
 	require.NoError(t, err)
 	require.True(t, b.Allow())
 
@@ -233,7 +233,7 @@ type waitCase struct {
 
 var longWaitCases = []waitCase{
 	{"tokenbucket", func(t *testing.T, c Clock) testLimiter {
-		l, err := NewTokenBucket(2, 1, 2*time.Hour, WithClock(c))
+		l, err := NewTokenBucket(Per(1, 2*time.Hour), 2, WithClock(c))
 		require.NoError(t, err)
 		return l
 	}, 2},
@@ -530,7 +530,7 @@ func TestWaitErrorsAreDistinct(t *testing.T) {
 func TestTokenBucketPeekWhileWaiterQueued(t *testing.T) {
 	t.Parallel()
 	c := newTimerClock(t)
-	b, err := NewTokenBucket(1, 10, time.Second, WithClock(c))
+	b, err := NewTokenBucket(Per(10, time.Second), 1, WithClock(c))
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.True(t, b.Allow())

@@ -75,7 +75,7 @@ func TestWorkerLoopPattern(t *testing.T) {
 	const workers, jobs = 16, 160
 	t.Run("tokenbucket", func(t *testing.T) {
 		t.Parallel()
-		lim, err := NewTokenBucket(1, 1000, time.Second) // the README's shape, 100x faster
+		lim, err := NewTokenBucket(Per(1000, time.Second), 1) // the README's shape, 100x faster
 		require.NoError(t, err)
 		died, err := runWorkerLoop(t, lim, workers, jobs)
 		assert.Zero(t, died, "workers that died: %v", err)

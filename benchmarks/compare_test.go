@@ -117,9 +117,11 @@ var peers = []struct {
 		},
 	},
 	{
-		name:   "ratelimit-tokenbucket",
-		admit:  func() allowFunc { return ours(ratelimit.NewTokenBucket(10_000, 10_000, 100*time.Microsecond)) },
-		denied: func() allowFunc { return ours(ratelimit.NewTokenBucket(1000, 1000, time.Millisecond)) },
+		name: "ratelimit-tokenbucket",
+		admit: func() allowFunc {
+			return ours(ratelimit.NewTokenBucket(ratelimit.Per(10_000, 100*time.Microsecond), 10_000))
+		},
+		denied: func() allowFunc { return ours(ratelimit.NewTokenBucket(ratelimit.Per(1000, time.Millisecond), 1000)) },
 	},
 	{
 		name:   "ratelimit-leakybucket",

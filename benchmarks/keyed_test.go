@@ -114,7 +114,7 @@ type keyedLimiter struct {
 }
 
 var keyedLibs = []keyedLib{
-	keyedOurs(ratelimit.TokenBucketPolicy(200_000_000, 1, 5*time.Second)),
+	keyedOurs(ratelimit.TokenBucketPolicy(ratelimit.Per(1, 5*time.Second), 200_000_000)),
 	keyedOurs(ratelimit.FixedWindowPolicy(1<<30, 24*time.Hour)),
 	keyedOurs(ratelimit.SlidingCounterPolicy(1<<30, time.Hour)),
 	keyedOurs(ratelimit.SlidingLogPolicy(64, time.Hour)),

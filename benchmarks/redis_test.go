@@ -64,7 +64,7 @@ func BenchmarkRedis(b *testing.B) {
 		return err
 	}})
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(1_000_000, 1_000_000, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1_000_000, time.Second), 1_000_000),
 		ratelimit.LeakyBucketPolicy(1_000_000, time.Microsecond),
 		ratelimit.FixedWindowPolicy(1_000_000_000, time.Second),
 		ratelimit.SlidingLogPolicy(1_000_000_000, time.Second),

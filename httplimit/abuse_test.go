@@ -224,6 +224,9 @@ func (f *failOpenOnDone) AllowN(ctx context.Context, _ string, n int) (ratelimit
 }
 func (f *failOpenOnDone) WaitN(ctx context.Context, _ string, _ int) error   { return ctx.Err() }
 func (f *failOpenOnDone) RefundN(ctx context.Context, _ string, _ int) error { return nil }
+func (f *failOpenOnDone) Peek(ctx context.Context, _ string, n int) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Allowed: true, Limit: 5, Remaining: 5}, ctx.Err()
+}
 
 // TestMiddlewareDoneContextNotServed: a request whose context is done is
 // not admitted free when the limiter answers with the context's error,
@@ -385,7 +388,7 @@ func TestMiddlewareWaitingRetryAfterSucceeds(t *testing.T) {
 		policies []ratelimit.Policy
 	}{
 		{"one limit", []ratelimit.Policy{ratelimit.FixedWindowPolicy(1, time.Hour)}},
-		{"token bucket", []ratelimit.Policy{ratelimit.TokenBucketPolicy(2, 1, 7*time.Second)}},
+		{"token bucket", []ratelimit.Policy{ratelimit.TokenBucketPolicy(ratelimit.Per(1, 7*time.Second), 2)}},
 		{"1 per second and 1 per hour", []ratelimit.Policy{ratelimit.FixedWindowPolicy(1, time.Second), ratelimit.FixedWindowPolicy(1, time.Hour)}},
 		{"1 per hour and 1 per second", []ratelimit.Policy{ratelimit.FixedWindowPolicy(1, time.Hour), ratelimit.FixedWindowPolicy(1, time.Second)}},
 	} {

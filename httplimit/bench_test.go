@@ -28,7 +28,7 @@ var bare = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Wri
 // benchLimiter admits everything during a benchmark: a token bucket far
 // larger than any b.N, refilling fast.
 func benchLimiter(b *testing.B) *ratelimit.Keyed {
-	k, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(1e9, 1e9, time.Second))
+	k, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1e9, time.Second), 1e9))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,6 +102,9 @@ func (fixedLimiter) AllowN(context.Context, string, int) (ratelimit.Decision, er
 }
 func (fixedLimiter) WaitN(context.Context, string, int) error   { return nil }
 func (fixedLimiter) RefundN(context.Context, string, int) error { return nil }
+func (fixedLimiter) Peek(context.Context, string, int) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 600 * time.Millisecond}, nil
+}
 
 // TestMiddlewareAllocs pins the middleware's own allocations on an allowed
 // request (the limiter's are not counted): none beyond the two that hold

@@ -89,7 +89,7 @@ func ExampleNew_multipleLimits() {
 // Graceful degradation: when the search limit is reached, serve a cached
 // result instead of an error.
 func ExampleWithDeniedHandler() {
-	search, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(1, 1, time.Minute))
+	search, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Minute), 1))
 	cached := "cached results"
 	mw, _ := httplimit.New([]httplimit.Limit{{Name: "search", Key: httplimit.KeyByIP(), Limiter: search}},
 		httplimit.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d httplimit.Denial) {
@@ -150,7 +150,7 @@ func ExampleNewTransport() {
 	}))
 	defer srv.Close()
 
-	lim, _ := ratelimit.NewTokenBucket(10, 10, time.Second)
+	lim, _ := ratelimit.NewTokenBucket(ratelimit.Per(10, time.Second), 10)
 	tr, err := httplimit.NewTransport(http.DefaultTransport, lim,
 		httplimit.WithRetries(3),
 		httplimit.WithPauseHook(func(r *http.Request, resp *http.Response, d time.Duration) {

@@ -157,9 +157,9 @@ func TestRetryAfterRounding(t *testing.T) {
 		wait      time.Duration
 	}{
 		// 1 token per 1.5 s: RetryAfter 1.5 s -> 2.
-		{"tokenbucket 1.5s", ratelimit.TokenBucketPolicy(1, 2, 3*time.Second), "2", "2", 1500 * time.Millisecond},
+		{"tokenbucket 1.5s", ratelimit.TokenBucketPolicy(ratelimit.Per(2, 3*time.Second), 1), "2", "2", 1500 * time.Millisecond},
 		// 10 tokens a second: RetryAfter 100 ms -> 1, never 0.
-		{"tokenbucket 100ms", ratelimit.TokenBucketPolicy(1, 10, time.Second), "1", "1", 100 * time.Millisecond},
+		{"tokenbucket 100ms", ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 1), "1", "1", 100 * time.Millisecond},
 		// Exactly 2 s: no rounding.
 		{"leakybucket 2s", ratelimit.LeakyBucketPolicy(1, 2*time.Second), "2", "2", 2 * time.Second},
 		{"slidinglog 30s", ratelimit.SlidingLogPolicy(1, 30*time.Second), "30", "30", 30 * time.Second},
@@ -209,7 +209,7 @@ func TestRetryAfterRounding(t *testing.T) {
 func TestNever(t *testing.T) {
 	t.Parallel()
 	mock := newMock(t, epoch)
-	lim := newKeyed(t, ratelimit.TokenBucketPolicy(5, 1, time.Second), mock)
+	lim := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5), mock)
 	cost := func(r *http.Request) int {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		return n
@@ -344,6 +344,9 @@ func (f failing) AllowN(context.Context, string, int) (ratelimit.Decision, error
 }
 func (f failing) WaitN(context.Context, string, int) error   { return errBackend }
 func (f failing) RefundN(context.Context, string, int) error { return errBackend }
+func (f failing) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	return f.AllowN(ctx, key, n)
+}
 
 // TestBackendErrors: the limiter's failure policy decides, the error goes
 // to the hook, and never to the client.
@@ -527,6 +530,9 @@ func (l *recordingLimiter) AllowN(_ context.Context, key string, _ int) (ratelim
 }
 func (l *recordingLimiter) WaitN(context.Context, string, int) error   { return nil }
 func (l *recordingLimiter) RefundN(context.Context, string, int) error { return nil }
+func (l *recordingLimiter) Peek(context.Context, string, int) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Allowed: true, Limit: 10, Remaining: 10}, nil
+}
 
 // TestLongKeysDigested: a client cannot make the limiter store huge keys.
 func TestLongKeysDigested(t *testing.T) {

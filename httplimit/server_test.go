@@ -28,7 +28,7 @@ func TestLoopbackConcurrent(t *testing.T) {
 	)
 	mock := newMock(t, epoch) // frozen time: one window for the whole test
 	byKey := newKeyed(t, ratelimit.SlidingLogPolicy(perKey, time.Minute), mock)
-	byIP := newKeyed(t, ratelimit.TokenBucketPolicy(perIP, 1, time.Hour), mock)
+	byIP := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), perIP), mock)
 	var served [keys]atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var k int

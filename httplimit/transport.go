@@ -353,10 +353,9 @@ func (t *Transport) waitPause(ctx context.Context, key string) error {
 			return &pauseDeadlineError{wait: d}
 		}
 		var c <-chan time.Time
-		var stop func() bool
+		stop := func() bool { return false }
 		if t.clock != nil {
-			tm := t.clock.Timer(d)
-			c, stop = tm.C, tm.Stop
+			c = t.clock.After(d)
 		} else {
 			tm := time.NewTimer(d)
 			c, stop = tm.C, tm.Stop

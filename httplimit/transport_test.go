@@ -31,10 +31,10 @@ func newTimerClock(t *testing.T) *timerClock {
 	return &timerClock{Mock: newMock(t, epoch), timers: make(chan time.Duration, 16)}
 }
 
-func (c *timerClock) Timer(d time.Duration) *clock.Timer {
-	tm := c.Mock.Timer(d)
+func (c *timerClock) After(d time.Duration) <-chan time.Time {
+	ch := c.Mock.After(d)
 	c.timers <- d
-	return tm
+	return ch
 }
 
 func (c *timerClock) nextTimer(t *testing.T) time.Duration {
@@ -285,7 +285,7 @@ func TestTransportLimiter(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t)
 	clk := newTimerClock(t)
-	lim, err := ratelimit.NewTokenBucket(2, 1, time.Second, ratelimit.WithClock(clk))
+	lim, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Second), 2, ratelimit.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,7 +152,7 @@ func TestCorruptStateFailOpenNotUnlimited(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(5, 1, time.Hour),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5),
 		ratelimit.LeakyBucketPolicy(5, time.Hour),
 		ratelimit.FixedWindowPolicy(5, time.Hour),
 		ratelimit.SlidingLogPolicy(5, time.Hour),
@@ -194,7 +194,7 @@ func TestForeignStateNoLockout(t *testing.T) {
 		{ratelimit.SlidingCounterPolicy(5, time.Second), ratelimit.SlidingCounterPolicy(5, time.Hour)},
 		{ratelimit.SlidingCounterPolicy(5, time.Microsecond), ratelimit.SlidingCounterPolicy(5, 24*time.Hour)},
 		{ratelimit.SlidingLogPolicy(5, time.Hour), ratelimit.SlidingLogPolicy(3, time.Second)},
-		{ratelimit.TokenBucketPolicy(5, 1, time.Hour), ratelimit.TokenBucketPolicy(3, 1, time.Second)},
+		{ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5), ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 3)},
 		{ratelimit.LeakyBucketPolicy(50, time.Hour), ratelimit.LeakyBucketPolicy(5, time.Second)},
 	}
 	for _, pp := range pairs {
@@ -259,7 +259,7 @@ func TestSmallBackwardStepHolds(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(5, 1, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5),
 		ratelimit.LeakyBucketPolicy(5, time.Second),
 		ratelimit.FixedWindowPolicy(5, time.Second),
 		ratelimit.SlidingLogPolicy(5, time.Second),
@@ -303,7 +303,7 @@ func TestCompileExactBounds(t *testing.T) {
 		{ratelimit.SlidingLogPolicy(1<<53, time.Hour), "Limit"},
 		{ratelimit.SlidingCounterPolicy(1, (b52+1)*time.Microsecond), "Period"},
 		{ratelimit.LeakyBucketPolicy(2, (b52/2+1)*time.Microsecond), "Limit"},
-		{ratelimit.TokenBucketPolicy(b52, 1, time.Microsecond), "Limit"},
+		{ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Microsecond), b52), "Limit"},
 	}
 	for _, p := range ok {
 		if p.Validate() != nil {
@@ -391,7 +391,7 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		ratelimit.FixedWindowPolicy(-1, time.Second),
 		ratelimit.FixedWindowPolicy(1, -time.Second),
 		ratelimit.SlidingLogPolicy(0, time.Second),
-		ratelimit.TokenBucketPolicy(1, -1, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(-1, time.Second), 1),
 		ratelimit.LeakyBucketPolicy(1<<62, time.Hour),
 		ratelimit.SlidingCounterPolicy(1<<40, time.Second),
 		ratelimit.FixedWindowPolicy(1, 1500*time.Nanosecond),

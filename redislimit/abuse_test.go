@@ -124,7 +124,7 @@ func TestCanceledContextMidCall(t *testing.T) {
 				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: ctxTimeouts})
 				t.Cleanup(func() { _ = c.Close() })
 				var hooked atomic.Int64
-				l := mustNew(t, c, ratelimit.TokenBucketPolicy(5, 1, time.Hour), fp.opt, WithPrefix(uniquePrefix(t)),
+				l := mustNew(t, c, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5), fp.opt, WithPrefix(uniquePrefix(t)),
 					WithTimeout(time.Second), WithErrorHandler(func(error) { hooked.Add(1) }))
 				_, err := l.AllowN(bg(), "warm", 1)
 				require.NoError(t, err)
@@ -227,7 +227,7 @@ func TestPoliciesDoNotShareState(t *testing.T) {
 		{ratelimit.FixedWindowPolicy(100, time.Minute), ratelimit.FixedWindowPolicy(10, time.Minute)},
 		{ratelimit.SlidingCounterPolicy(100, time.Minute), ratelimit.SlidingCounterPolicy(10, time.Minute)},
 		{ratelimit.SlidingLogPolicy(100, time.Minute), ratelimit.SlidingLogPolicy(10, time.Minute)},
-		{ratelimit.TokenBucketPolicy(100, 100, time.Minute), ratelimit.TokenBucketPolicy(10, 10, time.Minute)},
+		{ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Minute), 100), ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Minute), 10)},
 		{ratelimit.LeakyBucketPolicy(100, time.Second), ratelimit.LeakyBucketPolicy(10, 6*time.Second)},
 	} {
 		t.Run(name(pair[0]), func(t *testing.T) {
@@ -255,7 +255,7 @@ func TestPoliciesDoNotShareState(t *testing.T) {
 		{ratelimit.FixedWindowPolicy(5, time.Minute), ratelimit.FixedWindowPolicy(5, time.Hour)},
 		{ratelimit.SlidingCounterPolicy(5, time.Minute), ratelimit.SlidingCounterPolicy(5, time.Hour)},
 		{ratelimit.SlidingLogPolicy(5, time.Minute), ratelimit.SlidingLogPolicy(5, time.Hour)},
-		{ratelimit.TokenBucketPolicy(5, 5, time.Minute), ratelimit.TokenBucketPolicy(5, 5, time.Hour)},
+		{ratelimit.TokenBucketPolicy(ratelimit.Per(5, time.Minute), 5), ratelimit.TokenBucketPolicy(ratelimit.Per(5, time.Hour), 5)},
 	} {
 		t.Run("change/"+name(pair[0]), func(t *testing.T) {
 			prefix := uniquePrefix(t)
@@ -343,7 +343,7 @@ func TestSecretsNeverInErrors(t *testing.T) {
 					}
 				}
 				mock := clock.NewMock() // WaitN sleeps on it under FailLocal
-				l := mustNew(t, refusedClient(t, true), ratelimit.TokenBucketPolicy(5, 1, time.Second), fp.opt,
+				l := mustNew(t, refusedClient(t, true), ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5), fp.opt,
 					WithBreaker(brk), WithTimeout(30*time.Millisecond), WithClock(mock), WithErrorHandler(collect))
 				for range 3 {
 					_, err := l.AllowN(bg(), secret, 1)
@@ -408,7 +408,7 @@ func TestFailLocalPolicy(t *testing.T) {
 func TestDenyCacheInvalidatedByAdmission(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	p := ratelimit.TokenBucketPolicy(5, 1, time.Second)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5)
 	mock := newMock()
 	mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
 	require.NoError(t, err)
@@ -441,7 +441,7 @@ func TestDenyCacheMicrosecondTime(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(1, 1, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 1),
 		ratelimit.LeakyBucketPolicy(1, time.Second),
 		ratelimit.SlidingLogPolicy(1, time.Second),
 	} {
@@ -576,7 +576,7 @@ func TestAbuseConcurrentRefunds(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(20, 1, time.Hour),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 20),
 		ratelimit.FixedWindowPolicy(20, time.Hour),
 		ratelimit.SlidingLogPolicy(20, time.Hour),
 		ratelimit.LeakyBucketPolicy(20, time.Hour),
@@ -649,7 +649,7 @@ func TestAbusePolicyChangeMidTraffic(t *testing.T) {
 // README is the real one.
 func TestDocumentedKeyName(t *testing.T) {
 	t.Parallel()
-	l := mustNew(t, refusedClient(t, false), ratelimit.TokenBucketPolicy(20, 100, time.Minute))
+	l := mustNew(t, refusedClient(t, false), ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Minute), 20))
 	require.Equal(t, "ratelimit:tb:53a22938:{6j_UO-HlfWLhY9rhn8dAvQ}", l.Key("user:42"))
 }
 

@@ -15,7 +15,7 @@ import (
 // that nearly every decision admits, as in a healthy service.
 func benchPolicies() []ratelimit.Policy {
 	return []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(1_000_000, 1_000_000, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1_000_000, time.Second), 1_000_000),
 		ratelimit.LeakyBucketPolicy(1_000_000, time.Microsecond),
 		ratelimit.FixedWindowPolicy(1_000_000_000, time.Second),
 		ratelimit.SlidingLogPolicy(1_000_000_000, time.Second),

@@ -71,7 +71,7 @@ func TestKeyMemory(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(100, 10, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 100),
 		ratelimit.LeakyBucketPolicy(100, time.Millisecond),
 		ratelimit.FixedWindowPolicy(100, time.Hour),
 		ratelimit.SlidingLogPolicy(100, time.Hour),

@@ -37,13 +37,13 @@ const (
 func hammerPolicies(serverTime bool) []ratelimit.Policy {
 	if serverTime {
 		return []ratelimit.Policy{
-			ratelimit.TokenBucketPolicy(500, 1, time.Hour),
+			ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 500),
 			ratelimit.LeakyBucketPolicy(500, time.Hour),
 			ratelimit.SlidingLogPolicy(500, time.Hour),
 		}
 	}
 	return []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(500, 10, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 500),
 		ratelimit.LeakyBucketPolicy(500, time.Millisecond),
 		ratelimit.FixedWindowPolicy(500, time.Second),
 		ratelimit.SlidingLogPolicy(500, time.Second),

@@ -65,7 +65,11 @@ func (p *pair) run(t *testing.T, i int, st step) {
 			t.Fatalf("step %d: AllowN(%q, %d) at %s = %+v, want %+v", i, st.key, st.n, at, got, want)
 		}
 	case 'p':
-		want := roundDecision(p.mem.Peek(ctx, st.key, st.n))
+		mem, werr := p.mem.Peek(ctx, st.key, st.n)
+		if werr != nil {
+			t.Fatalf("step %d: reference Peek(%q, %d) at %s: %v", i, st.key, st.n, at, werr)
+		}
+		want := roundDecision(mem)
 		got, err := p.rl.Peek(ctx, st.key, st.n)
 		if err != nil {
 			t.Fatalf("step %d: Peek(%q, %d) at %s: %v", i, st.key, st.n, at, err)

@@ -24,7 +24,7 @@ func ExampleNew() {
 	})
 	defer client.Close()
 
-	limiter, err := redislimit.New(client, ratelimit.TokenBucketPolicy(100, 10, time.Second),
+	limiter, err := redislimit.New(client, ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 100),
 		redislimit.WithPrefix("api:"),
 		redislimit.WithTimeout(50*time.Millisecond),
 		// While Redis is down, each of the 4 instances admits a quarter.

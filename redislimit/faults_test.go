@@ -94,7 +94,7 @@ func warmUp(t *testing.T, l *Limiter) {
 }
 
 func TestKillRestart(t *testing.T) {
-	p := ratelimit.TokenBucketPolicy(100, 1, time.Hour)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 100)
 	policies := []struct {
 		name string
 		opt  Option

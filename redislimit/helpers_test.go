@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/redistest"
@@ -67,7 +66,7 @@ func (c *manualClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func (c *manualClock) Timer(time.Duration) *clock.Timer {
+func (c *manualClock) After(time.Duration) <-chan time.Time {
 	panic("manualClock has no timers")
 }
 
@@ -90,9 +89,9 @@ func roundDecision(d ratelimit.Decision) ratelimit.Decision {
 // periods, small enough that short timelines reach every branch.
 func policies() []ratelimit.Policy {
 	return []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(10, 10, time.Second),
-		ratelimit.TokenBucketPolicy(5, 3, 7*time.Millisecond),
-		ratelimit.TokenBucketPolicy(3, 7, 333*time.Microsecond),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 10),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(3, 7*time.Millisecond), 5),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(7, 333*time.Microsecond), 3),
 		ratelimit.LeakyBucketPolicy(5, 100*time.Millisecond),
 		ratelimit.LeakyBucketPolicy(3, 7*time.Microsecond),
 		ratelimit.FixedWindowPolicy(5, time.Second),

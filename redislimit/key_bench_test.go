@@ -14,7 +14,7 @@ import (
 func BenchmarkKey(b *testing.B) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer c.Close()
-	p := ratelimit.TokenBucketPolicy(10, 1, time.Second)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 10)
 	for _, tc := range []struct {
 		name string
 		opts []Option

@@ -53,7 +53,7 @@
 // The state of key K lives in one Redis key named
 // prefix + code + ":" + fingerprint + ":{" + digest(K) + "}", for example
 // "ratelimit:tb:53a22938:{6j_UO-HlfWLhY9rhn8dAvQ}" for the key "user:42"
-// under TokenBucketPolicy(20, 100, time.Minute) ([Limiter.Key] returns
+// under TokenBucketPolicy(Per(100, time.Minute), 20) ([Limiter.Key] returns
 // it). The code names the algorithm (tb, lb, fw, sl, sc) and the
 // fingerprint, 8 hex digits of SHA-256 over the policy's numbers, the
 // policy: limiters with different policies never read each other's state,
@@ -878,9 +878,7 @@ func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
 		defer t.Stop()
 		ch = t.C
 	} else {
-		t := l.clock.Timer(d)
-		defer t.Stop()
-		ch = t.C
+		ch = l.clock.After(d)
 	}
 	select {
 	case <-ch:

@@ -25,14 +25,14 @@ func TestNewValidation(t *testing.T) {
 		opts []Option
 		want string // substring of the error; "" means no error
 	}{
-		{"ok", ratelimit.TokenBucketPolicy(10, 1, time.Second), nil, ""},
-		{"invalid policy", ratelimit.TokenBucketPolicy(0, 1, time.Second), nil, "capacity"},
+		{"ok", ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 10), nil, ""},
+		{"invalid policy", ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 0), nil, "capacity"},
 		{"zero policy", ratelimit.Policy{}, nil, "unknown algorithm"},
 		{"sub-microsecond period", ratelimit.FixedWindowPolicy(10, 1500*time.Nanosecond), nil, "Period 1.5µs is not a whole number of microseconds"},
 		{"nanosecond leak", ratelimit.LeakyBucketPolicy(10, time.Nanosecond), nil, "Period 1ns"},
-		{"token bucket overflows 2^52", ratelimit.TokenBucketPolicy(1<<53, 1000, time.Microsecond), nil, "Limit (capacity)"},
-		{"token bucket at the edge", ratelimit.TokenBucketPolicy(1<<51, 1000, time.Microsecond), nil, ""},
-		{"token bucket overflows in memory", ratelimit.TokenBucketPolicy(1<<30, 1, 999_999_937*time.Microsecond), nil, "capacity"},
+		{"token bucket overflows 2^52", ratelimit.TokenBucketPolicy(ratelimit.Per(1000, time.Microsecond), 1<<53), nil, "Limit (capacity)"},
+		{"token bucket at the edge", ratelimit.TokenBucketPolicy(ratelimit.Per(1000, time.Microsecond), 1<<51), nil, ""},
+		{"token bucket overflows in memory", ratelimit.TokenBucketPolicy(ratelimit.Per(1, 999_999_937*time.Microsecond), 1<<30), nil, "capacity"},
 		{"leaky bucket overflows", ratelimit.LeakyBucketPolicy(1<<40, time.Hour), nil, "capacity"},
 		{"sliding counter overflows", ratelimit.SlidingCounterPolicy(1_000_000, 24*time.Hour), nil, "exceeds 2^53"},
 		{"sliding counter at the edge", ratelimit.SlidingCounterPolicy(1_000_000, 2*time.Hour), nil, ""},
@@ -71,7 +71,7 @@ func TestExactArithmetic(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(500_000, 3, 999_999_937*time.Microsecond),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(3, 999_999_937*time.Microsecond), 500_000),
 		ratelimit.LeakyBucketPolicy(1_000, 999_999_937*time.Microsecond),
 		ratelimit.SlidingCounterPolicy(1_000_000, 8_000_000_000*time.Microsecond),
 		ratelimit.SlidingCounterPolicy(999_983, 9_007_000_000*time.Microsecond),
@@ -118,7 +118,7 @@ func TestAllowNInvalidN(t *testing.T) {
 func TestWaitN(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	l := mustNew(t, c, ratelimit.TokenBucketPolicy(1, 1, 100*time.Millisecond), WithPrefix(uniquePrefix(t)))
+	l := mustNew(t, c, ratelimit.TokenBucketPolicy(ratelimit.Per(1, 100*time.Millisecond), 1), WithPrefix(uniquePrefix(t)))
 	if d, err := l.AllowN(bg(), "k", 1); !d.Allowed || err != nil {
 		t.Fatalf("AllowN = %+v, %v", d, err)
 	}
@@ -152,7 +152,7 @@ func TestDenyCache(t *testing.T) {
 	t.Parallel()
 	srv, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(5, 2, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(2, time.Second), 5),
 		ratelimit.LeakyBucketPolicy(5, 300*time.Millisecond),
 		ratelimit.FixedWindowPolicy(5, time.Second),
 		ratelimit.SlidingLogPolicy(5, time.Second),
@@ -255,7 +255,7 @@ func TestSkew(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(200, 1, time.Hour),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 200),
 		ratelimit.LeakyBucketPolicy(200, time.Hour),
 		ratelimit.SlidingLogPolicy(200, time.Hour),
 	} {

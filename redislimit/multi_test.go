@@ -13,7 +13,7 @@ func TestAllowAll(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	perUser := mustNew(t, c, ratelimit.SlidingLogPolicy(5, time.Hour), WithPrefix(uniquePrefix(t)))
-	perRoute := mustNew(t, c, ratelimit.TokenBucketPolicy(3, 1, time.Hour), WithPrefix(uniquePrefix(t)))
+	perRoute := mustNew(t, c, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 3), WithPrefix(uniquePrefix(t)))
 	dims := []ratelimit.Dimension{
 		{Name: "user", Limiter: perUser, Key: "alice"},
 		{Name: "route", Limiter: perRoute, Key: "/search"},

@@ -17,7 +17,7 @@ func TestWaitRetryAfterSucceedsRedis(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(3, 2, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(2, time.Second), 3),
 		ratelimit.LeakyBucketPolicy(3, 700*time.Millisecond),
 		ratelimit.FixedWindowPolicy(3, time.Minute),
 		ratelimit.SlidingLogPolicy(3, 10*time.Second),
@@ -57,7 +57,7 @@ func TestAllowAllRedisReportsLongestRetryAfter(t *testing.T) {
 	for _, order := range []string{"second-first", "hour-first"} {
 		t.Run(order, func(t *testing.T) {
 			mock := newMock()
-			perSecond := mustNew(t, c, ratelimit.TokenBucketPolicy(1, 1, time.Second),
+			perSecond := mustNew(t, c, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 1),
 				WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
 			perHour := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour),
 				WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))

@@ -208,7 +208,7 @@ The same seed gives the same numbers, byte for byte.
 
 Every algorithm is configured for the same limit, L = %d events per W = %v:
 
-- token bucket: capacity L, refilling L per W (NewTokenBucket(L, L, W));
+- token bucket: capacity L, refilling L per W (NewTokenBucket(Per(L, W), L));
 - leaky bucket, as a meter through AllowN: capacity L, leaking one event every W/L = %v;
 - fixed window, sliding log and sliding counter: limit L per window W.
 

@@ -23,7 +23,7 @@ type Algo struct {
 // leaks one every window/limit.
 var Algos = []Algo{
 	{"tokenbucket", "token bucket", func(l int, w time.Duration, c ratelimit.Clock) (ratelimit.Limiter, error) {
-		return ratelimit.NewTokenBucket(l, l, w, ratelimit.WithClock(c))
+		return ratelimit.NewTokenBucket(ratelimit.Per(l, w), l, ratelimit.WithClock(c))
 	}},
 	{"leakybucket", "leaky bucket (meter)", func(l int, w time.Duration, c ratelimit.Clock) (ratelimit.Limiter, error) {
 		return ratelimit.NewLeakyBucket(l, w/time.Duration(l), ratelimit.WithClock(c))
@@ -51,7 +51,7 @@ func Start(window time.Duration) time.Time {
 // speed: (*clock.Mock).Set and Add sleep 1 ms after every call (to let timer
 // goroutines run), which at one call per event would make this program take
 // minutes. The limiters only read Now (AllowN never waits), so a clock that
-// just returns the time we set is all they need; Timer is delegated to a
+// just returns the time we set is all they need; After is delegated to a
 // *clock.Mock and never used. -mockclock runs the same study on a
 // *clock.Mock, and a test checks both clocks give identical decisions.
 type stepClock struct {
@@ -59,8 +59,8 @@ type stepClock struct {
 	mock *clock.Mock
 }
 
-func (c *stepClock) Now() time.Time                     { return c.now }
-func (c *stepClock) Timer(d time.Duration) *clock.Timer { return c.mock.Timer(d) }
+func (c *stepClock) Now() time.Time                         { return c.now }
+func (c *stepClock) After(d time.Duration) <-chan time.Time { return c.mock.After(d) }
 
 // newClock returns the clock the limiters read and a function that moves it.
 func newClock(start time.Time, mock bool) (ratelimit.Clock, func(time.Time)) {

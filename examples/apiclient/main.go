@@ -65,7 +65,7 @@ func run() error {
 	fmt.Printf("The server advertises %d requests per %v; pacing to that:\n", q, w)
 	// A bucket that refills q every w but starts with room for only one
 	// request, since the probe above already spent some quota.
-	lim, err := ratelimit.NewTokenBucket(q, q, w)
+	lim, err := ratelimit.NewTokenBucket(ratelimit.Per(q, w), q)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func discoverPolicy(base, apiKey string) (int, time.Duration, error) {
 // startAPI serves 10 requests a second per API key on a loopback port and
 // counts the requests it refuses.
 func startAPI() (base string, refused *atomic.Int64, stop func(), err error) {
-	perKey, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(10, 10, time.Second))
+	perKey, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 10))
 	if err != nil {
 		return "", nil, nil, err
 	}

@@ -51,7 +51,7 @@ func main() {
 	names := []string{"tokenbucket", "leakybucket", "fixedwindow", "slidinglog", "slidingcounter"}
 	limiters := make([]ratelimit.Limiter, len(names))
 	for i, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(limit, limit, time.Second),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(limit, time.Second), limit),
 		ratelimit.LeakyBucketPolicy(limit, time.Second/limit),
 		ratelimit.FixedWindowPolicy(limit, time.Second),
 		ratelimit.SlidingLogPolicy(limit, time.Second),

@@ -47,11 +47,11 @@ func run(ctx context.Context) error { return runWith(ctx, 8, 36) }
 // runWith runs the pool with the given number of workers and jobs. A worker
 // stops at the first error of Wait, as a worker loop usually does.
 func runWith(ctx context.Context, workers, jobs int) error {
-	global, err := ratelimit.NewTokenBucket(5, 20, time.Second)
+	global, err := ratelimit.NewTokenBucket(ratelimit.Per(20, time.Second), 5)
 	if err != nil {
 		return err
 	}
-	perTenant, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(2, 8, time.Second))
+	perTenant, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(8, time.Second), 2))
 	if err != nil {
 		return err
 	}

@@ -122,11 +122,11 @@ func newHandler(st store) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	burst, err := st.limiter("burst", ratelimit.TokenBucketPolicy(2, 2, time.Second))
+	burst, err := st.limiter("burst", ratelimit.TokenBucketPolicy(ratelimit.Per(2, time.Second), 2))
 	if err != nil {
 		return nil, err
 	}
-	search, err := st.limiter("search", ratelimit.TokenBucketPolicy(1, 1, 10*time.Second))
+	search, err := st.limiter("search", ratelimit.TokenBucketPolicy(ratelimit.Per(1, 10*time.Second), 1))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,51 @@
+// Package errs builds the errors of every package in this repository, so
+// that one mistake reads the same way wherever it is made: each message
+// starts with "ratelimit: " and names the offending argument, and each error
+// matches its sentinels with errors.Is.
+package errs
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Error is an error with its own message that matches several sentinel
+// errors with errors.Is.
+type Error struct {
+	msg  string
+	errs []error
+}
+
+func (e *Error) Error() string   { return e.msg }
+func (e *Error) Unwrap() []error { return e.errs }
+
+// New returns an error whose message is msg and which matches every one of
+// sentinels.
+func New(msg string, sentinels ...error) error {
+	return &Error{msg: msg, errs: sentinels}
+}
+
+// Config reports a bad constructor argument: the message is the sentinel's
+// ("ratelimit: invalid configuration"), a colon, and the formatted detail,
+// which should name the argument or option and the value it got.
+func Config(sentinel error, format string, args ...any) error {
+	return &Error{msg: sentinel.Error() + ": " + fmt.Sprintf(format, args...), errs: []error{sentinel}}
+}
+
+// Deadline reports a wait of d that would outlast the context's deadline;
+// it matches sentinel and context.DeadlineExceeded.
+func Deadline(sentinel error, d time.Duration) error {
+	return &Error{
+		msg:  fmt.Sprintf("%s (needs %v)", sentinel.Error(), d),
+		errs: []error{sentinel, context.DeadlineExceeded},
+	}
+}
+
+// GCD returns the greatest common divisor of two positive integers.
+func GCD(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

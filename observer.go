@@ -1,0 +1,134 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/rlkit/ratelimit/internal/typednil"
+)
+
+// Observer is told of every decision a limiter makes, so that it can count
+// them, time them or log them (package otellimit turns them into
+// OpenTelemetry metrics). Give one to a limiter with [WithObserver]; the
+// Redis limiters of package redislimit take one too.
+//
+// Observe is called synchronously, once per decision, after the decision is
+// made and outside the limiter's locks, so it must be fast and safe for
+// concurrent use; it must not call back into the same limiter's WaitN. The
+// Event holds no key: keys are unbounded, often secret, and have no place in
+// metrics.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to the [Observer] interface.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// Event is one decision, as an [Observer] sees it.
+type Event struct {
+	// Limit is the limiter's name, from WithName; "" when it has none.
+	Limit string
+	// Algorithm is the limiter's algorithm.
+	Algorithm Algorithm
+	// Home is where the limiter keeps its state.
+	Home Home
+	// Outcome classifies the decision.
+	Outcome Outcome
+	// N is the number of events asked for.
+	N int
+	// Decision is the Decision the caller received.
+	Decision Decision
+	// Err is the error the caller received with it, if any.
+	Err error
+	// Wait is set when the decision ends a WaitN call: Latency then
+	// includes the time spent waiting for quota.
+	Wait bool
+	// Latency is how long the decision took, measured on the real clock.
+	Latency time.Duration
+}
+
+// Home says where a limiter keeps its state.
+type Home uint8
+
+// The homes.
+const (
+	// HomeMemory is a single in-memory limiter, such as a *TokenBucket.
+	HomeMemory Home = iota + 1
+	// HomeKeyed is the in-memory keyed limiter, *Keyed.
+	HomeKeyed
+	// HomeRedis is a Redis limiter of package redislimit.
+	HomeRedis
+)
+
+// String returns "memory", "keyed" or "redis".
+func (h Home) String() string {
+	switch h {
+	case HomeMemory:
+		return "memory"
+	case HomeKeyed:
+		return "keyed"
+	case HomeRedis:
+		return "redis"
+	}
+	return "unknown"
+}
+
+// Outcome classifies a decision for an [Observer].
+type Outcome uint8
+
+// The outcomes.
+const (
+	// OutcomeAllowed: the events were admitted by the limit.
+	OutcomeAllowed Outcome = iota + 1
+	// OutcomeDenied: the limit refused the events.
+	OutcomeDenied
+	// OutcomeShadow: the limit refused the events, but it runs in shadow
+	// mode (package httplimit), so the request was served anyway.
+	OutcomeShadow
+	// OutcomeError: the request was refused with an error before the limit
+	// could decide, such as too many keys, a done context, an n that can
+	// never be admitted, or a wait that would outlast its deadline.
+	OutcomeError
+	// OutcomeFallback: the limiter's store failed (Err says why) and its
+	// failure policy decided instead: Decision.Allowed says which way.
+	OutcomeFallback
+)
+
+// String returns "allowed", "denied", "shadow", "error" or "fallback".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAllowed:
+		return "allowed"
+	case OutcomeDenied:
+		return "denied"
+	case OutcomeShadow:
+		return "shadow"
+	case OutcomeError:
+		return "error"
+	case OutcomeFallback:
+		return "fallback"
+	}
+	return "unknown"
+}
+
+// WithObserver makes the limiter report every decision to o. A nil o
+// reports nothing (the default); a typed nil is an error.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(opts *options) {
+		if o != nil && typednil.Is(o) {
+			opts.setErr(configError("WithObserver: observer is a nil %T", o))
+			return
+		}
+		opts.observer = o
+	})
+}
+
+// WithName names the limiter in the Events its [Observer] receives, such as
+// "per-key" or "login". The name should come from a small, fixed set: it
+// becomes a metric attribute.
+func WithName(name string) Option {
+	return optionFunc(func(opts *options) { opts.name = name })
+}
