@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -91,7 +90,7 @@ func RetryAfterSeconds(d ratelimit.Decision) int64 {
 func checkPolicyName(name string) error {
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("httplimit: limit name %q: only printable ASCII is allowed", name)
+			return configError("httplimit.Limit.Name must be printable ASCII, got %q", name)
 		}
 	}
 	return nil
