@@ -44,7 +44,8 @@ type ipKey struct {
 
 // TrustedProxies names the reverse proxies (addresses or CIDR networks,
 // such as "10.0.0.0/8", "fd00::/8" or "192.0.2.10") whose forwarded headers
-// the resolver believes. Without it no forwarded header is ever read.
+// the resolver believes. Without it no forwarded header is ever read. For
+// [NewIPResolver].
 func TrustedProxies(cidrs ...string) Option {
 	return option{"TrustedProxies", forResolver, func(cfg *config) error {
 		r := cfg.r
@@ -72,7 +73,8 @@ func TrustedProxies(cidrs ...string) Option {
 
 // TrustedPrefixes is [TrustedProxies] for parsed networks. An IPv4-mapped
 // IPv6 prefix such as ::ffff:10.0.0.0/104 trusts the IPv4 network it maps
-// (10.0.0.0/8), since client addresses are compared unmapped.
+// (10.0.0.0/8), since client addresses are compared unmapped. For
+// [NewIPResolver].
 func TrustedPrefixes(prefixes ...netip.Prefix) Option {
 	return option{"TrustedPrefixes", forResolver, func(cfg *config) error {
 		r := cfg.r
@@ -109,7 +111,7 @@ func unmapPrefix(p netip.Prefix) (netip.Prefix, error) {
 // proxies write: "X-Forwarded-For" (the default), "Forwarded" (RFC 7239) or
 // "X-Real-IP". The first one present on a request is read; the others are
 // ignored. Name only headers your proxies set or overwrite: a header they
-// pass through unchanged is the client's to forge.
+// pass through unchanged is the client's to forge. For [NewIPResolver].
 func ProxyHeaders(names ...string) Option {
 	return option{"ProxyHeaders", forResolver, func(cfg *config) error {
 		r := cfg.r
@@ -131,7 +133,7 @@ func ProxyHeaders(names ...string) Option {
 }
 
 // IPv4Prefix groups IPv4 clients by networks of the given length (default
-// 32: each address on its own; 24 groups a /24).
+// 32: each address on its own; 24 groups a /24). For [NewIPResolver].
 func IPv4Prefix(bits int) Option {
 	return option{"IPv4Prefix", forResolver, func(cfg *config) error {
 		r := cfg.r
@@ -144,7 +146,7 @@ func IPv4Prefix(bits int) Option {
 }
 
 // IPv6Prefix groups IPv6 clients by networks of the given length (default
-// 64, the network a single host is commonly given).
+// 64, the network a single host is commonly given). For [NewIPResolver].
 func IPv6Prefix(bits int) Option {
 	return option{"IPv6Prefix", forResolver, func(cfg *config) error {
 		r := cfg.r
