@@ -29,6 +29,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -38,7 +39,7 @@ import (
 func main() {
 	addr := flag.String("addr", "", "listen on this address (such as 127.0.0.1:8080) until interrupted; without it, run a short demo and exit")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	if *addr != "" {
