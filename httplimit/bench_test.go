@@ -135,6 +135,12 @@ func TestMiddlewareAllocs(t *testing.T) {
 			{Name: "key", Key: KeyByAPIKey(), Limiter: fixedLimiter{}},
 			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
 		}, NoHeaders, 1}, // ratelimit.AllowAll's own []Decision; the middleware adds none
+		// A shadow limit costs the context marking its limiter's calls as
+		// shadow (observe.WithShadow), and nothing more.
+		{"ip+shadow-noheaders", []Limit{
+			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
+			{Name: "trial", Key: KeyByIP(), Limiter: fixedLimiter{}, Shadow: true},
+		}, NoHeaders, 1},
 	} {
 		h := newMW(t, c.limits, WithHeaders(c.set), WithLogger(nil)).Handler(bare)
 		w := &discardWriter{h: make(http.Header)}
