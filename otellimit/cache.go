@@ -121,4 +121,3 @@ func algorithmName(a ratelimit.Algorithm) string {
 	}
 	return a.String()
 }
-

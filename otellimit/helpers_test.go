@@ -32,10 +32,15 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-// After fires at once: the tests wait only when quota is there.
-func (c *fakeClock) After(time.Duration) <-chan time.Time {
+// After moves the clock forward by d and fires at once, so that a WaitN
+// returns without real waiting.
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	now := c.now
+	c.mu.Unlock()
 	ch := make(chan time.Time, 1)
-	ch <- c.Now()
+	ch <- now
 	return ch
 }
 

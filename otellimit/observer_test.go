@@ -137,10 +137,10 @@ func TestObserveFoldsLimitNamesBeyondTheCapIntoOther(t *testing.T) {
 
 	alg, home := ratelimit.FixedWindowAlgorithm, ratelimit.HomeKeyed
 	assert.Equal(t, map[string]int64{
-		series("name-0", alg, home, ratelimit.OutcomeDenied):            2,
-		series("name-1", alg, home, ratelimit.OutcomeDenied):            2,
+		series("name-0", alg, home, ratelimit.OutcomeDenied):             2,
+		series("name-1", alg, home, ratelimit.OutcomeDenied):             2,
 		series(otellimit.OtherLimit, alg, home, ratelimit.OutcomeDenied): 996,
-		series("name-0", alg, home, ratelimit.OutcomeAllowed):           1,
+		series("name-0", alg, home, ratelimit.OutcomeAllowed):            1,
 	}, collect(t, reader).sums(t, "ratelimit.decisions"))
 }
 
