@@ -2,6 +2,7 @@ package otellimit
 
 import (
 	"maps"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -9,108 +10,112 @@ import (
 	"github.com/rlkit/ratelimit"
 )
 
-// combo is what an Event's attributes depend on. Values outside the known
-// algorithms, homes and outcomes are folded into 0 ("unknown"), so that
-// the number of combinations stays bounded whatever the Events hold.
-type combo struct {
-	limit     string
-	algorithm ratelimit.Algorithm
-	home      ratelimit.Home
-	outcome   ratelimit.Outcome
-	allowed   bool // Decision.Allowed, for OutcomeFallback only
-}
+// The dimensions of a limit's table of entries. Index 0 of each holds the
+// values outside the known ones ("unknown"), so that whatever an Event
+// holds, the number of entries stays bounded.
+const (
+	numAlgorithms = int(ratelimit.SlidingCounterAlgorithm) + 1
+	numHomes      = int(ratelimit.HomeRedis) + 1
+	// The outcomes, with fallback split in two by Decision.Allowed.
+	numOutcomes     = int(ratelimit.OutcomeFallback) + 2
+	fallbackAllowed = int(ratelimit.OutcomeFallback) + 1
+)
 
-// comboOf returns e's combination.
-func comboOf(e ratelimit.Event) combo {
-	c := combo{limit: e.Limit, algorithm: e.Algorithm, home: e.Home, outcome: e.Outcome}
-	if c.algorithm < ratelimit.TokenBucketAlgorithm || c.algorithm > ratelimit.SlidingCounterAlgorithm {
-		c.algorithm = 0
-	}
-	if c.home < ratelimit.HomeMemory || c.home > ratelimit.HomeRedis {
-		c.home = 0
-	}
-	if c.outcome < ratelimit.OutcomeAllowed || c.outcome > ratelimit.OutcomeFallback {
-		c.outcome = 0
-	}
-	if c.outcome == ratelimit.OutcomeFallback {
-		c.allowed = e.Decision.Allowed
-	}
-	return c
-}
-
-// entry holds a combination's measurement options, built once, so that
-// Observe passes them on without allocating.
+// entry holds the measurement options of one combination of limit name,
+// algorithm, home and outcome, built on first use, so that Observe passes
+// them on without allocating.
 type entry struct {
 	add      []metric.AddOption    // for ratelimit.decisions
 	record   []metric.RecordOption // for the histograms
-	fallback []metric.AddOption    // for ratelimit.fallbacks; nil unless outcome is fallback
+	fallback []metric.AddOption    // for ratelimit.fallbacks; nil unless the outcome is fallback
 }
 
-// cache is an immutable snapshot: writers copy it.
-type cache struct {
-	entries map[combo]*entry
-	names   map[string]struct{} // the limit names given their own entries
+// limitTable holds the entries of one limit name, indexed by algorithm,
+// home and outcome. An entry, once stored, never changes.
+type limitTable struct {
+	name    string
+	entries [numAlgorithms][numHomes][numOutcomes]atomic.Pointer[entry]
 }
 
-// lookup returns c's entry, creating it on first use.
-func (o *Observer) lookup(c combo) *entry {
-	snap := o.cache.Load()
-	if en, ok := snap.entries[c]; ok {
+// lookup returns the entry for e, creating it on first use.
+func (o *Observer) lookup(e *ratelimit.Event) *entry {
+	t, ok := (*o.tables.Load())[e.Limit]
+	if !ok {
+		t = o.table(e.Limit)
+	}
+	a, h, oc := index(e)
+	if en := t.entries[a][h][oc].Load(); en != nil {
 		return en
 	}
-	if _, known := snap.names[c.limit]; !known && len(snap.names) >= o.maxLimits {
-		// A name beyond the cap: the "other" entry, once it exists.
-		c.limit = OtherLimit
-		if en, ok := snap.entries[c]; ok {
-			return en
-		}
-	}
-	return o.insert(c)
+	return o.fill(t, a, h, oc)
 }
 
-// insert creates c's entry (or that of "other" when c's name is one too
-// many) in a new snapshot.
-func (o *Observer) insert(c combo) *entry {
+// index returns e's indexes in a limitTable.
+func index(e *ratelimit.Event) (a, h, oc int) {
+	if a = int(e.Algorithm); a >= numAlgorithms {
+		a = 0
+	}
+	if h = int(e.Home); h >= numHomes {
+		h = 0
+	}
+	if oc = int(e.Outcome); oc > int(ratelimit.OutcomeFallback) {
+		oc = 0
+	}
+	if e.Outcome == ratelimit.OutcomeFallback && e.Decision.Allowed {
+		oc = fallbackAllowed
+	}
+	return a, h, oc
+}
+
+// table returns the table of a name that is not in o.tables yet: a new one
+// while there is room for it, else the table of [OtherLimit].
+func (o *Observer) table(name string) *limitTable {
+	if len(*o.tables.Load()) >= o.maxLimits {
+		return o.other
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	snap := o.cache.Load()
-	if en, ok := snap.entries[c]; ok {
-		return en
+	tables := *o.tables.Load()
+	if t, ok := tables[name]; ok {
+		return t
 	}
-	_, known := snap.names[c.limit]
-	if !known && c.limit != OtherLimit && len(snap.names) >= o.maxLimits {
-		c.limit = OtherLimit
-		if en, ok := snap.entries[c]; ok {
-			return en
-		}
+	if len(tables) >= o.maxLimits {
+		return o.other
 	}
-	next := &cache{entries: maps.Clone(snap.entries), names: snap.names}
-	if !known && c.limit != OtherLimit {
-		next.names = maps.Clone(snap.names)
-		next.names[c.limit] = struct{}{}
-	}
-	en := newEntry(c)
-	next.entries[c] = en
-	o.cache.Store(next)
-	return en
+	t := &limitTable{name: name}
+	next := maps.Clone(tables)
+	next[name] = t
+	o.tables.Store(&next)
+	return t
 }
 
-// newEntry builds c's attribute sets.
-func newEntry(c combo) *entry {
-	common := []attribute.KeyValue{
-		LimitKey.String(c.limit),
-		AlgorithmKey.String(algorithmName(c.algorithm)),
-		HomeKey.String(c.home.String()),
+// fill creates the entry at t.entries[a][h][oc].
+func (o *Observer) fill(t *limitTable, a, h, oc int) *entry {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	slot := &t.entries[a][h][oc]
+	if en := slot.Load(); en != nil {
+		return en
 	}
-	withOutcome := attribute.NewSet(append(common[:3:3], OutcomeKey.String(c.outcome.String()))...)
+	outcome := ratelimit.Outcome(oc)
+	if oc == fallbackAllowed {
+		outcome = ratelimit.OutcomeFallback
+	}
+	common := []attribute.KeyValue{
+		LimitKey.String(t.name),
+		AlgorithmKey.String(algorithmName(ratelimit.Algorithm(a))),
+		HomeKey.String(ratelimit.Home(h).String()),
+	}
+	withOutcome := attribute.NewSet(append(common[:3:3], OutcomeKey.String(outcome.String()))...)
 	en := &entry{
 		add:    []metric.AddOption{metric.WithAttributeSet(withOutcome)},
 		record: []metric.RecordOption{metric.WithAttributeSet(withOutcome)},
 	}
-	if c.outcome == ratelimit.OutcomeFallback {
-		withAllowed := attribute.NewSet(append(common[:3:3], AllowedKey.Bool(c.allowed))...)
+	if outcome == ratelimit.OutcomeFallback {
+		withAllowed := attribute.NewSet(append(common[:3:3], AllowedKey.Bool(oc == fallbackAllowed))...)
 		en.fallback = []metric.AddOption{metric.WithAttributeSet(withAllowed)}
 	}
+	slot.Store(en)
 	return en
 }
 

@@ -153,4 +153,3 @@ func TestObserverServesManyLimiters(t *testing.T) {
 	}
 	assert.Equal(t, want, collect(t, reader).sums(t, "ratelimit.decisions"))
 }
-

@@ -60,10 +60,12 @@ type Observer struct {
 	allHomes     bool // decision.duration for every home, not only Redis
 	maxLimits    int
 
-	// cache maps a combination to its attribute sets. It is copied on
-	// write: Observe reads it without a lock.
-	cache atomic.Pointer[cache]
-	mu    sync.Mutex // serializes writers of cache
+	// tables maps a limit name to its entries; it is copied on write, so
+	// that Observe reads it without a lock. It holds maxLimits names at
+	// most; other is the table of the names beyond.
+	tables atomic.Pointer[map[string]*limitTable]
+	other  *limitTable
+	mu     sync.Mutex // serializes the writers of tables and of the entries
 }
 
 var _ ratelimit.Observer = (*Observer)(nil)
@@ -115,7 +117,8 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithExplicitBucketBoundaries(waitBounds...)); err != nil {
 		return nil, err
 	}
-	o.cache.Store(&cache{entries: map[combo]*entry{}, names: map[string]struct{}{}})
+	o.tables.Store(&map[string]*limitTable{})
+	o.other = &limitTable{name: OtherLimit}
 	return o, nil
 }
 
@@ -125,7 +128,7 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 // any, with [WithDurationForAllHomes]). It does not allocate once the
 // combination of e's limit, algorithm, home and outcome has been seen.
 func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
-	en := o.lookup(comboOf(e))
+	en := o.lookup(&e)
 	o.decisions.Add(ctx, 1, en.add...)
 	if e.Outcome == ratelimit.OutcomeFallback {
 		o.fallbacks.Add(ctx, 1, en.fallback...)
