@@ -2,9 +2,15 @@
 // exposes the limiter's decisions as Prometheus metrics on /metrics, through
 // otellimit and the OpenTelemetry Prometheus exporter.
 //
+// It is a module of its own, so that the Prometheus client and exporter
+// are not requirements of otellimit, whose users would otherwise get
+// their versions raised to these. Run it from this directory with
+// "go run .", or from otellimit/ with "go run ./examples/prometheus" (in
+// the repository's go.work).
+//
 // With -addr it listens until interrupted; try
 //
-//	go run ./examples/prometheus -addr localhost:8080
+//	go run . -addr localhost:8080
 //	for i in 1 2 3 4 5; do curl -s -o /dev/null -w '%{http_code}\n' localhost:8080/; done
 //	curl -s localhost:8080/metrics | grep ^ratelimit_
 //
