@@ -63,7 +63,8 @@
 // guard, an Observer keeps at most 100 distinct limit names (change it with
 // [WithMaxLimits]); the decisions of any further name are reported under
 // the limit name "other", so a program that makes up names without end
-// costs a bounded amount of memory (about 1.5 KB per name) and a bounded
+// costs a bounded amount of memory (about 1.4 KB per name, and a few hundred
+// bytes per combination of name, algorithm, home and outcome) and a bounded
 // number of time series. Algorithm, home and outcome values outside the
 // known ones are reported as "unknown".
 //

@@ -21,13 +21,20 @@ const ScopeName = "github.com/rlkit/ratelimit/otellimit"
 // names exceed the cap of [WithMaxLimits].
 const OtherLimit = "other"
 
-// The attribute keys.
+// The attribute keys, for Views and for reading the metrics back.
 const (
-	LimitKey     = attribute.Key("ratelimit.limit")
+	// LimitKey is the limiter's name from ratelimit.WithName, or OtherLimit.
+	LimitKey = attribute.Key("ratelimit.limit")
+	// AlgorithmKey is the algorithm, such as "tokenbucket" (Algorithm.String).
 	AlgorithmKey = attribute.Key("ratelimit.algorithm")
-	HomeKey      = attribute.Key("ratelimit.home")
-	OutcomeKey   = attribute.Key("ratelimit.outcome")
-	AllowedKey   = attribute.Key("ratelimit.allowed")
+	// HomeKey is "memory", "keyed" or "redis" (Home.String).
+	HomeKey = attribute.Key("ratelimit.home")
+	// OutcomeKey is "allowed", "denied", "shadow", "error" or "fallback"
+	// (Outcome.String).
+	OutcomeKey = attribute.Key("ratelimit.outcome")
+	// AllowedKey, on ratelimit.fallbacks only, tells whether the failure
+	// policy admitted the request.
+	AllowedKey = attribute.Key("ratelimit.allowed")
 )
 
 // The bucket boundaries, in seconds: decision.duration from 1µs to 100ms,
