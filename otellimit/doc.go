@@ -1,0 +1,76 @@
+// Package otellimit turns the decisions of rate limiters into OpenTelemetry
+// metrics: an [Observer] for [ratelimit.WithObserver] (and the Redis
+// limiters of package redislimit) that counts every decision by outcome,
+// counts the decisions taken by a failure policy, and times them.
+//
+// It is its own module, so that only programs that want OpenTelemetry get
+// it:
+//
+//	go get github.com/rlkit/ratelimit/otellimit
+//
+// Its code depends on the OpenTelemetry metric API only
+// (go.opentelemetry.io/otel/metric); the program chooses the SDK and the
+// exporter, such as Prometheus (see examples/prometheus).
+//
+//	obs, err := otellimit.NewObserver(meterProvider)
+//	...
+//	perKey, err := ratelimit.NewKeyed(policy,
+//		ratelimit.WithName("api"), ratelimit.WithObserver(obs))
+//
+// # Instruments
+//
+// All four come from the meter named "github.com/rlkit/ratelimit/otellimit".
+// Prometheus exporters show ratelimit.decisions as
+// ratelimit_decisions_total and the histograms with a _seconds suffix.
+//
+//	name                         kind       unit        attributes                    what
+//	ratelimit.decisions          counter    {decision}  limit, algorithm, home,       every decision
+//	                                                    outcome
+//	ratelimit.fallbacks          counter    {decision}  limit, algorithm, home,       decisions taken by the failure
+//	                                                    allowed                       policy because the store failed
+//	ratelimit.decision.duration  histogram  s           limit, algorithm, home,       how long a decision took; Redis
+//	                                                    outcome                       only unless WithDurationForAllHomes;
+//	                                                                                  never a WaitN call
+//	ratelimit.wait.duration      histogram  s           limit, algorithm, home,       how long a WaitN call took,
+//	                                                    outcome                       waiting included; every home
+//
+// The attributes:
+//
+//	ratelimit.limit      the limiter's name from ratelimit.WithName ("" without one),
+//	                     or "other" once more than the cap of names is seen (below)
+//	ratelimit.algorithm  tokenbucket, leakybucket, fixedwindow, slidinglog, slidingcounter
+//	ratelimit.home       memory (a single limiter), keyed (ratelimit.Keyed), redis
+//	ratelimit.outcome    allowed, denied, shadow, error, fallback (see [ratelimit.Outcome])
+//	ratelimit.allowed    true when the failure policy admitted the request (fail open,
+//	                     a local fallback that had room), false when it refused it
+//
+// Every fallback decision is counted twice: once in ratelimit.decisions with
+// outcome "fallback", once in ratelimit.fallbacks, which tells which way the
+// failure policy went. A fallback that admits requests is the number a
+// security review asks for.
+//
+// decision.duration buckets run from 1µs to 100ms (a Redis round trip takes
+// tens of microseconds to a few milliseconds; a store timeout shows in the
+// last buckets); wait.duration buckets from 1ms to 60s. An SDK View can
+// replace either.
+//
+// # Cardinality
+//
+// The attributes are bounded by construction: an [ratelimit.Event] never
+// holds a key (an API key, a user, an address), so no key ever becomes an
+// attribute. The limit name does, so it must come from a small fixed set
+// written in the program ("api", "login"), never from a request. As a
+// guard, an Observer keeps at most 100 distinct limit names (change it with
+// [WithMaxLimits]); the decisions of any further name are reported under
+// the limit name "other", so a program that makes up names without end
+// costs a bounded amount of memory (about 1.4 KB per name, and a few hundred
+// bytes per combination of name, algorithm, home and outcome) and a bounded
+// number of time series. Algorithm, home and outcome values outside the
+// known ones are reported as "unknown".
+//
+// # Cost
+//
+// Observe does not allocate once it has seen a combination of limit,
+// algorithm, home and outcome: the attribute sets are built on first use
+// and cached. It is safe for concurrent use.
+package otellimit

@@ -1,0 +1,250 @@
+package otellimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/otellimit"
+)
+
+var errStoreDown = errors.New("ratelimit: redis unavailable")
+
+// redisEvent is an Event as a Redis limiter of package redislimit reports
+// it (this module does not depend on redislimit).
+func redisEvent(outcome ratelimit.Outcome, allowed bool, latency time.Duration) ratelimit.Event {
+	e := ratelimit.Event{
+		Limit:     "api",
+		Algorithm: ratelimit.SlidingCounterAlgorithm,
+		Home:      ratelimit.HomeRedis,
+		Outcome:   outcome,
+		N:         1,
+		Decision:  ratelimit.Decision{Allowed: allowed, Limit: 10},
+		Latency:   latency,
+	}
+	if outcome == ratelimit.OutcomeFallback {
+		e.Err = errStoreDown
+	}
+	return e
+}
+
+func TestObserveCountsFallbacksByWayTheFailurePolicyWent(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	ctx := context.Background()
+	for range 3 {
+		obs.Observe(ctx, redisEvent(ratelimit.OutcomeFallback, true, 50*time.Millisecond)) // fail open
+	}
+	obs.Observe(ctx, redisEvent(ratelimit.OutcomeFallback, false, 50*time.Millisecond)) // fail closed
+	obs.Observe(ctx, redisEvent(ratelimit.OutcomeAllowed, true, time.Millisecond))
+
+	got := collect(t, reader)
+	alg, home := ratelimit.SlidingCounterAlgorithm, ratelimit.HomeRedis
+	assert.Equal(t, map[string]int64{
+		series("api", alg, home, ratelimit.OutcomeFallback): 4,
+		series("api", alg, home, ratelimit.OutcomeAllowed):  1,
+	}, got.sums(t, "ratelimit.decisions"), "ratelimit.decisions")
+	assert.Equal(t, map[string]int64{
+		fallbackSeries("api", alg, home, true):  3,
+		fallbackSeries("api", alg, home, false): 1,
+	}, got.sums(t, "ratelimit.fallbacks"), "ratelimit.fallbacks")
+}
+
+func TestObserveRecordsRedisLatencyInSeconds(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	ctx := context.Background()
+	obs.Observe(ctx, redisEvent(ratelimit.OutcomeAllowed, true, 200*time.Microsecond))
+	obs.Observe(ctx, redisEvent(ratelimit.OutcomeAllowed, true, 3*time.Millisecond))
+	obs.Observe(ctx, redisEvent(ratelimit.OutcomeDenied, false, 400*time.Microsecond))
+	wait := redisEvent(ratelimit.OutcomeAllowed, true, 2*time.Second)
+	wait.Wait = true
+	obs.Observe(ctx, wait)
+
+	got := collect(t, reader)
+	m := got["ratelimit.decision.duration"]
+	assert.Equal(t, "s", m.Unit, "decision.duration unit")
+	h := got.histograms(t, "ratelimit.decision.duration")
+	alg, home := ratelimit.SlidingCounterAlgorithm, ratelimit.HomeRedis
+	require.Len(t, h, 2, "decision.duration series: %v", h)
+	allowed := h[series("api", alg, home, ratelimit.OutcomeAllowed)]
+	assert.Equal(t, uint64(2), allowed.Count, "allowed decisions timed (the WaitN call is not one of them)")
+	assert.InDelta(t, 0.0032, allowed.Sum, 1e-12, "sum of allowed latencies in seconds")
+	assert.Equal(t, []float64{
+		1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+		1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1,
+	}, allowed.Bounds, "decision.duration bucket boundaries")
+	// 200µs falls in (100µs, 250µs], 3ms in (2.5ms, 5ms].
+	want := make([]uint64, len(allowed.Bounds)+1)
+	want[7], want[11] = 1, 1
+	assert.Equal(t, want, allowed.BucketCounts, "decision.duration buckets")
+	assert.Equal(t, uint64(1), h[series("api", alg, home, ratelimit.OutcomeDenied)].Count, "denied decisions timed")
+
+	w := got.histograms(t, "ratelimit.wait.duration")
+	require.Len(t, w, 1, "wait.duration series: %v", w)
+	assert.Equal(t, uint64(1), w[series("api", alg, home, ratelimit.OutcomeAllowed)].Count, "WaitN calls timed")
+	assert.InDelta(t, 2.0, w[series("api", alg, home, ratelimit.OutcomeAllowed)].Sum, 1e-12, "wait seconds")
+	assert.Equal(t, int64(4), got.sums(t, "ratelimit.decisions")[series("api", alg, home, ratelimit.OutcomeAllowed)]+
+		got.sums(t, "ratelimit.decisions")[series("api", alg, home, ratelimit.OutcomeDenied)], "every decision counted, the WaitN call too")
+}
+
+func TestObserveTimesMemoryDecisionsOnlyWithDurationForAllHomes(t *testing.T) {
+	t.Parallel()
+	memory := ratelimit.Event{
+		Limit: "local", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeMemory,
+		Outcome: ratelimit.OutcomeAllowed, N: 1, Latency: 300 * time.Nanosecond,
+	}
+	keyed := memory
+	keyed.Home = ratelimit.HomeKeyed
+
+	obs, reader := newObserver(t)
+	obs.Observe(context.Background(), memory)
+	obs.Observe(context.Background(), keyed)
+	assert.Empty(t, collect(t, reader).histograms(t, "ratelimit.decision.duration"), "in-memory decisions timed by default")
+
+	obs, reader = newObserver(t, otellimit.WithDurationForAllHomes())
+	obs.Observe(context.Background(), memory)
+	obs.Observe(context.Background(), keyed)
+	h := collect(t, reader).histograms(t, "ratelimit.decision.duration")
+	assert.Equal(t, uint64(1), h[series("local", ratelimit.TokenBucketAlgorithm, ratelimit.HomeMemory, ratelimit.OutcomeAllowed)].Count, "memory")
+	assert.Equal(t, uint64(1), h[series("local", ratelimit.TokenBucketAlgorithm, ratelimit.HomeKeyed, ratelimit.OutcomeAllowed)].Count, "keyed")
+}
+
+func TestObserveFoldsLimitNamesBeyondTheCapIntoOther(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t, otellimit.WithMaxLimits(2))
+	ctx := context.Background()
+	e := ratelimit.Event{Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeDenied, N: 1}
+	for i := range 1000 {
+		e.Limit = fmt.Sprintf("name-%d", i%500) // 500 names: 2 kept, 498 folded
+		obs.Observe(ctx, e)
+	}
+	e.Limit = "name-0" // a kept name still gets its own series for a new outcome
+	e.Outcome = ratelimit.OutcomeAllowed
+	obs.Observe(ctx, e)
+
+	alg, home := ratelimit.FixedWindowAlgorithm, ratelimit.HomeKeyed
+	assert.Equal(t, map[string]int64{
+		series("name-0", alg, home, ratelimit.OutcomeDenied):             2,
+		series("name-1", alg, home, ratelimit.OutcomeDenied):             2,
+		series(otellimit.OtherLimit, alg, home, ratelimit.OutcomeDenied): 996,
+		series("name-0", alg, home, ratelimit.OutcomeAllowed):            1,
+	}, collect(t, reader).sums(t, "ratelimit.decisions"))
+}
+
+func TestObserveFoldsUnknownEnumValuesIntoUnknown(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	ctx := context.Background()
+	for v := range 256 { // every value of each uint8 field: one series, not 256
+		obs.Observe(ctx, ratelimit.Event{Limit: "x", Algorithm: ratelimit.Algorithm(6 + v%250), Home: ratelimit.Home(4 + v%252), Outcome: ratelimit.Outcome(6 + v%250)})
+	}
+	obs.Observe(ctx, ratelimit.Event{Limit: "x"}) // the zero values
+	assert.Equal(t, map[string]int64{
+		"ratelimit.algorithm=unknown,ratelimit.home=unknown,ratelimit.limit=x,ratelimit.outcome=unknown": 257,
+	}, collect(t, reader).sums(t, "ratelimit.decisions"))
+}
+
+func TestObserveIsSafeForConcurrentUse(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t, otellimit.WithMaxLimits(8))
+	const goroutines, each = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				obs.Observe(context.Background(), ratelimit.Event{
+					Limit:     fmt.Sprintf("l%d", (g+i)%16),
+					Algorithm: ratelimit.SlidingLogAlgorithm, Home: ratelimit.HomeRedis,
+					Outcome: ratelimit.Outcome(1 + i%5), Decision: ratelimit.Decision{Allowed: i%2 == 0},
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	var total int64
+	names := map[string]bool{}
+	for s, v := range collect(t, reader).sums(t, "ratelimit.decisions") {
+		total += v
+		for _, kv := range strings.Split(s, ",") {
+			if name, ok := strings.CutPrefix(kv, "ratelimit.limit="); ok {
+				names[name] = true
+			}
+		}
+	}
+	assert.Equal(t, int64(goroutines*each), total, "decisions counted")
+	assert.Len(t, names, 9, "8 names and other: %v", names)
+	assert.True(t, names[otellimit.OtherLimit], "other among %v", names)
+}
+
+func TestObserveDoesNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	events := []ratelimit.Event{
+		{Limit: "api", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeAllowed, N: 1},
+		{Limit: "api", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeDenied, N: 1},
+		redisEvent(ratelimit.OutcomeAllowed, true, time.Millisecond),
+		redisEvent(ratelimit.OutcomeFallback, true, 50*time.Millisecond),
+		{Limit: "api", Algorithm: ratelimit.LeakyBucketAlgorithm, Home: ratelimit.HomeMemory, Outcome: ratelimit.OutcomeAllowed, N: 1, Wait: true, Latency: time.Second},
+	}
+	reader := sdkmetric.NewManualReader()
+	for name, mp := range map[string]metric.MeterProvider{
+		"sdk":  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		"noop": noop.NewMeterProvider(),
+	} {
+		obs, err := otellimit.NewObserver(mp, otellimit.WithDurationForAllHomes())
+		require.NoError(t, err)
+		for _, e := range events { // first use builds the attribute sets
+			obs.Observe(ctx, e)
+		}
+		allocs := testing.AllocsPerRun(200, func() {
+			for _, e := range events {
+				obs.Observe(ctx, e)
+			}
+		})
+		assert.Zerof(t, allocs, "allocations per %d Observe calls (%s)", len(events), name)
+	}
+}
+
+func TestNewObserverRejectsBadArguments(t *testing.T) {
+	t.Parallel()
+	var nilProvider *sdkmetric.MeterProvider
+	_, err := otellimit.NewObserver(nilProvider)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "typed-nil provider")
+	assert.EqualError(t, err, "ratelimit: invalid configuration: otellimit.NewObserver: meter provider is a nil *metric.MeterProvider")
+
+	for _, n := range []int{0, -1} {
+		_, err = otellimit.NewObserver(noop.NewMeterProvider(), otellimit.WithMaxLimits(n))
+		require.ErrorIsf(t, err, ratelimit.ErrInvalidConfig, "WithMaxLimits(%d)", n)
+		assert.EqualError(t, err, fmt.Sprintf("ratelimit: invalid configuration: otellimit.WithMaxLimits must be positive, got %d", n))
+	}
+}
+
+// Not parallel: it sets the global MeterProvider.
+func TestNewObserverWithNilProviderUsesTheGlobalOne(t *testing.T) {
+	prev := otel.GetMeterProvider()
+	t.Cleanup(func() { otel.SetMeterProvider(prev) })
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	otel.SetMeterProvider(mp)
+
+	obs, err := otellimit.NewObserver(nil)
+	require.NoError(t, err)
+	obs.Observe(context.Background(), redisEvent(ratelimit.OutcomeDenied, false, time.Millisecond))
+	assert.Equal(t, map[string]int64{
+		series("api", ratelimit.SlidingCounterAlgorithm, ratelimit.HomeRedis, ratelimit.OutcomeDenied): 1,
+	}, collect(t, reader).sums(t, "ratelimit.decisions"))
+}
