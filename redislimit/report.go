@@ -3,7 +3,6 @@ package redislimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"runtime"
 	"sync"
@@ -13,62 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-// timeoutError is the cause when Redis did not answer within the
-// limiter's timeout. It matches context.DeadlineExceeded.
-type timeoutError struct{ d time.Duration }
-
-func (e *timeoutError) Error() string { return fmt.Sprintf("redislimit: no reply within %v", e.d) }
-func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
-
-// connectError is the cause when the call ran out of time while go-redis
-// was failing to connect (it retries a failed dial with backoff, so a
-// refused connection shows up as a timeout): it names the dial's error.
-type connectError struct {
-	d    time.Duration
-	dial error
-}
-
-func (e *connectError) Error() string {
-	return fmt.Sprintf("redislimit: cannot connect to redis (gave up after %v): %v", e.d, e.dial)
-}
-func (e *connectError) Unwrap() []error { return []error{e.dial, context.DeadlineExceeded} }
-
-// unavailableError wraps ErrUnavailable and the cause. It names the key by
-// a digest only: keys may be API keys.
-type unavailableError struct {
-	op, digest string
-	err        error
-}
-
-func (e *unavailableError) Error() string {
-	return fmt.Sprintf("redislimit: redis unavailable: %s (key %s): %v", e.op, e.digest, e.err)
-}
-func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
-
-// reportedError is what the error handler gets when earlier failures were
-// not reported to it (see [WithErrorHandler]).
-type reportedError struct {
-	err        error
-	suppressed int64
-}
-
-func (e *reportedError) Error() string {
-	return fmt.Sprintf("%v (and %d more failed calls since the last report)", e.err, e.suppressed)
-}
-func (e *reportedError) Unwrap() error { return e.err }
-
-// Suppressed returns how many failed calls a [Limiter] answered without
-// calling its error handler since the handler's previous call, when err is
-// an error the handler received; 0 otherwise. Each call of the handler thus
-// stands for 1 + Suppressed(err) failed calls.
-func Suppressed(err error) int64 {
-	var r *reportedError
-	if errors.As(err, &r) {
-		return r.suppressed
-	}
-	return 0
-}
 
 // reportEvery is the least time between two calls of a limiter's error
 // handler.
