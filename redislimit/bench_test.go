@@ -140,3 +140,26 @@ func usecPerCall(b *testing.B, c redis.UniversalClient, cmd string) float64 {
 	}
 	return 0
 }
+
+// BenchmarkDenyCacheHit measures a decision answered by the deny cache, the
+// one path without a round trip, where the limiter's own overhead shows:
+// one key denied for an hour, asked again and again.
+func BenchmarkDenyCacheHit(b *testing.B) {
+	_, c := startRedis(b)
+	l := mustNew(b, c, ratelimit.FixedWindowPolicy(1, time.Hour), WithPrefix(uniquePrefix(b)))
+	ctx := bg()
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		b.Fatal(err)
+	}
+	if d, _ := l.AllowN(ctx, "k", 1); d.Allowed {
+		b.Fatal("second call admitted")
+	}
+	b.Run("noobserver", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, _ := l.AllowN(ctx, "k", 1); d.Allowed {
+				b.Fatal("admitted")
+			}
+		}
+	})
+}

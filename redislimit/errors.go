@@ -7,38 +7,57 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
 )
 
 var (
 	// ErrUnavailable is wrapped by every error a [Limiter] returns because
 	// Redis could not decide: a network error, a timeout, an error reply.
 	// The error also wraps the cause.
-	ErrUnavailable = errors.New("redislimit: redis unavailable")
+	ErrUnavailable = errors.New("ratelimit: redis unavailable")
+	// ErrBreakerOpen is wrapped (with [ErrUnavailable]) by the errors of
+	// calls that a [Limiter] answered without trying Redis because a
+	// recent call found Redis unreachable (see [WithBreaker]).
+	ErrBreakerOpen = errors.New("ratelimit: breaker open")
+	// errNilContext is returned, with a denial, to a call given a nil
+	// context.
+	errNilContext = errors.New("ratelimit: nil context")
 	// errOverloaded is the cause when too many calls are queued.
-	errOverloaded = errors.New("redislimit: too many calls waiting for redis")
+	errOverloaded = errors.New("too many calls waiting for redis")
 )
 
-// deadlineError reports a wait that would outlast ctx's deadline; it
-// matches ratelimit.ErrDeadline and context.DeadlineExceeded.
-type deadlineError struct{ wait time.Duration }
-
-func (e *deadlineError) Error() string {
-	return fmt.Sprintf("%v (needs %v)", ratelimit.ErrDeadline, e.wait)
-}
-func (e *deadlineError) Unwrap() []error {
-	return []error{ratelimit.ErrDeadline, context.DeadlineExceeded}
+// nError reports a WaitN or RefundN call with an n that can never be
+// admitted (or refunded), in the core's words.
+func nError(n, limit int) error {
+	if n <= 0 {
+		return errs.New(fmt.Sprintf("%s, got n=%d", ratelimit.ErrInvalidN.Error(), n), ratelimit.ErrInvalidN)
+	}
+	return errs.New(fmt.Sprintf("ratelimit: n=%d exceeds the limit %d", n, limit), ratelimit.ErrExceedsLimit)
 }
 
-// ErrBreakerOpen is wrapped (with [ErrUnavailable]) by the errors of calls
-// that a [Limiter] answered without trying Redis (see [WithBreaker]),
-// because a recent call found Redis unreachable.
-var ErrBreakerOpen = errors.New("redislimit: breaker open")
+// unavailableError wraps ErrUnavailable and the cause. It names the key by
+// a digest only: keys may be API keys.
+type unavailableError struct {
+	op, digest string
+	err        error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("%v: %s (key %s): %v", ErrUnavailable, e.op, e.digest, e.err)
+}
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// The causes below are wrapped in an unavailableError, which says
+// "ratelimit:" first: their own messages do not repeat it.
 
 // breakerError is the cause of a call answered while the breaker is open.
 type breakerError struct{ last error }
 
 func (e *breakerError) Error() string {
-	return fmt.Sprintf("%v after: %v", ErrBreakerOpen, e.last)
+	if e.last == nil {
+		return "breaker open"
+	}
+	return fmt.Sprintf("breaker open after: %v", e.last)
 }
 func (e *breakerError) Unwrap() error { return ErrBreakerOpen }
 
@@ -46,7 +65,7 @@ func (e *breakerError) Unwrap() error { return ErrBreakerOpen }
 // limiter's timeout. It matches context.DeadlineExceeded.
 type timeoutError struct{ d time.Duration }
 
-func (e *timeoutError) Error() string { return fmt.Sprintf("redislimit: no reply within %v", e.d) }
+func (e *timeoutError) Error() string { return fmt.Sprintf("no reply within %v", e.d) }
 func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 // connectError is the cause when the call ran out of time while go-redis
@@ -58,42 +77,13 @@ type connectError struct {
 }
 
 func (e *connectError) Error() string {
-	return fmt.Sprintf("redislimit: cannot connect to redis (gave up after %v): %v", e.d, e.dial)
+	return fmt.Sprintf("cannot connect to redis (gave up after %v): %v", e.d, e.dial)
 }
 func (e *connectError) Unwrap() []error { return []error{e.dial, context.DeadlineExceeded} }
 
-// unavailableError wraps ErrUnavailable and the cause. It names the key by
-// a digest only: keys may be API keys.
-type unavailableError struct {
-	op, digest string
-	err        error
-}
+// scriptError is the cause when a script's reply is not what it returns.
+type scriptError struct{ values int }
 
-func (e *unavailableError) Error() string {
-	return fmt.Sprintf("redislimit: redis unavailable: %s (key %s): %v", e.op, e.digest, e.err)
-}
-func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
-
-// reportedError is what the error handler gets when earlier failures were
-// not reported to it (see [WithErrorHandler]).
-type reportedError struct {
-	err        error
-	suppressed int64
-}
-
-func (e *reportedError) Error() string {
-	return fmt.Sprintf("%v (and %d more failed calls since the last report)", e.err, e.suppressed)
-}
-func (e *reportedError) Unwrap() error { return e.err }
-
-// Suppressed returns how many failed calls a [Limiter] answered without
-// calling its error handler since the handler's previous call, when err is
-// an error the handler received; 0 otherwise. Each call of the handler thus
-// stands for 1 + Suppressed(err) failed calls.
-func Suppressed(err error) int64 {
-	var r *reportedError
-	if errors.As(err, &r) {
-		return r.suppressed
-	}
-	return 0
+func (e *scriptError) Error() string {
+	return fmt.Sprintf("script returned %d values, want 4", e.values)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -51,7 +52,7 @@ const CanceledRetryAfter = FailClosedRetryAfter
 
 // fail applies the failure policy to a call Redis could not decide.
 func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) (ratelimit.Decision, error) {
-	err := l.unavailable(op, key, cause)
+	err := l.unavailable(ctx, op, key, cause)
 	limit := l.policy.Limit
 	if n <= 0 || n > limit {
 		return ratelimit.Decision{Limit: limit, RetryAfter: ratelimit.RetryNever}, err
@@ -69,10 +70,10 @@ func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) 
 // unavailable returns the error of a call Redis could not decide (not the
 // caller's cancellation: callers check that first), with its truthful
 // cause, and reports it.
-func (l *Limiter) unavailable(op, key string, cause error) error {
+func (l *Limiter) unavailable(ctx context.Context, op, key string, cause error) error {
 	quiet := errors.Is(cause, ErrBreakerOpen)
 	err := &unavailableError{op: op, digest: KeyDigest(key), err: cause}
-	l.report(err, quiet)
+	l.report(ctx, err, quiet)
 	return err
 }
 
@@ -94,7 +95,7 @@ func localShare(p ratelimit.Policy, instances int) (ratelimit.Policy, error) {
 		p.Period *= time.Duration(instances)
 	}
 	if err := p.Validate(); err != nil {
-		return p, configError("the local fallback's share of the policy for %d instances, %v, is invalid: %v", instances, p, err)
+		return p, invalid("WithLocalFallback(%d) gives each instance a share of the policy that is invalid, %v: %v", instances, p, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidConfig.Error()+": "))
 	}
 	return p, nil
 }

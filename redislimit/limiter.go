@@ -2,14 +2,16 @@ package redislimit
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"math"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/observe"
+	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
@@ -21,23 +23,23 @@ import (
 // for concurrent use and holds no goroutine while idle, so it needs no
 // Close.
 type Limiter struct {
-	policy   ratelimit.Policy
-	scripts  scripts
-	prefix   string
-	timeout  time.Duration
-	failure  FailurePolicy
-	fallback *ratelimit.Keyed // FailLocal only
-	onError  func(error)
-	clock    ratelimit.Clock // nil: the real clock
-	base     time.Time       // local monotonic origin for the deny cache
-	client   bool            // pass the local clock's time to the scripts
-	plain    bool            // key names hold keys as given, not digests
-	cache    *denyCache      // nil: disabled
-	dials    *dialRecorder   // nil: the client cannot be hooked
-	rep      reporter
-	latest   atomic.Int64 // with client time: the latest decision time seen (local mono)
-	brk      breaker
-	batch    batcher
+	policy     ratelimit.Policy
+	scripts    scripts
+	prefix     string // of every Redis key name, up to the opening brace
+	timeout    time.Duration
+	failure    FailurePolicy
+	fallback   *ratelimit.Keyed // FailLocal only
+	ts         timesrc.Source   // local time: deny cache, breaker, reports, WaitN, client time
+	clientTime bool             // pass the local time to the scripts instead of Redis's TIME
+	plain      bool             // key names hold keys as given, not digests
+	cache      *denyCache       // nil: disabled
+	dials      *dialRecorder    // nil: the client cannot be hooked
+	observer   ratelimit.Observer
+	name       string
+	rep        reporter
+	latest     atomic.Int64 // with client time: the latest decision time seen (local ns)
+	brk        breaker
+	batch      batcher
 }
 
 var _ ratelimit.KeyedLimiter = (*Limiter)(nil)
@@ -47,63 +49,42 @@ var _ ratelimit.KeyedLimiter = (*Limiter)(nil)
 // failover client (all are [redis.UniversalClient]s; the limiter needs
 // their pipelines, which the narrower redis.Scripter lacks).
 //
-// It returns an error wrapping [ratelimit.ErrInvalidConfig] when p is
-// invalid (see [ratelimit.Policy.Validate]), when p.Period is not a whole
-// number of microseconds, when p's arithmetic would not be exact in
-// Redis's 53-bit integers, or when an option is invalid. New does not
-// contact Redis.
+// It returns an error wrapping [ratelimit.ErrInvalidConfig] when client is
+// nil, when p is invalid (see [ratelimit.Policy.Validate]), when p.Period
+// is not a whole number of microseconds, when p's arithmetic would not be
+// exact in Redis's 53-bit integers, or when an option is invalid; the
+// error names the option or the bound. New does not contact Redis.
 //
 // New adds one go-redis hook to client (once per client, however many
 // limiters share it; on a Cluster or Ring client, to each node's client as
 // it is made). The hook only watches dials, so that an error can say
 // "connection refused" rather than "no reply": it changes no command.
 func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Limiter, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	if typednil.Is(client) {
-		return nil, configError("client is nil (%T)", client)
+		return nil, invalid("New: client is nil (%T)", client)
 	}
 	sc, err := compile(p)
 	if err != nil {
 		return nil, err
 	}
-	cfg := config{
-		prefix:    DefaultPrefix,
-		timeout:   DefaultTimeout,
-		failure:   FailOpen,
-		cacheKeys: DefaultDenyCacheKeys,
-		breaker:   DefaultBreakerCooldown,
-	}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&cfg)
-		}
-	}
-	switch {
-	case strings.ContainsAny(cfg.prefix, "{}"):
-		return nil, configError("WithPrefix %q must not contain '{' or '}'", cfg.prefix)
-	case cfg.timeout <= 0:
-		return nil, configError("WithTimeout must be positive, got %v", cfg.timeout)
-	case cfg.cacheKeys < 0:
-		return nil, configError("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
-	case cfg.breaker < 0:
-		return nil, configError("WithBreaker must not be negative, got %v", cfg.breaker)
-	case cfg.failure == FailLocal && !cfg.instancesSet:
-		return nil, configError("FailLocal needs the number of instances sharing the limit: use WithLocalFallback(instances)")
-	case cfg.failure == FailLocal && cfg.instances <= 0:
-		return nil, configError("WithLocalFallback instances must be positive, got %d", cfg.instances)
-	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
-		return nil, configError("unknown failure policy %v", cfg.failure)
-	}
 	l := &Limiter{
-		policy:  p,
-		scripts: sc,
-		prefix:  cfg.prefix + sc.code + ":" + policyFingerprint(sc.code, p) + ":{",
-		timeout: cfg.timeout,
-		failure: cfg.failure,
-		onError: cfg.onError,
-		clock:   cfg.clock,
-		client:  cfg.client,
-		plain:   cfg.plain,
-		dials:   recorderFor(client),
+		policy:     p,
+		scripts:    sc,
+		prefix:     cfg.prefix + sc.code + ":" + policyFingerprint(sc.code, p) + ":{",
+		timeout:    cfg.timeout,
+		failure:    cfg.failure,
+		ts:         timesrc.New(cfg.clock),
+		clientTime: cfg.clientTime,
+		plain:      cfg.plain,
+		dials:      recorderFor(client),
+		observer:   cfg.observer,
+		name:       cfg.name,
+		rep:        reporter{logger: cfg.logger, off: cfg.loggerSet && cfg.logger == nil, every: int64(cfg.reportEvery)},
+		brk:        breaker{cooldown: int64(cfg.breaker)},
 		batch: batcher{
 			client:      client,
 			timeout:     cfg.timeout,
@@ -113,12 +94,6 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 			maxQueue:    defaultMaxQueue,
 		},
 	}
-	if l.clock == nil {
-		l.base = time.Now()
-	} else {
-		l.base = l.clock.Now()
-	}
-	l.brk.cooldown = int64(cfg.breaker)
 	if cfg.cacheKeys > 0 && sc.exactRetry {
 		l.cache = newDenyCache(cfg.cacheKeys)
 	}
@@ -137,44 +112,32 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 // Policy returns the policy l runs for every key.
 func (l *Limiter) Policy() ratelimit.Policy { return l.policy }
 
-// mono returns the local monotonic time in nanoseconds since l was made.
-func (l *Limiter) mono() int64 {
-	if l.clock == nil {
-		return int64(time.Since(l.base))
-	}
-	return int64(l.clock.Now().Sub(l.base))
-}
+// Name returns the name given with [WithName], "" without one.
+func (l *Limiter) Name() string { return l.name }
 
-// nowArg is the script's time argument: "" for the server's clock.
+// nowArg is the script's time argument: "" for the server's clock, the
+// local time in Unix microseconds with [WithClientTime].
 func (l *Limiter) nowArg() any {
-	if !l.client {
+	if !l.clientTime {
 		return ""
 	}
-	return l.localNow().UnixMicro()
-}
-
-// localNow reads the local clock: l's, or the real one.
-func (l *Limiter) localNow() time.Time {
-	if l.clock == nil {
-		return time.Now()
-	}
-	return l.clock.Now()
+	return l.ts.Now() / 1000
 }
 
 // times returns the script's time argument and, when the deny cache needs
-// it, the local monotonic time the decision is made at. With
-// [WithClientTime] both come from one reading, truncated to the
-// microsecond as the script does, so that the cache does not deny past the
-// moment the script would admit.
-func (l *Limiter) times() (arg any, mono int64) {
-	if !l.client {
+// it, the local time (ns) the decision is made at. With [WithClientTime]
+// both come from one reading, truncated to the microsecond as the script
+// sees it, so that the cache does not deny past the moment the script
+// would admit.
+func (l *Limiter) times() (arg any, local int64) {
+	if !l.clientTime {
 		if l.cache == nil {
 			return "", 0
 		}
-		return "", l.mono()
+		return "", l.ts.Now()
 	}
-	t := l.localNow()
-	return t.UnixMicro(), int64(t.Sub(l.base)) - int64(t.Nanosecond()%1000)
+	now := l.ts.Now()
+	return now / 1000, now - now%1000
 }
 
 // Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
@@ -194,7 +157,22 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 // act on the Decision either way (see the package documentation). When
 // ctx is done first, AllowN returns a denial with RetryAfter
 // [CanceledRetryAfter] and ctx.Err(), never the failure policy's Decision.
+// With [WithObserver], every call is reported as one Event.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if l.observer == nil {
+		return l.allowN(ctx, key, n)
+	}
+	start := time.Now()
+	d, err := l.allowN(ctx, key, n)
+	l.observe(ctx, n, d, err, false, start)
+	return d, err
+}
+
+// allowN is AllowN without the observer.
+func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if ctx == nil {
+		return l.canceled(nil)
+	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
 	}
@@ -204,21 +182,21 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		gen  uint64
 		sent int64
 	)
-	now, mono := l.times()
+	now, local := l.times()
 	if valid && l.cache != nil {
 		h = l.cache.hash(key)
 		var d ratelimit.Decision
 		var ok bool
-		if d, gen, ok = l.cache.get(h, key, n, mono, l.policy.Limit); ok {
+		if d, gen, ok = l.cache.get(h, key, n, local, l.policy.Limit); ok {
 			return d, nil
 		}
-		sent = mono
+		sent = local
 	}
 	m := n
 	if !valid {
 		m = 0
 	}
-	d, err := l.decide(ctx, key, now, m, valid)
+	d, err := l.decide(ctx, key, now, m, commitIf(valid))
 	if err != nil {
 		if ctx.Err() != nil {
 			return l.canceled(ctx)
@@ -240,6 +218,42 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 		}
 	}
 	return d, nil
+}
+
+// observe reports a decision that started at start to the observer.
+func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err error, wait bool, start time.Time) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	l.observer.Observe(ctx, ratelimit.Event{
+		Limit:     l.name,
+		Algorithm: l.policy.Algorithm,
+		Home:      ratelimit.HomeRedis,
+		Outcome:   outcome(ctx, d, err),
+		N:         n,
+		Decision:  d,
+		Err:       err,
+		Wait:      wait,
+		Latency:   time.Since(start),
+	})
+}
+
+// outcome classifies a decision for the observer: refused by the limit
+// (Denied, or Shadow for a limit the middleware runs in shadow mode),
+// decided by the failure policy (the error wraps ErrUnavailable), or
+// refused before anything was decided (a done ctx, an impossible wait).
+func outcome(ctx context.Context, d ratelimit.Decision, err error) ratelimit.Outcome {
+	switch {
+	case err == nil && d.Allowed:
+		return ratelimit.OutcomeAllowed
+	case err == nil && observe.IsShadow(ctx):
+		return ratelimit.OutcomeShadow
+	case err == nil:
+		return ratelimit.OutcomeDenied
+	case errors.Is(err, ErrUnavailable):
+		return ratelimit.OutcomeFallback
+	}
+	return ratelimit.OutcomeError
 }
 
 // cacheSpan returns how long the denial d of n events keeps its Remaining
@@ -278,7 +292,7 @@ func (l *Limiter) cacheSpan(n int, d ratelimit.Decision) int64 {
 // state's later time and counts RetryAfter from there, which a cache entry
 // counting from mono would get wrong, so such a denial is not cached.
 func (l *Limiter) ordered(mono int64) bool {
-	if !l.client {
+	if !l.clientTime {
 		return true
 	}
 	for {
@@ -294,9 +308,14 @@ func (l *Limiter) ordered(mono int64) bool {
 
 // canceled is the answer to a caller whose ctx is done: a denial and
 // ctx.Err(), never the failure policy (which is for Redis failures), and
-// nothing reported: the caller gave up, Redis did not fail.
+// nothing reported: the caller gave up, Redis did not fail. A nil ctx gets
+// the same denial and errNilContext.
 func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
-	return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, ctx.Err()
+	d := ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}
+	if ctx == nil {
+		return d, errNilContext
+	}
+	return d, ctx.Err()
 }
 
 // Peek reports the Decision AllowN(ctx, key, n) would return now, without
@@ -304,7 +323,7 @@ func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
 // It always asks Redis; on failure it returns the error and a zero
 // Decision, and when ctx is done first a denial and ctx.Err(), as AllowN.
 func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	if ctx.Err() != nil {
+	if ctx == nil || ctx.Err() != nil {
 		return l.canceled(ctx)
 	}
 	valid := n >= 0 && n <= l.policy.Limit
@@ -312,12 +331,12 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 	if !valid {
 		m = 0
 	}
-	d, err := l.decide(ctx, key, l.nowArg(), m, false)
+	d, err := l.decide(ctx, key, l.nowArg(), m, peekOnly)
 	if err != nil {
 		if ctx.Err() != nil {
 			return l.canceled(ctx)
 		}
-		err = l.unavailable("peek", key, err)
+		err = l.unavailable(ctx, "peek", key, err)
 		return ratelimit.Decision{}, err
 	}
 	if !valid {
@@ -326,14 +345,28 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 	return d, nil
 }
 
-// decide runs the decision script.
-func (l *Limiter) decide(ctx context.Context, key string, now any, n int, commit bool) (ratelimit.Decision, error) {
-	flag := "0"
-	if commit {
-		flag = "1"
+// commitMode says whether a decision script consumes what it admits: the
+// script's commit argument.
+type commitMode string
+
+const (
+	commit   commitMode = "1" // AllowN: consume the events if admitted
+	peekOnly commitMode = "0" // Peek: decide, change nothing
+)
+
+// commitIf returns commit when valid (a request that may be admitted),
+// and peekOnly otherwise (AllowN still reports the key's quota).
+func commitIf(valid bool) commitMode {
+	if valid {
+		return commit
 	}
+	return peekOnly
+}
+
+// decide runs the decision script.
+func (l *Limiter) decide(ctx context.Context, key string, now any, n int, mode commitMode) (ratelimit.Decision, error) {
 	args := make([]any, 0, 3+len(l.scripts.params))
-	args = append(args, now, n, flag)
+	args = append(args, now, n, string(mode))
 	args = append(args, l.scripts.params...)
 	var v []int64
 	err := l.run(ctx, l.scripts.decide, key, args, func(cmd *redis.Cmd) (err error) {
@@ -344,7 +377,7 @@ func (l *Limiter) decide(ctx context.Context, key string, now any, n int, commit
 		return ratelimit.Decision{}, err
 	}
 	if len(v) != 4 {
-		return ratelimit.Decision{}, fmt.Errorf("redislimit: script returned %d values, want 4", len(v))
+		return ratelimit.Decision{}, &scriptError{values: len(v)}
 	}
 	return ratelimit.Decision{
 		Allowed:    v[0] == 1,
@@ -360,7 +393,7 @@ func (l *Limiter) decide(ctx context.Context, key string, now any, n int, commit
 func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, args []any, read func(*redis.Cmd) error) error {
 	var now int64
 	if l.brk.cooldown != 0 {
-		now = l.mono()
+		now = l.ts.Now()
 	}
 	ok, probe, err := l.brk.allow(now)
 	if !ok {
@@ -379,7 +412,7 @@ func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, arg
 		err = l.cause(err)
 	}
 	if l.brk.cooldown != 0 {
-		l.brk.done(l.mono(), probe, err, callerDone)
+		l.brk.done(l.ts.Now(), probe, err, callerDone)
 	}
 	return err
 }
@@ -401,7 +434,7 @@ func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, arg
 // [ErrUnavailable] then, or [ratelimit.ErrInvalidN] when n <= 0.
 func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 	if n <= 0 {
-		return fmt.Errorf("redislimit: refund of n=%d: %w", n, ratelimit.ErrInvalidN)
+		return nError(n, l.policy.Limit)
 	}
 	n = min(n, l.policy.Limit) // refunding more than the limit empties the state
 	// A refund gives back what was charged: it must not depend on the
@@ -423,7 +456,7 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 		l.cache.invalidate(h, key)
 	}
 	if err != nil {
-		err = l.unavailable("refund", key, err)
+		err = l.unavailable(ctx, "refund", key, err)
 		if l.fallback != nil {
 			_ = l.fallback.RefundN(ctx, key, n)
 		}
@@ -447,54 +480,44 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 // When Redis is unavailable WaitN follows the failure policy: it returns
 // nil when the policy admits (FailOpen, or the local fallback), waits as
 // the local fallback says, and with FailClosed returns the error. When ctx
-// is done it returns ctx.Err(), whatever the failure policy.
+// is done it returns ctx.Err(), whatever the failure policy. With
+// [WithObserver], the call is reported as one Event when it returns (Wait
+// set; its tries are not reported one by one).
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
-	if n <= 0 {
-		return fmt.Errorf("redislimit: n=%d: %w", n, ratelimit.ErrInvalidN)
+	if l.observer == nil {
+		_, err := l.waitN(ctx, key, n)
+		return err
 	}
-	if n > l.policy.Limit {
-		return fmt.Errorf("redislimit: n=%d exceeds the limit %d: %w", n, l.policy.Limit, ratelimit.ErrExceedsLimit)
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		d, err := l.AllowN(ctx, key, n)
-		if err != nil && ctx.Err() != nil {
-			return ctx.Err() // the caller gave up, whatever the failure policy says
-		}
-		if d.Allowed {
-			return nil
-		}
-		if err != nil && l.failure != FailLocal {
-			return err
-		}
-		if d.RetryAfter == ratelimit.RetryNever {
-			return fmt.Errorf("redislimit: n=%d exceeds the limit %d: %w", n, d.Limit, ratelimit.ErrExceedsLimit)
-		}
-		if dl, ok := ctx.Deadline(); ok && d.RetryAfter > time.Until(dl) {
-			return &deadlineError{d.RetryAfter}
-		}
-		if err := l.sleep(ctx, d.RetryAfter); err != nil {
-			return err
-		}
-	}
+	start := time.Now()
+	d, err := l.waitN(ctx, key, n)
+	l.observe(ctx, n, d, err, true, start)
+	return err
 }
 
-// sleep waits d on the local clock, or until ctx is done.
-func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
-	var ch <-chan time.Time
-	if l.clock == nil {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		ch = t.C
-	} else {
-		ch = l.clock.After(d)
+// waitN is WaitN without the observer; it returns the last Decision.
+func (l *Limiter) waitN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	if n <= 0 || n > l.policy.Limit {
+		return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: ratelimit.RetryNever}, nError(n, l.policy.Limit)
 	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		d, err := l.allowN(ctx, key, n)
+		if err != nil && (ctx == nil || ctx.Err() != nil) {
+			return l.canceled(ctx) // the caller gave up, whatever the failure policy says
+		}
+		if d.Allowed {
+			return d, nil
+		}
+		if err != nil && l.failure != FailLocal {
+			return d, err
+		}
+		if d.RetryAfter == ratelimit.RetryNever {
+			return d, nError(n, d.Limit)
+		}
+		if timesrc.Outlasts(ctx, d.RetryAfter) {
+			return d, errs.Deadline(ratelimit.ErrDeadline, d.RetryAfter)
+		}
+		if err := l.ts.Sleep(ctx, d.RetryAfter); err != nil {
+			return l.canceled(ctx)
+		}
 	}
 }

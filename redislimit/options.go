@@ -1,9 +1,13 @@
 package redislimit
 
 import (
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // Defaults.
@@ -17,29 +21,90 @@ const (
 	DefaultDenyCacheKeys = 10000
 )
 
-// Option configures a [Limiter].
+// Option configures a [Limiter]; pass options to [New].
 type Option interface {
 	apply(*config)
 }
 
+// config is what the options set; newConfig fills in the defaults and
+// checks it.
 type config struct {
-	prefix    string
-	timeout   time.Duration
-	failure   FailurePolicy
-	instances int
-	onError   func(error)
-	clock     ratelimit.Clock
-	client    bool
-	cacheKeys int
-	breaker   time.Duration
-	plain     bool
-	// instancesSet says WithLocalFallback gave instances.
-	instancesSet bool
+	prefix       string
+	timeout      time.Duration
+	failure      FailurePolicy
+	instances    int
+	instancesSet bool // WithLocalFallback gave instances
+	clock        ratelimit.Clock
+	clientTime   bool
+	cacheKeys    int
+	breaker      time.Duration
+	plain        bool
+	logger       *slog.Logger
+	loggerSet    bool // WithLogger was given (a nil logger then means silence)
+	reportEvery  time.Duration
+	observer     ratelimit.Observer
+	name         string
+	err          error // the first invalid option
 }
 
 type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
+
+// setErr records err unless an earlier option was already invalid.
+func (c *config) setErr(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// invalid returns a configuration error whose detail, format, starts with
+// the name of an option or argument of New: "ratelimit: invalid
+// configuration: redislimit.WithTimeout must be positive, got 0s".
+func invalid(format string, args ...any) error {
+	return errs.Config(ratelimit.ErrInvalidConfig, "redislimit."+format, args...)
+}
+
+// newConfig applies opts over the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
+	cfg := config{
+		prefix:      DefaultPrefix,
+		timeout:     DefaultTimeout,
+		failure:     FailOpen,
+		cacheKeys:   DefaultDenyCacheKeys,
+		breaker:     DefaultBreakerCooldown,
+		reportEvery: DefaultErrorReportInterval,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return cfg, cfg.err
+	}
+	var err error
+	switch {
+	case strings.ContainsAny(cfg.prefix, "{}"):
+		err = invalid("WithPrefix must not contain '{' or '}', got %q", cfg.prefix)
+	case cfg.timeout <= 0:
+		err = invalid("WithTimeout must be positive, got %v", cfg.timeout)
+	case cfg.cacheKeys < 0:
+		err = invalid("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
+	case cfg.breaker < 0:
+		err = invalid("WithBreaker must not be negative, got %v", cfg.breaker)
+	case cfg.failure == FailLocal && !cfg.instancesSet:
+		err = invalid("WithFailurePolicy(FailLocal) needs the number of instances sharing the limit: use WithLocalFallback(instances)")
+	case cfg.failure == FailLocal && cfg.instances <= 0:
+		err = invalid("WithLocalFallback instances must be positive, got %d", cfg.instances)
+	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
+		err = invalid("WithFailurePolicy must be FailOpen, FailClosed or FailLocal, got %v", cfg.failure)
+	}
+	if !cfg.loggerSet {
+		cfg.logger = nil // slog.Default() at each report, so that a later slog.SetDefault counts
+	}
+	return cfg, err
+}
 
 // WithPrefix sets the prefix of every Redis key (default [DefaultPrefix]).
 // It must not contain '{' or '}', which would change the Cluster hash tag.
@@ -87,17 +152,57 @@ func WithLocalFallback(instances int) Option {
 	return optionFunc(func(c *config) { c.failure, c.instances, c.instancesSet = FailLocal, instances, true })
 }
 
-// WithErrorHandler sets a function called with the errors that made Redis
-// unable to decide (each wraps [ErrUnavailable]), for logging and metrics:
-// at most once a second per limiter, so that an outage does not log a line
-// per request. Each call stands for 1 + [Suppressed](err) failed calls:
-// the failures in between, and the calls the breaker answered, are
-// counted, not reported. It is not called when the caller's own ctx ended
-// the call. Errors name keys by a digest ([KeyDigest]), never the key. It
-// must be safe for concurrent use and should return quickly: it runs on
-// the caller's goroutine.
-func WithErrorHandler(f func(error)) Option {
-	return optionFunc(func(c *config) { c.onError = f })
+// DefaultErrorReportInterval is how often, at most, a [Limiter] logs that
+// Redis could not decide, unless [WithErrorReportInterval] says otherwise.
+const DefaultErrorReportInterval = 10 * time.Second
+
+// WithLogger sets where the limiter reports that Redis could not decide
+// (default [slog.Default] at the time of each report; nil turns the
+// reports off). A Redis that is down fails every call, so the reports are
+// throttled: at most one per [WithErrorReportInterval], at level Error,
+// with the message "ratelimit: redis unavailable" and the attributes
+// limit (the [WithName] name), algorithm, error (the error the caller
+// got, wrapping [ErrUnavailable]; it names the key by a digest,
+// [KeyDigest], never the key) and suppressed (how many failed calls were
+// not reported since the previous report, those the breaker answered
+// included). The caller's own cancellation is not reported. To see every
+// decision, errors included, use [WithObserver].
+func WithLogger(logger *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger, c.loggerSet = logger, true })
+}
+
+// WithErrorReportInterval sets how often, at most, the limiter reports to
+// its logger ([WithLogger]) that Redis could not decide (default
+// [DefaultErrorReportInterval]). d <= 0 reports every failed call but those
+// the breaker answered, which are counted in the next report.
+func WithErrorReportInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.reportEvery = max(d, 0) })
+}
+
+// WithObserver makes the limiter report every decision to o: one
+// [ratelimit.Event] per AllowN or Allow call (Redis's, the deny cache's or
+// the failure policy's, see [ratelimit.Outcome]) and one per WaitN or Wait
+// call when it returns, with Home [ratelimit.HomeRedis], the name from
+// [WithName], and Latency measured on the real clock, round trip
+// included. Peek and RefundN are not decisions and report nothing. Events
+// never hold the key. Observe runs on the caller's goroutine: it must be
+// fast and safe for concurrent use. A nil o reports nothing (the default);
+// a typed nil is an error.
+func WithObserver(o ratelimit.Observer) Option {
+	return optionFunc(func(c *config) {
+		if o != nil && typednil.Is(o) {
+			c.setErr(invalid("WithObserver: observer is a nil %T", o))
+			return
+		}
+		c.observer = o
+	})
+}
+
+// WithName names the limiter in the Events its observer receives and in
+// its error reports, such as "per-user" or "login". The name should come
+// from a small, fixed set: it becomes a metric attribute.
+func WithName(name string) Option {
+	return optionFunc(func(c *config) { c.name = name })
 }
 
 // WithClock sets the limiter's local clock: it times the deny cache,
@@ -106,7 +211,13 @@ func WithErrorHandler(f func(error)) Option {
 // WithClientTime, decisions use the Redis server's time whatever this
 // clock says.
 func WithClock(c ratelimit.Clock) Option {
-	return optionFunc(func(o *config) { o.clock = c })
+	return optionFunc(func(o *config) {
+		if c != nil && typednil.Is(c) {
+			o.setErr(invalid("WithClock: clock is a nil %T", c))
+			return
+		}
+		o.clock = c
+	})
 }
 
 // WithClientTime makes the scripts decide at the limiter's clock's time
@@ -114,7 +225,7 @@ func WithClock(c ratelimit.Clock) Option {
 // server's TIME. Every process sharing keys must then have synchronized
 // clocks. Useful for deterministic tests.
 func WithClientTime() Option {
-	return optionFunc(func(o *config) { o.client = true })
+	return optionFunc(func(o *config) { o.clientTime = true })
 }
 
 // WithDenyCache sets how many denied keys the limiter remembers locally

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"runtime"
 	"sync"
@@ -13,37 +14,43 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// reportEvery is the least time between two calls of a limiter's error
-// handler.
-const reportEvery = time.Second
-
-// reporter rate-limits calls of the error handler: at most one per
+// reporter throttles a limiter's error reports: at most one per
 // reportEvery, the others counted and their number passed with the next.
 type reporter struct {
-	last       atomic.Int64 // local mono ns + 1 of the last report; 0: none yet
+	logger     *slog.Logger // nil: slog.Default()
+	off        bool         // WithLogger(nil)
+	every      int64        // ns; 0: every failure but the breaker's
+	last       atomic.Int64 // local ns of the last report; 0: none yet
 	suppressed atomic.Int64
 }
 
-// report passes err to the error handler, or counts it. quiet says the
-// breaker answered the call: counted, never reported on its own.
-func (l *Limiter) report(err error, quiet bool) {
-	if l.onError == nil {
+// report logs err, the error of a call Redis could not decide, or counts
+// it. quiet says the breaker answered the call: counted, never reported on
+// its own.
+func (l *Limiter) report(ctx context.Context, err error, quiet bool) {
+	r := &l.rep
+	if r.off {
 		return
 	}
 	if quiet {
-		l.rep.suppressed.Add(1)
+		r.suppressed.Add(1)
 		return
 	}
-	now := l.mono() + 1
-	last := l.rep.last.Load()
-	if (last != 0 && now-last < int64(reportEvery)) || !l.rep.last.CompareAndSwap(last, now) {
-		l.rep.suppressed.Add(1)
+	now := l.ts.Now()
+	last := r.last.Load()
+	if (last != 0 && now-last < r.every) || !r.last.CompareAndSwap(last, now) {
+		r.suppressed.Add(1)
 		return
 	}
-	if n := l.rep.suppressed.Swap(0); n > 0 {
-		err = &reportedError{err: err, suppressed: n}
+	logger := r.logger
+	if logger == nil {
+		logger = slog.Default()
 	}
-	l.onError(err)
+	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
+		slog.String("limit", l.name),
+		slog.String("algorithm", l.policy.Algorithm.String()),
+		slog.Any("error", err),
+		slog.Int64("suppressed", r.suppressed.Swap(0)))
 }
 
 // cause turns the error of a call that tried Redis into the truthful
