@@ -36,6 +36,7 @@ type Limiter struct {
 	dials      *dialRecorder    // nil: the client cannot be hooked
 	observer   ratelimit.Observer
 	name       string
+	epoch      time.Time // real time at New: time.Since(epoch) reads only the monotonic clock, for Latency
 	rep        reporter
 	latest     atomic.Int64 // with client time: the latest decision time seen (local ns)
 	brk        breaker
@@ -83,6 +84,7 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		dials:      recorderFor(client),
 		observer:   cfg.observer,
 		name:       cfg.name,
+		epoch:      time.Now(),
 		rep:        reporter{logger: cfg.logger, off: cfg.loggerSet && cfg.logger == nil, every: int64(cfg.reportEvery)},
 		brk:        breaker{cooldown: int64(cfg.breaker)},
 		batch: batcher{
@@ -162,7 +164,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 	if l.observer == nil {
 		return l.allowN(ctx, key, n)
 	}
-	start := time.Now()
+	start := time.Since(l.epoch)
 	d, err := l.allowN(ctx, key, n)
 	l.observe(ctx, n, d, err, false, start)
 	return d, err
@@ -171,7 +173,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 // allowN is AllowN without the observer.
 func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
 	if ctx == nil {
-		return l.canceled(nil)
+		return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
@@ -220,8 +222,10 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Deci
 	return d, nil
 }
 
-// observe reports a decision that started at start to the observer.
-func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err error, wait bool, start time.Time) {
+// observe reports a decision to the observer; start is when the decision
+// began, as time.Since(l.epoch) (one monotonic clock read, where time.Now
+// reads two clocks).
+func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err error, wait bool, start time.Duration) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -234,7 +238,7 @@ func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err 
 		Decision:  d,
 		Err:       err,
 		Wait:      wait,
-		Latency:   time.Since(start),
+		Latency:   time.Since(l.epoch) - start,
 	})
 }
 
@@ -308,14 +312,9 @@ func (l *Limiter) ordered(mono int64) bool {
 
 // canceled is the answer to a caller whose ctx is done: a denial and
 // ctx.Err(), never the failure policy (which is for Redis failures), and
-// nothing reported: the caller gave up, Redis did not fail. A nil ctx gets
-// the same denial and errNilContext.
+// nothing reported: the caller gave up, Redis did not fail.
 func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
-	d := ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}
-	if ctx == nil {
-		return d, errNilContext
-	}
-	return d, ctx.Err()
+	return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, ctx.Err()
 }
 
 // Peek reports the Decision AllowN(ctx, key, n) would return now, without
@@ -323,7 +322,10 @@ func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
 // It always asks Redis; on failure it returns the error and a zero
 // Decision, and when ctx is done first a denial and ctx.Err(), as AllowN.
 func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	if ctx == nil || ctx.Err() != nil {
+	if ctx == nil {
+		return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
+	}
+	if ctx.Err() != nil {
 		return l.canceled(ctx)
 	}
 	valid := n >= 0 && n <= l.policy.Limit
@@ -437,6 +439,9 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 		return nError(n, l.policy.Limit)
 	}
 	n = min(n, l.policy.Limit) // refunding more than the limit empties the state
+	if ctx == nil {
+		ctx = context.Background() // a refund does not depend on ctx
+	}
 	// A refund gives back what was charged: it must not depend on the
 	// caller still waiting (a client that went away would leave the charge
 	// in place). It runs bounded by the limiter's timeout only.
@@ -488,7 +493,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		_, err := l.waitN(ctx, key, n)
 		return err
 	}
-	start := time.Now()
+	start := time.Since(l.epoch)
 	d, err := l.waitN(ctx, key, n)
 	l.observe(ctx, n, d, err, true, start)
 	return err
@@ -501,7 +506,10 @@ func (l *Limiter) waitN(ctx context.Context, key string, n int) (ratelimit.Decis
 	}
 	for {
 		d, err := l.allowN(ctx, key, n)
-		if err != nil && (ctx == nil || ctx.Err() != nil) {
+		if ctx == nil {
+			return d, err // errNilContext
+		}
+		if err != nil && ctx.Err() != nil {
 			return l.canceled(ctx) // the caller gave up, whatever the failure policy says
 		}
 		if d.Allowed {
