@@ -309,7 +309,7 @@ func TestCompileExactBounds(t *testing.T) {
 		if p.Validate() != nil {
 			continue
 		}
-		_, err := compile(p)
+		_, err := scriptsFor(p)
 		require.NoError(t, err, "%v", p)
 	}
 	for _, b := range bad {

@@ -68,7 +68,7 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 	if typednil.Is(client) {
 		return nil, invalid("New: client is nil (%T)", client)
 	}
-	sc, err := compile(p)
+	sc, err := scriptsFor(p)
 	if err != nil {
 		return nil, err
 	}
@@ -368,8 +368,9 @@ func commitIf(valid bool) commitMode {
 // decide runs the decision script.
 func (l *Limiter) decide(ctx context.Context, key string, now any, n int, mode commitMode) (ratelimit.Decision, error) {
 	args := make([]any, 0, 3+len(l.scripts.params))
-	args = append(args, now, n, string(mode))
+	args = append(args, now, n)
 	args = append(args, l.scripts.params...)
+	args = append(args, string(mode))
 	var v []int64
 	err := l.run(ctx, l.scripts.decide, key, args, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64Slice()
