@@ -178,48 +178,63 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Deci
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
 	}
-	valid := n > 0 && n <= l.policy.Limit
-	var (
-		h    uint64
-		gen  uint64
-		sent int64
-	)
+	if n <= 0 || n > l.policy.Limit {
+		return l.allowNever(ctx, key, n)
+	}
 	now, local := l.times()
-	if valid && l.cache != nil {
-		h = l.cache.hash(key)
-		var d ratelimit.Decision
-		var ok bool
-		if d, gen, ok = l.cache.get(h, key, n, local, l.policy.Limit); ok {
-			return d, nil
-		}
-		sent = local
-	}
-	m := n
-	if !valid {
-		m = 0
-	}
-	d, err := l.decide(ctx, key, now, m, commitIf(valid))
-	if err != nil {
-		if ctx.Err() != nil {
-			return l.canceled(ctx)
-		}
-		return l.fail(ctx, "allow", key, n, err)
-	}
-	if !valid {
-		d.Allowed, d.RetryAfter = false, ratelimit.RetryNever
-		return d, nil
-	}
 	if l.cache != nil {
-		inOrder := l.ordered(sent)
-		if d.Allowed {
-			// What was cached for key predates this admission: a denial
-			// of a larger n now has a longer wait.
-			l.cache.invalidate(h, key)
-		} else if inOrder {
-			l.cache.put(h, key, n, sent, l.cacheSpan(n, d), gen, d)
-		}
+		return l.allowCached(ctx, key, n, now, local)
+	}
+	d, err := l.decide(ctx, key, now, n, commit)
+	if err != nil {
+		return l.failed(ctx, key, n, err)
 	}
 	return d, nil
+}
+
+// allowNever answers AllowN for an n that can never be admitted: a denial
+// with RetryAfter RetryNever and the key's quota, which Redis reports
+// without changing anything.
+func (l *Limiter) allowNever(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	d, err := l.decide(ctx, key, l.nowArg(), 0, peekOnly)
+	if err != nil {
+		return l.failed(ctx, key, n, err)
+	}
+	d.Allowed, d.RetryAfter = false, ratelimit.RetryNever
+	return d, nil
+}
+
+// allowCached is allowN with the deny cache: a denial remembered for key
+// and n answers without a round trip; Redis's answer updates the cache.
+// local is the local time now stands for.
+func (l *Limiter) allowCached(ctx context.Context, key string, n int, now any, local int64) (ratelimit.Decision, error) {
+	h := l.cache.hash(key)
+	d, gen, ok := l.cache.get(h, key, n, local, l.policy.Limit)
+	if ok {
+		return d, nil
+	}
+	d, err := l.decide(ctx, key, now, n, commit)
+	if err != nil {
+		return l.failed(ctx, key, n, err)
+	}
+	inOrder := l.ordered(local)
+	if d.Allowed {
+		// What was cached for key predates this admission: a denial of a
+		// larger n now has a longer wait.
+		l.cache.invalidate(h, key)
+	} else if inOrder {
+		l.cache.put(h, key, n, local, l.cacheSpan(n, d), gen, d)
+	}
+	return d, nil
+}
+
+// failed answers a decision that Redis did not make: the caller's own
+// cancellation, or else the failure policy.
+func (l *Limiter) failed(ctx context.Context, key string, n int, err error) (ratelimit.Decision, error) {
+	if ctx.Err() != nil {
+		return l.canceled(ctx)
+	}
+	return l.fail(ctx, "allow", key, n, err)
 }
 
 // observe reports a decision to the observer; start is when the decision
@@ -355,15 +370,6 @@ const (
 	commit   commitMode = "1" // AllowN: consume the events if admitted
 	peekOnly commitMode = "0" // Peek: decide, change nothing
 )
-
-// commitIf returns commit when valid (a request that may be admitted),
-// and peekOnly otherwise (AllowN still reports the key's quota).
-func commitIf(valid bool) commitMode {
-	if valid {
-		return commit
-	}
-	return peekOnly
-}
 
 // decide runs the decision script.
 func (l *Limiter) decide(ctx context.Context, key string, now any, n int, mode commitMode) (ratelimit.Decision, error) {
