@@ -3,6 +3,11 @@
 // instead of each counting alone (N instances counting alone admit N times
 // the limit).
 //
+// It is a module of its own, so that go-redis comes only to the programs
+// that use Redis:
+//
+//	go get github.com/rlkit/ratelimit/redislimit
+//
 // A [Limiter] implements [ratelimit.KeyedLimiter] for any [ratelimit.Policy]
 // (token bucket, leaky bucket, fixed window, sliding log, sliding counter)
 // with the same Decisions as the in-memory [ratelimit.Keyed]. Each decision
@@ -15,7 +20,8 @@
 // By default the scripts read the Redis server's clock (TIME), so clock skew
 // between application servers does not matter. [WithClientTime] passes the
 // limiter's own [ratelimit.Clock] instead (for tests, or to decide on the
-// callers' clocks). Redis Lua numbers are doubles, exact for integers below
+// callers' clocks: the clock's time at [New] plus the monotonic time since,
+// as the in-memory limiters read it). Redis Lua numbers are doubles, exact for integers below
 // 2^53, so the scripts work in integer microseconds: Unix time in
 // microseconds (about 1.8e15) fits, nanoseconds would not. As a consequence:
 //
@@ -91,9 +97,17 @@
 // default), [FailClosed] or a local in-memory fallback with a share of the
 // limit ([WithLocalFallback]) — and the error, wrapping [ErrUnavailable] and
 // the cause (a refused connection is reported as such, a timeout as a
-// timeout; never the key itself, only a digest), is returned and reported
-// to the [WithErrorHandler] hook, at most once a second (with the number of
-// failures not reported, see [Suppressed]).
+// timeout; never the key itself, only a digest), is returned and logged
+// through log/slog ([WithLogger]), at most once per
+// [WithErrorReportInterval] (with the number of failures not reported).
+//
+// # Metrics
+//
+// [WithObserver] reports every decision to a [ratelimit.Observer], one
+// Event per AllowN and per WaitN: admitted, denied, decided by the failure
+// policy (the breaker's answers included) or refused with an error, with
+// the name given by [WithName], the algorithm, and the latency round trip
+// included; never the key.
 //
 // The breaker is on by default ([WithBreaker], [DefaultBreakerCooldown]):
 // the first call that finds Redis unreachable pays the timeout, and the
@@ -103,12 +117,12 @@
 // Under FailOpen, AllowN returns an error and Allowed=true. The one correct
 // way to handle that is to act on Decision.Allowed whatever err says (the
 // Decision already applies the failure policy: serve the request) and to
-// count or log err, rate-limited (the hook already is), never to turn err
-// into a failure of the request:
+// count err (the limiter already logs it, rate-limited), never to turn
+// err into a failure of the request:
 //
 //	d, err := l.AllowN(ctx, key, 1)
 //	if err != nil {
-//		unavailable.Add(1) // a metric; the error handler logs
+//		unavailable.Add(1) // a metric (or use WithObserver); the limiter logs
 //	}
 //	if !d.Allowed {
 //		return tooManyRequests(d.RetryAfter)
@@ -142,8 +156,7 @@
 // round trip. Denials are remembered locally until their RetryAfter
 // ([WithDenyCache]), so a client hammering a denied key costs no round
 // trips. Create the go-redis client with ContextTimeoutEnabled: see
-// [WithTimeout] (on a loaded two-CPU machine it took a lone caller's
-// decision from about 80µs to 43µs).
+// [WithTimeout].
 //
 // The scripts need Redis 5 or later (3.2 and 4 work too: the scripts ask for
 // effects replication themselves), standalone, Sentinel or Cluster.

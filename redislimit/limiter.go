@@ -158,8 +158,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 // policy's Decision and an error wrapping [ErrUnavailable] and the cause;
 // act on the Decision either way (see the package documentation). When
 // ctx is done first, AllowN returns a denial with RetryAfter
-// [CanceledRetryAfter] and ctx.Err(), never the failure policy's Decision.
-// With [WithObserver], every call is reported as one Event.
+// [CanceledRetryAfter] and ctx.Err(), never the failure policy's Decision
+// (a nil ctx gets the same denial and an error). With [WithObserver], every
+// call is reported as one Event.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
 	if l.observer == nil {
 		return l.allowN(ctx, key, n)

@@ -205,11 +205,12 @@ func WithName(name string) Option {
 	return optionFunc(func(c *config) { c.name = name })
 }
 
-// WithClock sets the limiter's local clock: it times the deny cache,
-// WaitN's sleeps and the local fallback, and, with [WithClientTime], the
-// decisions themselves. By default the real clock. Without
-// WithClientTime, decisions use the Redis server's time whatever this
-// clock says.
+// WithClock sets the limiter's local clock: it times the deny cache, the
+// breaker's cooldown, the error reports' interval, WaitN's sleeps and the
+// local fallback, and, with [WithClientTime], the decisions themselves. By
+// default the real clock. Without WithClientTime, decisions use the Redis
+// server's time whatever this clock says. The observer's Latency is always
+// measured on the real clock. A typed nil clock is an error.
 func WithClock(c ratelimit.Clock) Option {
 	return optionFunc(func(o *config) {
 		if c != nil && typednil.Is(c) {
@@ -220,10 +221,12 @@ func WithClock(c ratelimit.Clock) Option {
 	})
 }
 
-// WithClientTime makes the scripts decide at the limiter's clock's time
-// (see [WithClock]), truncated to the microsecond, instead of the Redis
-// server's TIME. Every process sharing keys must then have synchronized
-// clocks. Useful for deterministic tests.
+// WithClientTime makes the scripts decide at the limiter's local time,
+// truncated to the microsecond, instead of the Redis server's TIME: the
+// clock's time (see [WithClock]) when [New] ran plus the time elapsed since
+// on that clock (on the real clock, the monotonic time: a step of the wall
+// clock after New does not move it). Every process sharing keys must then
+// have synchronized clocks. Useful for deterministic tests.
 func WithClientTime() Option {
 	return optionFunc(func(o *config) { o.clientTime = true })
 }
@@ -260,9 +263,10 @@ func WithPlainKeys() Option {
 // finds it unreachable or too slow (an error reply does not count; nor
 // does a call ended by the caller's own ctx): meanwhile calls get the
 // failure policy's Decision at once, with an error wrapping
-// [ErrUnavailable] and [ErrBreakerOpen], and the error handler counts them
-// without being called for each (see [Suppressed]). After cooldown, one
-// call at a time tries Redis; the first success closes the breaker.
+// [ErrUnavailable] and [ErrBreakerOpen]; the observer ([WithObserver])
+// sees each of them as a Fallback, and the error reports ([WithLogger])
+// count them without logging each. After cooldown, one call at a time
+// tries Redis; the first success closes the breaker.
 //
 // On by default with [DefaultBreakerCooldown]: an outage costs one call
 // the timeout, not every call. WithBreaker(0) turns it off, so that every
