@@ -783,3 +783,29 @@ func TestBreakerProbeCanceled(t *testing.T) {
 	require.True(t, ok, "no probe after a cancelled one")
 	require.True(t, probe)
 }
+
+// TestNilContext: a nil ctx is a denial and an error from AllowN, Peek and
+// WaitN, never a panic (it panicked before); RefundN, which does not
+// depend on ctx, still refunds.
+func TestNilContext(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(2, time.Hour), WithPrefix(uniquePrefix(t)))
+	var nilCtx context.Context
+	require.NotPanics(t, func() {
+		d, err := l.AllowN(nilCtx, "k", 1)
+		require.Error(t, err)
+		require.False(t, d.Allowed)
+		require.False(t, l.Allow(nilCtx, "k"))
+		d, err = l.Peek(nilCtx, "k", 1)
+		require.Error(t, err)
+		require.False(t, d.Allowed)
+		require.Error(t, l.WaitN(nilCtx, "k", 1))
+		_, err = l.AllowN(bg(), "k", 2)
+		require.NoError(t, err)
+		require.NoError(t, l.RefundN(nilCtx, "k", 1))
+	})
+	d, err := l.Peek(bg(), "k", 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, d.Remaining, "RefundN with a nil ctx refunded nothing")
+}
