@@ -309,7 +309,7 @@ func TestCompileExactBounds(t *testing.T) {
 		if p.Validate() != nil {
 			continue
 		}
-		_, err := compile(p)
+		_, err := scriptsFor(p)
 		require.NoError(t, err, "%v", p)
 	}
 	for _, b := range bad {
@@ -319,7 +319,7 @@ func TestCompileExactBounds(t *testing.T) {
 		_, err := New(c, b.p)
 		require.Error(t, err, "%v", b.p)
 		require.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
-		require.True(t, strings.HasPrefix(err.Error(), "redislimit: "), "%v", err)
+		require.True(t, strings.HasPrefix(err.Error(), "ratelimit: invalid configuration: "), "%v", err)
 		require.Contains(t, err.Error(), b.want, "%v", b.p)
 		require.Contains(t, err.Error(), "2^5", "%v: the error names the bound", b.p)
 	}
@@ -400,7 +400,7 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		require.Error(t, err, "%v", p)
 		require.Nil(t, l)
 		require.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
-		require.True(t, strings.HasPrefix(err.Error(), "redislimit: "), "%v", err)
+		require.True(t, strings.HasPrefix(err.Error(), "ratelimit: invalid configuration: "), "%v", err)
 	}
 }
 

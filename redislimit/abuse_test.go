@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,10 +68,10 @@ func TestCanceledContextBeforeCall(t *testing.T) {
 				if backend == "refused" {
 					c = refusedClient(t, true)
 				}
-				var hooked atomic.Int64
+				logs := &logRecorder{}
 				p := ratelimit.FixedWindowPolicy(3, time.Hour)
 				l := mustNew(t, c, p, fp.opt, WithPrefix(uniquePrefix(t)), WithTimeout(200*time.Millisecond),
-					WithErrorHandler(func(error) { hooked.Add(1) }))
+					WithLogger(logs.logger()), WithErrorReportInterval(0))
 				for _, ctx := range []struct {
 					ctx  context.Context
 					want error
@@ -84,7 +85,7 @@ func TestCanceledContextBeforeCall(t *testing.T) {
 						require.ErrorIs(t, l.WaitN(ctx.ctx, "k", 1), ctx.want, "WaitN with a done ctx")
 					}
 				}
-				require.Zero(t, hooked.Load(), "error handler called for the caller's own cancellation")
+				require.Zero(t, logs.len(), "error reported for the caller's own cancellation")
 				require.Zero(t, l.brk.openUntil.Load(), "breaker opened by the caller's own cancellation")
 				if backend == "live" {
 					d, err := l.Peek(bg(), "k", 0)
@@ -123,9 +124,9 @@ func TestCanceledContextMidCall(t *testing.T) {
 				}
 				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: ctxTimeouts})
 				t.Cleanup(func() { _ = c.Close() })
-				var hooked atomic.Int64
+				logs := &logRecorder{}
 				l := mustNew(t, c, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5), fp.opt, WithPrefix(uniquePrefix(t)),
-					WithTimeout(time.Second), WithErrorHandler(func(error) { hooked.Add(1) }))
+					WithTimeout(time.Second), WithLogger(logs.logger()), WithErrorReportInterval(0))
 				_, err := l.AllowN(bg(), "warm", 1)
 				require.NoError(t, err)
 				cont := stopServer(t, srv.PID())
@@ -171,7 +172,7 @@ func TestCanceledContextMidCall(t *testing.T) {
 				}
 				wg.Wait()
 				cont()
-				require.Zero(t, hooked.Load(), "error handler called for the callers' own cancellation")
+				require.Zero(t, logs.len(), "error reported for the callers' own cancellation")
 				require.Zero(t, l.brk.openUntil.Load(), "breaker opened by the callers' own cancellation")
 				_, err = l.AllowN(bg(), "after", 1)
 				require.NoError(t, err, "after SIGCONT")
@@ -325,8 +326,8 @@ func TestKeyNamesHideKeys(t *testing.T) {
 
 // TestSecretsNeverInErrors runs a key that is a secret through every
 // operation against a Redis that refuses connections, under every failure
-// policy, with and without the breaker: no error, and nothing the error
-// handler receives, contains it.
+// policy, with and without the breaker: no error, no log record and no
+// observed Event contains it.
 func TestSecretsNeverInErrors(t *testing.T) {
 	t.Parallel()
 	for _, fp := range failurePolicies {
@@ -335,6 +336,7 @@ func TestSecretsNeverInErrors(t *testing.T) {
 				t.Parallel()
 				var mu sync.Mutex
 				var texts []string
+				logs := &logRecorder{}
 				collect := func(err error) {
 					if err != nil {
 						mu.Lock()
@@ -344,7 +346,12 @@ func TestSecretsNeverInErrors(t *testing.T) {
 				}
 				mock := clock.NewMock() // WaitN sleeps on it under FailLocal
 				l := mustNew(t, refusedClient(t, true), ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5), fp.opt,
-					WithBreaker(brk), WithTimeout(30*time.Millisecond), WithClock(mock), WithErrorHandler(collect))
+					WithBreaker(brk), WithTimeout(30*time.Millisecond), WithClock(mock), WithLogger(logs.logger()), WithErrorReportInterval(0),
+					WithObserver(ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
+						mu.Lock()
+						texts = append(texts, fmt.Sprintf("%v", e), fmt.Sprintf("%+v", e), fmt.Sprintf("%#v", e), e.Limit)
+						mu.Unlock()
+					})))
 				for range 3 {
 					_, err := l.AllowN(bg(), secret, 1)
 					collect(err)
@@ -354,8 +361,9 @@ func TestSecretsNeverInErrors(t *testing.T) {
 					ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
 					collect(l.WaitN(ctx, secret, 1))
 					cancel()
-					mock.Add(2 * reportEvery) // let the handler hear again
 				}
+				texts = append(texts, logs.texts()...)
+				require.NotZero(t, logs.len(), "nothing logged")
 				require.NotEmpty(t, texts)
 				for _, s := range texts {
 					require.NotContains(t, s, "SECRET")
@@ -375,7 +383,7 @@ func TestNewTypedNilClient(t *testing.T) {
 			require.Errorf(t, err, "New(%T(nil))", c)
 			require.Nil(t, l)
 			require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-			require.True(t, strings.HasPrefix(err.Error(), "redislimit:"), err.Error())
+			require.True(t, strings.HasPrefix(err.Error(), "ratelimit: invalid configuration: redislimit.New: client is nil"), err.Error())
 			require.Contains(t, err.Error(), "client is nil")
 		})
 	}
@@ -501,32 +509,71 @@ func TestBreakerOnByDefault(t *testing.T) {
 	}
 }
 
-// TestErrorReportsRateLimited: the error handler hears at most one failure
-// per second per limiter, and each report says how many it stands for.
+// TestErrorReportsRateLimited: the logger hears at most one failure per
+// report interval per limiter, and each report says how many failures were
+// left out since the previous one, with the limit's name and algorithm.
 func TestErrorReportsRateLimited(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var got []error
+	logs := &logRecorder{}
 	mock := newMock()
 	l, err := New(refusedClient(t, true), ratelimit.FixedWindowPolicy(5, time.Second), WithTimeout(20*time.Millisecond),
-		WithBreaker(0), WithClock(mock), WithErrorHandler(func(err error) {
-			mu.Lock()
-			got = append(got, err)
-			mu.Unlock()
-		}))
+		WithBreaker(0), WithClock(mock), WithLogger(logs.logger()), WithName("login"))
 	require.NoError(t, err)
 	for range 10 {
 		_, err := l.AllowN(bg(), "k", 1)
 		require.Error(t, err)
 	}
-	require.Len(t, got, 1, "the handler heard every failure")
-	mock.Add(reportEvery)
+	require.Equal(t, 1, logs.len(), "the logger heard every failure")
+	mock.Add(DefaultErrorReportInterval)
 	_, err = l.AllowN(bg(), "k", 1)
 	require.Error(t, err)
-	require.Len(t, got, 2)
-	require.EqualValues(t, 9, Suppressed(got[1]))
-	require.Contains(t, got[1].Error(), "9 more failed calls")
-	require.ErrorIs(t, got[1], ErrUnavailable)
+	require.Equal(t, 2, logs.len())
+	first, second := logs.attrs(0), logs.attrs(1)
+	require.EqualValues(t, 0, first["suppressed"].Int64())
+	require.EqualValues(t, 9, second["suppressed"].Int64())
+	require.Equal(t, "login", second["limit"].String())
+	require.Equal(t, ratelimit.FixedWindowAlgorithm.String(), second["algorithm"].String())
+	reported, ok := second["error"].Any().(error)
+	require.True(t, ok, "error attribute is %T, want an error", second["error"].Any())
+	require.ErrorIs(t, reported, ErrUnavailable)
+	logs.mu.Lock()
+	require.Equal(t, slog.LevelError, logs.records[1].Level)
+	require.Equal(t, "ratelimit: redis unavailable", logs.records[1].Message)
+	logs.mu.Unlock()
+}
+
+// TestErrorReportInterval: WithErrorReportInterval(0) reports every
+// failure that tried Redis; without WithLogger the reports go to
+// slog.Default() as it is when they are made; WithLogger(nil) reports
+// nothing (the errors are still returned). Not parallel: it sets the
+// default logger.
+func TestErrorReportInterval(t *testing.T) {
+	logs := &logRecorder{}
+	every := mustNew(t, refusedClient(t, true), ratelimit.FixedWindowPolicy(5, time.Second), WithTimeout(20*time.Millisecond),
+		WithBreaker(0), WithLogger(logs.logger()), WithErrorReportInterval(0))
+	for range 3 {
+		_, err := every.AllowN(bg(), "k", 1)
+		require.ErrorIs(t, err, ErrUnavailable)
+	}
+	require.Equal(t, 3, logs.len())
+
+	before := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(before) })
+	def := &logRecorder{}
+	byDefault := mustNew(t, refusedClient(t, true), ratelimit.FixedWindowPolicy(5, time.Second), WithTimeout(20*time.Millisecond),
+		WithBreaker(0))
+	silenced := mustNew(t, refusedClient(t, true), ratelimit.FixedWindowPolicy(5, time.Second), WithTimeout(20*time.Millisecond),
+		WithBreaker(0), WithLogger(nil), WithErrorReportInterval(0))
+	slog.SetDefault(def.logger()) // after New: the default is read at each report
+	_, err := byDefault.AllowN(bg(), "k", 1)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Equal(t, 1, def.len(), "no report on slog.Default()")
+	for range 3 {
+		_, err := silenced.AllowN(bg(), "k", 1)
+		require.ErrorIs(t, err, ErrUnavailable)
+	}
+	require.Equal(t, 1, def.len(), "WithLogger(nil) reported")
+	require.Equal(t, 3, logs.len(), "WithLogger(nil) reported")
 }
 
 // TestAbuseDoneContextsUnderLoad: callers whose contexts end at random
@@ -698,9 +745,9 @@ func TestTimeoutReportedAsTimeout(t *testing.T) {
 			}
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: ctxTimeouts})
 			t.Cleanup(func() { _ = c.Close() })
-			var reported atomic.Pointer[error]
+			logs := &logRecorder{}
 			l := mustNew(t, c, ratelimit.FixedWindowPolicy(5, time.Hour), WithPrefix(uniquePrefix(t)),
-				WithTimeout(100*time.Millisecond), WithErrorHandler(func(err error) { reported.Store(&err) }))
+				WithTimeout(100*time.Millisecond), WithLogger(logs.logger()))
 			_, err := l.AllowN(bg(), "warm", 1)
 			require.NoError(t, err)
 			cont := stopServer(t, srv.PID())
@@ -712,8 +759,10 @@ func TestTimeoutReportedAsTimeout(t *testing.T) {
 			require.Contains(t, err.Error(), "no reply within 100ms")
 			require.NotContains(t, err.Error(), "cannot connect")
 			require.NotContains(t, err.Error(), "SECRET")
-			require.NotNil(t, reported.Load(), "error handler not called")
-			require.Equal(t, err.Error(), (*reported.Load()).Error())
+			require.Equal(t, 1, logs.len(), "error not reported")
+			reported, ok := logs.attrs(0)["error"].Any().(error)
+			require.True(t, ok)
+			require.Equal(t, err.Error(), reported.Error())
 		})
 	}
 }
@@ -733,4 +782,30 @@ func TestBreakerProbeCanceled(t *testing.T) {
 	ok, probe, _ = b.allow(106)
 	require.True(t, ok, "no probe after a cancelled one")
 	require.True(t, probe)
+}
+
+// TestNilContext: a nil ctx is a denial and an error from AllowN, Peek and
+// WaitN, never a panic (it panicked before); RefundN, which does not
+// depend on ctx, still refunds.
+func TestNilContext(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(2, time.Hour), WithPrefix(uniquePrefix(t)))
+	var nilCtx context.Context
+	require.NotPanics(t, func() {
+		d, err := l.AllowN(nilCtx, "k", 1)
+		require.Error(t, err)
+		require.False(t, d.Allowed)
+		require.False(t, l.Allow(nilCtx, "k"))
+		d, err = l.Peek(nilCtx, "k", 1)
+		require.Error(t, err)
+		require.False(t, d.Allowed)
+		require.Error(t, l.WaitN(nilCtx, "k", 1))
+		_, err = l.AllowN(bg(), "k", 2)
+		require.NoError(t, err)
+		require.NoError(t, l.RefundN(nilCtx, "k", 1))
+	})
+	d, err := l.Peek(bg(), "k", 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, d.Remaining, "RefundN with a nil ctx refunded nothing")
 }

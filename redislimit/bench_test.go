@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -139,4 +140,71 @@ func usecPerCall(b *testing.B, c redis.UniversalClient, cmd string) float64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkDenyCacheHit measures a decision answered by the deny cache, the
+// one path without a round trip, where the limiter's own overhead shows:
+// one key denied for an hour, asked again and again, without an observer
+// and with one (which counts the events), in the same run.
+func BenchmarkDenyCacheHit(b *testing.B) {
+	_, c := startRedis(b)
+	var seen atomic.Int64
+	obs := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) { seen.Add(1) })
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"noobserver", nil},
+		{"observer", []Option{WithObserver(obs), WithName("bench")}},
+	} {
+		l := mustNew(b, c, ratelimit.FixedWindowPolicy(1, time.Hour), append(tc.opts, WithPrefix(uniquePrefix(b)))...)
+		ctx := bg()
+		if _, err := l.AllowN(ctx, "k", 1); err != nil {
+			b.Fatal(err)
+		}
+		if d, _ := l.AllowN(ctx, "k", 1); d.Allowed {
+			b.Fatal("second call admitted")
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if d, _ := l.AllowN(ctx, "k", 1); d.Allowed {
+					b.Fatal("admitted")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkObserverRoundTrip measures the observer's cost on decisions
+// that go to Redis (a lone caller, token bucket), without and with one.
+func BenchmarkObserverRoundTrip(b *testing.B) {
+	_, c := startRedis(b)
+	var seen atomic.Int64
+	obs := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) { seen.Add(1) })
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "user" + strconv.Itoa(i)
+	}
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1_000_000, time.Second), 1_000_000)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"noobserver", nil},
+		{"observer", []Option{WithObserver(obs), WithName("bench")}},
+	} {
+		l := mustNew(b, c, p, append(tc.opts, WithPrefix(uniquePrefix(b)), WithTimeout(time.Second))...)
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := bg()
+			i := 0
+			for b.Loop() {
+				if _, err := l.AllowN(ctx, keys[i%len(keys)], 1); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }

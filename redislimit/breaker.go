@@ -2,9 +2,7 @@ package redislimit
 
 import (
 	"errors"
-	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,19 +24,6 @@ type breaker struct {
 	probing   atomic.Bool
 	last      atomic.Pointer[error] // the error that opened it
 }
-
-// ErrBreakerOpen is wrapped (with [ErrUnavailable]) by the errors of calls
-// that a [Limiter] answered without trying Redis (see [WithBreaker]),
-// because a recent call found Redis unreachable.
-var ErrBreakerOpen = errors.New("redislimit: breaker open")
-
-// breakerError is the cause of a call answered while the breaker is open.
-type breakerError struct{ last error }
-
-func (e *breakerError) Error() string {
-	return fmt.Sprintf("%v after: %v", ErrBreakerOpen, e.last)
-}
-func (e *breakerError) Unwrap() error { return ErrBreakerOpen }
 
 // allow reports whether a call may go to Redis at now, and whether it is
 // the probe of a half-open breaker, which must report back with done.
@@ -88,24 +73,3 @@ func isReply(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
 }
-
-// WithBreaker sets how long the limiter stops calling Redis after a call
-// finds it unreachable or too slow (an error reply does not count; nor
-// does a call ended by the caller's own ctx): meanwhile calls get the
-// failure policy's Decision at once, with an error wrapping
-// [ErrUnavailable] and [ErrBreakerOpen], and the error handler counts them
-// without being called for each (see [Suppressed]). After cooldown, one
-// call at a time tries Redis; the first success closes the breaker.
-//
-// On by default with [DefaultBreakerCooldown]: an outage costs one call
-// the timeout, not every call. WithBreaker(0) turns it off, so that every
-// call tries Redis and waits up to its timeout. One limiter spans every
-// node of a Redis Cluster, so one unreachable node opens the breaker for
-// the keys of the other nodes too.
-func WithBreaker(cooldown time.Duration) Option {
-	return optionFunc(func(o *config) { o.breaker = cooldown })
-}
-
-// DefaultBreakerCooldown is the breaker's cooldown unless [WithBreaker]
-// says otherwise.
-const DefaultBreakerCooldown = time.Second

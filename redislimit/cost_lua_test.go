@@ -50,7 +50,7 @@ func slCost(t *testing.T, c *redis.Client, limit int) (denyBig, deny1, admit flo
 	key := fmt.Sprintf("cost:%d:{k}", limit)
 	t0 := int64(1_800_000_000_000_000)
 	args := func(now int64, n int, commit string) []any {
-		return []any{now, n, commit, limit, w}
+		return []any{now, n, limit, w, commit}
 	}
 	if err := slidingLogScript.Load(ctx, c).Err(); err != nil {
 		t.Fatal(err)

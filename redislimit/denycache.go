@@ -52,7 +52,7 @@ type denyEntry struct {
 	n         int   // the denied request's n; only requests for exactly n hit
 	sent      int64 // local ns at which the denial was decided (at the earliest)
 	until     int64 // local ns at which the request may be admitted
-	valid     int64 // local ns until which remaining holds (<= until)
+	holds     int64 // local ns until which remaining holds (<= until)
 	resetAt   int64 // local ns at which the key's quota is full (lower bound)
 	remaining int   // Remaining of the denial
 }
@@ -80,7 +80,7 @@ func (c *denyCache) get(h uint64, key string, n int, now int64, limit int) (rate
 	}
 	sh.mu.Lock()
 	e, ok := sh.m[key]
-	if ok && now >= e.valid {
+	if ok && now >= e.holds {
 		delete(sh.m, key)
 		sh.size.Store(int64(len(sh.m)))
 		ok = false
@@ -108,11 +108,11 @@ func (c *denyCache) get(h uint64, key string, n int, now int64, limit int) (rate
 // sharing its counter) happened since, the denial may predate it, and is
 // not recorded.
 //
-// valid is how long after sent the denial's Remaining stays true (it may
+// span is how long after sent the denial's Remaining stays true (it may
 // grow before the request of n fits: a token arrives, an old event leaves
 // the log); the entry answers only until then.
-func (c *denyCache) put(h uint64, key string, n int, sent, valid int64, gen uint64, d ratelimit.Decision) {
-	if valid <= 0 {
+func (c *denyCache) put(h uint64, key string, n int, sent, span int64, gen uint64, d ratelimit.Decision) {
+	if span <= 0 {
 		return
 	}
 	sh := c.shard(h)
@@ -137,7 +137,7 @@ func (c *denyCache) put(h uint64, key string, n int, sent, valid int64, gen uint
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.maxPerShard {
 		budget := 8
 		for k, e := range sh.m {
-			if e.valid <= sent {
+			if e.holds <= sent {
 				delete(sh.m, k)
 			}
 			if budget--; budget == 0 {
@@ -155,7 +155,7 @@ func (c *denyCache) put(h uint64, key string, n int, sent, valid int64, gen uint
 		n:         n,
 		sent:      sent,
 		until:     sent + int64(d.RetryAfter),
-		valid:     sent + min(valid, int64(d.RetryAfter)),
+		holds:     sent + min(span, int64(d.RetryAfter)),
 		resetAt:   sent + int64(d.ResetAfter),
 		remaining: d.Remaining,
 	}

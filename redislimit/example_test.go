@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,9 +30,11 @@ func ExampleNew() {
 		redislimit.WithTimeout(50*time.Millisecond),
 		// While Redis is down, each of the 4 instances admits a quarter.
 		redislimit.WithLocalFallback(4),
-		// Called at most once a second, with the number of failures each
-		// call stands for (redislimit.Suppressed): safe to log.
-		redislimit.WithErrorHandler(func(err error) { log.Print(err) }),
+		// Failures are logged through log/slog, at most once per
+		// redislimit.DefaultErrorReportInterval, with the number of
+		// failures each report stands for; keys appear as digests only.
+		redislimit.WithLogger(slog.Default()),
+		redislimit.WithName("api"),
 	)
 	if err != nil {
 		log.Fatal(err)

@@ -113,14 +113,8 @@ func TestKillRestart(t *testing.T) {
 				srv, _ := startRedis(t)
 				before := runtime.NumGoroutine()
 				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: ctxTimeouts})
-				var hooked atomic.Int64
-				l := mustNew(t, c, p, fp.opt, WithTimeout(faultTimeout), WithPrefix(uniquePrefix(t)),
-					WithErrorHandler(func(err error) {
-						if !errors.Is(err, ErrUnavailable) {
-							t.Errorf("hook got %v, want an error wrapping ErrUnavailable", err)
-						}
-						hooked.Add(1)
-					}))
+				logs := &logRecorder{}
+				l := mustNew(t, c, p, fp.opt, WithTimeout(faultTimeout), WithPrefix(uniquePrefix(t)), WithLogger(logs.logger()))
 
 				warmUp(t, l)
 
@@ -133,8 +127,13 @@ func TestKillRestart(t *testing.T) {
 				if r.errs != r.calls || !r.unavailable {
 					t.Errorf("Redis down: %d errors in %d calls (all ErrUnavailable: %t), want an ErrUnavailable error from every call", r.errs, r.calls, r.unavailable)
 				}
-				if hooked.Load() == 0 {
-					t.Error("Redis down: error hook never called")
+				for i := range logs.len() {
+					if err, _ := logs.attrs(i)["error"].Any().(error); !errors.Is(err, ErrUnavailable) {
+						t.Errorf("logged %v, want an error wrapping ErrUnavailable", err)
+					}
+				}
+				if logs.len() == 0 {
+					t.Error("Redis down: nothing logged")
 				}
 				switch fp.name {
 				case "open":
@@ -282,17 +281,17 @@ func TestBreaker(t *testing.T) {
 	srv, _ := startRedis(t)
 	before := runtime.NumGoroutine()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	var hooked atomic.Int64
+	logs := &logRecorder{}
 	const cooldown = 300 * time.Millisecond
 	l := mustNew(t, c, ratelimit.FixedWindowPolicy(100, time.Hour), WithFailurePolicy(FailClosed), WithBreaker(cooldown),
-		WithTimeout(faultTimeout), WithPrefix(uniquePrefix(t)), WithErrorHandler(func(error) { hooked.Add(1) }))
+		WithTimeout(faultTimeout), WithPrefix(uniquePrefix(t)), WithLogger(logs.logger()), WithErrorReportInterval(0))
 	warmUp(t, l)
 	srv.Kill()
 	if _, err := l.AllowN(bg(), "k", 1); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBreakerOpen) {
 		t.Fatalf("first call with Redis down: %v, want ErrUnavailable from Redis itself", err)
 	}
 	r := load(l, "k", 8, 2*cooldown)
-	t.Logf("breaker open: %d calls, slowest %v, %d errors reported", r.calls, r.slowest, hooked.Load())
+	t.Logf("breaker open: %d calls, slowest %v, %d errors reported", r.calls, r.slowest, logs.len())
 	if r.errs != r.calls || !r.unavailable || r.allowed != 0 {
 		t.Errorf("breaker open: %d calls, %d errors (ErrUnavailable: %t), %d allowed; want every call denied with ErrUnavailable", r.calls, r.errs, r.unavailable, r.allowed)
 	}
@@ -304,8 +303,8 @@ func TestBreaker(t *testing.T) {
 	if want := int64(8 * 2 * cooldown / faultTimeout); r.calls < want {
 		t.Errorf("%d calls in %v from 8 goroutines, want at least %d: the breaker did not answer at once", r.calls, 2*cooldown, want)
 	}
-	if n := hooked.Load(); n > 6 {
-		t.Errorf("error handler called %d times, want only for calls that tried Redis (about one per cooldown)", n)
+	if n := logs.len(); n > 6 {
+		t.Errorf("%d errors logged, want only for calls that tried Redis (about one per cooldown)", n)
 	}
 	srv.Restart(t)
 	deadline := time.Now().Add(5 * time.Second)

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -150,4 +151,67 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-func init() { redis.SetLogger(quietLogger{}) }
+// init quiets go-redis's logger and the default slog logger: the tests
+// that make Redis fail would otherwise fill the output with reports. Tests
+// that check the reports give their limiter a logger of their own.
+func init() {
+	redis.SetLogger(quietLogger{})
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+}
+
+// logRecorder is a slog.Handler that keeps every record it is given.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.records = append(h.records, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+
+// logger returns a logger writing to h.
+func (h *logRecorder) logger() *slog.Logger { return slog.New(h) }
+
+// len returns the number of records.
+func (h *logRecorder) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.records)
+}
+
+// attrs returns the attributes of record i by key.
+func (h *logRecorder) attrs(i int) map[string]slog.Value {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := map[string]slog.Value{}
+	h.records[i].Attrs(func(a slog.Attr) bool {
+		m[a.Key] = a.Value
+		return true
+	})
+	return m
+}
+
+// texts returns every record as text: the message and each attribute, its
+// value formatted with %v, %+v and %#v.
+func (h *logRecorder) texts() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.records {
+		out = append(out, r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			v := a.Value.Any()
+			out = append(out, a.Key, fmt.Sprintf("%v", v), fmt.Sprintf("%+v", v), fmt.Sprintf("%#v", v))
+			return true
+		})
+	}
+	return out
+}

@@ -56,16 +56,6 @@ func (l *Limiter) Key(key string) string {
 	return l.prefix + string(b[:])
 }
 
-// WithPlainKeys stores each key's state under a Redis key name holding the
-// key as given (prefix + code + ":" + fingerprint + ":{" + key + "}")
-// instead of its digest: readable with redis-cli, and the caller chooses
-// the Cluster hash tag, but any secret in the key (an API key, a session
-// token) is then visible to whoever can list Redis keys, and long keys make
-// long names.
-func WithPlainKeys() Option {
-	return optionFunc(func(c *config) { c.plain = true })
-}
-
 // KeyDigest returns the digest of key that the errors of a [Limiter] show
 // in place of the key ("sha256:" and 12 hex digits), so that an operator
 // can match an error to a known key: keys may be API keys, and no error

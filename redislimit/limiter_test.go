@@ -27,21 +27,24 @@ func TestNewValidation(t *testing.T) {
 	}{
 		{"ok", ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 10), nil, ""},
 		{"invalid policy", ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 0), nil, "capacity"},
-		{"zero policy", ratelimit.Policy{}, nil, "unknown algorithm"},
-		{"sub-microsecond period", ratelimit.FixedWindowPolicy(10, 1500*time.Nanosecond), nil, "Period 1.5µs is not a whole number of microseconds"},
-		{"nanosecond leak", ratelimit.LeakyBucketPolicy(10, time.Nanosecond), nil, "Period 1ns"},
+		{"zero policy", ratelimit.Policy{}, nil, "algorithm"},
+		{"sub-microsecond period", ratelimit.FixedWindowPolicy(10, 1500*time.Nanosecond), nil, "Policy.Period must be a whole number of microseconds (Redis keeps time in integer microseconds), got 1.5µs"},
+		{"nanosecond leak", ratelimit.LeakyBucketPolicy(10, time.Nanosecond), nil, "got 1ns"},
 		{"token bucket overflows 2^52", ratelimit.TokenBucketPolicy(ratelimit.Per(1000, time.Microsecond), 1<<53), nil, "Limit (capacity)"},
 		{"token bucket at the edge", ratelimit.TokenBucketPolicy(ratelimit.Per(1000, time.Microsecond), 1<<51), nil, ""},
 		{"token bucket overflows in memory", ratelimit.TokenBucketPolicy(ratelimit.Per(1, 999_999_937*time.Microsecond), 1<<30), nil, "capacity"},
 		{"leaky bucket overflows", ratelimit.LeakyBucketPolicy(1<<40, time.Hour), nil, "capacity"},
-		{"sliding counter overflows", ratelimit.SlidingCounterPolicy(1_000_000, 24*time.Hour), nil, "exceeds 2^53"},
+		{"sliding counter overflows", ratelimit.SlidingCounterPolicy(1_000_000, 24*time.Hour), nil, "below 2^53"},
 		{"sliding counter at the edge", ratelimit.SlidingCounterPolicy(1_000_000, 2*time.Hour), nil, ""},
 		{"prefix with a brace", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithPrefix("a{b}:")}, "WithPrefix"},
-		{"zero timeout", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithTimeout(0)}, "WithTimeout"},
+		{"zero timeout", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithTimeout(0)}, "ratelimit: invalid configuration: redislimit.WithTimeout must be positive, got 0s"},
+		{"negative breaker", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithBreaker(-time.Second)}, "redislimit.WithBreaker must not be negative, got -1s"},
+		{"typed nil observer", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithObserver((ratelimit.ObserverFunc)(nil))}, "redislimit.WithObserver: observer is a nil ratelimit.ObserverFunc"},
+		{"typed nil clock", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithClock((*manualClock)(nil))}, "redislimit.WithClock: clock is a nil *redislimit.manualClock"},
 		{"negative deny cache", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithDenyCache(-1)}, "WithDenyCache"},
 		{"no instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithLocalFallback(0)}, "WithLocalFallback"},
 		{"FailLocal without instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(FailLocal)}, "WithLocalFallback"},
-		{"unknown failure policy", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(9)}, "failure policy"},
+		{"unknown failure policy", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(9)}, "redislimit.WithFailurePolicy must be FailOpen, FailClosed or FailLocal, got FailurePolicy(9)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,8 +57,8 @@ func TestNewValidation(t *testing.T) {
 				t.Fatalf("New(%v) = nil error, want one containing %q", tt.p, tt.want)
 			case !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ratelimit.ErrInvalidConfig):
 				t.Fatalf("New(%v) = %v, want an ErrInvalidConfig containing %q", tt.p, err, tt.want)
-			case !strings.HasPrefix(err.Error(), "ratelimit:") && !strings.HasPrefix(err.Error(), "redislimit:"):
-				t.Fatalf("New(%v) = %q, want the package name first", tt.p, err)
+			case !strings.HasPrefix(err.Error(), "ratelimit: invalid configuration: "):
+				t.Fatalf("New(%v) = %q, want \"ratelimit: invalid configuration: \" first", tt.p, err)
 			}
 		})
 	}

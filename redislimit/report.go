@@ -3,7 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"sync"
@@ -14,93 +14,43 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// timeoutError is the cause when Redis did not answer within the
-// limiter's timeout. It matches context.DeadlineExceeded.
-type timeoutError struct{ d time.Duration }
-
-func (e *timeoutError) Error() string { return fmt.Sprintf("redislimit: no reply within %v", e.d) }
-func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
-
-// connectError is the cause when the call ran out of time while go-redis
-// was failing to connect (it retries a failed dial with backoff, so a
-// refused connection shows up as a timeout): it names the dial's error.
-type connectError struct {
-	d    time.Duration
-	dial error
-}
-
-func (e *connectError) Error() string {
-	return fmt.Sprintf("redislimit: cannot connect to redis (gave up after %v): %v", e.d, e.dial)
-}
-func (e *connectError) Unwrap() []error { return []error{e.dial, context.DeadlineExceeded} }
-
-// unavailableError wraps ErrUnavailable and the cause. It names the key by
-// a digest only: keys may be API keys.
-type unavailableError struct {
-	op, digest string
-	err        error
-}
-
-func (e *unavailableError) Error() string {
-	return fmt.Sprintf("redislimit: redis unavailable: %s (key %s): %v", e.op, e.digest, e.err)
-}
-func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
-
-// reportedError is what the error handler gets when earlier failures were
-// not reported to it (see [WithErrorHandler]).
-type reportedError struct {
-	err        error
-	suppressed int64
-}
-
-func (e *reportedError) Error() string {
-	return fmt.Sprintf("%v (and %d more failed calls since the last report)", e.err, e.suppressed)
-}
-func (e *reportedError) Unwrap() error { return e.err }
-
-// Suppressed returns how many failed calls a [Limiter] answered without
-// calling its error handler since the handler's previous call, when err is
-// an error the handler received; 0 otherwise. Each call of the handler thus
-// stands for 1 + Suppressed(err) failed calls.
-func Suppressed(err error) int64 {
-	var r *reportedError
-	if errors.As(err, &r) {
-		return r.suppressed
-	}
-	return 0
-}
-
-// reportEvery is the least time between two calls of a limiter's error
-// handler.
-const reportEvery = time.Second
-
-// reporter rate-limits calls of the error handler: at most one per
+// reporter throttles a limiter's error reports: at most one per
 // reportEvery, the others counted and their number passed with the next.
 type reporter struct {
-	last       atomic.Int64 // local mono ns + 1 of the last report; 0: none yet
+	logger     *slog.Logger // nil: slog.Default()
+	off        bool         // WithLogger(nil)
+	every      int64        // ns; 0: every failure but the breaker's
+	last       atomic.Int64 // local ns of the last report; 0: none yet
 	suppressed atomic.Int64
 }
 
-// report passes err to the error handler, or counts it. quiet says the
-// breaker answered the call: counted, never reported on its own.
-func (l *Limiter) report(err error, quiet bool) {
-	if l.onError == nil {
+// report logs err, the error of a call Redis could not decide, or counts
+// it. quiet says the breaker answered the call: counted, never reported on
+// its own.
+func (l *Limiter) report(ctx context.Context, err error, quiet bool) {
+	r := &l.rep
+	if r.off {
 		return
 	}
 	if quiet {
-		l.rep.suppressed.Add(1)
+		r.suppressed.Add(1)
 		return
 	}
-	now := l.mono() + 1
-	last := l.rep.last.Load()
-	if (last != 0 && now-last < int64(reportEvery)) || !l.rep.last.CompareAndSwap(last, now) {
-		l.rep.suppressed.Add(1)
+	now := l.ts.Now()
+	last := r.last.Load()
+	if (last != 0 && now-last < r.every) || !r.last.CompareAndSwap(last, now) {
+		r.suppressed.Add(1)
 		return
 	}
-	if n := l.rep.suppressed.Swap(0); n > 0 {
-		err = &reportedError{err: err, suppressed: n}
+	logger := r.logger
+	if logger == nil {
+		logger = slog.Default()
 	}
-	l.onError(err)
+	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
+		slog.String("limit", l.name),
+		slog.String("algorithm", l.policy.Algorithm.String()),
+		slog.Any("error", err),
+		slog.Int64("suppressed", r.suppressed.Swap(0)))
 }
 
 // cause turns the error of a call that tried Redis into the truthful

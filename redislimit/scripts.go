@@ -2,12 +2,12 @@ package redislimit
 
 import (
 	_ "embed"
-	"fmt"
 	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
 )
 
 // The Lua scripts, one decision script and one refund script per algorithm,
@@ -73,7 +73,8 @@ const maxState = 1 << 52
 
 // scripts is what one algorithm runs on Redis: its two scripts, the key
 // suffix that keeps algorithms apart, and the policy's parameters as script
-// arguments (after now, n and, for decisions, commit).
+// arguments (after now and n, at the same positions in both scripts; a
+// decision script takes its commit flag after them).
 type scripts struct {
 	decide, refund *redis.Script
 	code           string // key infix: tb, lb, fw, sl, sc
@@ -81,48 +82,50 @@ type scripts struct {
 	exactRetry     bool // whether "denied until now+RetryAfter" may be cached
 }
 
-// compile validates p for Redis and returns its scripts. Beyond
-// p.Validate, Period must be a whole number of microseconds, and the
+// scriptsFor validates pol for Redis and returns its scripts. Beyond
+// pol.Validate, Period must be a whole number of microseconds, and the
 // integers the scripts compute must stay below 2^53.
-func compile(p ratelimit.Policy) (scripts, error) {
-	if err := p.Validate(); err != nil {
-		return scripts{}, fmt.Errorf("redislimit: %w", err)
+func scriptsFor(pol ratelimit.Policy) (scripts, error) {
+	if err := pol.Validate(); err != nil {
+		return scripts{}, err
 	}
-	if p.Period%time.Microsecond != 0 {
-		return scripts{}, configError("Period %v is not a whole number of microseconds (Redis keeps time in integer microseconds)", p.Period)
+	if pol.Period%time.Microsecond != 0 {
+		return scripts{}, invalid("New: Policy.Period must be a whole number of microseconds (Redis keeps time in integer microseconds), got %v", pol.Period)
 	}
-	per := int64(p.Period / time.Microsecond)
-	limit := int64(p.Limit)
-	switch p.Algorithm {
+	per := int64(pol.Period / time.Microsecond)
+	limit := int64(pol.Limit)
+	switch pol.Algorithm {
 	case ratelimit.FixedWindowAlgorithm, ratelimit.SlidingLogAlgorithm, ratelimit.SlidingCounterAlgorithm:
 		// Window indexes, ends and (sliding counter) the times the
 		// estimate multiplies stay exact only for windows below 2^52 µs.
 		if per > maxState {
-			return scripts{}, configError("Period (window) %v exceeds 2^52 µs, the longest window Redis Lua handles exactly", p.Period)
+			return scripts{}, invalid("New: Policy.Period (window) must be at most 2^52 µs, the longest window Redis Lua handles exactly, got %v", pol.Period)
 		}
 	}
-	switch p.Algorithm {
+	switch pol.Algorithm {
 	case ratelimit.TokenBucketAlgorithm:
-		g := gcd(int64(p.Refill), per)
-		r, u := int64(p.Refill)/g, per/g
+		// The scripts count tokens in units of 1/p token, of which one
+		// microsecond refills r: r/p is Refill/Period(µs) in lowest terms.
+		g := errs.GCD(int64(pol.Refill), per)
+		r, p := int64(pol.Refill)/g, per/g
 		// Units in a full bucket, plus the refill per µs that the
 		// arithmetic adds on top, must stay exact.
-		if limit > (maxState-2*r)/u {
-			return scripts{}, configError("Limit (capacity) %d with Refill %d per %v needs %d-bit integers on Redis (at most 2^52): use a smaller capacity or a coarser rate",
-				p.Limit, p.Refill, p.Period, bitsOf(limit, u))
+		if limit > (maxState-2*r)/p {
+			return scripts{}, invalid("New: Policy.Limit (capacity) with Refill %d per %v must fit 2^52 units on Redis: use a smaller capacity or a coarser rate, got %d (%d-bit)",
+				pol.Refill, pol.Period, pol.Limit, bitsOf(limit, p))
 		}
 		return scripts{decide: tokenBucketScript, refund: tokenBucketRefundScript, code: "tb",
-			params: []any{limit, r, u}, exactRetry: true}, nil
+			params: []any{limit, r, p}, exactRetry: true}, nil
 	case ratelimit.LeakyBucketAlgorithm:
 		if limit > maxState/per {
-			return scripts{}, configError("Limit (capacity) %d x Period (leakEvery) %v exceeds 2^52 µs, the longest bucket Redis Lua handles exactly", p.Limit, p.Period)
+			return scripts{}, invalid("New: Policy.Limit (capacity) x Period (leakEvery) must be at most 2^52 µs, the longest bucket Redis Lua handles exactly, got %d x %v", pol.Limit, pol.Period)
 		}
 		return scripts{decide: leakyBucketScript, refund: leakyBucketRefundScript, code: "lb",
 			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.FixedWindowAlgorithm:
 		// count + n, both at most limit, must stay exact.
 		if limit > maxState {
-			return scripts{}, configError("Limit %d exceeds 2^52, the largest fixed window limit Redis Lua counts exactly", p.Limit)
+			return scripts{}, invalid("New: Policy.Limit must be at most 2^52, the largest fixed window limit Redis Lua counts exactly, got %d", pol.Limit)
 		}
 		return scripts{decide: fixedWindowScript, refund: fixedWindowRefundScript, code: "fw",
 			params: []any{limit, per}, exactRetry: true}, nil
@@ -130,7 +133,7 @@ func compile(p ratelimit.Policy) (scripts, error) {
 		// total + n, both at most limit, and the log's cumulative counts
 		// (base + at most limit, base kept at most 2^52) must stay exact.
 		if limit > maxState {
-			return scripts{}, configError("Limit %d exceeds 2^52, the largest sliding log limit Redis Lua counts exactly", p.Limit)
+			return scripts{}, invalid("New: Policy.Limit must be at most 2^52, the largest sliding log limit Redis Lua counts exactly, got %d", pol.Limit)
 		}
 		return scripts{decide: slidingLogScript, refund: slidingLogRefundScript, code: "sl",
 			params: []any{limit, per}, exactRetry: true}, nil
@@ -138,29 +141,16 @@ func compile(p ratelimit.Policy) (scripts, error) {
 		// The estimate multiplies counts (at most limit) by times within a
 		// window (at most window µs); window ends are now + 2 windows.
 		if limit > (maxExact-1)/per {
-			return scripts{}, configError("Limit %d x Period (window) %v = %.3g exceeds 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window",
-				p.Limit, p.Period, float64(limit)*float64(per))
+			return scripts{}, invalid("New: Policy.Limit x Period (window) must be below 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window, got %d x %v = %.3g",
+				pol.Limit, pol.Period, float64(limit)*float64(per))
 		}
 		return scripts{decide: slidingCounterScript, refund: slidingCounterRefundScript, code: "sc",
 			params: []any{limit, per}, exactRetry: false}, nil
 	}
-	return scripts{}, configError("unknown algorithm %v", p.Algorithm)
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
+	return scripts{}, invalid("New: Policy.Algorithm must be one of the five algorithms, got %v", pol.Algorithm)
 }
 
 // bitsOf returns the number of bits of a*b, for error messages.
 func bitsOf(a, b int64) int {
 	return int(math.Ceil(math.Log2(float64(a)*float64(b) + 1)))
-}
-
-// configError reports a policy or option that cannot run on Redis. It
-// wraps ratelimit.ErrInvalidConfig.
-func configError(format string, args ...any) error {
-	return fmt.Errorf("redislimit: %w: %s", ratelimit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 }

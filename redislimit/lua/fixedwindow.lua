@@ -2,28 +2,28 @@
 -- to multiples of the window length since the Unix epoch.
 --
 -- KEYS[1]  string "<k> <count>": the index of the counted window and its count
--- ARGV     now (µs or ""), n, commit (1/0), limit, window (µs)
+-- ARGV     now (µs or ""), n, limit, window (µs), commit (1/0)
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
-local commit = ARGV[3] == '1'
-local max = tonumber(ARGV[4])
-local w = tonumber(ARGV[5])
+local limit = tonumber(ARGV[3])
+local w = tonumber(ARGV[4])
+local commit = ARGV[5] == '1'
 
-local sk, count = fwLoad(key, now, max, w)
+local storedK, count = fwLoad(key, now, limit, w)
 
 local k = fdiv(now, w)
 local at = now
-if k > sk then
+if k > storedK then
   count = 0
-elseif k < sk then
+elseif k < storedK then
   -- Time ran backwards (by at most maxSkew: see fwLoad): stay in the
   -- newer window.
-  k = sk
+  k = storedK
   at = k * w
 end
 local untilEnd = (k + 1) * w - at
-if count + n <= max then
+if count + n <= limit then
   if commit then
     -- Idle once the window has passed.
     redis.call('SET', key, int(k) .. ' ' .. int(count + n), 'PX', ttl((k + 1) * w - now))
@@ -32,6 +32,6 @@ if count + n <= max then
   if count + n > 0 then
     reset = untilEnd
   end
-  return {1, max - count - n, 0, reset}
+  return {1, limit - count - n, 0, reset}
 end
-return {0, math.max(max - count, 0), untilEnd, untilEnd}
+return {0, math.max(limit - count, 0), untilEnd, untilEnd}

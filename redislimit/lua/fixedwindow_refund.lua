@@ -5,12 +5,14 @@
 -- ARGV     now (µs or ""), n, limit, window (µs)
 local key = KEYS[1]
 local now = clock()
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local k, stored = fwLoad(key, now, tonumber(ARGV[3]), w)
+local k, stored = fwLoad(key, now, limit, w)
 if fdiv(now, w) ~= k or stored == 0 then
   return 0
 end
-local count = math.max(stored - tonumber(ARGV[2]), 0)
+local count = math.max(stored - n, 0)
 if count == 0 then
   redis.call('DEL', key)
 else

@@ -3,13 +3,14 @@
 -- `every` µs of level, and the bucket holds span = capacity*every µs at most.
 --
 -- KEYS[1]  string: Unix µs at which the bucket is empty
--- ARGV     now (µs or ""), n, commit (1/0), capacity, every (µs)
+-- ARGV     now (µs or ""), n, capacity, every (µs), commit (1/0)
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
-local commit = ARGV[3] == '1'
-local every = tonumber(ARGV[5])
-local span = tonumber(ARGV[4]) * every
+local capacity = tonumber(ARGV[3])
+local every = tonumber(ARGV[4])
+local commit = ARGV[5] == '1'
+local span = capacity * every
 
 local empty = lbLoad(key, now, span)
 local level = math.max(empty - now, 0)

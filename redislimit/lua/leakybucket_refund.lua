@@ -5,12 +5,14 @@
 -- ARGV     now (µs or ""), n, capacity, every (µs)
 local key = KEYS[1]
 local now = clock()
+local n = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
-local empty = lbLoad(key, now, tonumber(ARGV[3]) * every)
+local empty = lbLoad(key, now, capacity * every)
 if empty <= now then
   return 0
 end
-empty = empty - tonumber(ARGV[2]) * every
+empty = empty - n * every
 if empty <= now then
   redis.call('DEL', key)
 else

@@ -35,19 +35,28 @@ local function cdiv(a, b)
   return q
 end
 
--- slack is added to every TTL. With time passed in by the caller (ARGV[1])
--- the Redis server's clock, which runs the TTLs, is not the clock that
--- decides: state is then kept one minute past idle, so that callers whose
--- clocks lag by up to that much, or a paused test clock, still find it.
-local slack = 0
+-- Every script's ARGV begins with now and n, then the policy's parameters
+-- (the same positions in a decision script and its refund script), then, in
+-- decision scripts, the commit flag.
+--
+-- clientNow is ARGV[1], the decision time the caller passed (Unix µs), or
+-- nil for the Redis server's clock.
+local clientNow = tonumber(ARGV[1])
 
--- clock returns the decision time in Unix microseconds: ARGV[1] when the
--- caller passed one, the Redis server's clock otherwise.
+-- slack is added to every TTL. With time passed in by the caller the Redis
+-- server's clock, which runs the TTLs, is not the clock that decides: state
+-- is then kept one minute past idle, so that callers whose clocks lag by up
+-- to that much, or a paused test clock, still find it.
+local slack = 0
+if clientNow then
+  slack = 60000000
+end
+
+-- clock returns the decision time in Unix microseconds: the caller's when
+-- it passed one, the Redis server's clock otherwise.
 local function clock()
-  local now = tonumber(ARGV[1])
-  if now then
-    slack = 60000000
-    return now
+  if clientNow then
+    return clientNow
   end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -138,10 +147,11 @@ local function fields(v, count)
   return nil
 end
 
--- windowOK reports whether a stored window index sk may be honoured at now
--- with windows of w µs: a past or current window, or the next one when it
--- starts within maxSkew (a clock that stepped back across a boundary).
-local function windowOK(sk, now, w)
+-- windowOK reports whether a stored window index storedK may be honoured
+-- at now with windows of w µs: a past or current window, or the next one
+-- when it starts within maxSkew (a clock that stepped back across a
+-- boundary).
+local function windowOK(storedK, now, w)
   local k = fdiv(now, w)
-  return sk <= k or (sk == k + 1 and sk * w - now <= maxSkew)
+  return storedK <= k or (storedK == k + 1 and storedK * w - now <= maxSkew)
 end

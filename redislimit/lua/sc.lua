@@ -1,12 +1,15 @@
 -- sc.lua: the state helpers of the sliding counter scripts, placed between
 -- the prelude and each script.
 
--- scLoad returns a sliding counter's valid state "<k> <cur> <prev>" at key,
--- or the fresh state: no events in this window or the previous.
-local function scLoad(key, now, max, w)
-  local sk, sc, sp = fields(load(key), 3)
-  if sk and sc >= 0 and sc <= max and sp >= 0 and sp <= max and windowOK(sk, now, w) then
-    return sk, sc, sp
+-- scLoad returns a sliding counter's valid state "<k> <cur> <prev>" at key
+-- (the index of the newest window counted, its count and the previous
+-- window's count), or the fresh state: no events in this window or the
+-- previous.
+local function scLoad(key, now, limit, w)
+  local storedK, storedCur, storedPrev = fields(load(key), 3)
+  if storedK and storedCur >= 0 and storedCur <= limit and storedPrev >= 0 and storedPrev <= limit
+      and windowOK(storedK, now, w) then
+    return storedK, storedCur, storedPrev
   end
   return fdiv(now, w), 0, 0
 end

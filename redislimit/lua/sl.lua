@@ -53,13 +53,13 @@ local function slEntry(key, r)
 end
 
 -- slLoad reads the sliding log at key as seen at now with window w and
--- limit max, marking its expired entries dead. It returns base, the number
+-- limit limit, marking its expired entries dead. It returns base, the number
 -- of live entries, the newest entry's time and cum; with no live entries,
 -- 0, 0, 0, 0 and no key. A log that is not one (another type, another
--- layout, counts beyond max, a newest entry more than min(w, maxSkew) in the
+-- layout, counts beyond limit, a newest entry more than min(w, maxSkew) in the
 -- future) is removed and read as empty. UNLINK frees a large key off
 -- Redis's main thread.
-local function slLoad(key, now, max, w)
+local function slLoad(key, now, limit, w)
   local card = redis.pcall('ZCARD', key)
   if type(card) ~= 'number' then
     redis.call('DEL', key) -- another type
@@ -82,7 +82,7 @@ local function slLoad(key, now, max, w)
   local last = card - 1
   local entries = last - rb
   local lastTS, lastCum = slEntry(key, last)
-  if entries < 1 or not lastTS or not lastCum or lastCum - base < entries or lastCum - base > max
+  if entries < 1 or not lastTS or not lastCum or lastCum - base < entries or lastCum - base > limit
       or lastTS - now > math.min(w, maxSkew) then
     slRemove(key)
     return 0, 0, 0, 0

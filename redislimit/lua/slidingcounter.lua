@@ -4,27 +4,27 @@
 --
 -- KEYS[1]  string "<k> <cur> <prev>": the index of the current window, its
 --          count and the previous window's count
--- ARGV     now (µs or ""), n, commit (1/0), limit, window (µs)
+-- ARGV     now (µs or ""), n, limit, window (µs), commit (1/0)
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
-local commit = ARGV[3] == '1'
-local max = tonumber(ARGV[4])
-local w = tonumber(ARGV[5])
+local limit = tonumber(ARGV[3])
+local w = tonumber(ARGV[4])
+local commit = ARGV[5] == '1'
 
-local sk, sc, sp = scLoad(key, now, max, w)
+local storedK, storedCur, storedPrev = scLoad(key, now, limit, w)
 
 -- roll: the state as seen at now, and the time elapsed in window k.
 local k = fdiv(now, w)
 local cur, prev, e = 0, 0, now - k * w
-if k == sk then
-  cur, prev = sc, sp
-elseif k == sk + 1 then
-  prev = sc
-elseif k < sk then
+if k == storedK then
+  cur, prev = storedCur, storedPrev
+elseif k == storedK + 1 then
+  prev = storedCur
+elseif k < storedK then
   -- Time ran backwards (by at most maxSkew: see scLoad): stay at the
   -- start of the newer window.
-  k, cur, prev, e = sk, sc, sp, 0
+  k, cur, prev, e = storedK, storedCur, storedPrev, 0
 end
 
 local function resetAfter(c, p)
@@ -36,8 +36,26 @@ local function resetAfter(c, p)
   return 0
 end
 
--- Remaining is the largest m with prev*(w-e)/w + cur + m <= max.
-local rem = max - cur - cdiv(prev * (w - e), w)
+-- retryAfter returns how long until n events fit if nothing else arrives.
+-- Mirrors slidingCounterAlg.retryAfter.
+local function retryAfter()
+  if cur + n <= limit then
+    -- In this window, at the first e2 with prev*(w-e2) <= (limit-cur-n)*w.
+    local e2 = w - math.min(fdiv((limit - cur - n) * w, prev), w)
+    if e2 < w then
+      return e2 - e
+    end
+  end
+  -- In the next window, where cur becomes the previous count.
+  if cur == 0 then
+    return w - e
+  end
+  local e2 = w - math.min(fdiv(math.max(limit - n, 0) * w, cur), w)
+  return w - e + e2
+end
+
+-- Remaining is the largest m with prev*(w-e)/w + cur + m <= limit.
+local rem = limit - cur - cdiv(prev * (w - e), w)
 if n <= rem then
   if commit then
     -- Idle once two windows have started since k.
@@ -45,25 +63,4 @@ if n <= rem then
   end
   return {1, rem - n, 0, resetAfter(cur + n, prev)}
 end
-
--- retryAfter: how long until n events fit if nothing else arrives.
-local retry
-local done = false
-if cur + n <= max then
-  -- In this window, at the first e2 with prev*(w-e2) <= (max-cur-n)*w.
-  local e2 = w - math.min(fdiv((max - cur - n) * w, prev), w)
-  if e2 < w then
-    retry = e2 - e
-    done = true
-  end
-end
-if not done then
-  -- In the next window, where cur becomes the previous count.
-  if cur == 0 then
-    retry = w - e
-  else
-    local e2 = w - math.min(fdiv(math.max(max - n, 0) * w, cur), w)
-    retry = w - e + e2
-  end
-end
-return {0, math.max(rem, 0), math.max(retry, 1), resetAfter(cur, prev)}
+return {0, math.max(rem, 0), math.max(retryAfter(), 1), resetAfter(cur, prev)}

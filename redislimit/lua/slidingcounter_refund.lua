@@ -6,26 +6,27 @@
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local sk, sc, sp = scLoad(key, now, tonumber(ARGV[3]), w)
-if sc == 0 and sp == 0 then
+local storedK, storedCur, storedPrev = scLoad(key, now, limit, w)
+if storedCur == 0 and storedPrev == 0 then
   return 0
 end
 local k = fdiv(now, w)
-if k == sk then
-  local cur = math.max(sc - n, 0)
-  if cur == 0 and sp == 0 then
+if k == storedK then
+  local cur = math.max(storedCur - n, 0)
+  if cur == 0 and storedPrev == 0 then
     redis.call('DEL', key)
   elseif cur == 0 then
     -- Idle once window k has passed.
-    redis.call('SET', key, int(k) .. ' 0 ' .. int(sp), 'PX', ttl((k + 1) * w - now))
+    redis.call('SET', key, int(k) .. ' 0 ' .. int(storedPrev), 'PX', ttl((k + 1) * w - now))
   else
-    redis.call('SET', key, int(k) .. ' ' .. int(cur) .. ' ' .. int(sp), 'PX', ttl((k + 2) * w - now))
+    redis.call('SET', key, int(k) .. ' ' .. int(cur) .. ' ' .. int(storedPrev), 'PX', ttl((k + 2) * w - now))
   end
   return 1
-elseif k == sk + 1 then
+elseif k == storedK + 1 then
   -- Roll into window k: the refunded window becomes the previous one.
-  local prev = math.max(sc - n, 0)
+  local prev = math.max(storedCur - n, 0)
   if prev == 0 then
     redis.call('DEL', key)
   else

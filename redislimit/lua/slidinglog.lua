@@ -1,27 +1,27 @@
--- Sliding log decision. Mirrors slidingLogAlg.decide: at most max events in
+-- Sliding log decision. Mirrors slidingLogAlg.decide: at most limit events in
 -- any interval of length w; an entry is kept while ts > now - w.
 --
 -- KEYS[1]  sorted set: "b" scored base, then one member per entry named by
 --          its time (Unix µs) and scored with the events from base through
 --          it (see slLoad in the prelude). Events at the time of the newest
 --          entry, or earlier, merge into it, so there is at most one entry
---          per microsecond: at most max entries.
--- ARGV     now (µs or ""), n, commit (1/0), limit, window (µs)
+--          per microsecond: at most limit entries.
+-- ARGV     now (µs or ""), n, limit, window (µs), commit (1/0)
 --
 -- Every call costs O(log entries), plus the expired entries it drops, each
 -- dropped once: a denial, too, drops them (which changes no decision).
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
-local commit = ARGV[3] == '1'
-local max = tonumber(ARGV[4])
-local w = tonumber(ARGV[5])
+local limit = tonumber(ARGV[3])
+local w = tonumber(ARGV[4])
+local commit = ARGV[5] == '1'
 
-local base, entries, backTS, backCum = slLoad(key, now, max, w)
+local base, entries, backTS, backCum = slLoad(key, now, limit, w)
 local total = backCum - base
 
 local after = total + n
-if after <= max then
+if after <= limit then
   local reset = 0
   if after > 0 then
     local newest = now
@@ -47,16 +47,16 @@ if after <= max then
     -- Idle once the newest entry is w old.
     expire(key, newest + w - now)
   end
-  return {1, max - after, 0, reset}
+  return {1, limit - after, 0, reset}
 end
 
 -- Denied: the entry whose expiry frees enough room for n is the first whose
--- cum reaches base + (after - max).
-local found = redis.call('ZRANGEBYSCORE', key, int(base + (after - max)), '+inf', 'LIMIT', 0, 1)
+-- cum reaches base + (after - limit).
+local found = redis.call('ZRANGEBYSCORE', key, int(base + (after - limit)), '+inf', 'LIMIT', 0, 1)
 local ts = num(found[1])
 if not ts or ts > backTS then
   -- Only a forged log gets here; the next call finds it fresh.
   redis.call('DEL', key)
-  return {0, math.max(max - total, 0), w, w}
+  return {0, math.max(limit - total, 0), w, w}
 end
-return {0, math.max(max - total, 0), ts + w - now, backTS + w - now}
+return {0, math.max(limit - total, 0), ts + w - now, backTS + w - now}

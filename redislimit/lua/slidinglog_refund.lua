@@ -8,8 +8,9 @@
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local base, entries = slLoad(key, now, tonumber(ARGV[3]), w)
+local _, entries = slLoad(key, now, limit, w)
 if entries == 0 then
   return 0
 end

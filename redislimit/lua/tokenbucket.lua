@@ -5,14 +5,15 @@
 --
 -- KEYS[1]  string "<last> <debt>": the last update (Unix µs) and the debt,
 --          units missing from a full bucket
--- ARGV     now (µs, or "" for the server's TIME), n, commit (1/0), capacity, r, p
+-- ARGV     now (µs, or "" for the server's TIME), n, capacity, r, p, commit (1/0)
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
-local commit = ARGV[3] == '1'
-local r = tonumber(ARGV[5])
-local p = tonumber(ARGV[6])
-local full = tonumber(ARGV[4]) * p
+local capacity = tonumber(ARGV[3])
+local r = tonumber(ARGV[4])
+local p = tonumber(ARGV[5])
+local commit = ARGV[6] == '1'
+local full = capacity * p
 
 local last, debt = tbLoad(key, now, full, r)
 last, debt = tbRefill(last, debt, now, r)

@@ -6,9 +6,10 @@
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
+local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local last, debt = tbLoad(key, now, tonumber(ARGV[3]) * p, r)
+local last, debt = tbLoad(key, now, capacity * p, r)
 if debt == 0 then
   return 0
 end

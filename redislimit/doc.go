@@ -1,0 +1,163 @@
+// Package redislimit runs the rate-limiting policies of package ratelimit on
+// Redis, so that every instance of a service shares one limit per key
+// instead of each counting alone (N instances counting alone admit N times
+// the limit).
+//
+// It is a module of its own, so that go-redis comes only to the programs
+// that use Redis:
+//
+//	go get github.com/rlkit/ratelimit/redislimit
+//
+// A [Limiter] implements [ratelimit.KeyedLimiter] for any [ratelimit.Policy]
+// (token bucket, leaky bucket, fixed window, sliding log, sliding counter)
+// with the same Decisions as the in-memory [ratelimit.Keyed]. Each decision
+// is one Lua script, run atomically by Redis in one round trip: the check
+// and the consumption cannot interleave with another client's, and a denied
+// request stores nothing.
+//
+// # Time
+//
+// By default the scripts read the Redis server's clock (TIME), so clock skew
+// between application servers does not matter. [WithClientTime] passes the
+// limiter's own [ratelimit.Clock] instead (for tests, or to decide on the
+// callers' clocks: the clock's time at [New] plus the monotonic time since,
+// as the in-memory limiters read it). Redis Lua numbers are doubles, exact for integers below
+// 2^53, so the scripts work in integer microseconds: Unix time in
+// microseconds (about 1.8e15) fits, nanoseconds would not. As a consequence:
+//
+//   - a Policy's Period must be a whole number of microseconds, and its
+//     arithmetic must fit in 2^53 ([New] checks both and names the limit);
+//   - Decisions equal the in-memory ones whenever event times are whole
+//     microseconds (they always are with server time), except that
+//     RetryAfter and ResetAfter are rounded up to the microsecond: by the
+//     nested-ceiling identity ceil(ceil(a/b)/1000) = ceil(a/(1000b)), they
+//     are exactly the in-memory durations rounded up, never shorter.
+//
+// Unlike the in-memory limiters, which measure on the monotonic clock,
+// Redis limiters decide on the Redis server's wall clock (TIME), or with
+// [WithClientTime] on the callers' wall clocks: a step of that clock is
+// seen as time passing. A forward step refills buckets, ends windows and
+// ages sliding logs at once, so it mints at most one fresh quota per key
+// (the capacity, or one window's limit) however large the step: no state
+// holds more than that. A backward step of at most the policy's idle time
+// or one minute, whichever is less, mints nothing — windows do not reopen,
+// the scripts never move a key's state back in time — but withholds quota
+// until the clock has caught up with the state's time. Stored state
+// further ahead than that reads as fresh, as does state that is garbage,
+// of another Redis type or beyond the policy's bounds: a larger backward
+// step admits at most one fresh quota, and no stored state locks a key out
+// or keeps it longer than the policy's idle time plus that allowance. Run
+// Redis servers on NTP that slews rather than steps.
+//
+// The two homes agree while time does not run backwards. When it does,
+// both stay safe but may differ in detail: the in-memory limiter keeps
+// state that Redis has already let expire or never stored (a denial stores
+// nothing).
+//
+// # Keys
+//
+// The state of key K lives in one Redis key named
+// prefix + code + ":" + fingerprint + ":{" + digest(K) + "}", for example
+// "ratelimit:tb:53a22938:{6j_UO-HlfWLhY9rhn8dAvQ}" for the key "user:42"
+// under TokenBucketPolicy(Per(100, time.Minute), 20) ([Limiter.Key] returns
+// it). The code names the algorithm (tb, lb, fw, sl, sc) and the
+// fingerprint, 8 hex digits of SHA-256 over the policy's numbers, the
+// policy: limiters with different policies never read each other's state,
+// even on one prefix, and a changed policy starts every key fresh (with a
+// full quota) instead of misreading state kept under the old numbers.
+//
+// The digest is the first 128 bits of SHA-256(K), base64url (22
+// characters): keys are often API keys or session tokens, and whoever can
+// list Redis keys (a MONITOR, a backup, a shared instance) should not read
+// them; the names have a fixed length whatever the key. Note that a digest
+// hides a secret, not a guessable key: an IP address can be recovered from
+// its digest by trying them all. [WithPlainKeys] keeps K as given, for
+// readable names. The braces make the digest (or K) the Cluster hash tag:
+// it depends on K only, so one client's state under several limiters lands
+// on one node, and no script can fail with CROSSSLOT: every script touches
+// one key only. Every key carries a TTL that ends when its state becomes
+// idle (a full bucket, passed windows), so idle clients vanish from Redis
+// without changing any decision.
+//
+// A key takes about 88 bytes (leaky bucket) to 120 bytes (token bucket)
+// of Redis memory with a short prefix (the hashed name is 36 bytes plus
+// the prefix); a sliding log takes about 14 bytes per distinct microsecond
+// with events up to 128 of them, then about 125 (a sorted set, which keeps
+// every decision at O(log limit)), so at most about 125 x limit bytes.
+// Give Redis the memory, or run it with maxmemory-policy noeviction
+// (scripts then fail with OOM and the failure policy applies): an evicted
+// key would hand its client a fresh, full quota.
+//
+// # Failures
+//
+// When Redis cannot decide (down, slow, overloaded, a script error), a call
+// returns within the limiter's timeout ([WithTimeout], default 100ms) or
+// ctx's deadline, whichever is first, never later and never with a panic.
+// The Decision is then what the failure policy chose — [FailOpen] (the
+// default), [FailClosed] or a local in-memory fallback with a share of the
+// limit ([WithLocalFallback]) — and the error, wrapping [ErrUnavailable] and
+// the cause (a refused connection is reported as such, a timeout as a
+// timeout; never the key itself, only a digest), is returned and logged
+// through log/slog ([WithLogger]), at most once per
+// [WithErrorReportInterval] (with the number of failures not reported).
+//
+// # Metrics
+//
+// [WithObserver] reports every decision to a [ratelimit.Observer], one
+// Event per AllowN and per WaitN: admitted, denied, decided by the failure
+// policy (the breaker's answers included) or refused with an error, with
+// the name given by [WithName], the algorithm, and the latency round trip
+// included; never the key.
+//
+// The breaker is on by default ([WithBreaker], [DefaultBreakerCooldown]):
+// the first call that finds Redis unreachable pays the timeout, and the
+// following calls get the failure policy at once until a probe finds Redis
+// back. WithBreaker(0) makes every call try Redis and wait.
+//
+// Under FailOpen, AllowN returns an error and Allowed=true. The one correct
+// way to handle that is to act on Decision.Allowed whatever err says (the
+// Decision already applies the failure policy: serve the request) and to
+// count err (the limiter already logs it, rate-limited), never to turn
+// err into a failure of the request:
+//
+//	d, err := l.AllowN(ctx, key, 1)
+//	if err != nil {
+//		unavailable.Add(1) // a metric (or use WithObserver); the limiter logs
+//	}
+//	if !d.Allowed {
+//		return tooManyRequests(d.RetryAfter)
+//	}
+//	serve()
+//
+// A Decision made by the failure policy has made-up Remaining and
+// ResetAfter (Redis did not say); errors.Is(err, ErrUnavailable) tells the
+// two apart, for headers for example. A caller that wants its own policy
+// can branch on it too.
+//
+// The failure policy is for Redis failures only. A caller whose ctx is
+// done before Redis decides (it went away, or its deadline passed) gets a
+// denial with RetryAfter [CanceledRetryAfter] and ctx.Err(), whatever the
+// failure policy: nothing is admitted, reported or counted against Redis
+// by the breaker. So give ctx more time than the limiter's timeout, or a
+// slow Redis becomes a denial rather than the failure policy. A call
+// abandoned while in flight may still have been charged (see below).
+// Refunds ([Limiter.RefundN]) do not depend on ctx at all.
+//
+// A call that timed out may still have run on Redis, consuming its events;
+// so may a script go-redis retried after a lost reply (its MaxRetries): set
+// MaxRetries to -1 in the client options when exact accounting matters more
+// than riding out a dropped connection.
+//
+// # Throughput
+//
+// Concurrent decisions of one Limiter share round trips: calls that arrive
+// while a round trip is in flight go together in the next pipeline of
+// EVALSHAs (each script still atomic on its own). A lone caller pays one
+// round trip. Denials are remembered locally until their RetryAfter
+// ([WithDenyCache]), so a client hammering a denied key costs no round
+// trips. Create the go-redis client with ContextTimeoutEnabled: see
+// [WithTimeout].
+//
+// The scripts need Redis 5 or later (3.2 and 4 work too: the scripts ask for
+// effects replication themselves), standalone, Sentinel or Cluster.
+package redislimit

@@ -1,0 +1,89 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
+)
+
+var (
+	// ErrUnavailable is wrapped by every error a [Limiter] returns because
+	// Redis could not decide: a network error, a timeout, an error reply.
+	// The error also wraps the cause.
+	ErrUnavailable = errors.New("ratelimit: redis unavailable")
+	// ErrBreakerOpen is wrapped (with [ErrUnavailable]) by the errors of
+	// calls that a [Limiter] answered without trying Redis because a
+	// recent call found Redis unreachable (see [WithBreaker]).
+	ErrBreakerOpen = errors.New("ratelimit: breaker open")
+	// errNilContext is returned, with a denial, to a call given a nil
+	// context.
+	errNilContext = errors.New("ratelimit: nil context")
+	// errOverloaded is the cause when too many calls are queued.
+	errOverloaded = errors.New("too many calls waiting for redis")
+)
+
+// nError reports a WaitN or RefundN call with an n that can never be
+// admitted (or refunded), in the core's words.
+func nError(n, limit int) error {
+	if n <= 0 {
+		return errs.New(fmt.Sprintf("%s, got n=%d", ratelimit.ErrInvalidN.Error(), n), ratelimit.ErrInvalidN)
+	}
+	return errs.New(fmt.Sprintf("ratelimit: n=%d exceeds the limit %d", n, limit), ratelimit.ErrExceedsLimit)
+}
+
+// unavailableError wraps ErrUnavailable and the cause. It names the key by
+// a digest only: keys may be API keys.
+type unavailableError struct {
+	op, digest string
+	err        error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("%v: %s (key %s): %v", ErrUnavailable, e.op, e.digest, e.err)
+}
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// The causes below are wrapped in an unavailableError, which says
+// "ratelimit:" first: their own messages do not repeat it.
+
+// breakerError is the cause of a call answered while the breaker is open.
+type breakerError struct{ last error }
+
+func (e *breakerError) Error() string {
+	if e.last == nil {
+		return "breaker open"
+	}
+	return fmt.Sprintf("breaker open after: %v", e.last)
+}
+func (e *breakerError) Unwrap() error { return ErrBreakerOpen }
+
+// timeoutError is the cause when Redis did not answer within the
+// limiter's timeout. It matches context.DeadlineExceeded.
+type timeoutError struct{ d time.Duration }
+
+func (e *timeoutError) Error() string { return fmt.Sprintf("no reply within %v", e.d) }
+func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// connectError is the cause when the call ran out of time while go-redis
+// was failing to connect (it retries a failed dial with backoff, so a
+// refused connection shows up as a timeout): it names the dial's error.
+type connectError struct {
+	d    time.Duration
+	dial error
+}
+
+func (e *connectError) Error() string {
+	return fmt.Sprintf("cannot connect to redis (gave up after %v): %v", e.d, e.dial)
+}
+func (e *connectError) Unwrap() []error { return []error{e.dial, context.DeadlineExceeded} }
+
+// scriptError is the cause when a script's reply is not what it returns.
+type scriptError struct{ values int }
+
+func (e *scriptError) Error() string {
+	return fmt.Sprintf("script returned %d values, want 4", e.values)
+}

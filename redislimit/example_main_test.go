@@ -1,0 +1,62 @@
+package redislimit_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisAddr is the address of the Redis server the examples use: REDIS_ADDR,
+// or a redis-server that TestMain starts for them on a free port.
+var redisAddr = "localhost:6379"
+
+// TestMain starts a redis-server for the examples (unless REDIS_ADDR names
+// one) and stops it when they are done.
+func TestMain(m *testing.M) {
+	stop, err := startRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "examples:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func startRedis() (stop func(), err error) {
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		redisAddr = addr
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("redis-server (needed by the examples, or set REDIS_ADDR): %w", err)
+	}
+	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	redisAddr = "127.0.0.1:" + strconv.Itoa(port)
+	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c.Ping(context.Background()).Err() == nil {
+			return stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("redis-server on port %d does not answer", port)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+)
+
+// FailurePolicy says what a [Limiter] decides when Redis cannot.
+type FailurePolicy uint8
+
+const (
+	// FailOpen admits every request while Redis is unavailable: the
+	// Decision is allowed, with Remaining = Limit - n. The default: a
+	// Redis outage does not become an outage of the service.
+	FailOpen FailurePolicy = iota + 1
+	// FailClosed denies every request while Redis is unavailable, with
+	// Remaining 0 and RetryAfter [FailClosedRetryAfter].
+	FailClosed
+	// FailLocal decides with an in-memory [ratelimit.Keyed] limiter
+	// holding a share of the limit; see [WithLocalFallback], which
+	// selects it and gives the share.
+	FailLocal
+)
+
+// String returns "open", "closed" or "local".
+func (f FailurePolicy) String() string {
+	switch f {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", uint8(f))
+}
+
+// FailClosedRetryAfter is the RetryAfter of the Decisions a [FailClosed]
+// limiter returns while Redis is unavailable.
+const FailClosedRetryAfter = time.Second
+
+// CanceledRetryAfter is the RetryAfter of the Decision a [Limiter] returns
+// when the caller's ctx is done before Redis decides: nothing was decided,
+// and a second is what a [FailClosed] limiter announces for the same
+// reason (no answer).
+const CanceledRetryAfter = FailClosedRetryAfter
+
+// fail applies the failure policy to a call Redis could not decide.
+func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) (ratelimit.Decision, error) {
+	err := l.unavailable(ctx, op, key, cause)
+	limit := l.policy.Limit
+	if n <= 0 || n > limit {
+		return ratelimit.Decision{Limit: limit, RetryAfter: ratelimit.RetryNever}, err
+	}
+	switch l.failure {
+	case FailClosed:
+		return ratelimit.Decision{Limit: limit, RetryAfter: FailClosedRetryAfter}, err
+	case FailLocal:
+		d, _ := l.fallback.AllowN(ctx, key, n)
+		return d, err
+	}
+	return ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit - n}, err
+}
+
+// unavailable returns the error of a call Redis could not decide (not the
+// caller's cancellation: callers check that first), with its truthful
+// cause, and reports it.
+func (l *Limiter) unavailable(ctx context.Context, op, key string, cause error) error {
+	quiet := errors.Is(cause, ErrBreakerOpen)
+	err := &unavailableError{op: op, digest: KeyDigest(key), err: cause}
+	l.report(ctx, err, quiet)
+	return err
+}
+
+// localShare returns the policy one of instances processes runs when
+// Redis is down.
+func localShare(p ratelimit.Policy, instances int) (ratelimit.Policy, error) {
+	if instances == 1 {
+		return p, nil
+	}
+	p.Limit = max(p.Limit/instances, 1)
+	switch p.Algorithm {
+	case ratelimit.TokenBucketAlgorithm:
+		if p.Refill%instances == 0 {
+			p.Refill /= instances
+		} else {
+			p.Period *= time.Duration(instances)
+		}
+	case ratelimit.LeakyBucketAlgorithm:
+		p.Period *= time.Duration(instances)
+	}
+	if err := p.Validate(); err != nil {
+		return p, invalid("WithLocalFallback(%d) gives each instance a share of the policy that is invalid, %v: %v", instances, p, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidConfig.Error()+": "))
+	}
+	return p, nil
+}

@@ -1,0 +1,282 @@
+package redislimit
+
+import (
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/typednil"
+)
+
+// Defaults.
+const (
+	// DefaultPrefix is the key prefix unless [WithPrefix] says otherwise.
+	DefaultPrefix = "ratelimit:"
+	// DefaultTimeout bounds each call unless [WithTimeout] says otherwise.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultDenyCacheKeys is the number of denied keys remembered
+	// locally unless [WithDenyCache] says otherwise.
+	DefaultDenyCacheKeys = 10000
+)
+
+// Option configures a [Limiter]; pass options to [New].
+type Option interface {
+	apply(*config)
+}
+
+// config is what the options set; newConfig fills in the defaults and
+// checks it.
+type config struct {
+	prefix       string
+	timeout      time.Duration
+	failure      FailurePolicy
+	instances    int
+	instancesSet bool // WithLocalFallback gave instances
+	clock        ratelimit.Clock
+	clientTime   bool
+	cacheKeys    int
+	breaker      time.Duration
+	plain        bool
+	logger       *slog.Logger
+	loggerSet    bool // WithLogger was given (a nil logger then means silence)
+	reportEvery  time.Duration
+	observer     ratelimit.Observer
+	name         string
+	err          error // the first invalid option
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// setErr records err unless an earlier option was already invalid.
+func (c *config) setErr(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// invalid returns a configuration error whose detail, format, starts with
+// the name of an option or argument of New: "ratelimit: invalid
+// configuration: redislimit.WithTimeout must be positive, got 0s".
+func invalid(format string, args ...any) error {
+	return errs.Config(ratelimit.ErrInvalidConfig, "redislimit."+format, args...)
+}
+
+// newConfig applies opts over the defaults and checks the result.
+func newConfig(opts []Option) (config, error) {
+	cfg := config{
+		prefix:      DefaultPrefix,
+		timeout:     DefaultTimeout,
+		failure:     FailOpen,
+		cacheKeys:   DefaultDenyCacheKeys,
+		breaker:     DefaultBreakerCooldown,
+		reportEvery: DefaultErrorReportInterval,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return cfg, cfg.err
+	}
+	var err error
+	switch {
+	case strings.ContainsAny(cfg.prefix, "{}"):
+		err = invalid("WithPrefix must not contain '{' or '}', got %q", cfg.prefix)
+	case cfg.timeout <= 0:
+		err = invalid("WithTimeout must be positive, got %v", cfg.timeout)
+	case cfg.cacheKeys < 0:
+		err = invalid("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
+	case cfg.breaker < 0:
+		err = invalid("WithBreaker must not be negative, got %v", cfg.breaker)
+	case cfg.failure == FailLocal && !cfg.instancesSet:
+		err = invalid("WithFailurePolicy(FailLocal) needs the number of instances sharing the limit: use WithLocalFallback(instances)")
+	case cfg.failure == FailLocal && cfg.instances <= 0:
+		err = invalid("WithLocalFallback instances must be positive, got %d", cfg.instances)
+	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
+		err = invalid("WithFailurePolicy must be FailOpen, FailClosed or FailLocal, got %v", cfg.failure)
+	}
+	if !cfg.loggerSet {
+		cfg.logger = nil // slog.Default() at each report, so that a later slog.SetDefault counts
+	}
+	return cfg, err
+}
+
+// WithPrefix sets the prefix of every Redis key (default [DefaultPrefix]).
+// It must not contain '{' or '}', which would change the Cluster hash tag.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) { c.prefix = prefix })
+}
+
+// WithTimeout bounds each call to Redis (default [DefaultTimeout]); a
+// call also ends at ctx's deadline when that comes first.
+//
+// Set ContextTimeoutEnabled in the go-redis options: callers are bounded
+// either way, but with it go-redis also abandons I/O at the deadline
+// (freeing connections stuck on a hung server), and a lone caller can run
+// its round trip on its own goroutine, which saves two goroutine switches
+// of latency. Without it go-redis bounds its I/O by ReadTimeout and
+// WriteTimeout only, so each call is handed to a goroutine that may
+// outlive the caller's deadline.
+func WithTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.timeout = d })
+}
+
+// WithFailurePolicy sets what the limiter decides when Redis cannot:
+// [FailOpen] (the default), [FailClosed] or [FailLocal]. FailLocal needs
+// the number of instances that share the limit, which only
+// [WithLocalFallback] gives (it selects FailLocal itself): New returns an
+// error for FailLocal without it, rather than guess one instance and let
+// every instance admit the whole limit.
+func WithFailurePolicy(f FailurePolicy) Option {
+	return optionFunc(func(c *config) { c.failure = f })
+}
+
+// WithLocalFallback makes the limiter decide in memory while Redis is
+// unavailable ([FailLocal]), with the share of the policy that one of
+// instances processes should admit, so that instances processes together
+// admit about the limit rather than instances times it:
+//
+//   - token bucket: capacity/instances and refill rate/instances;
+//   - leaky bucket: capacity/instances, draining instances times slower;
+//   - window algorithms: limit/instances per window.
+//
+// Shares are rounded down but never below 1 (so with more instances than
+// the limit, each instance still admits one). The fallback starts empty
+// (full quota) and its state is not carried back to Redis.
+func WithLocalFallback(instances int) Option {
+	return optionFunc(func(c *config) { c.failure, c.instances, c.instancesSet = FailLocal, instances, true })
+}
+
+// DefaultErrorReportInterval is how often, at most, a [Limiter] logs that
+// Redis could not decide, unless [WithErrorReportInterval] says otherwise.
+const DefaultErrorReportInterval = 10 * time.Second
+
+// WithLogger sets where the limiter reports that Redis could not decide
+// (default [slog.Default] at the time of each report; nil turns the
+// reports off). A Redis that is down fails every call, so the reports are
+// throttled: at most one per [WithErrorReportInterval], at level Error,
+// with the message "ratelimit: redis unavailable" and the attributes
+// limit (the [WithName] name), algorithm, error (the error the caller
+// got, wrapping [ErrUnavailable]; it names the key by a digest,
+// [KeyDigest], never the key) and suppressed (how many failed calls were
+// not reported since the previous report, those the breaker answered
+// included). The caller's own cancellation is not reported. To see every
+// decision, errors included, use [WithObserver].
+func WithLogger(logger *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger, c.loggerSet = logger, true })
+}
+
+// WithErrorReportInterval sets how often, at most, the limiter reports to
+// its logger ([WithLogger]) that Redis could not decide (default
+// [DefaultErrorReportInterval]). d <= 0 reports every failed call but those
+// the breaker answered, which are counted in the next report.
+func WithErrorReportInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.reportEvery = max(d, 0) })
+}
+
+// WithObserver makes the limiter report every decision to o: one
+// [ratelimit.Event] per AllowN or Allow call (Redis's, the deny cache's or
+// the failure policy's, see [ratelimit.Outcome]) and one per WaitN or Wait
+// call when it returns, with Home [ratelimit.HomeRedis], the name from
+// [WithName], and Latency measured on the real clock, round trip
+// included. Peek and RefundN are not decisions and report nothing. Events
+// never hold the key. Observe runs on the caller's goroutine: it must be
+// fast and safe for concurrent use. A nil o reports nothing (the default);
+// a typed nil is an error.
+func WithObserver(o ratelimit.Observer) Option {
+	return optionFunc(func(c *config) {
+		if o != nil && typednil.Is(o) {
+			c.setErr(invalid("WithObserver: observer is a nil %T", o))
+			return
+		}
+		c.observer = o
+	})
+}
+
+// WithName names the limiter in the Events its observer receives and in
+// its error reports, such as "per-user" or "login". The name should come
+// from a small, fixed set: it becomes a metric attribute.
+func WithName(name string) Option {
+	return optionFunc(func(c *config) { c.name = name })
+}
+
+// WithClock sets the limiter's local clock: it times the deny cache, the
+// breaker's cooldown, the error reports' interval, WaitN's sleeps and the
+// local fallback, and, with [WithClientTime], the decisions themselves. By
+// default the real clock. Without WithClientTime, decisions use the Redis
+// server's time whatever this clock says. The observer's Latency is always
+// measured on the real clock. A typed nil clock is an error.
+func WithClock(c ratelimit.Clock) Option {
+	return optionFunc(func(o *config) {
+		if c != nil && typednil.Is(c) {
+			o.setErr(invalid("WithClock: clock is a nil %T", c))
+			return
+		}
+		o.clock = c
+	})
+}
+
+// WithClientTime makes the scripts decide at the limiter's local time,
+// truncated to the microsecond, instead of the Redis server's TIME: the
+// clock's time (see [WithClock]) when [New] ran plus the time elapsed since
+// on that clock (on the real clock, the monotonic time: a step of the wall
+// clock after New does not move it). Every process sharing keys must then
+// have synchronized clocks. Useful for deterministic tests.
+func WithClientTime() Option {
+	return optionFunc(func(o *config) { o.clientTime = true })
+}
+
+// WithDenyCache sets how many denied keys the limiter remembers locally
+// (default [DefaultDenyCacheKeys]; 0 disables the cache). A request for n
+// events on a key whose last request for the same n was denied with
+// RetryAfter r is denied locally, without a round trip, until r has
+// passed or, sooner, until the remembered Remaining may have grown. The
+// local Decision's RetryAfter and ResetAfter count down from the
+// remembered ones. Any admission or refund on the key through this
+// limiter forgets what was remembered for it.
+//
+// This is exact — the Decision is the one the server would return — for
+// the token bucket, leaky bucket, fixed window and sliding log, as long as
+// no refund intervenes on another instance (the conformance tests run with
+// the cache on). The sliding counter is not cached: its RetryAfter is
+// documented as an estimate.
+func WithDenyCache(maxKeys int) Option {
+	return optionFunc(func(o *config) { o.cacheKeys = maxKeys })
+}
+
+// WithPlainKeys stores each key's state under a Redis key name holding the
+// key as given (prefix + code + ":" + fingerprint + ":{" + key + "}")
+// instead of its digest: readable with redis-cli, and the caller chooses
+// the Cluster hash tag, but any secret in the key (an API key, a session
+// token) is then visible to whoever can list Redis keys, and long keys make
+// long names.
+func WithPlainKeys() Option {
+	return optionFunc(func(c *config) { c.plain = true })
+}
+
+// WithBreaker sets how long the limiter stops calling Redis after a call
+// finds it unreachable or too slow (an error reply does not count; nor
+// does a call ended by the caller's own ctx): meanwhile calls get the
+// failure policy's Decision at once, with an error wrapping
+// [ErrUnavailable] and [ErrBreakerOpen]; the observer ([WithObserver])
+// sees each of them as a Fallback, and the error reports ([WithLogger])
+// count them without logging each. After cooldown, one call at a time
+// tries Redis; the first success closes the breaker.
+//
+// On by default with [DefaultBreakerCooldown]: an outage costs one call
+// the timeout, not every call. WithBreaker(0) turns it off, so that every
+// call tries Redis and waits up to its timeout. One limiter spans every
+// node of a Redis Cluster, so one unreachable node opens the breaker for
+// the keys of the other nodes too.
+func WithBreaker(cooldown time.Duration) Option {
+	return optionFunc(func(o *config) { o.breaker = cooldown })
+}
+
+// DefaultBreakerCooldown is the breaker's cooldown unless [WithBreaker]
+// says otherwise.
+const DefaultBreakerCooldown = time.Second
