@@ -40,6 +40,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/errs"
 )
 
 // Limiter is implemented by every limiter in this package.
@@ -118,33 +120,17 @@ var (
 // a nil one.
 var errNilContext = errors.New("ratelimit: nil context")
 
-// configError reports a bad constructor argument.
+// configError reports a bad constructor argument or option. The detail
+// names it as package.Name, as in "ratelimit.WithMaxKeys must be positive,
+// got -1".
 func configError(format string, args ...any) error {
-	return &wrapError{msg: ErrInvalidConfig.Error() + ": " + fmt.Sprintf(format, args...), errs: []error{ErrInvalidConfig}}
+	return errs.Config(ErrInvalidConfig, format, args...)
 }
 
-// nError reports a WaitN call with an n that can never be admitted.
-func nError(n int, what string, limit int64) error {
+// nError reports a WaitN call with an n that no wait can admit under limit.
+func nError(n int, limit int64) error {
 	if n <= 0 {
-		return &wrapError{msg: fmt.Sprintf("%s, got n=%d", ErrInvalidN.Error(), n), errs: []error{ErrInvalidN}}
+		return errs.New(fmt.Sprintf("%s, got n=%d", ErrInvalidN.Error(), n), ErrInvalidN)
 	}
-	return &wrapError{msg: fmt.Sprintf("ratelimit: n=%d exceeds %s %d", n, what, limit), errs: []error{ErrExceedsLimit}}
+	return errs.New(fmt.Sprintf("ratelimit: n=%d exceeds the limit %d", n, limit), ErrExceedsLimit)
 }
-
-// deadlineError reports a wait that would outlast the context's deadline.
-func deadlineError(wait time.Duration) error {
-	return &wrapError{
-		msg:  fmt.Sprintf("%s (needs %v)", ErrDeadline.Error(), wait),
-		errs: []error{ErrDeadline, context.DeadlineExceeded},
-	}
-}
-
-// wrapError is an error with its own message that matches several sentinel
-// errors with errors.Is.
-type wrapError struct {
-	msg  string
-	errs []error
-}
-
-func (e *wrapError) Error() string   { return e.msg }
-func (e *wrapError) Unwrap() []error { return e.errs }
