@@ -108,7 +108,8 @@ func benchAllowSerial(b *testing.B, newLimiter func(...Option) (Limiter, error))
 	l := benchNew(b, newLimiter)
 	b.ReportAllocs()
 	admitted := 0
-	for b.Loop() {
+	b.ResetTimer()
+	for range b.N {
 		if l.Allow() {
 			admitted++
 		}
@@ -231,7 +232,8 @@ func BenchmarkObserver(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportAllocs()
-				for b.Loop() {
+				b.ResetTimer()
+				for range b.N {
 					_, _ = k.AllowN(ctx, "hot-key-01", 1)
 				}
 			})
