@@ -32,6 +32,53 @@
 // clock, so a wall-clock step neither mints nor destroys quota. Windows are
 // aligned to the Unix epoch using the wall time read when the limiter was
 // created plus monotonic time since.
+//
+// # Observing decisions
+//
+// [WithObserver] makes a limiter report every decision (allowed, denied,
+// refused with an error) to an [Observer], with the limiter's name
+// ([WithName]), its algorithm, where it keeps its state and the decision's
+// latency, but never the key. Package otellimit turns these reports into
+// OpenTelemetry metrics.
+//
+// # Testing
+//
+// Code that uses a limiter can be tested on fake time in two ways.
+//
+// Give the limiter a fake [Clock] with [WithClock]. A Clock is two methods,
+// Now and After, so a fake takes a few lines (a *clock.Mock from
+// github.com/benbjohnson/clock is one as it is):
+//
+//	type fakeClock struct{ now time.Time } // guard it with a mutex if goroutines share it
+//
+//	func (c *fakeClock) Now() time.Time { return c.now }
+//	func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+//		c.now = c.now.Add(d) // every wait ends at once, and time moves on
+//		ch := make(chan time.Time, 1)
+//		ch <- c.now
+//		return ch
+//	}
+//
+//	limiter, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 5,
+//		ratelimit.WithClock(&fakeClock{now: time.Unix(0, 0)}))
+//
+// Or, with Go 1.25 or later, use no WithClock at all and run the test in a
+// testing/synctest bubble: a limiter built inside the bubble reads the
+// bubble's fake time through the time package, and its Wait sleeps on it:
+//
+//	func TestWorker(t *testing.T) {
+//		synctest.Test(t, func(t *testing.T) {
+//			limiter, _ := ratelimit.NewTokenBucket(ratelimit.PerHour(1), 1)
+//			limiter.Allow()
+//			start := time.Now()
+//			_ = limiter.Wait(context.Background()) // returns at once in real time
+//			fmt.Println(time.Since(start))          // 1h0m0s of fake time
+//		})
+//	}
+//
+// TestExampleSynctest in this package's example_synctest_test.go is that
+// tutorial as a runnable test (an Example cannot call synctest.Test, which
+// needs a *testing.T).
 package ratelimit
 
 import (
