@@ -95,8 +95,8 @@ func (c *core[S, A]) init(ctor string, algo Algorithm, alg A, opts []Option) err
 
 // verdict is a Decision without its Limit, in int64 nanoseconds: what the
 // algorithms return. It has four fields so that the compiler keeps it in
-// registers; a five-field Decision is passed through memory, and copying it
-// through each layer measured as half the cost of Allow.
+// registers; a five-field Decision is passed through memory, which costs on
+// every layer it crosses (the figure is in benchmarks/README.md).
 type verdict struct {
 	ok           bool
 	remaining    int64
@@ -165,7 +165,11 @@ func (c *core[S, A]) allowN(n int) Decision {
 
 // decideNow decides n at the current time, reporting nothing.
 func (c *core[S, A]) decideNow(n int, act action) Decision {
-	now := c.ts.Now()
+	return c.decideAt(c.ts.Now(), n, act)
+}
+
+// decideAt decides n at now, reporting nothing.
+func (c *core[S, A]) decideAt(now int64, n int, act action) Decision {
 	c.mu.Lock()
 	v := decideN(c.alg, &c.st, now, n, act)
 	limit := c.alg.limit()
@@ -175,10 +179,11 @@ func (c *core[S, A]) decideNow(n int, act action) Decision {
 
 // allowNObserved is AllowN with an Observer: it times the decision on the
 // real clock and reports it. AllowN has no context, so the Observer gets
-// context.Background().
+// context.Background(). On the real clock the reading that starts the
+// timing is also the decision's time.
 func (c *core[S, A]) allowNObserved(n int) Decision {
 	start := time.Now()
-	d := c.decideNow(n, consume)
+	d := c.decideAt(c.ts.NowFrom(start), n, consume)
 	e := Event{Limit: c.name, Algorithm: c.algo, Home: HomeMemory, N: n, Decision: d}
 	switch {
 	case d.Allowed:

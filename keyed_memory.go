@@ -160,7 +160,7 @@ func (k *Keyed) AllowN(ctx context.Context, key string, n int) (Decision, error)
 // allowNObserved is AllowN with an Observer.
 func (k *Keyed) allowNObserved(ctx context.Context, key string, n int) (Decision, error) {
 	start := time.Now()
-	v, err := k.store.decide(k.ts.Now(), key, n, consume)
+	v, err := k.store.decide(k.ts.NowFrom(start), key, n, consume)
 	d := v.decision(int64(k.policy.Limit))
 	k.report(ctx, n, d, err, start)
 	return d, err

@@ -51,6 +51,16 @@ func (s *Source) Now() int64 {
 	return s.baseUnix + int64(s.clock.Now().Sub(s.base))
 }
 
+// NowFrom is Now for a caller that has just read the real clock into t
+// (time.Now), to time the call: on the real clock it reuses t instead of
+// reading the clock again. On another clock it is Now.
+func (s *Source) NowFrom(t time.Time) int64 {
+	if s.clock == nil {
+		return s.baseUnix + int64(t.Sub(s.base))
+	}
+	return s.baseUnix + int64(s.clock.Now().Sub(s.base))
+}
+
 // Time returns the current time as a time.Time from the clock.
 func (s *Source) Time() time.Time {
 	if s.clock == nil {
