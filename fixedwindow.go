@@ -64,11 +64,11 @@ func (w *FixedWindow) Wait(ctx context.Context) error { return w.c.waitN(ctx, 1)
 // It retries after each denied Decision's RetryAfter, so concurrent waiters
 // are not served in arrival order.
 //
-// It returns an error without waiting when n <= 0 ([ErrInvalidN]), when n
-// exceeds the limit ([ErrExceedsLimit]), or when the next retry would
-// outlast ctx's deadline ([ErrDeadline], which also matches
-// context.DeadlineExceeded). If ctx is done while waiting it returns
-// ctx.Err().
+// It returns an error at once when n <= 0 ([ErrInvalidN]) or n exceeds
+// the limit ([ErrExceedsLimit]), and without sleeping when the wait before
+// the next retry would outlast ctx's deadline ([ErrDeadline], which also
+// matches context.DeadlineExceeded). If ctx is done while waiting it
+// returns ctx.Err().
 func (w *FixedWindow) WaitN(ctx context.Context, n int) error { return w.c.waitN(ctx, n) }
 
 // SetLimit changes the number of events allowed per window. Events already

@@ -65,7 +65,7 @@ func (s *SlidingCounter) AllowN(n int) Decision { return s.c.allowN(n) }
 // Peek reports the Decision that AllowN(n) would return now, without
 // counting anything. Peek(0) reports the current quota: its Remaining is
 // how many events would be admitted right now, and its Allowed is false
-// only when [SlidingCounter.SetLimit] lowered the limit below the events of the current window and the weighted previous one.
+// only when [SlidingCounter.SetLimit] lowered the limit below its current estimate of the events in the window.
 func (s *SlidingCounter) Peek(n int) Decision { return s.c.peek(n) }
 
 // Limit returns the number of events allowed per window.
@@ -79,11 +79,11 @@ func (s *SlidingCounter) Wait(ctx context.Context) error { return s.c.waitN(ctx,
 // It retries after each denied Decision's RetryAfter, so concurrent waiters
 // are not served in arrival order.
 //
-// It returns an error without waiting when n <= 0 ([ErrInvalidN]), when n
-// exceeds the limit ([ErrExceedsLimit]), or when the next retry would
-// outlast ctx's deadline ([ErrDeadline], which also matches
-// context.DeadlineExceeded). If ctx is done while waiting it returns
-// ctx.Err().
+// It returns an error at once when n <= 0 ([ErrInvalidN]) or n exceeds
+// the limit ([ErrExceedsLimit]), and without sleeping when the wait before
+// the next retry would outlast ctx's deadline ([ErrDeadline], which also
+// matches context.DeadlineExceeded). If ctx is done while waiting it
+// returns ctx.Err().
 func (s *SlidingCounter) WaitN(ctx context.Context, n int) error { return s.c.waitN(ctx, n) }
 
 // SetLimit changes the number of events allowed per window. The counts of
