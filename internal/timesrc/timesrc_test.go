@@ -17,10 +17,10 @@ func (c *fixedClock) After(time.Duration) <-chan time.Time { return nil }
 // ignores t.
 func TestNowFromReusesTheRealClockReading(t *testing.T) {
 	t.Parallel()
-	real := New(nil)
+	rc := New(nil)
 	at := time.Now().Add(time.Hour)
-	assert.Equal(t, real.baseUnix+int64(at.Sub(real.base)), real.NowFrom(at))
-	assert.InDelta(t, at.UnixNano(), real.NowFrom(at), float64(time.Millisecond))
+	assert.Equal(t, rc.baseUnix+int64(at.Sub(rc.base)), rc.NowFrom(at))
+	assert.InDelta(t, at.UnixNano(), rc.NowFrom(at), float64(time.Millisecond))
 
 	start := time.Unix(1_700_000_000, 0)
 	c := &fixedClock{now: start}
