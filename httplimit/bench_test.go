@@ -51,6 +51,12 @@ func BenchmarkMiddleware(b *testing.B) {
 		{"ip-noheaders", func(b *testing.B) http.Handler {
 			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}}, WithHeaders(NoHeaders)).Handler(bare)
 		}},
+		{"ip-decision", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}}, WithDecisionInContext(true)).Handler(bare)
+		}},
+		{"ip-noheaders-decision", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}}, WithHeaders(NoHeaders), WithDecisionInContext(true)).Handler(bare)
+		}},
 		{"apikey+ip", func(b *testing.B) http.Handler {
 			return newMW(b, []Limit{
 				{Name: "key", Key: KeyByAPIKey(), Limiter: benchLimiter(b)},
@@ -66,7 +72,7 @@ func BenchmarkMiddleware(b *testing.B) {
 			r.Header.Set(HeaderAPIKey, "key-1")
 			w := &discardWriter{h: make(http.Header)}
 			b.ReportAllocs()
-			for b.Loop() {
+			for i := 0; i < b.N; i++ {
 				clear(w.h)
 				h.ServeHTTP(w, r)
 			}
@@ -129,8 +135,14 @@ func TestMiddlewareAllocs(t *testing.T) {
 			{Name: "key", Key: KeyByAPIKey(), Limiter: fixedLimiter{}},
 			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
 		}, NoHeaders, 1}, // ratelimit.AllowAll's own []Decision; the middleware adds none
+		// A shadow limit costs the context marking its limiter's calls as
+		// shadow (observe.WithShadow), and nothing more.
+		{"ip+shadow-noheaders", []Limit{
+			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
+			{Name: "trial", Key: KeyByIP(), Limiter: fixedLimiter{}, Shadow: true},
+		}, NoHeaders, 1},
 	} {
-		h := newMW(t, c.limits, WithHeaders(c.set)).Handler(bare)
+		h := newMW(t, c.limits, WithHeaders(c.set), WithLogger(nil)).Handler(bare)
 		w := &discardWriter{h: make(http.Header)}
 		h.ServeHTTP(w, r)
 		got := testing.AllocsPerRun(200, func() {
@@ -140,5 +152,24 @@ func TestMiddlewareAllocs(t *testing.T) {
 		if got > c.want {
 			t.Errorf("%s: %v allocations per request, want <= %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestDecisionInContextAllocs pins the cost of WithDecisionInContext: two
+// allocations per admitted request (the context holding the Result and
+// the request copy carrying it), on top of the headers'.
+func TestDecisionInContextAllocs(t *testing.T) {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "203.0.113.7:4711"
+	h := newMW(t, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}}, WithHeaders(NoHeaders), WithDecisionInContext(true)).
+		Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, ok := DecisionFrom(r.Context()); !ok {
+				t.Error("no decision in the context")
+			}
+		}))
+	w := &discardWriter{h: make(http.Header)}
+	got := testing.AllocsPerRun(200, func() { h.ServeHTTP(w, r) })
+	if got > 2 {
+		t.Errorf("%v allocations per request, want <= 2", got)
 	}
 }

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -43,16 +42,13 @@ type ipKey struct {
 	s string
 }
 
-// IPOption configures an [IPResolver].
-type IPOption struct {
-	apply func(*IPResolver) error
-}
-
 // TrustedProxies names the reverse proxies (addresses or CIDR networks,
 // such as "10.0.0.0/8", "fd00::/8" or "192.0.2.10") whose forwarded headers
-// the resolver believes. Without it no forwarded header is ever read.
-func TrustedProxies(cidrs ...string) IPOption {
-	return IPOption{func(r *IPResolver) error {
+// the resolver believes. Without it no forwarded header is ever read. For
+// [NewIPResolver].
+func TrustedProxies(cidrs ...string) Option {
+	return option{"TrustedProxies", forResolver, func(cfg *config) error {
+		r := cfg.r
 		for _, c := range cidrs {
 			var p netip.Prefix
 			var err error
@@ -64,7 +60,7 @@ func TrustedProxies(cidrs ...string) IPOption {
 				p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 			}
 			if err != nil {
-				return fmt.Errorf("httplimit: trusted proxy %q: %w", c, err)
+				return configError("httplimit.TrustedProxies: %v, got %q", err, c)
 			}
 			if p, err = unmapPrefix(p); err != nil {
 				return err
@@ -77,12 +73,14 @@ func TrustedProxies(cidrs ...string) IPOption {
 
 // TrustedPrefixes is [TrustedProxies] for parsed networks. An IPv4-mapped
 // IPv6 prefix such as ::ffff:10.0.0.0/104 trusts the IPv4 network it maps
-// (10.0.0.0/8), since client addresses are compared unmapped.
-func TrustedPrefixes(prefixes ...netip.Prefix) IPOption {
-	return IPOption{func(r *IPResolver) error {
+// (10.0.0.0/8), since client addresses are compared unmapped. For
+// [NewIPResolver].
+func TrustedPrefixes(prefixes ...netip.Prefix) Option {
+	return option{"TrustedPrefixes", forResolver, func(cfg *config) error {
+		r := cfg.r
 		for _, p := range prefixes {
 			if !p.IsValid() {
-				return fmt.Errorf("httplimit: trusted proxy prefix %v is invalid", p)
+				return configError("httplimit.TrustedPrefixes: prefix is invalid, got %v", p)
 			}
 			p, err := unmapPrefix(p)
 			if err != nil {
@@ -104,7 +102,7 @@ func unmapPrefix(p netip.Prefix) (netip.Prefix, error) {
 		return p, nil
 	}
 	if p.Bits() < 96 {
-		return netip.Prefix{}, fmt.Errorf("httplimit: trusted proxy prefix %v: an IPv4-mapped prefix needs at least 96 bits", p)
+		return netip.Prefix{}, configError("httplimit: a trusted IPv4-mapped proxy prefix needs at least 96 bits, got %v", p)
 	}
 	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96), nil
 }
@@ -113,32 +111,34 @@ func unmapPrefix(p netip.Prefix) (netip.Prefix, error) {
 // proxies write: "X-Forwarded-For" (the default), "Forwarded" (RFC 7239) or
 // "X-Real-IP". The first one present on a request is read; the others are
 // ignored. Name only headers your proxies set or overwrite: a header they
-// pass through unchanged is the client's to forge.
-func ProxyHeaders(names ...string) IPOption {
-	return IPOption{func(r *IPResolver) error {
+// pass through unchanged is the client's to forge. For [NewIPResolver].
+func ProxyHeaders(names ...string) Option {
+	return option{"ProxyHeaders", forResolver, func(cfg *config) error {
+		r := cfg.r
 		r.headers = r.headers[:0]
 		for _, n := range names {
 			c := http.CanonicalHeaderKey(n)
 			switch c {
 			case "X-Forwarded-For", "Forwarded", "X-Real-Ip":
 			default:
-				return fmt.Errorf("httplimit: proxy header %q: want X-Forwarded-For, Forwarded or X-Real-IP", n)
+				return configError("httplimit.ProxyHeaders: want X-Forwarded-For, Forwarded or X-Real-IP, got %q", n)
 			}
 			r.headers = append(r.headers, c)
 		}
 		if len(r.headers) == 0 {
-			return fmt.Errorf("httplimit: ProxyHeaders needs at least one header")
+			return configError("httplimit.ProxyHeaders needs at least one header, got none")
 		}
 		return nil
 	}}
 }
 
 // IPv4Prefix groups IPv4 clients by networks of the given length (default
-// 32: each address on its own; 24 groups a /24).
-func IPv4Prefix(bits int) IPOption {
-	return IPOption{func(r *IPResolver) error {
+// 32: each address on its own; 24 groups a /24). For [NewIPResolver].
+func IPv4Prefix(bits int) Option {
+	return option{"IPv4Prefix", forResolver, func(cfg *config) error {
+		r := cfg.r
 		if bits < 1 || bits > 32 {
-			return fmt.Errorf("httplimit: IPv4Prefix must be in [1, 32], got %d", bits)
+			return configError("httplimit.IPv4Prefix must be in [1, 32], got %d", bits)
 		}
 		r.v4bits = bits
 		return nil
@@ -146,27 +146,26 @@ func IPv4Prefix(bits int) IPOption {
 }
 
 // IPv6Prefix groups IPv6 clients by networks of the given length (default
-// 64, the network a single host is commonly given).
-func IPv6Prefix(bits int) IPOption {
-	return IPOption{func(r *IPResolver) error {
+// 64, the network a single host is commonly given). For [NewIPResolver].
+func IPv6Prefix(bits int) Option {
+	return option{"IPv6Prefix", forResolver, func(cfg *config) error {
+		r := cfg.r
 		if bits < 1 || bits > 128 {
-			return fmt.Errorf("httplimit: IPv6Prefix must be in [1, 128], got %d", bits)
+			return configError("httplimit.IPv6Prefix must be in [1, 128], got %d", bits)
 		}
 		r.v6bits = bits
 		return nil
 	}}
 }
 
-// NewIPResolver returns a resolver configured by opts.
-func NewIPResolver(opts ...IPOption) (*IPResolver, error) {
+// NewIPResolver returns a resolver configured by opts: [TrustedProxies],
+// [TrustedPrefixes], [ProxyHeaders], [IPv4Prefix] and [IPv6Prefix]. It
+// returns an error wrapping [ratelimit.ErrInvalidConfig] for an invalid
+// option or one that does not apply to a resolver.
+func NewIPResolver(opts ...Option) (*IPResolver, error) {
 	r := &IPResolver{v4bits: 32, v6bits: 64, headers: []string{"X-Forwarded-For"}}
-	for _, o := range opts {
-		if o.apply == nil {
-			continue
-		}
-		if err := o.apply(r); err != nil {
-			return nil, err
-		}
+	if err := applyOptions(&config{to: forResolver, r: r}, opts); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -6,8 +6,9 @@
 // # Server
 //
 // [New] builds a [Middleware] from one or more [Limit]s. Each Limit names a
-// keyed limiter (an in-memory [ratelimit.Keyed], a [ratelimit.Tiered], or a
-// Redis limiter from package redislimit) and a [KeyFunc] that picks the key
+// keyed limiter (an in-memory [ratelimit.Keyed], a [ratelimit.Tiered] for
+// plans whose tier function can read the plan from the request context, or
+// a Redis limiter from module redislimit) and a [KeyFunc] that picks the key
 // to charge: the API key ([KeyByAPIKey]), the client address ([KeyByIP],
 // [IPResolver]), the user ([KeyByUser]), the route ([KeyByRoute]) or a
 // combination ([Combine], [FirstOf], [When]). A request is charged in every
@@ -49,15 +50,29 @@
 // own failure policy decides (fail open, fail closed, local fallback) and
 // the request is admitted or denied as its Decision says, whatever the
 // error. The quota fields are then left out (no quota was measured; a
-// fail-closed denial still carries Retry-After), and the error goes to the
-// [WithErrorHook] hook, at most once per limit per
-// [WithErrorReportInterval].
+// fail-closed denial still carries Retry-After), and the error is logged
+// ([WithLogger], default [log/slog.Default]) at most once per limit per
+// [WithErrorReportInterval]. Every decision, errors included, also reaches
+// the limiter's own [ratelimit.Observer]; a limit in shadow mode
+// ([Limit.Shadow]) calls its limiter with a context marked so that the
+// observer reports its denials as [ratelimit.OutcomeShadow].
 //
 // A request whose context is done by the time a limiter answers it with an
 // error (the client went away, a deadline passed) is not served: that
 // error is the caller's, not the backend's, so no failure policy admits it
-// free. The middleware answers 503 without calling the handler or the
-// error hook.
+// free. The middleware answers 503 without calling the handler or
+// reporting the error.
+//
+// With [WithDecisionInContext], the handler finds the middleware's decision
+// in the request context ([DecisionFrom]): the limit that bound the request
+// and its Decision.
+//
+// # Options
+//
+// One [Option] type serves every constructor of the package; each option
+// says which constructors it applies to, and any other constructor refuses
+// it with an error naming it. [WithClock] and [WithCost] apply to the
+// middleware and the transports alike.
 //
 // # Client IP
 //
@@ -69,7 +84,8 @@
 // # Client
 //
 // [NewTransport] and [NewKeyedTransport] wrap an [http.RoundTripper] so that
-// each request first waits for the limiter, and so that a 429 or 503 answer
+// each request first waits for the limiter (keyed by the same [KeyFunc]s as
+// the middleware, for NewKeyedTransport), and so that a 429 or 503 answer
 // naming a pause (Retry-After when present; else the exhausted items of a
 // RateLimit field; else X-RateLimit-Reset) pauses the requests of its key
 // (every request, for [NewTransport]) until the server is ready. With

@@ -1,12 +1,16 @@
 package httplimit_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -171,4 +175,165 @@ func ExampleNewTransport() {
 	// server answered 429: pausing 1s
 	// hello
 	// 200 after 2 requests
+}
+
+// roundTripFunc adapts a function to http.RoundTripper, standing in for
+// the network in the examples below.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// One transport for two APIs, each with a quota of its own (keyed by
+// host): when api-a answers 429 with Retry-After, only api-a's requests
+// pause. A request the key function has no key for is not sent.
+func ExampleNewKeyedTransport() {
+	mock := clock.NewMock()
+	perHost, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(10), 10), ratelimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	network := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}
+		if r.URL.Host == "api-a.example" {
+			resp.StatusCode = http.StatusTooManyRequests
+			resp.Header.Set("Retry-After", "30")
+		}
+		return resp, nil
+	})
+	byHost := func(r *http.Request) (string, bool) { return r.URL.Host, r.URL.Host != "" }
+	tr, err := httplimit.NewKeyedTransport(network, perHost, byHost, httplimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: tr}
+	for _, target := range []string{"http://api-a.example/items", "http://api-b.example/items"} {
+		resp, err := client.Get(target)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Request.URL.Host, resp.StatusCode)
+	}
+	fmt.Println("api-a paused for", tr.PausedForKey("api-a.example"))
+	fmt.Println("api-b paused for", tr.PausedForKey("api-b.example"))
+
+	noHost := &http.Request{Method: "GET", URL: &url.URL{Path: "/relative"}, Header: http.Header{}}
+	_, err = tr.RoundTrip(noHost)
+	fmt.Println(errors.Is(err, httplimit.ErrNoKey))
+	// Output:
+	// api-a.example 429
+	// api-b.example 200
+	// api-a paused for 30s
+	// api-b paused for 0s
+	// true
+}
+
+// An authentication middleware, running before the rate limiter, exempts
+// internal callers and charges batch requests by their size.
+func ExampleWithOverride() {
+	mock := clock.NewMock()
+	perIP, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(10, time.Minute), ratelimit.WithClock(mock))
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "ip", Key: httplimit.KeyByIP(), Limiter: perIP}}, httplimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	auth := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.Header.Get("X-Internal") == "yes": // checked by mTLS in real life
+				r = r.WithContext(httplimit.WithOverride(r.Context(), httplimit.Override{Exempt: true}))
+			case r.URL.Path == "/batch":
+				n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+				r = r.WithContext(httplimit.WithOverride(r.Context(), httplimit.Override{Cost: n}))
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	h := auth(mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+
+	for _, target := range []string{"/item", "/batch?n=5", "/internal"} {
+		r := httptest.NewRequest("GET", target, nil)
+		if target == "/internal" {
+			r.Header.Set("X-Internal", "yes")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Printf("%-11s %d remaining=%q\n", target, w.Code, w.Header().Get("X-RateLimit-Remaining"))
+	}
+	// Output:
+	// /item       200 remaining="9"
+	// /batch?n=5  200 remaining="4"
+	// /internal   200 remaining=""
+}
+
+type planKey struct{}
+
+// Tiers: an authentication middleware stores the caller's plan in the
+// request context, and a ratelimit.Tiered reads it there to choose the
+// limiter: free callers get 2 requests a minute, pro callers 1,000. The
+// tier function runs once per request.
+func ExampleNew_tiers() {
+	mock := clock.NewMock()
+	free, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(mock))
+	pro, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1000, time.Minute), ratelimit.WithClock(mock))
+	plans, err := ratelimit.NewTiered(func(ctx context.Context, _ string) string {
+		plan, _ := ctx.Value(planKey{}).(string)
+		return plan // an unknown plan is denied with ratelimit.ErrUnknownTier
+	}, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "plan", Key: httplimit.KeyByAPIKey(), Limiter: plans}},
+		httplimit.WithClock(mock), httplimit.WithLogger(nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	auth := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			plan := "free"
+			if r.Header.Get("X-API-Key") == "key-pro" { // a lookup in real life
+				plan = "pro"
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), planKey{}, plan)))
+		})
+	}
+	h := auth(mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+
+	for _, key := range []string{"key-free", "key-free", "key-free", "key-pro"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(key, w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
+	}
+	// Output:
+	// key-free 200 "plan";q=2;w=60 "plan";r=1;t=60
+	// key-free 200 "plan";q=2;w=60 "plan";r=0;t=60
+	// key-free 429 "plan";q=2;w=60 "plan";r=0;t=60
+	// key-pro 200 "plan";q=1000;w=60 "plan";r=999;t=60
+}
+
+// The handler reads the middleware's decision from the request context:
+// here to tell the client how many requests it has left.
+func ExampleDecisionFrom() {
+	mock := clock.NewMock()
+	perIP, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(3, time.Minute), ratelimit.WithClock(mock))
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "ip", Key: httplimit.KeyByIP(), Limiter: perIP}},
+		httplimit.WithClock(mock), httplimit.WithDecisionInContext(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if res, ok := httplimit.DecisionFrom(r.Context()); ok {
+			fmt.Fprintf(w, "limit %q: %d of %d left", res.Limit, res.Decision.Remaining, res.Decision.Limit)
+		}
+	}))
+	for range 2 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		fmt.Println(w.Body.String())
+	}
+	// Output:
+	// limit "ip": 2 of 3 left
+	// limit "ip": 1 of 3 left
 }

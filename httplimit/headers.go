@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -91,7 +90,7 @@ func RetryAfterSeconds(d ratelimit.Decision) int64 {
 func checkPolicyName(name string) error {
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("httplimit: limit name %q: only printable ASCII is allowed", name)
+			return configError("httplimit.Limit.Name must be printable ASCII, got %q", name)
 		}
 	}
 	return nil
@@ -176,6 +175,31 @@ func (c *constCache) get(name []byte, limit int, window time.Duration) *constVal
 	return v
 }
 
+// fieldList collects the fields writeHeaders sets: field i gets keys[i]
+// and, unless fixed[i] is set, the bytes of the request's value buffer
+// from the previous field's end up to ends[i].
+type fieldList struct {
+	keys  [6]string
+	fixed [6]string
+	ends  [6]int
+	k     int
+	// Remaining's digits in the value buffer, to copy rather than format
+	// twice; remE == 0 when not formatted.
+	remS, remE int
+}
+
+// addFixed adds a field whose value is the shared string v.
+func (f *fieldList) addFixed(key, v string) {
+	f.keys[f.k], f.fixed[f.k] = key, v
+	f.k++
+}
+
+// addValue adds a field whose value ends at end in the value buffer.
+func (f *fieldList) addValue(key string, end int) {
+	f.keys[f.k], f.ends[f.k] = key, end
+	f.k++
+}
+
 // writeHeaders sets the fields of set on h for s. Beyond the cached
 // constant values, it allocates one string holding the request's values
 // and one array backing every []string.
@@ -189,83 +213,88 @@ func writeHeaders(h http.Header, set HeaderSet, s *headerState) {
 	if s.consts == nil {
 		s.consts = new(constCache)
 	}
-	var consts *constValues
-	if set != NoHeaders {
-		consts = s.consts.get(s.name, d.Limit, s.window)
-	}
+	var f fieldList
 	var arr [128]byte
 	b := arr[:0]
-	// Field i gets keys[i] and, unless fixed[i] is set, the bytes of b up
-	// to ends[i].
-	var (
-		keys  [6]string
-		fixed [6]string
-		ends  [6]int
-		k     int
-		// Remaining's digits in b, to copy rather than format twice.
-		remS, remE int
-	)
-	if set&XRateLimitHeaders != 0 {
-		keys[k], fixed[k] = keyXLimit, consts.xLimit
-		k++
-		if d.Remaining >= 0 && d.Remaining < smallInts {
-			keys[k], fixed[k] = keyXRemaining, smallIntString(d.Remaining)
-		} else {
-			remS = len(b)
-			b = strconv.AppendInt(b, int64(d.Remaining), 10)
-			remE = len(b)
-			keys[k], ends[k] = keyXRemaining, len(b)
+	if set != NoHeaders {
+		consts := s.consts.get(s.name, d.Limit, s.window)
+		if set&XRateLimitHeaders != 0 {
+			b = f.appendXRateLimit(b, s, consts)
 		}
-		k++
-		// Reset: when the quota is full again, in Unix seconds rounded up.
-		reset := s.now + int64(d.ResetAfter)
-		secs := reset / int64(time.Second)
-		if reset%int64(time.Second) > 0 {
-			secs++
+		if set&IETFHeaders != 0 {
+			b = f.appendIETF(b, s, consts, never, retry)
 		}
-		keys[k], fixed[k] = keyXReset, s.consts.resetString(secs)
-		k++
-	}
-	if set&IETFHeaders != 0 {
-		keys[k], fixed[k] = keyPolicy, consts.policy
-		k++
-		b = append(b, s.name...)
-		b = append(b, ";r="...)
-		if remE > 0 { // formatted above
-			b = append(b, b[remS:remE]...)
-		} else {
-			b = strconv.AppendInt(b, int64(d.Remaining), 10)
-		}
-		switch {
-		case d.Allowed:
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
-		case !never:
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, retry, 10)
-		}
-		keys[k], ends[k] = keyRateLimit, len(b)
-		k++
 	}
 	if retry > 0 {
 		b = strconv.AppendInt(b, retry, 10)
-		keys[k], ends[k] = keyRetryAfter, len(b)
-		k++
+		f.addValue(keyRetryAfter, len(b))
 	}
-	if k == 0 {
-		return
+	if f.k > 0 {
+		f.store(h, b)
 	}
+}
+
+// appendXRateLimit adds X-RateLimit-Limit, -Remaining and -Reset to f,
+// appending the values it formats to b.
+func (f *fieldList) appendXRateLimit(b []byte, s *headerState, consts *constValues) []byte {
+	d := &s.d
+	f.addFixed(keyXLimit, consts.xLimit)
+	if d.Remaining >= 0 && d.Remaining < smallInts {
+		f.addFixed(keyXRemaining, smallIntString(d.Remaining))
+	} else {
+		f.remS = len(b)
+		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		f.remE = len(b)
+		f.addValue(keyXRemaining, len(b))
+	}
+	// Reset: when the quota is full again, in Unix seconds rounded up.
+	reset := s.now + int64(d.ResetAfter)
+	secs := reset / int64(time.Second)
+	if reset%int64(time.Second) > 0 {
+		secs++
+	}
+	f.addFixed(keyXReset, s.consts.resetString(secs))
+	return b
+}
+
+// appendIETF adds RateLimit-Policy and RateLimit to f, appending the
+// RateLimit value to b.
+func (f *fieldList) appendIETF(b []byte, s *headerState, consts *constValues, never bool, retry int64) []byte {
+	d := &s.d
+	f.addFixed(keyPolicy, consts.policy)
+	b = append(b, s.name...)
+	b = append(b, ";r="...)
+	if f.remE > 0 { // formatted for X-RateLimit-Remaining
+		b = append(b, b[f.remS:f.remE]...)
+	} else {
+		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+	}
+	switch {
+	case d.Allowed:
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	case !never:
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, retry, 10)
+	}
+	f.addValue(keyRateLimit, len(b))
+	return b
+}
+
+// store sets f's fields on h, the formatted values sliced from one string
+// of b.
+func (f *fieldList) store(h http.Header, b []byte) {
 	all := string(b)
-	vals := make([]string, k)
+	vals := make([]string, f.k)
 	start := 0
-	for i := range k {
-		if fixed[i] != "" {
-			vals[i] = fixed[i]
+	for i := 0; i < f.k; i++ {
+		if f.fixed[i] != "" {
+			vals[i] = f.fixed[i]
 		} else {
-			vals[i] = all[start:ends[i]]
-			start = ends[i]
+			vals[i] = all[start:f.ends[i]]
+			start = f.ends[i]
 		}
-		h[keys[i]] = vals[i : i+1 : i+1]
+		h[f.keys[i]] = vals[i : i+1 : i+1]
 	}
 }
 
@@ -280,7 +309,7 @@ var (
 
 func init() {
 	b := make([]byte, 0, 4*smallInts)
-	for i := range smallInts {
+	for i := 0; i < smallInts; i++ {
 		smallIntEnds[i] = uint16(len(b))
 		b = strconv.AppendInt(b, int64(i), 10)
 	}

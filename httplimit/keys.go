@@ -61,9 +61,10 @@ func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
 }
 
 // KeyByRoute keys requests by their route: the pattern that
-// [http.ServeMux] matched (r.Pattern, such as "POST /login"), or else the
-// method and path ("POST /login"; HEAD requests are keyed as GET, since
-// the mux serves them with the GET handler and they share its quota). The
+// [http.ServeMux] matched (r.Pattern, such as "POST /login", from Go 1.23
+// on), or else the method and path ("POST /login"; HEAD requests are keyed
+// as GET, since the mux serves them with the GET handler and they share its
+// quota). The
 // pattern is set only when the middleware runs inside the mux, that is
 // when it wraps the handlers registered on it; a middleware wrapping the
 // whole mux should use [KeyByMuxRoute].
@@ -72,8 +73,8 @@ func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
 // cap ([ratelimit.WithMaxKeys]) bounds the memory that costs.
 func KeyByRoute() KeyFunc {
 	return func(r *http.Request) (string, bool) {
-		if r.Pattern != "" {
-			return r.Pattern, true
+		if routePattern(r) != "" {
+			return routePattern(r), true
 		}
 		method := r.Method
 		if method == http.MethodHead {
@@ -89,8 +90,8 @@ func KeyByRoute() KeyFunc {
 // key for all of them).
 func KeyByMuxRoute(mux *http.ServeMux) KeyFunc {
 	return func(r *http.Request) (string, bool) {
-		if r.Pattern != "" {
-			return r.Pattern, true
+		if routePattern(r) != "" {
+			return routePattern(r), true
 		}
 		_, pattern := mux.Handler(r)
 		return pattern, true
@@ -125,8 +126,8 @@ func IsRoute(route string) func(r *http.Request) bool {
 	}
 	subtree := strings.HasSuffix(path, "/")
 	return func(r *http.Request) bool {
-		if r.Pattern != "" {
-			return r.Pattern == route
+		if routePattern(r) != "" {
+			return routePattern(r) == route
 		}
 		if method != "" && r.Method != method && (method != http.MethodGet || r.Method != http.MethodHead) {
 			return false
@@ -145,8 +146,8 @@ func IsRoute(route string) func(r *http.Request) bool {
 // decides.
 func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
 	return func(r *http.Request) bool {
-		if r.Pattern != "" {
-			return r.Pattern == route
+		if routePattern(r) != "" {
+			return routePattern(r) == route
 		}
 		_, pattern := mux.Handler(r)
 		return pattern == route

@@ -27,8 +27,11 @@ func TestKeyFuncs(t *testing.T) {
 		}
 		return r
 	}
-	patterned := req("POST", "/login")
-	patterned.Pattern = "POST /login"
+	// A request as the mux hands it on, with its pattern (Go 1.23+).
+	var patterned *http.Request
+	pm := http.NewServeMux()
+	pm.HandleFunc("POST /login", func(_ http.ResponseWriter, r *http.Request) { patterned = r })
+	pm.ServeHTTP(httptest.NewRecorder(), req("POST", "/login"))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /items/{id}", func(http.ResponseWriter, *http.Request) {})

@@ -4,14 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/observe"
+	"github.com/rlkit/ratelimit/internal/timesrc"
+	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // Limit is one limit a request must pass: a keyed limiter and the key
@@ -19,31 +21,35 @@ import (
 // 10 a minute per client address on POST /login.
 type Limit struct {
 	// Name identifies the limit in the RateLimit-Policy and RateLimit
-	// fields and in hooks, such as "api" or "login". Printable ASCII;
-	// "default" if empty; unique among the Limits of one Middleware.
+	// fields, in error reports and in [Result], such as "api" or "login".
+	// Printable ASCII; "default" if empty; unique among the Limits of one
+	// Middleware.
 	Name string
 	// Key picks the key to charge; a request it does not apply to is not
 	// charged in this limit. Required.
 	Key KeyFunc
-	// Limiter holds the limit: a *ratelimit.Keyed, a *ratelimit.Tiered (the
-	// tier chosen per key), a Redis limiter, or any KeyedLimiter. Required
-	// unless Tiers is set.
+	// Limiter holds the limit: a *ratelimit.Keyed, a Redis limiter, or any
+	// KeyedLimiter. Required.
+	//
+	// For tiers (free, pro, ...) use a *ratelimit.Tiered: the middleware
+	// calls its tier function once per request, with the request's context
+	// (where an authentication middleware can have stored the plan), and
+	// charges the request in that tier's limiter. An unknown tier is the
+	// Tiered's error: the request is denied and the error reported, never
+	// let through unlimited.
 	Limiter ratelimit.KeyedLimiter
-	// Tier, with Tiers, chooses the limiter per request rather than per
-	// key: Tiers[Tier(r)], for instance from the plan an authentication
-	// middleware stored in the request context. A tier name missing from
-	// Tiers falls back to Limiter, or, without one, is denied (and reported
-	// to the error hook) rather than let through unlimited.
-	Tier  func(r *http.Request) string
-	Tiers map[string]ratelimit.KeyedLimiter
 	// Window is the window reported as w in RateLimit-Policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed has),
-	// through the tier of a ratelimit.Tiered; without one, w is omitted.
+	// through the request's tier for a ratelimit.Tiered; without one, w is
+	// omitted.
 	Window time.Duration
 	// Shadow makes the limit report without enforcing: requests are charged
-	// and a denial goes to the shadow hook ([WithShadowHook]), but the
-	// request is served. Use it to roll a new limit out safely. Shadow
-	// limits are consulted only for requests the enforced limits admit.
+	// and the request is served even when the limit denies it. The limiter
+	// is called with a context marked as shadow, so that its
+	// [ratelimit.Observer] reports such a denial as
+	// [ratelimit.OutcomeShadow]. Use it to roll a new limit out safely.
+	// Shadow limits are consulted only for requests the enforced limits
+	// admit.
 	Shadow bool
 }
 
@@ -60,7 +66,7 @@ type Denial struct {
 	// so that it can never succeed however long the client waits.
 	Never bool
 	// Err is the limiter's error, if the denial came with one (a Redis
-	// limiter failing closed, a key cap reached).
+	// limiter failing closed, a key cap reached, an unknown tier).
 	Err error
 }
 
@@ -107,112 +113,6 @@ func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 	_, _ = w.Write(b)
 }
 
-// Option configures a [Middleware].
-type Option struct {
-	apply func(*Middleware)
-}
-
-// WithHeaders chooses which rate-limit fields are sent (default
-// [AllHeaders]).
-func WithHeaders(set HeaderSet) Option {
-	return Option{func(m *Middleware) { m.headers = set }}
-}
-
-// WithDeniedHandler replaces [WriteDenied] as the answer to denied
-// requests.
-func WithDeniedHandler(h DeniedHandler) Option {
-	return Option{func(m *Middleware) { m.denied = h }}
-}
-
-// WithCost sets each request's cost (the n charged in every limit),
-// default 1: for instance by the size of a batch. A cost <= 0 exempts the
-// request. A cost above a limit's capacity can never succeed (see the
-// package documentation).
-func WithCost(cost func(r *http.Request) int) Option {
-	return Option{func(m *Middleware) { m.cost = cost }}
-}
-
-// WithErrorHook reports errors from limiters (a Redis backend down, a key
-// cap reached, an unknown tier), with the name of the limit when it is
-// known ("" when it is not). The request is then treated as the limiter's
-// Decision says: limiters carry their own failure policy, so under
-// FailOpen a request is admitted with the error, under FailClosed denied.
-// Either way the middleware sends no quota fields for a request on which
-// an enforced limit's limiter reported an error (a failure policy's
-// Decision has made-up quota numbers, and with several limits the error
-// does not say whose Decision it was), only Retry-After on a denial.
-//
-// A backend that is down fails every request, so the hook is called at
-// most once per limit per interval ([WithErrorReportInterval], default
-// [DefaultErrorReportInterval]); the next error reported after some were
-// left out comes wrapped in an [*ErrorSummary] counting them. The caller's
-// own cancellation (a done request context) is not reported. The hook is
-// called synchronously, must be safe for concurrent use and should be
-// quick.
-func WithErrorHook(hook func(r *http.Request, limit string, err error)) Option {
-	return Option{func(m *Middleware) { m.onError = hook }}
-}
-
-// DefaultErrorReportInterval is how often, at most, the error hook is
-// called for one limit unless [WithErrorReportInterval] says otherwise.
-const DefaultErrorReportInterval = 10 * time.Second
-
-// WithErrorReportInterval sets how often, at most, the error hook
-// ([WithErrorHook]) is called for one limit (default
-// [DefaultErrorReportInterval]). d <= 0 reports every error, one call per
-// limit per request while a backend is down.
-func WithErrorReportInterval(d time.Duration) Option {
-	return Option{func(m *Middleware) { m.reportEvery = max(d, 0) }}
-}
-
-// ErrorSummary is the error passed to the error hook ([WithErrorHook])
-// when earlier errors of the same limit were not reported, to keep an
-// outage from calling the hook on every request: Err is the error of the
-// request at hand, Suppressed how many errors of the limit went
-// unreported since the last call.
-type ErrorSummary struct {
-	// Err is the error of the request the hook is called for.
-	Err error
-	// Suppressed counts the errors of the limit left unreported before it.
-	Suppressed int64
-}
-
-// Error returns Err's text with the count of errors left unreported.
-func (e *ErrorSummary) Error() string {
-	return fmt.Sprintf("%v (and %d more errors not reported since the last report)", e.Err, e.Suppressed)
-}
-
-// Unwrap returns Err.
-func (e *ErrorSummary) Unwrap() error { return e.Err }
-
-// reporter throttles the error reports of one limit.
-type reporter struct {
-	mu         sync.Mutex
-	reported   bool  // guarded by mu; a report was made
-	last       int64 // guarded by mu; Unix nanoseconds of the last report
-	suppressed int64 // guarded by mu; errors left out since
-}
-
-// WithShadowHook reports every request that a [Limit] in shadow mode would
-// have denied. The request is served anyway.
-func WithShadowHook(hook func(r *http.Request, limit string, d ratelimit.Decision)) Option {
-	return Option{func(m *Middleware) { m.onShadow = hook }}
-}
-
-// WithShadowHeaders lets limits in shadow mode take part in the rate-limit
-// fields (when one of them is the most restrictive), so that clients see
-// them before they are enforced. Off by default: a shadow limit changes
-// nothing a client can see.
-func WithShadowHeaders(on bool) Option {
-	return Option{func(m *Middleware) { m.shadowHeaders = on }}
-}
-
-// WithClock sets the clock X-RateLimit-Reset is computed from (default the
-// real clock). Limiters have their own clocks ([ratelimit.WithClock]).
-func WithClock(c ratelimit.Clock) Option {
-	return Option{func(m *Middleware) { m.clock = c }}
-}
-
 // Middleware limits the requests that go through it. Create one with
 // [New]; the zero value is not usable. A Middleware is safe for concurrent
 // use, and one Middleware may wrap any number of handlers.
@@ -221,12 +121,13 @@ type Middleware struct {
 	headers       HeaderSet
 	denied        DeniedHandler
 	cost          func(r *http.Request) int
-	onError       func(r *http.Request, limit string, err error)
-	onShadow      func(r *http.Request, limit string, d ratelimit.Decision)
+	logger        *slog.Logger
+	loggerSet     bool // WithLogger was given: logger is used, even nil
 	shadowHeaders bool
+	inContext     bool // WithDecisionInContext
 	clock         ratelimit.Clock
-	wall          wallClock // when clock is nil
-	hasShadow     bool      // some limit is in shadow mode
+	ts            timesrc.Source
+	hasShadow     bool // some limit is in shadow mode
 	reportEvery   time.Duration
 	anyReporter   reporter // for errors of no known limit
 }
@@ -234,40 +135,41 @@ type Middleware struct {
 // limit is a Limit ready to serve.
 type limit struct {
 	Limit
-	sfName []byte        // Name as an RFC 8941 String
-	window time.Duration // Limiter's window, if fixed; 0 if not known up front
+	tiered *ratelimit.Tiered // Limiter, when it is one
+	sfName []byte            // Name as an RFC 8941 String
+	window time.Duration     // Limiter's window, if fixed; 0 if not known up front
 	consts constCache
 	rep    *reporter
 }
 
-// policer is implemented by limiters that can say which policy they run,
-// such as *ratelimit.Keyed.
-type policer interface {
+// policyHolder is implemented by limiters that can say which policy they
+// run, such as *ratelimit.Keyed.
+type policyHolder interface {
 	Policy() ratelimit.Policy
-}
-
-// tierer is implemented by *ratelimit.Tiered.
-type tierer interface {
-	Tier(ctx context.Context, key string) (string, ratelimit.KeyedLimiter, error)
 }
 
 // New returns a middleware enforcing limits, all or nothing: a request is
 // charged in every limit that applies to it only if every one admits it.
-// It returns an error when a Limit has no Key or no limiter, a name that
-// is not printable ASCII, or the name of another Limit ("default" counts as
-// the name of a Limit without one).
+// The options that apply are [WithHeaders], [WithDeniedHandler],
+// [WithCost], [WithLogger], [WithErrorReportInterval],
+// [WithShadowHeaders], [WithDecisionInContext] and [WithClock].
+//
+// It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
+// empty, a Limit has no Key or no Limiter, a negative Window, a name that
+// is not printable ASCII or the name of another Limit ("default" counts as
+// the name of a Limit without one), and for an invalid option or one that
+// does not apply to a middleware.
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: DefaultErrorReportInterval}
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(m)
-		}
+	if err := applyOptions(&config{to: forMiddleware, m: m}, opts); err != nil {
+		return nil, err
 	}
 	if m.denied == nil {
 		m.denied = WriteDenied
 	}
+	m.ts = timesrc.New(m.clock)
 	if len(limits) == 0 {
-		return nil, errors.New("httplimit: no limits")
+		return nil, configError("httplimit.New: limits must not be empty, got %d", len(limits))
 	}
 	names := make(map[string]bool, len(limits))
 	for _, l := range limits {
@@ -278,42 +180,25 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 			return nil, err
 		}
 		if names[l.Name] {
-			return nil, fmt.Errorf("httplimit: limit name %q used twice: each Limit needs a name of its own", l.Name)
+			return nil, configError("httplimit.Limit.Name must be unique, got %q twice", l.Name)
 		}
 		names[l.Name] = true
 		if l.Key == nil {
-			return nil, fmt.Errorf("httplimit: limit %q has no Key", l.Name)
+			return nil, configError("httplimit.Limit.Key of limit %q must not be nil, got nil", l.Name)
 		}
-		if l.Limiter == nil && (l.Tier == nil || len(l.Tiers) == 0) {
-			return nil, fmt.Errorf("httplimit: limit %q has no Limiter and no Tier with Tiers", l.Name)
-		}
-		if (l.Tier == nil) != (len(l.Tiers) == 0) {
-			return nil, fmt.Errorf("httplimit: limit %q: Tier and Tiers go together", l.Name)
-		}
-		for name, tl := range l.Tiers {
-			if tl == nil {
-				return nil, fmt.Errorf("httplimit: limit %q: tier %q has a nil limiter", l.Name, name)
-			}
+		if l.Limiter == nil || typednil.Is(l.Limiter) {
+			return nil, configError("httplimit.Limit.Limiter of limit %q must not be nil, got %T", l.Name, l.Limiter)
 		}
 		if l.Window < 0 {
-			return nil, fmt.Errorf("httplimit: limit %q: negative Window %v", l.Name, l.Window)
+			return nil, configError("httplimit.Limit.Window of limit %q must not be negative, got %v", l.Name, l.Window)
 		}
-		if l.Tiers != nil {
-			tiers := make(map[string]ratelimit.KeyedLimiter, len(l.Tiers))
-			for k, v := range l.Tiers {
-				tiers[k] = v
-			}
-			l.Tiers = tiers
+		tiered, _ := l.Limiter.(*ratelimit.Tiered)
+		window := l.Window
+		if p, ok := l.Limiter.(policyHolder); ok && window == 0 && tiered == nil {
+			window = p.Policy().Window()
 		}
-		fixed := l.Window
-		if _, tiered := l.Limiter.(tierer); fixed == 0 && !tiered {
-			if p, ok := l.Limiter.(policer); ok {
-				fixed = p.Policy().Window()
-			}
-		}
-		m.limits = append(m.limits, limit{Limit: l, sfName: appendSFString(nil, l.Name), window: fixed, rep: new(reporter)})
+		m.limits = append(m.limits, limit{Limit: l, tiered: tiered, sfName: appendSFString(nil, l.Name), window: window, rep: new(reporter)})
 		m.hasShadow = m.hasShadow || l.Shadow
-
 	}
 	return m, nil
 }
@@ -365,46 +250,97 @@ func digestKey(key string) string {
 
 // charge is one limit applying to one request.
 type charge struct {
-	l              *limit
-	limiter        ratelimit.KeyedLimiter
-	key            string
-	perRequestTier bool // limiter was chosen from l.Tiers
+	l       *limit
+	limiter ratelimit.KeyedLimiter // l.Limiter, or the request's tier of it
+	key     string
+	err     error // the tier could not be resolved: deny with it
+}
+
+// verdict is what the limits decided for one request: the Decision to
+// report and where it came from.
+type verdict struct {
+	dec    ratelimit.Decision
+	from   int   // index in the charges of dec; -1 when none
+	denied bool  // an enforced limit refused the request
+	failed bool  // dec came with an error: a failure policy's, not measured
+	err    error // the enforced limits' error
 }
 
 // maxInline is how many applying limits a request can have before the
 // middleware allocates to track them.
 const maxInline = 4
 
+// serve runs the six phases of a request: its cost, the limits that apply,
+// the enforced decision, the shadow limits, the rate-limit fields, and the
+// handler or the denial. Each phase past the first is called only when it
+// has work, so that a request with one limit and no headers pays no call
+// it does not need.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	ctx := r.Context()
-	n := 1
+	n, allShadow, exempt := m.requestCost(r)
+	if exempt {
+		next.ServeHTTP(w, r)
+		return
+	}
+	var buf [maxInline]charge
+	charges, enforced := m.gather(r, allShadow, buf[:0])
+	if len(charges) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	v := verdict{from: -1}
+	if enforced > 0 && !m.enforce(r, n, charges[:enforced], &v) {
+		// The request's context ended before the limiters could decide
+		// (the client went away, a deadline passed): its error is not a
+		// backend failure, and whatever Decision came with it was not made
+		// on the request's merits. Neither admit it free nor charge the
+		// failure to the backend.
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	if !v.denied && enforced < len(charges) {
+		m.shadow(r, n, charges, enforced, &v)
+	}
+	if v.from >= 0 && (m.headers != NoHeaders || v.denied) && (v.from < enforced || m.shadowHeaders) {
+		m.writeFields(w.Header(), charges, enforced, &v)
+	}
+	if !v.denied {
+		if m.inContext && v.from >= 0 {
+			r = withResult(r, Result{Limit: charges[v.from].l.Name, Decision: v.dec, Shadow: v.from >= enforced})
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	m.deny(w, r, charges, &v)
+}
+
+// requestCost returns the request's cost and its Override's verdict:
+// every limit in shadow mode, or no limit at all.
+func (m *Middleware) requestCost(r *http.Request) (n int, allShadow, exempt bool) {
+	n = 1
 	if m.cost != nil {
 		n = m.cost(r)
 	}
-	allShadow := false
-	if o, ok := OverrideFrom(ctx); ok {
+	if o, ok := OverrideFrom(r.Context()); ok {
 		if o.Exempt {
-			next.ServeHTTP(w, r)
-			return
+			return 0, false, true
 		}
 		if o.Cost > 0 {
 			n = o.Cost
 		}
 		allShadow = o.Shadow
 	}
-	if n <= 0 {
-		next.ServeHTTP(w, r)
-		return
-	}
+	return n, allShadow, n <= 0
+}
 
-	// Gather the limits that apply: enforced ones, then shadow ones.
-	var buf [maxInline]charge
-	charges := buf[:0]
-	enforced := 0
+// gather appends to cs the limits that apply to r, enforced ones first,
+// and returns them with the number of enforced ones. It resolves each
+// *ratelimit.Tiered to the request's tier, calling its tier function once.
+func (m *Middleware) gather(r *http.Request, allShadow bool, cs []charge) ([]charge, int) {
 	passes := 1
 	if m.hasShadow || allShadow {
 		passes = 2
 	}
+	enforced := 0
 	for pass := 0; pass < passes; pass++ {
 		for i := range m.limits {
 			l := &m.limits[i]
@@ -419,155 +355,65 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				key = digestKey(key)
 			}
 			c := charge{l: l, limiter: l.Limiter, key: key}
-			if l.Tier != nil {
-				if tl, ok := l.Tiers[l.Tier(r)]; ok {
-					c.limiter, c.perRequestTier = tl, true
-				}
+			if l.tiered != nil {
+				c.limiter, c.err = resolveTier(r.Context(), l.tiered, key)
 			}
-			charges = append(charges, c)
+			cs = append(cs, c)
 		}
 		if pass == 0 {
-			enforced = len(charges)
+			enforced = len(cs)
 		}
 	}
-	if len(charges) == 0 {
-		next.ServeHTTP(w, r)
-		return
-	}
+	return cs, enforced
+}
 
-	var (
-		dec    ratelimit.Decision
-		from   = -1 // index in charges of the reported Decision
-		denied bool
-		err    error
-		failed bool // the reported Decision came with an error: a failure policy's
-	)
-	if enforced > 0 {
-		var errAt int
-		dec, from, errAt, err = m.allowAll(ctx, n, charges[:enforced])
+// maxTierDepth bounds how many Tiered limiters nested in one another are
+// resolved.
+const maxTierDepth = 8
+
+// resolveTier returns key's tier limiter in t (following Tiered limiters
+// nested as tiers), or the error of the tier that could not be resolved.
+func resolveTier(ctx context.Context, t *ratelimit.Tiered, key string) (ratelimit.KeyedLimiter, error) {
+	var lim ratelimit.KeyedLimiter = t
+	for depth := 0; depth < maxTierDepth; depth++ {
+		tt, ok := lim.(*ratelimit.Tiered)
+		if !ok {
+			break
+		}
+		_, l, err := tt.Tier(ctx, key)
 		if err != nil {
-			if ctx.Err() != nil {
-				// The request's context ended before the limiters could
-				// decide (the client went away, a deadline passed): its
-				// error is not a backend failure, and whatever Decision
-				// came with it was not made on the request's merits.
-				// Neither admit it free nor charge the failure to the
-				// backend.
-				w.WriteHeader(http.StatusServiceUnavailable)
-				return
-			}
-			m.report(r, charges, errAt, err)
-			failed = true
+			return nil, err
 		}
-		denied = !dec.Allowed
+		lim = l
 	}
-	if !denied {
-		for i := enforced; i < len(charges); i++ {
-			c := &charges[i]
-			d := ratelimit.Decision{RetryAfter: ratelimit.RetryNever}
-			var e error
-			if c.limiter == nil {
-				e = unknownTier(c.l.Name)
-			} else {
-				d, e = c.limiter.AllowN(ctx, c.key, n)
-			}
-			if e != nil && ctx.Err() == nil {
-				m.report(r, charges, i, e)
-			}
-			if !d.Allowed && m.onShadow != nil && (e == nil || ctx.Err() == nil) {
-				m.onShadow(r, c.l.Name, d)
-			}
-			if m.shadowHeaders && e == nil && (from < 0 || failed || moreRestrictive(d, dec)) {
-				dec, from, failed = d, i, false
-				if !d.Allowed { // reported, not enforced
-					dec.Allowed = true
-					dec.RetryAfter = 0
-				}
-			}
-		}
-	}
-
-	if from >= 0 && (m.headers != NoHeaders || denied) {
-		set := m.headers
-		if failed {
-			set = NoHeaders // no quota was measured: only Retry-After
-		}
-		c := &charges[from]
-		st := headerState{d: dec, name: c.l.sfName, consts: &c.l.consts}
-		if set&IETFHeaders != 0 {
-			st.window = m.window(ctx, c)
-		}
-		st.now = m.nowNano()
-		writeHeaders(w.Header(), set, &st)
-	}
-	if !denied {
-		next.ServeHTTP(w, r)
-		return
-	}
-	den := Denial{Decision: dec, Never: dec.RetryAfter == ratelimit.RetryNever, Err: err}
-	if from >= 0 {
-		den.Limit = charges[from].l.Name
-	}
-	if !den.Never {
-		den.RetryAfter = RetryAfterSeconds(dec)
-	}
-	m.denied(w, r, den)
+	return lim, nil
 }
 
-// moreRestrictive reports whether a should be reported rather than b.
-func moreRestrictive(a, b ratelimit.Decision) bool {
-	if a.Allowed != b.Allowed {
-		return !a.Allowed
-	}
-	return a.Remaining < b.Remaining
-}
-
-func unknownTier(limit string) error {
-	return fmt.Errorf("httplimit: limit %q: %w", limit, ratelimit.ErrUnknownTier)
-}
-
-func (m *Middleware) nowNano() int64 {
-	if m.clock != nil {
-		return m.clock.Now().UnixNano()
-	}
-	return m.wall.unixNano()
-}
-
-// report passes err, from the limit of cs[at] (at < 0: unknown), to the
-// error hook, at most once per limit per m.reportEvery.
-func (m *Middleware) report(r *http.Request, cs []charge, at int, err error) {
-	if m.onError == nil {
-		return
-	}
-	rep, name := &m.anyReporter, ""
-	if at >= 0 && at < len(cs) {
-		rep, name = cs[at].l.rep, cs[at].l.Name
-	}
-	if m.reportEvery > 0 {
-		now := m.nowNano()
-		rep.mu.Lock()
-		if rep.reported && now-rep.last < int64(m.reportEvery) {
-			rep.suppressed++
-			rep.mu.Unlock()
-			return
+// enforce charges n in every enforced limit cs, all or nothing, and
+// records the outcome in v. It returns false when the request's context
+// ended before the limiters could decide.
+func (m *Middleware) enforce(r *http.Request, n int, cs []charge, v *verdict) bool {
+	ctx := r.Context()
+	var errAt int
+	v.dec, v.from, errAt, v.err = allowAll(ctx, n, cs)
+	v.denied = !v.dec.Allowed
+	if v.err != nil {
+		if ctx.Err() != nil {
+			return false
 		}
-		left := rep.suppressed
-		rep.reported, rep.last, rep.suppressed = true, now, 0
-		rep.mu.Unlock()
-		if left > 0 {
-			err = &ErrorSummary{Err: err, Suppressed: left}
-		}
+		m.report(r, cs, errAt, v.err)
+		v.failed = true
 	}
-	m.onError(r, name, err)
+	return true
 }
 
 // allowAll charges n in every limit of cs, all or nothing, and returns the
 // Decision to report, its index in cs, and with an error the index of the
-// limit to report it under (-1 if unknown).
-func (m *Middleware) allowAll(ctx context.Context, n int, cs []charge) (ratelimit.Decision, int, int, error) {
+// limit to report it under.
+func allowAll(ctx context.Context, n int, cs []charge) (ratelimit.Decision, int, int, error) {
 	for i := range cs {
-		if cs[i].limiter == nil { // a tier with no limiter: deny
-			return ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, i, i, unknownTier(cs[i].l.Name)
+		if cs[i].err != nil { // a tier that could not be resolved: deny
+			return ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, i, i, cs[i].err
 		}
 	}
 	if len(cs) == 1 {
@@ -579,28 +425,82 @@ func (m *Middleware) allowAll(ctx context.Context, n int, cs []charge) (ratelimi
 	var buf [maxInline]ratelimit.Dimension
 	dims := buf[:0]
 	for _, c := range cs {
+		// The resolved tier, not the Tiered: its tier function ran once.
 		dims = append(dims, ratelimit.Dimension{Name: c.l.Name, Limiter: c.limiter, Key: c.key})
 	}
 	md, err := ratelimit.AllowAll(ctx, n, dims...)
 	return md.Decision, md.Index, md.Index, err
 }
 
-// window returns the window to report for c's limit.
-func (m *Middleware) window(ctx context.Context, c *charge) time.Duration {
-	if c.l.Window > 0 {
-		return c.l.Window
-	}
-	if c.l.window > 0 && !c.perRequestTier {
-		return c.l.window
-	}
-	lim := c.limiter
-	if t, ok := lim.(tierer); ok {
-		if _, tl, err := t.Tier(ctx, c.key); err == nil {
-			lim = tl
+// shadow charges n in the shadow limits, cs[enforced:], reporting their
+// errors. Their limiters see a context marked as shadow, for their
+// observers. With shadow headers, or when no enforced limit applies, a
+// shadow limit more restrictive than v's Decision takes its place.
+func (m *Middleware) shadow(r *http.Request, n int, cs []charge, enforced int, v *verdict) {
+	ctx := r.Context()
+	sctx := observe.WithShadow(ctx)
+	compete := m.shadowHeaders || enforced == 0
+	for i := enforced; i < len(cs); i++ {
+		c := &cs[i]
+		d, err := ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, c.err
+		if err == nil {
+			d, err = c.limiter.AllowN(sctx, c.key, n)
+		}
+		if err != nil && ctx.Err() == nil {
+			m.report(r, cs, i, err)
+		}
+		if compete && err == nil && (v.from < 0 || v.failed || moreRestrictive(d, v.dec)) {
+			v.dec, v.from, v.failed = d, i, false
 		}
 	}
-	if p, ok := lim.(policer); ok {
+}
+
+// moreRestrictive reports whether a should be reported rather than b.
+func moreRestrictive(a, b ratelimit.Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	return a.Remaining < b.Remaining
+}
+
+// writeFields sets the rate-limit fields for v's Decision on h.
+func (m *Middleware) writeFields(h http.Header, cs []charge, enforced int, v *verdict) {
+	set := m.headers
+	if v.failed {
+		set = NoHeaders // no quota was measured: only Retry-After
+	}
+	c := &cs[v.from]
+	st := headerState{d: v.dec, name: c.l.sfName, consts: &c.l.consts}
+	if v.from >= enforced && !st.d.Allowed { // reported, not enforced
+		st.d.Allowed, st.d.RetryAfter = true, 0
+	}
+	if set&IETFHeaders != 0 {
+		st.window = c.window()
+	}
+	st.now = m.ts.Now()
+	writeHeaders(h, set, &st)
+}
+
+// window returns the window to report for c's limit: its Window, or else
+// the window of its limiter's (or tier's) policy; 0 if unknown.
+func (c *charge) window() time.Duration {
+	if c.l.window > 0 {
+		return c.l.window
+	}
+	if p, ok := c.limiter.(policyHolder); ok && c.l.tiered != nil {
 		return p.Policy().Window()
 	}
 	return 0
+}
+
+// deny answers a request an enforced limit refused.
+func (m *Middleware) deny(w http.ResponseWriter, r *http.Request, cs []charge, v *verdict) {
+	den := Denial{Decision: v.dec, Never: v.dec.RetryAfter == ratelimit.RetryNever, Err: v.err}
+	if v.from >= 0 {
+		den.Limit = cs[v.from].l.Name
+	}
+	if !den.Never {
+		den.RetryAfter = RetryAfterSeconds(v.dec)
+	}
+	m.denied(w, r, den)
 }

@@ -4,17 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/observe"
 )
 
 // epoch is a whole minute in 2026, so fixed windows of a minute start on it.
@@ -318,19 +324,74 @@ func TestTiers(t *testing.T) {
 		t.Errorf("free: %d %q", w.Code, w.Header().Get(HeaderRateLimitPolicy))
 	}
 
-	// Per request: the plan comes from a header set by a trusted gateway.
-	var errs []error
-	h = newMW(t, []Limit{{
-		Name: "plan", Key: KeyByAPIKey(),
-		Tier:  func(r *http.Request) string { return r.Header.Get("X-Plan") },
-		Tiers: map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro},
-	}}, WithClock(mock), WithErrorHook(func(_ *http.Request, _ string, err error) { errs = append(errs, err) })).Handler(okHandler)
-	if w := do(h, "GET", "/", HeaderAPIKey, "f", "X-Plan", "pro"); w.Code != 200 || w.Header().Get(HeaderRateLimitPolicy) != `"plan";q=100;w=60` {
-		t.Errorf("per-request pro: %d %q", w.Code, w.Header().Get(HeaderRateLimitPolicy))
-	}
-	// An unknown tier is denied, never let through unlimited.
-	if w := do(h, "GET", "/", HeaderAPIKey, "f", "X-Plan", "gold"); w.Code != 429 || len(errs) != 1 || !errors.Is(errs[0], ratelimit.ErrUnknownTier) {
-		t.Errorf("unknown tier: %d, errors %v", w.Code, errs)
+}
+
+type planKey struct{}
+
+// withPlan is what an authentication middleware would do: store the
+// caller's plan in the request context.
+func withPlan(plan string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), planKey{}, plan)))
+	})
+}
+
+// TestTiersFromRequestContext: a ratelimit.Tiered whose tier function
+// reads the plan from the request context chooses the limiter per request;
+// the tier function runs exactly once per request, with one limit and
+// with two (the all-or-nothing path); RateLimit-Policy shows the tier's
+// quota and window.
+func TestTiersFromRequestContext(t *testing.T) {
+	t.Parallel()
+	for _, two := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two limits=%v", two), func(t *testing.T) {
+			t.Parallel()
+			mock := newMock(t, epoch)
+			free := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
+			pro := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Hour), mock)
+			var calls atomic.Int64
+			tiered, err := ratelimit.NewTiered(func(ctx context.Context, _ string) string {
+				calls.Add(1)
+				plan, _ := ctx.Value(planKey{}).(string)
+				return plan
+			}, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
+			require.NoError(t, err)
+			limits := []Limit{{Name: "plan", Key: KeyByAPIKey(), Limiter: tiered}}
+			if two {
+				limits = append(limits, Limit{Name: "ip", Key: KeyByIP(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1000, time.Minute), mock)})
+			}
+			rec, logger := newLogRecorder()
+			mw := newMW(t, limits, WithClock(mock), WithLogger(logger)).Handler(okHandler)
+
+			w := do(withPlan("pro", mw), "GET", "/", HeaderAPIKey, "k")
+			assert.Equal(t, 200, w.Code)
+			assert.Equal(t, `"plan";q=100;w=3600`, w.Header().Get(HeaderRateLimitPolicy))
+			assert.Equal(t, int64(1), calls.Load(), "tier function calls for one request")
+
+			for i := range 2 {
+				w = do(withPlan("free", mw), "GET", "/", HeaderAPIKey, "k")
+				assert.Equal(t, 200, w.Code, "free request %d", i)
+			}
+			w = do(withPlan("free", mw), "GET", "/", HeaderAPIKey, "k")
+			assert.Equal(t, 429, w.Code)
+			assert.Equal(t, `"plan";q=2;w=60`, w.Header().Get(HeaderRateLimitPolicy))
+			assert.Equal(t, "60", w.Header().Get(HeaderRetryAfter))
+			assert.Equal(t, int64(4), calls.Load(), "tier function calls for four requests")
+
+			// The same key on the pro plan still has its pro quota.
+			w = do(withPlan("pro", mw), "GET", "/", HeaderAPIKey, "k")
+			assert.Equal(t, 200, w.Code)
+			assert.Equal(t, `"plan";r=98;t=3600`, w.Header().Get(HeaderRateLimit))
+
+			// An unknown tier is denied, never let through unlimited.
+			w = do(withPlan("gold", mw), "GET", "/", HeaderAPIKey, "k")
+			assert.Equal(t, 429, w.Code)
+			assert.Equal(t, int64(6), calls.Load())
+			recs := rec.records()
+			require.Len(t, recs, 1)
+			assert.ErrorIs(t, recs[0]["error"].(error), ratelimit.ErrUnknownTier)
+			assert.Equal(t, "plan", recs[0]["limit"])
+		})
 	}
 }
 
@@ -349,18 +410,13 @@ func (f failing) Peek(ctx context.Context, key string, n int) (ratelimit.Decisio
 }
 
 // TestBackendErrors: the limiter's failure policy decides, the error goes
-// to the hook, and never to the client.
+// to the logger, and never to the client.
 func TestBackendErrors(t *testing.T) {
 	t.Parallel()
 	for _, open := range []bool{true, false} {
-		var mu sync.Mutex
-		var hooked []string
+		rec, logger := newLogRecorder()
 		h := newMW(t, []Limit{{Name: "redis", Key: KeyByIP(), Limiter: failing{open: open}}},
-			WithErrorHook(func(_ *http.Request, limit string, err error) {
-				mu.Lock()
-				hooked = append(hooked, limit+": "+err.Error())
-				mu.Unlock()
-			})).Handler(okHandler)
+			WithLogger(logger)).Handler(okHandler)
 		w := do(h, "GET", "/")
 		want := 429
 		if open {
@@ -375,29 +431,59 @@ func TestBackendErrors(t *testing.T) {
 		if !open && w.Header().Get(HeaderRetryAfter) != "1" {
 			t.Errorf("fail closed: Retry-After %q, want 1", w.Header().Get(HeaderRetryAfter))
 		}
-		if len(hooked) != 1 || !strings.HasPrefix(hooked[0], "redis: ") {
-			t.Errorf("open=%v: hook got %q", open, hooked)
+		recs := rec.records()
+		if assert.Len(t, recs, 1, "open=%v", open) {
+			assert.Equal(t, "redis", recs[0]["limit"])
+			assert.ErrorIs(t, recs[0]["error"].(error), errBackend)
 		}
 	}
 }
 
-// TestShadow: a shadow limit reports its denials but never refuses.
+// shadowSpy is a KeyedLimiter wrapper counting the calls made with a
+// context marked as shadow (observe.IsShadow), as a limiter's Observer
+// would see them, and the denials among them.
+type shadowSpy struct {
+	ratelimit.KeyedLimiter
+	mu            sync.Mutex
+	shadowCalls   int
+	shadowDenials int
+	plainCalls    int
+}
+
+func (s *shadowSpy) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	d, err := s.KeyedLimiter.AllowN(ctx, key, n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if observe.IsShadow(ctx) {
+		s.shadowCalls++
+		if !d.Allowed {
+			s.shadowDenials++
+		}
+	} else {
+		s.plainCalls++
+	}
+	return d, err
+}
+
+func (s *shadowSpy) counts() (shadowCalls, shadowDenials, plainCalls int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shadowCalls, s.shadowDenials, s.plainCalls
+}
+
+// TestShadow: a shadow limit never refuses; its limiter is called with a
+// context marked as shadow (so that its Observer reports OutcomeShadow),
+// and an enforced limit's never is.
 func TestShadow(t *testing.T) {
 	t.Parallel()
 	mock := newMock(t, epoch)
-	live := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)
-	trial := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
-	var shadowed []int
+	live := &shadowSpy{KeyedLimiter: newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)}
+	trial := &shadowSpy{KeyedLimiter: newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)}
 	mk := func(headers bool) http.Handler {
 		return newMW(t, []Limit{
-			{Name: "live", Key: KeyByIP(), Limiter: live},
-			{Name: "trial", Key: KeyByIP(), Limiter: trial, Shadow: true},
-		}, WithClock(mock), WithShadowHeaders(headers), WithShadowHook(func(_ *http.Request, limit string, d ratelimit.Decision) {
-			if limit != "trial" || d.Allowed {
-				t.Errorf("shadow hook: %s %+v", limit, d)
-			}
-			shadowed = append(shadowed, d.Remaining)
-		})).Handler(okHandler)
+			{Name: "live", Key: KeyByIP(), Limiter: live, Window: time.Minute},
+			{Name: "trial", Key: KeyByIP(), Limiter: trial, Window: time.Minute, Shadow: true},
+		}, WithClock(mock), WithShadowHeaders(headers)).Handler(okHandler)
 	}
 	h := mk(false)
 	for i := 1; i <= 4; i++ {
@@ -406,9 +492,11 @@ func TestShadow(t *testing.T) {
 			t.Errorf("request %d: %d %q", i, w.Code, w.Header().Get(HeaderRateLimitPolicy))
 		}
 	}
-	if len(shadowed) != 2 {
-		t.Errorf("shadow denials reported: %d, want 2", len(shadowed))
-	}
+	shadowCalls, shadowDenials, plainCalls := trial.counts()
+	assert.Equal(t, []int{4, 2, 0}, []int{shadowCalls, shadowDenials, plainCalls}, "trial: shadow calls, shadow denials, plain calls")
+	shadowCalls, _, plainCalls = live.counts()
+	assert.Equal(t, []int{0, 4}, []int{shadowCalls, plainCalls}, "live: shadow calls, plain calls")
+
 	// With shadow headers the trial limit shows when most restrictive, but
 	// still lets the request through, with no Retry-After.
 	w := do(mk(true), "GET", "/")
@@ -487,13 +575,16 @@ func TestNewErrors(t *testing.T) {
 		nil,
 		{{Limiter: lim}},
 		{{Key: KeyByIP()}},
-		{{Key: KeyByIP(), Tier: func(*http.Request) string { return "" }}},
+		{{Key: KeyByIP(), Limiter: (*ratelimit.Keyed)(nil)}},
 		{{Key: KeyByIP(), Limiter: lim, Window: -1}},
-		{{Key: KeyByIP(), Tier: func(*http.Request) string { return "" }, Tiers: map[string]ratelimit.KeyedLimiter{"x": nil}}},
+		{{Name: "a", Key: KeyByIP(), Limiter: lim}, {Name: "a", Key: KeyByIP(), Limiter: lim}},
+		{{Name: "é", Key: KeyByIP(), Limiter: lim}},
 	}
 	for i, ls := range bad {
-		if _, err := New(ls); err == nil {
-			t.Errorf("case %d: New accepted %+v", i, ls)
+		_, err := New(ls)
+		if assert.Error(t, err, "case %d: New accepted %+v", i, ls) {
+			assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "case %d", i)
+			assert.True(t, strings.HasPrefix(err.Error(), "ratelimit: invalid configuration: httplimit."), "case %d: %v", i, err)
 		}
 	}
 }

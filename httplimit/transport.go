@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -11,22 +10,21 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/timesrc"
+	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // ErrPauseDeadline is returned by [Transport.RoundTrip], without waiting,
 // when the server has asked for a pause that outlasts the request's
 // context deadline. It also matches context.DeadlineExceeded with
 // errors.Is.
-var ErrPauseDeadline = errors.New("httplimit: server-requested pause would exceed context deadline")
+var ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
 
-type pauseDeadlineError struct{ wait time.Duration }
-
-func (e *pauseDeadlineError) Error() string {
-	return fmt.Sprintf("%v (needs %v)", ErrPauseDeadline, e.wait)
-}
-func (e *pauseDeadlineError) Unwrap() []error {
-	return []error{ErrPauseDeadline, context.DeadlineExceeded}
-}
+// ErrNoKey is returned by [Transport.RoundTrip], without sending the
+// request, when the [KeyFunc] of a transport from [NewKeyedTransport]
+// reports that it has no key for the request.
+var ErrNoKey = errors.New("ratelimit: no key for the request")
 
 // Transport is an [http.RoundTripper] for clients of rate-limited APIs.
 // Each request first waits for the transport's limiter (honouring its
@@ -53,9 +51,10 @@ func (e *pauseDeadlineError) Unwrap() []error {
 type Transport struct {
 	base     http.RoundTripper
 	wait     func(ctx context.Context, key string, n int) error // nil: no limiter
-	key      func(r *http.Request) string                       // nil: one key, ""
+	key      KeyFunc                                            // nil: one key, ""
 	cost     func(r *http.Request) int
-	clock    ratelimit.Clock
+	clock    ratelimit.Clock // nil: the real clock
+	ts       timesrc.Source
 	retries  int
 	maxRetry time.Duration
 	maxPause time.Duration
@@ -68,81 +67,6 @@ type Transport struct {
 // sweepPauses is the number of paused keys above which adding a pause
 // first drops the pauses that have ended.
 const sweepPauses = 64
-
-// TransportOption configures a [Transport].
-type TransportOption struct {
-	apply func(*Transport) error
-}
-
-// WithRetries retries a request that was answered 429 or 503 with a pause,
-// after the pause, up to n times (default 0: the answer is returned to the
-// caller, and later requests still wait for the pause).
-//
-// A 503 does not prove that the server did nothing, so only requests that
-// are safe to send twice are retried: those of an idempotent method (RFC
-// 9110 section 9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE), those whose
-// context the caller marked with [MarkRetrySafe], and, as net/http's own
-// Transport does, those with an Idempotency-Key or X-Idempotency-Key header
-// (the caller's statement that the server deduplicates them). A POST or
-// PATCH without either is handed back with its answer. In every case the
-// body must be replayable: no body, or GetBody set (as http.NewRequest sets
-// for in-memory bodies).
-func WithRetries(n int) TransportOption {
-	return TransportOption{func(t *Transport) error {
-		if n < 0 {
-			return fmt.Errorf("httplimit: WithRetries must not be negative, got %d", n)
-		}
-		t.retries = n
-		return nil
-	}}
-}
-
-// WithMaxRetryWait sets the longest pause after which a request is still
-// retried (default one minute). A longer pause is honoured by later
-// requests, but the answer that asked for it is returned to the caller.
-func WithMaxRetryWait(d time.Duration) TransportOption {
-	return TransportOption{func(t *Transport) error {
-		if d < 0 {
-			return fmt.Errorf("httplimit: WithMaxRetryWait must not be negative, got %v", d)
-		}
-		t.maxRetry = d
-		return nil
-	}}
-}
-
-// WithMaxPause caps the pause a single answer can impose (default one
-// hour), so that a wrong or hostile Retry-After cannot stop the client for
-// days. When the cap has passed, the next request goes out, and a server
-// still refusing asks for another pause.
-func WithMaxPause(d time.Duration) TransportOption {
-	return TransportOption{func(t *Transport) error {
-		if d <= 0 {
-			return fmt.Errorf("httplimit: WithMaxPause must be positive, got %v", d)
-		}
-		t.maxPause = d
-		return nil
-	}}
-}
-
-// WithTransportClock makes the transport time its pauses on c instead of
-// the real clock, such as a *clock.Mock in tests. The limiter has its own
-// clock ([ratelimit.WithClock]).
-func WithTransportClock(c ratelimit.Clock) TransportOption {
-	return TransportOption{func(t *Transport) error { t.clock = c; return nil }}
-}
-
-// WithRequestCost sets how many events each request takes from the
-// limiter (default 1). A cost <= 0 lets the request through without
-// waiting for the limiter (server-requested pauses still apply).
-func WithRequestCost(cost func(r *http.Request) int) TransportOption {
-	return TransportOption{func(t *Transport) error { t.cost = cost; return nil }}
-}
-
-// WithPauseHook reports each pause a server asks for, with the request and
-// the response that asked for it.
-func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Duration)) TransportOption {
-	return TransportOption{func(t *Transport) error { t.onPause = hook; return nil }}
-}
 
 type retrySafeKey struct{}
 
@@ -171,41 +95,52 @@ func retrySafe(req *http.Request) bool {
 
 // NewTransport returns a transport sending requests through base
 // (http.DefaultTransport if nil) after waiting for lim. A nil lim waits for
-// nothing but the pauses servers ask for.
-func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...TransportOption) (*Transport, error) {
+// nothing but the pauses servers ask for. The options that apply are
+// [WithClock], [WithCost], [WithRetries], [WithMaxRetryWait],
+// [WithMaxPause] and [WithPauseHook]; any other is an error wrapping
+// [ratelimit.ErrInvalidConfig].
+func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option) (*Transport, error) {
 	var wait func(context.Context, string, int) error
-	if lim != nil {
+	if lim != nil && !typednil.Is(lim) {
 		wait = func(ctx context.Context, _ string, n int) error { return lim.WaitN(ctx, n) }
 	}
 	return newTransport(base, wait, nil, opts)
 }
 
 // NewKeyedTransport is [NewTransport] with a keyed limiter: each request
-// waits in lim under key(r), such as its host, so that one transport can
+// waits in lim under its key, such as its host, so that one transport can
 // respect a different quota per API. Pauses servers ask for belong to the
 // key too: a 429 answering a request of one key holds back only the
 // requests of that key.
-func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key func(r *http.Request) string, opts ...TransportOption) (*Transport, error) {
-	if lim == nil || key == nil {
-		return nil, errors.New("httplimit: NewKeyedTransport needs a limiter and a key function")
+//
+// A request for which key reports no key (ok == false) is not sent:
+// RoundTrip returns [ErrNoKey]. To give such requests a shared quota
+// instead, end the key function with a constant fallback, as in
+// FirstOf(key, func(*http.Request) (string, bool) { return "other", true }).
+//
+// It returns an error wrapping [ratelimit.ErrInvalidConfig] when lim or
+// key is nil, or for an invalid option or one that does not apply to a
+// transport (see [NewTransport]).
+func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Transport, error) {
+	if lim == nil || typednil.Is(lim) {
+		return nil, configError("httplimit.NewKeyedTransport: the limiter must not be nil, got %T", lim)
+	}
+	if key == nil {
+		return nil, configError("httplimit.NewKeyedTransport: the key function must not be nil, got nil")
 	}
 	wait := func(ctx context.Context, k string, n int) error { return lim.WaitN(ctx, k, n) }
 	return newTransport(base, wait, key, opts)
 }
 
-func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key func(*http.Request) string, opts []TransportOption) (*Transport, error) {
-	if base == nil {
+func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Transport, error) {
+	if base == nil || typednil.Is(base) {
 		base = http.DefaultTransport
 	}
 	t := &Transport{base: base, wait: wait, key: key, maxRetry: time.Minute, maxPause: time.Hour}
-	for _, o := range opts {
-		if o.apply == nil {
-			continue
-		}
-		if err := o.apply(t); err != nil {
-			return nil, err
-		}
+	if err := applyOptions(&config{to: forTransport, t: t}, opts); err != nil {
+		return nil, err
 	}
+	t.ts = timesrc.New(t.clock)
 	return t, nil
 }
 
@@ -247,12 +182,7 @@ func (t *Transport) pausedUntil(key string) time.Time {
 	return t.pauses[key]
 }
 
-func (t *Transport) now() time.Time {
-	if t.clock != nil {
-		return t.clock.Now()
-	}
-	return time.Now()
-}
+func (t *Transport) now() time.Time { return t.ts.Time() }
 
 // RoundTrip sends req after the limiter admits it and any pause the server
 // asked for has passed. It implements [http.RoundTripper].
@@ -264,7 +194,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key := ""
 	if t.key != nil {
-		key = t.key(req)
+		k, ok := t.key(req)
+		if !ok {
+			closeBody(req)
+			return nil, ErrNoKey
+		}
+		key = k
 	}
 	send := req
 	for attempt := 0; ; attempt++ {
@@ -349,22 +284,11 @@ func (t *Transport) waitPause(ctx context.Context, key string) error {
 		if d <= 0 {
 			return ctx.Err()
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-			return &pauseDeadlineError{wait: d}
+		if timesrc.Outlasts(ctx, d) {
+			return errs.Deadline(ErrPauseDeadline, d)
 		}
-		var c <-chan time.Time
-		stop := func() bool { return false }
-		if t.clock != nil {
-			c = t.clock.After(d)
-		} else {
-			tm := time.NewTimer(d)
-			c, stop = tm.C, tm.Stop
-		}
-		select {
-		case <-c:
-		case <-ctx.Done():
-			stop()
-			return ctx.Err()
+		if err := t.ts.Sleep(ctx, d); err != nil {
+			return err
 		}
 	}
 }
@@ -501,15 +425,15 @@ func ParseRateLimitReset(lines []string) (time.Duration, bool) {
 	var best time.Duration
 	found := false
 	for _, line := range lines {
-		for item := range splitTopLevel(line, ',') {
-			first := true
+		for rest, more := line, true; more; {
+			var item string
+			item, rest, more = cutTopLevel(rest, ',')
 			var t time.Duration
 			hasT, exhausted := false, false
-			for param := range splitTopLevel(item, ';') {
-				if first { // the item's value (the policy name)
-					first = false
-					continue
-				}
+			_, params, hasParams := cutTopLevel(item, ';') // skip the item's value (the policy name)
+			for hasParams {
+				var param string
+				param, params, hasParams = cutTopLevel(params, ';')
 				k, v, ok := strings.Cut(strings.TrimSpace(param), "=")
 				if !ok {
 					continue
@@ -531,28 +455,22 @@ func ParseRateLimitReset(lines []string) (time.Duration, bool) {
 	return best, found
 }
 
-// splitTopLevel yields the parts of s separated by sep outside RFC 8941
-// Strings.
-func splitTopLevel(s string, sep byte) func(yield func(string) bool) {
-	return func(yield func(string) bool) {
-		start, quoted := 0, false
-		for i := 0; i < len(s); i++ {
-			switch c := s[i]; {
-			case quoted && c == '\\':
-				i++
-			case c == '"':
-				quoted = !quoted
-			case !quoted && c == sep:
-				if !yield(s[start:i]) {
-					return
-				}
-				start = i + 1
-			}
-		}
-		if start <= len(s) {
-			yield(s[start:])
+// cutTopLevel slices s around the first sep outside RFC 8941 Strings,
+// returning the text before and after it; found is false, and before is
+// all of s, when there is none.
+func cutTopLevel(s string, sep byte) (before, after string, found bool) {
+	quoted := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == sep:
+			return s[:i], s[i+1:], true
 		}
 	}
+	return s, "", false
 }
 
 var _ http.RoundTripper = (*Transport)(nil)

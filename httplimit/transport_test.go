@@ -139,7 +139,7 @@ func TestTransportPausesExactly(t *testing.T) {
 			t.Parallel()
 			s, srv := startScripted(t, answer(429, tc.hdr...))
 			clk := newTimerClock(t)
-			tr, err := NewTransport(nil, nil, WithRetries(2), WithTransportClock(clk))
+			tr, err := NewTransport(nil, nil, WithRetries(2), WithClock(clk))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +171,7 @@ func TestTransportPausesAll(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(503, HeaderRetryAfter, "10"))
 	clk := newTimerClock(t)
-	tr, _ := NewTransport(nil, nil, WithTransportClock(clk))
+	tr, _ := NewTransport(nil, nil, WithClock(clk))
 	req, _ := http.NewRequest("GET", srv.URL, nil)
 	r := <-roundTrip(tr, req) // no retries: the 503 comes back
 	if r.err != nil || r.resp.StatusCode != 503 {
@@ -200,7 +200,7 @@ func TestTransportRetriesOnlyReplayable(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "1"))
 	clk := newTimerClock(t)
-	tr, _ := NewTransport(nil, nil, WithRetries(3), WithTransportClock(clk))
+	tr, _ := NewTransport(nil, nil, WithRetries(3), WithClock(clk))
 
 	// A POST with a streaming body: not replayable, so the 429 comes back.
 	req, _ := http.NewRequestWithContext(MarkRetrySafe(context.Background()), "POST", srv.URL, onlyReader{strings.NewReader("stream")})
@@ -233,7 +233,7 @@ func TestTransportRetryBound(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "3600"))
 	clk := newTimerClock(t)
-	tr, _ := NewTransport(nil, nil, WithRetries(1), WithTransportClock(clk))
+	tr, _ := NewTransport(nil, nil, WithRetries(1), WithClock(clk))
 	req, _ := http.NewRequest("GET", srv.URL, nil)
 	done := roundTrip(tr, req)
 	clk.nextTimer(t)
@@ -250,7 +250,7 @@ func TestTransportRetryBound(t *testing.T) {
 		t.Errorf("PausedFor = %v, want 1h", tr.PausedFor())
 	}
 	// A pause longer than WithMaxPause is capped.
-	capped, _ := NewTransport(nil, nil, WithTransportClock(clk), WithMaxPause(10*time.Minute))
+	capped, _ := NewTransport(nil, nil, WithClock(clk), WithMaxPause(10*time.Minute))
 	_, srv2 := startScripted(t, answer(429, HeaderRetryAfter, "86400"))
 	req, _ = http.NewRequest("GET", srv2.URL, nil)
 	if r := <-roundTrip(capped, req); r.err != nil || capped.PausedFor() != 10*time.Minute {
@@ -289,7 +289,7 @@ func TestTransportLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, _ := NewTransport(nil, lim, WithTransportClock(clk))
+	tr, _ := NewTransport(nil, lim, WithClock(clk))
 	for range 2 {
 		req, _ := http.NewRequest("GET", srv.URL, nil)
 		if r := <-roundTrip(tr, req); r.err != nil {
@@ -312,7 +312,7 @@ func TestTransportLimiter(t *testing.T) {
 
 	// Keyed: each host its own quota.
 	kl := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), clk)
-	ktr, err := NewKeyedTransport(nil, kl, func(r *http.Request) string { return r.URL.Path }, WithTransportClock(clk))
+	ktr, err := NewKeyedTransport(nil, kl, func(r *http.Request) (string, bool) { return r.URL.Path, true }, WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestTransportLimiter(t *testing.T) {
 		}
 	}
 	// A cost above the capacity fails at once.
-	big, _ := NewTransport(nil, lim, WithRequestCost(func(*http.Request) int { return 3 }))
+	big, _ := NewTransport(nil, lim, WithCost(func(*http.Request) int { return 3 }))
 	req, _ = http.NewRequest("GET", srv.URL, nil)
 	if _, err := big.RoundTrip(req); !errors.Is(err, ratelimit.ErrExceedsLimit) {
 		t.Errorf("cost 3 of 2: %v", err)
@@ -392,7 +392,7 @@ func TestTransportPauseOnlyFromExhausted(t *testing.T) {
 			t.Parallel()
 			_, srv := startScripted(t, answer(429, tc.hdr...))
 			clk := newTimerClock(t)
-			tr, err := NewTransport(nil, nil, WithTransportClock(clk))
+			tr, err := NewTransport(nil, nil, WithClock(clk))
 			require.NoError(t, err)
 			req, _ := http.NewRequest("GET", srv.URL, nil)
 			r := <-roundTrip(tr, req)
@@ -412,7 +412,7 @@ func TestKeyedTransportPausePerKey(t *testing.T) {
 	sb, srvB := startScripted(t)
 	clk := newTimerClock(t)
 	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clk)
-	tr, err := NewKeyedTransport(nil, kl, func(r *http.Request) string { return r.URL.Host }, WithTransportClock(clk))
+	tr, err := NewKeyedTransport(nil, kl, func(r *http.Request) (string, bool) { return r.URL.Host, true }, WithClock(clk))
 	require.NoError(t, err)
 	req, _ := http.NewRequest("GET", srvA.URL, nil)
 	r := <-roundTrip(tr, req)
@@ -469,7 +469,7 @@ func TestTransportRetriesOnlyIdempotent(t *testing.T) {
 			t.Parallel()
 			s, srv := startScripted(t, answer(503, HeaderRetryAfter, "1"))
 			clk := newTimerClock(t)
-			tr, err := NewTransport(nil, nil, WithRetries(3), WithTransportClock(clk))
+			tr, err := NewTransport(nil, nil, WithRetries(3), WithClock(clk))
 			require.NoError(t, err)
 			ctx := context.Background()
 			if tc.safe {
@@ -508,7 +508,7 @@ func TestTransportDoneContextNotSent(t *testing.T) {
 	s, srv := startScripted(t)
 	for _, tr := range []*Transport{
 		must(NewTransport(nil, nil)),
-		must(NewKeyedTransport(nil, doneWaiter{}, func(*http.Request) string { return "k" })),
+		must(NewKeyedTransport(nil, doneWaiter{}, func(*http.Request) (string, bool) { return "k", true })),
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -526,3 +526,78 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// closeTracker records whether its body was closed.
+type closeTracker struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (c *closeTracker) Close() error { c.closed.Store(true); return nil }
+
+// TestKeyedTransportNoKey: a request the key function has no key for is
+// not sent; RoundTrip returns ErrNoKey and closes the body.
+func TestKeyedTransportNoKey(t *testing.T) {
+	t.Parallel()
+	s, srv := startScripted(t)
+	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clock.NewMock())
+	tr, err := NewKeyedTransport(nil, kl, KeyByHeader("X-Tenant"))
+	require.NoError(t, err)
+	body := &closeTracker{Reader: strings.NewReader("x")}
+	req, _ := http.NewRequest("POST", srv.URL, body)
+	resp, err := tr.RoundTrip(req)
+	assert.Nil(t, resp)
+	assert.ErrorIs(t, err, ErrNoKey)
+	assert.True(t, body.closed.Load(), "body not closed")
+	assert.Equal(t, int64(0), s.hits.Load(), "a request with no key was sent")
+
+	// With a key it goes out.
+	req, _ = http.NewRequest("GET", srv.URL, nil)
+	req.Header.Set("X-Tenant", "t1")
+	resp, err = tr.RoundTrip(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, int64(1), s.hits.Load())
+}
+
+// TestOptionsCheckedPerConstructor: an option given to a constructor it
+// does not apply to is a configuration error naming it.
+func TestOptionsCheckedPerConstructor(t *testing.T) {
+	t.Parallel()
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), clock.NewMock())
+	limits := []Limit{{Key: KeyByIP(), Limiter: lim}}
+	keyed := func(opts ...Option) error {
+		_, err := NewKeyedTransport(nil, lim, KeyByIP(), opts...)
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"WithRetries to New", second(New(limits, WithRetries(1))), "httplimit.WithRetries applies to NewTransport and NewKeyedTransport, not New"},
+		{"WithPauseHook to New", second(New(limits, WithPauseHook(nil))), "httplimit.WithPauseHook applies to NewTransport and NewKeyedTransport, not New"},
+		{"TrustedProxies to New", second(New(limits, TrustedProxies("10.0.0.0/8"))), "httplimit.TrustedProxies applies to NewIPResolver, not New"},
+		{"WithHeaders to NewTransport", second(NewTransport(nil, nil, WithHeaders(NoHeaders))), "httplimit.WithHeaders applies to New, not NewTransport and NewKeyedTransport"},
+		{"WithLogger to NewKeyedTransport", keyed(WithLogger(nil)), "httplimit.WithLogger applies to New, not NewTransport and NewKeyedTransport"},
+		{"WithCost to NewIPResolver", second(NewIPResolver(WithCost(nil))), "httplimit.WithCost applies to New, NewTransport and NewKeyedTransport, not NewIPResolver"},
+		{"negative WithRetries", keyed(WithRetries(-1)), "httplimit.WithRetries must not be negative, got -1"},
+		{"zero WithMaxPause", second(NewTransport(nil, nil, WithMaxPause(0))), "httplimit.WithMaxPause must be positive, got 0s"},
+		{"typed nil WithClock", second(NewTransport(nil, nil, WithClock((*clock.Mock)(nil)))), "httplimit.WithClock: clock is a nil *clock.Mock"},
+		{"nil limiter", second(NewKeyedTransport(nil, nil, KeyByIP())), "httplimit.NewKeyedTransport: the limiter must not be nil"},
+		{"nil key", second(NewKeyedTransport(nil, lim, nil)), "httplimit.NewKeyedTransport: the key function must not be nil"},
+	} {
+		if assert.Error(t, tc.err, tc.name) {
+			assert.ErrorIs(t, tc.err, ratelimit.ErrInvalidConfig, tc.name)
+			assert.Contains(t, tc.err.Error(), "ratelimit: invalid configuration: "+tc.want, tc.name)
+		}
+	}
+	// The options that do apply are accepted, and WithCost and WithClock
+	// apply to both.
+	_, err := New(limits, WithCost(func(*http.Request) int { return 2 }), WithClock(clock.NewMock()), WithLogger(nil), nil)
+	assert.NoError(t, err)
+	_, err = NewTransport(nil, nil, WithCost(func(*http.Request) int { return 2 }), WithClock(clock.NewMock()), WithRetries(2), nil)
+	assert.NoError(t, err)
+}
+
+func second[T any](_ T, err error) error { return err }

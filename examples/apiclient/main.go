@@ -7,8 +7,9 @@
 //     every request until then and retries, so all 15 succeed.
 //
 //  2. The client reads the quota the server advertises (RateLimit-Policy:
-//     "api";q=10;w=1), builds a matching limiter, and sends 15 requests
-//     paced by it: none is refused.
+//     "api";q=10;w=1), builds a matching limiter per API host
+//     (httplimit.NewKeyedTransport), and sends 15 requests paced by it:
+//     none is refused.
 //
 //     go run ./examples/apiclient
 package main
@@ -63,14 +64,19 @@ func run() error {
 		return err
 	}
 	fmt.Printf("The server advertises %d requests per %v; pacing to that:\n", q, w)
-	// A bucket that refills q every w but starts with room for only one
-	// request, since the probe above already spent some quota.
-	lim, err := ratelimit.NewTokenBucket(ratelimit.Per(q, w), q)
+	// One bucket per API host, refilling q every w. A client talking to
+	// several APIs keys the transport by host, so that each API's quota
+	// (and each API's 429 pauses) stays its own. This host's bucket starts
+	// with room for only one request, since the probe above already spent
+	// some quota.
+	perHost, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(q, w), q))
 	if err != nil {
 		return err
 	}
-	lim.AllowN(q - 1) // start nearly empty: no burst on top of the probe
-	tr2, err := httplimit.NewTransport(nil, lim, httplimit.WithRetries(5))
+	byHost := func(r *http.Request) (string, bool) { return r.URL.Host, true }
+	host := strings.TrimPrefix(base, "http://")
+	_, _ = perHost.AllowN(context.Background(), host, q-1) // no burst on top of the probe
+	tr2, err := httplimit.NewKeyedTransport(nil, perHost, byHost, httplimit.WithRetries(5))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,273 @@
+package httplimit
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/typednil"
+)
+
+// Option configures what one of the package's constructors builds: a
+// [Middleware] ([New]), a [Transport] ([NewTransport], [NewKeyedTransport])
+// or an [IPResolver] ([NewIPResolver]). Each option's documentation says
+// which constructors it applies to; an option given to any other
+// constructor makes that constructor return an error wrapping
+// [ratelimit.ErrInvalidConfig] that names it. Options are applied in
+// order; a nil Option is ignored.
+type Option interface {
+	apply(c *config) error
+}
+
+// target is the set of constructors an option applies to.
+type target uint8
+
+const (
+	forMiddleware target = 1 << iota
+	forTransport
+	forResolver
+)
+
+// String names the constructors of t, as error messages show them.
+func (t target) String() string {
+	switch t {
+	case forMiddleware:
+		return "New"
+	case forTransport:
+		return "NewTransport and NewKeyedTransport"
+	case forResolver:
+		return "NewIPResolver"
+	case forMiddleware | forTransport:
+		return "New, NewTransport and NewKeyedTransport"
+	}
+	return "no constructor"
+}
+
+// config is what options write to: exactly one of m, t and r is set, the
+// value the constructor is building.
+type config struct {
+	to target
+	m  *Middleware
+	t  *Transport
+	r  *IPResolver
+}
+
+// option is the one implementation of Option.
+type option struct {
+	name    string // such as "WithRetries", for error messages
+	targets target
+	set     func(c *config) error
+}
+
+func (o option) apply(c *config) error {
+	if o.targets&c.to == 0 {
+		return errs.Config(ratelimit.ErrInvalidConfig, "httplimit.%s applies to %v, not %v", o.name, o.targets, c.to)
+	}
+	return o.set(c)
+}
+
+// applyOptions applies opts in order to c and returns the first error.
+func applyOptions(c *config, opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// configError builds a configuration error of this package; format names
+// the option or argument, as in "httplimit.WithMaxPause must be positive,
+// got %v".
+func configError(format string, args ...any) error {
+	return errs.Config(ratelimit.ErrInvalidConfig, format, args...)
+}
+
+// WithClock makes the middleware or transport read time from c instead of
+// the real clock, such as a fake clock in tests: the middleware computes
+// X-RateLimit-Reset and paces its error reports on it, the transport times
+// the pauses servers ask for. Limiters have their own clocks
+// ([ratelimit.WithClock]). A nil c selects the real clock; a typed nil is
+// an error. For [New], [NewTransport] and [NewKeyedTransport].
+func WithClock(c ratelimit.Clock) Option {
+	return option{"WithClock", forMiddleware | forTransport, func(cfg *config) error {
+		if c != nil && typednil.Is(c) {
+			return configError("httplimit.WithClock: clock is a nil %T", c)
+		}
+		if cfg.m != nil {
+			cfg.m.clock = c
+		} else {
+			cfg.t.clock = c
+		}
+		return nil
+	}}
+}
+
+// WithCost sets each request's cost, default 1: for the middleware the n
+// charged in every limit (for instance the size of a batch), for a
+// transport the n it waits for in its limiter. A cost <= 0 exempts the
+// request from the limiters (a transport still honours the pauses servers
+// ask for). In the middleware, a cost above a limit's capacity can never
+// succeed (see the package documentation). For [New], [NewTransport] and
+// [NewKeyedTransport].
+func WithCost(cost func(r *http.Request) int) Option {
+	return option{"WithCost", forMiddleware | forTransport, func(cfg *config) error {
+		if cfg.m != nil {
+			cfg.m.cost = cost
+		} else {
+			cfg.t.cost = cost
+		}
+		return nil
+	}}
+}
+
+// WithHeaders chooses which rate-limit fields the middleware sends
+// (default [AllHeaders]). For [New].
+func WithHeaders(set HeaderSet) Option {
+	return option{"WithHeaders", forMiddleware, func(cfg *config) error {
+		if set&^AllHeaders != 0 {
+			return configError("httplimit.WithHeaders: unknown header set, got %#x", uint8(set))
+		}
+		cfg.m.headers = set
+		return nil
+	}}
+}
+
+// WithDeniedHandler replaces [WriteDenied] as the middleware's answer to
+// denied requests; nil restores WriteDenied. For [New].
+func WithDeniedHandler(h DeniedHandler) Option {
+	return option{"WithDeniedHandler", forMiddleware, func(cfg *config) error {
+		cfg.m.denied = h
+		return nil
+	}}
+}
+
+// WithLogger sends the middleware's error reports to l instead of
+// [slog.Default] (read when a report is made); a nil l turns them off.
+//
+// A report is made when a limiter answers with an error (a Redis backend
+// down, a key cap reached, an unknown tier): the request is then treated
+// as the limiter's Decision says, since limiters carry their own failure
+// policy. The middleware reports at most once per limit per
+// [WithErrorReportInterval], at level Error, with the message
+// "ratelimit: limiter error" and these attributes: "limit" (the limit's
+// name, "" when it is not known), "error", "suppressed" (how many errors of
+// the limit went unreported since the previous report), "method" and, when
+// the mux has matched one, "route" (the route pattern, Go 1.23 and later).
+// Reports never hold the key or the client's address. The caller's own
+// cancellation (a done request context) is not reported.
+//
+// Every decision, errors included, also goes to the limiter's own
+// [ratelimit.Observer], if it has one. For [New].
+func WithLogger(l *slog.Logger) Option {
+	return option{"WithLogger", forMiddleware, func(cfg *config) error {
+		cfg.m.logger, cfg.m.loggerSet = l, true
+		return nil
+	}}
+}
+
+// DefaultErrorReportInterval is how often, at most, the middleware reports
+// the errors of one limit unless [WithErrorReportInterval] says otherwise.
+const DefaultErrorReportInterval = 10 * time.Second
+
+// WithErrorReportInterval sets how often, at most, the middleware reports
+// errors of one limit to its logger ([WithLogger]); default
+// [DefaultErrorReportInterval]. d <= 0 reports every error, one report per
+// limit per request while a backend is down. For [New].
+func WithErrorReportInterval(d time.Duration) Option {
+	return option{"WithErrorReportInterval", forMiddleware, func(cfg *config) error {
+		cfg.m.reportEvery = max(d, 0)
+		return nil
+	}}
+}
+
+// WithShadowHeaders lets limits in shadow mode take part in the rate-limit
+// fields (when one of them is the most restrictive), so that clients see
+// them before they are enforced. Off by default: a shadow limit changes
+// nothing a client can see. For [New].
+func WithShadowHeaders(on bool) Option {
+	return option{"WithShadowHeaders", forMiddleware, func(cfg *config) error {
+		cfg.m.shadowHeaders = on
+		return nil
+	}}
+}
+
+// WithDecisionInContext makes the middleware pass the handler a request
+// whose context holds the middleware's decision, for [DecisionFrom]. Off by
+// default: it costs two allocations per admitted request (a context and
+// the request copy that carries it). For [New].
+func WithDecisionInContext(on bool) Option {
+	return option{"WithDecisionInContext", forMiddleware, func(cfg *config) error {
+		cfg.m.inContext = on
+		return nil
+	}}
+}
+
+// WithRetries makes the transport retry a request that was answered 429
+// or 503 with a pause, after the pause, up to n times (default 0: the
+// answer is returned to the caller, and later requests still wait for the
+// pause).
+//
+// A 503 does not prove that the server did nothing, so only requests that
+// are safe to send twice are retried: those of an idempotent method (RFC
+// 9110 section 9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE), those whose
+// context the caller marked with [MarkRetrySafe], and, as net/http's own
+// Transport does, those with an Idempotency-Key or X-Idempotency-Key header
+// (the caller's statement that the server deduplicates them). A POST or
+// PATCH without either is handed back with its answer. In every case the
+// body must be replayable: no body, or GetBody set (as http.NewRequest sets
+// for in-memory bodies). For [NewTransport] and [NewKeyedTransport].
+func WithRetries(n int) Option {
+	return option{"WithRetries", forTransport, func(cfg *config) error {
+		if n < 0 {
+			return configError("httplimit.WithRetries must not be negative, got %d", n)
+		}
+		cfg.t.retries = n
+		return nil
+	}}
+}
+
+// WithMaxRetryWait sets the longest pause after which the transport still
+// retries a request (default one minute). A longer pause is honoured by
+// later requests, but the answer that asked for it is returned to the
+// caller. For [NewTransport] and [NewKeyedTransport].
+func WithMaxRetryWait(d time.Duration) Option {
+	return option{"WithMaxRetryWait", forTransport, func(cfg *config) error {
+		if d < 0 {
+			return configError("httplimit.WithMaxRetryWait must not be negative, got %v", d)
+		}
+		cfg.t.maxRetry = d
+		return nil
+	}}
+}
+
+// WithMaxPause caps the pause a single answer can impose on the transport
+// (default one hour), so that a wrong or hostile Retry-After cannot stop
+// the client for days. When the cap has passed, the next request goes out,
+// and a server still refusing asks for another pause. For [NewTransport]
+// and [NewKeyedTransport].
+func WithMaxPause(d time.Duration) Option {
+	return option{"WithMaxPause", forTransport, func(cfg *config) error {
+		if d <= 0 {
+			return configError("httplimit.WithMaxPause must be positive, got %v", d)
+		}
+		cfg.t.maxPause = d
+		return nil
+	}}
+}
+
+// WithPauseHook makes the transport report each pause a server asks for,
+// with the request and the response that asked for it. The hook observes:
+// it is called synchronously and must not keep resp. For [NewTransport]
+// and [NewKeyedTransport].
+func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Duration)) Option {
+	return option{"WithPauseHook", forTransport, func(cfg *config) error {
+		cfg.t.onPause = hook
+		return nil
+	}}
+}

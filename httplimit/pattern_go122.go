@@ -1,0 +1,9 @@
+//go:build !go1.23
+
+package httplimit
+
+import "net/http"
+
+// routePattern returns "": before Go 1.23 http.Request does not carry the
+// pattern the mux matched.
+func routePattern(*http.Request) string { return "" }
