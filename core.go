@@ -179,11 +179,10 @@ func (c *core[S, A]) decideAt(now int64, n int, act action) Decision {
 
 // allowNObserved is AllowN with an Observer: it times the decision on the
 // real clock and reports it. AllowN has no context, so the Observer gets
-// context.Background(). On the real clock the reading that starts the
-// timing is also the decision's time.
+// context.Background().
 func (c *core[S, A]) allowNObserved(n int) Decision {
-	start := time.Now()
-	d := c.decideAt(c.ts.NowFrom(start), n, consume)
+	now, mark := c.ts.NowTimed()
+	d := c.decideAt(now, n, consume)
 	e := Event{Limit: c.name, Algorithm: c.algo, Home: HomeMemory, N: n, Decision: d}
 	switch {
 	case d.Allowed:
@@ -193,7 +192,7 @@ func (c *core[S, A]) allowNObserved(n int) Decision {
 	default:
 		e.Outcome = OutcomeDenied
 	}
-	e.Latency = time.Since(start)
+	e.Latency = c.ts.Since(now, mark)
 	c.obs.Observe(context.Background(), e)
 	return d
 }

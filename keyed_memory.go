@@ -159,20 +159,20 @@ func (k *Keyed) AllowN(ctx context.Context, key string, n int) (Decision, error)
 
 // allowNObserved is AllowN with an Observer.
 func (k *Keyed) allowNObserved(ctx context.Context, key string, n int) (Decision, error) {
-	start := time.Now()
-	v, err := k.store.decide(k.ts.NowFrom(start), key, n, consume)
+	now, mark := k.ts.NowTimed()
+	v, err := k.store.decide(now, key, n, consume)
 	d := v.decision(int64(k.policy.Limit))
-	k.report(ctx, n, d, err, start)
+	k.report(ctx, n, d, err, k.ts.Since(now, mark))
 	return d, err
 }
 
 // report tells k's Observer of the AllowN decision d (and err) for n
-// events, which started at start. Requires k.obs set.
-func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, start time.Time) {
+// events, which took latency. Requires k.obs set.
+func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latency time.Duration) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	e := Event{Limit: k.name, Algorithm: k.policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Err: err}
+	e := Event{Limit: k.name, Algorithm: k.policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Err: err, Latency: latency}
 	switch {
 	case d.Allowed:
 		e.Outcome = OutcomeAllowed
@@ -185,7 +185,6 @@ func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, start 
 	default:
 		e.Outcome = OutcomeDenied
 	}
-	e.Latency = time.Since(start)
 	k.obs.Observe(ctx, e)
 }
 

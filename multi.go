@@ -182,9 +182,10 @@ func allowAllKeyed(ctx context.Context, n int, dims []Dimension) (MultiDecision,
 	ds, derrs := bufFor(&dsBuf, len(dims)), bufFor(&errsBuf, len(dims))
 	md, err := allowAllKeyedLocked(n, dims, ds, derrs)
 	if observed {
+		latency := time.Since(start)
 		for i, d := range dims {
 			if k := d.Limiter.(*Keyed); k.obs != nil {
-				k.report(ctx, n, ds[i], derrs[i], start)
+				k.report(ctx, n, ds[i], derrs[i], latency)
 			}
 		}
 	}
