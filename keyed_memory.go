@@ -194,7 +194,7 @@ func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latenc
 // [ErrTooManyKeys]. Peek may reclaim idle keys, which changes no decision.
 // Peek(ctx, key, 0) reports the key's current quota. Peek is not a
 // decision: it reports nothing to the [Observer].
-func (k *Keyed) Peek(_ context.Context, key string, n int) (Decision, error) {
+func (k *Keyed) Peek(ctx context.Context, key string, n int) (Decision, error) {
 	v, err := k.store.decide(k.ts.Now(), key, n, inspect)
 	return v.decision(int64(k.policy.Limit)), err
 }
@@ -204,7 +204,7 @@ func (k *Keyed) Peek(_ context.Context, key string, n int) (Decision, error) {
 // log the newest n events of the key are removed, which under concurrent
 // traffic on the same key may be another request's events a moment
 // younger. A key that is no longer held needs no refund.
-func (k *Keyed) RefundN(_ context.Context, key string, n int) error {
+func (k *Keyed) RefundN(ctx context.Context, key string, n int) error {
 	if n <= 0 {
 		return nError(n, 0)
 	}
