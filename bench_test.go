@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,7 +108,8 @@ func benchAllowSerial(b *testing.B, newLimiter func(...Option) (Limiter, error))
 	l := benchNew(b, newLimiter)
 	b.ReportAllocs()
 	admitted := 0
-	for b.Loop() {
+	b.ResetTimer()
+	for range b.N {
 		if l.Allow() {
 			admitted++
 		}
@@ -201,6 +203,38 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 				}
 				if frac := float64(admitted) / calls; frac < cfg.minAdmit || frac > cfg.maxAdmit {
 					t.Errorf("admitted %.4f of calls, want between %v and %v", frac, cfg.minAdmit, cfg.maxAdmit)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkObserver measures what an Observer costs on the admitting path:
+// BenchmarkAllow's serial configuration and BenchmarkKeyed's hot key, each
+// with no Observer and with one that does nothing (so the figure is the
+// limiter's part: two real-clock readings for Latency and the call).
+func BenchmarkObserver(b *testing.B) {
+	obs := ObserverFunc(func(context.Context, Event) {})
+	for _, a := range benchAlgos {
+		observed := func(o ...Option) (Limiter, error) { return a.admit(append(o, WithObserver(obs))...) }
+		b.Run(a.name+"/single/none", func(b *testing.B) { benchAllowSerial(b, a.admit) })
+		b.Run(a.name+"/single/observer", func(b *testing.B) { benchAllowSerial(b, observed) })
+	}
+	ctx := context.Background()
+	for _, p := range keyedBenchPolicies {
+		for _, o := range []struct {
+			name string
+			opts []Option
+		}{{"none", nil}, {"observer", []Option{WithObserver(obs)}}} {
+			b.Run(p.Algorithm.String()+"/keyed/"+o.name, func(b *testing.B) {
+				k, err := NewKeyed(p, o.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					_, _ = k.AllowN(ctx, "hot-key-01", 1)
 				}
 			})
 		}

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"context"
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/typednil"
@@ -28,19 +27,36 @@ type Clock interface {
 }
 
 // Option configures a limiter. Options are applied in order after the
-// required arguments; validation happens after all options are applied.
+// required arguments; validation happens after all options are applied. An
+// option given to a constructor it does not apply to (such as [WithMaxKeys]
+// given to [NewTokenBucket]) is a configuration error naming it.
 type Option interface {
 	apply(*options)
 }
 
+// optionSet is a set of options, one bit each.
+type optionSet uint8
+
+const (
+	optClock optionSet = 1 << iota
+	optMaxKeys
+	optObserver
+	optName
+	optDefaultTier
+)
+
+// optionNames names the options of optionSet, bit by bit.
+var optionNames = [...]string{"WithClock", "WithMaxKeys", "WithObserver", "WithName", "WithDefaultTier"}
+
 // options holds every optional setting, with its default.
 type options struct {
-	clock      Clock // nil means the real clock (fast path)
-	maxKeys    int   // Keyed only; meaningful when maxKeysSet
-	maxKeysSet bool
-	observer   Observer // nil: no reports
-	name       string   // the limiter's name in Events
-	err        error    // the first invalid option
+	clock       Clock    // nil means the real clock (fast path)
+	maxKeys     int      // Keyed only; meaningful when given has optMaxKeys
+	observer    Observer // nil: no reports
+	name        string   // the limiter's name in Events
+	defaultTier string   // Tiered only; meaningful when given has optDefaultTier
+	given       optionSet
+	err         error // the first invalid option
 }
 
 type optionFunc func(*options)
@@ -49,13 +65,15 @@ func (f optionFunc) apply(o *options) { f(o) }
 
 // WithClock makes the limiter read time from c instead of the real clock.
 // Pass a fake clock of your own, or a *clock.Mock from
-// github.com/benbjohnson/clock, for deterministic tests. A nil c selects the real clock; a typed nil (such as a nil
-// *clock.Mock) is an error: the constructor returns an error wrapping
-// [ErrInvalidConfig].
+// github.com/benbjohnson/clock, for deterministic tests. A nil c selects the
+// real clock; a typed nil (such as a nil *clock.Mock) is an error: the
+// constructor returns an error wrapping [ErrInvalidConfig]. It applies to
+// the single limiters and to [NewKeyed].
 func WithClock(c Clock) Option {
 	return optionFunc(func(o *options) {
+		o.given |= optClock
 		if c != nil && typednil.Is(c) {
-			o.setErr(configError("WithClock: clock is a nil %T", c))
+			o.setErr(configError("ratelimit.WithClock clock must not be a typed nil, got a nil %T", c))
 			return
 		}
 		o.clock = c
@@ -69,79 +87,26 @@ func (o *options) setErr(err error) {
 	}
 }
 
-// buildOptions applies opts in order. Its error is that of the first
-// invalid option.
-func buildOptions(opts []Option) (options, error) {
+// buildOptions applies opts in order for the constructor ctor (such as
+// "NewKeyed"), which accepts the options in accepted. Its error is that of
+// the first invalid option, or else names the first option given that ctor
+// does not accept.
+func buildOptions(ctor string, accepted optionSet, opts []Option) (options, error) {
 	var o options
 	for _, opt := range opts {
 		if !typednil.Is(opt) {
 			opt.apply(&o)
 		}
 	}
-	return o, o.err
-}
-
-// timeSource turns a Clock into integer nanoseconds on the Unix time scale:
-// the wall time read once at creation plus the monotonic time elapsed since.
-// Windows are therefore aligned to the Unix epoch, while a wall-clock step
-// after creation neither mints nor destroys quota.
-type timeSource struct {
-	clock    Clock     // nil: the real clock
-	base     time.Time // read at creation; carries a monotonic reading on the real clock
-	baseUnix int64     // base as Unix nanoseconds
-}
-
-func newTimeSource(c Clock) timeSource {
-	var base time.Time
-	if c == nil {
-		base = time.Now()
-	} else {
-		base = c.Now()
+	if o.err != nil {
+		return o, o.err
 	}
-	return timeSource{clock: c, base: base, baseUnix: base.UnixNano()}
-}
-
-// now returns the current time in Unix nanoseconds, measured monotonically
-// from creation. On the real clock time.Since reads only the monotonic
-// clock, which is about half the cost of time.Now.
-func (t *timeSource) now() int64 {
-	if t.clock == nil {
-		return t.baseUnix + int64(time.Since(t.base))
+	if extra := o.given &^ accepted; extra != 0 {
+		for i, name := range optionNames {
+			if extra&(1<<i) != 0 {
+				return o, configError("ratelimit.%s does not apply to ratelimit.%s", name, ctor)
+			}
+		}
 	}
-	return t.baseUnix + int64(t.clock.Now().Sub(t.base))
-}
-
-// sleep waits for d or until ctx is done, whichever comes first. On the
-// real clock it stops its timer either way.
-func (t *timeSource) sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	var c <-chan time.Time
-	if t.clock == nil {
-		tm := time.NewTimer(d)
-		defer tm.Stop()
-		c = tm.C
-	} else {
-		c = t.clock.After(d)
-	}
-	select {
-	case <-c:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// checkDeadline returns an error when waiting d would outlast ctx's
-// deadline. Deadlines are real time: they come from the context, not from
-// the limiter's clock.
-func checkDeadline(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && d > time.Until(dl) {
-		return deadlineError(d)
-	}
-	return nil
+	return o, nil
 }

@@ -6,6 +6,9 @@ import (
 	"math/bits"
 	"sync"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
 // algorithm is the arithmetic of one rate-limiting policy over its state S,
@@ -14,9 +17,10 @@ import (
 // which is what keeps their decisions identical.
 type algorithm[S any] interface {
 	// decide returns the verdict for n events at now (0 <= n <= limit) and,
-	// if commit is set and they are admitted, records them in st. With n == 0
-	// it reports the current quota. Callers hold the lock that guards st.
-	decide(st *S, now int64, n int64, commit bool) verdict
+	// if act is consume and they are admitted, records them in st. With
+	// n == 0 it reports the current quota. Callers hold the lock that
+	// guards st.
+	decide(st *S, now int64, n int64, act action) verdict
 	// limit is the capacity or the limit per window.
 	limit() int64
 	// idle reports whether st is indistinguishable from a fresh state at now,
@@ -26,6 +30,16 @@ type algorithm[S any] interface {
 	// not happened (never beyond a fresh state).
 	refund(st *S, now, n int64)
 }
+
+// action says whether a decision records what it admits.
+type action uint8
+
+const (
+	// inspect decides without recording anything: Peek.
+	inspect action = iota
+	// consume records the admitted events: AllowN.
+	consume
+)
 
 // reserver is implemented by the bucket algorithms, whose WaitN takes a
 // place in line at once so that no later waiter overtakes an earlier one.
@@ -47,29 +61,42 @@ const (
 )
 
 // core is the body shared by the five exported limiters: one mutex, one
-// algorithm, one state, one clock.
+// algorithm, one state, one clock. Each exported limiter holds one in an
+// unexported field and declares its own methods, which call these.
 type core[S any, A algorithm[S]] struct {
 	mu  sync.Mutex
-	alg A      // guarded by mu; replaced by SetLimit/SetRate
-	st  S      // guarded by mu
-	seq uint64 // guarded by mu; counts reservations and reconfigurations
-	ts  timeSource
+	alg A // guarded by mu; replaced by SetLimit/SetRate
+	st  S // guarded by mu
+	// ticket is the place in line last handed out, guarded by mu: every
+	// reservation and every reconfiguration takes the next one, so a waiter
+	// that gives up can tell whether anyone queued behind it.
+	ticket uint64
+	ts     timesrc.Source
+
+	// Set at creation, read-only after.
+	obs  Observer // nil: no Events, and no time readings for them
+	name string
+	algo Algorithm
 }
 
-func (c *core[S, A]) init(alg A, opts []Option) error {
-	o, err := buildOptions(opts)
+// singleOptions are the options a single limiter accepts.
+const singleOptions = optClock | optObserver | optName
+
+func (c *core[S, A]) init(ctor string, algo Algorithm, alg A, opts []Option) error {
+	o, err := buildOptions(ctor, singleOptions, opts)
 	if err != nil {
 		return err
 	}
 	c.alg = alg
-	c.ts = newTimeSource(o.clock)
+	c.ts = timesrc.New(o.clock)
+	c.obs, c.name, c.algo = o.observer, o.name, algo
 	return nil
 }
 
 // verdict is a Decision without its Limit, in int64 nanoseconds: what the
 // algorithms return. It has four fields so that the compiler keeps it in
-// registers; a five-field Decision is passed through memory, and copying it
-// through each layer measured as half the cost of Allow.
+// registers; a five-field Decision is passed through memory, which costs on
+// every layer it crosses (the figure is in benchmarks/README.md).
 type verdict struct {
 	ok           bool
 	remaining    int64
@@ -87,92 +114,143 @@ func (v verdict) decision(limit int64) Decision {
 	}
 }
 
-// decideN validates n and asks alg for a verdict.
-func decideN[S any, A algorithm[S]](alg A, st *S, now int64, n int, commit bool) verdict {
+// decideN validates n and asks alg for a verdict. It owns the one case
+// where n == 0 is valid: inspecting with n == 0 (Peek(0)) reports the
+// current quota, whose ok is false only when the limiter is overdrawn.
+// Otherwise an n <= 0 or above the limit is denied with RetryNever.
+func decideN[S any, A algorithm[S]](alg A, st *S, now int64, n int, act action) verdict {
 	if n <= 0 || int64(n) > alg.limit() {
-		v := alg.decide(st, now, 0, false)
+		if n == 0 && act == inspect {
+			return alg.decide(st, now, 0, inspect)
+		}
+		v := alg.decide(st, now, 0, inspect)
 		v.ok = false
 		v.retry = int64(RetryNever)
 		return v
 	}
-	return alg.decide(st, now, int64(n), commit)
+	return alg.decide(st, now, int64(n), act)
 }
 
-// decisionN is decideN returning a Decision.
-func decisionN[S any, A algorithm[S]](alg A, st *S, now int64, n int, commit bool) Decision {
-	return decideN(alg, st, now, n, commit).decision(alg.limit())
+// invalidN returns the sentinel of an n that no wait can admit under limit,
+// or nil: what AllowN reports to an Observer, as it returns no error.
+func invalidN(n int, limit int64) error {
+	switch {
+	case n <= 0:
+		return ErrInvalidN
+	case int64(n) > limit:
+		return ErrExceedsLimit
+	}
+	return nil
 }
 
-// Allow reports whether one event may happen now, and consumes it if so.
-// It is shorthand for AllowN(1).Allowed.
-func (c *core[S, A]) Allow() bool {
-	now := c.ts.now()
+// allow is Allow: AllowN(1).Allowed, with no Decision to build.
+func (c *core[S, A]) allow() bool {
+	if c.obs != nil {
+		return c.allowNObserved(1).Allowed
+	}
+	now := c.ts.Now()
 	c.mu.Lock()
-	ok := c.alg.decide(&c.st, now, 1, true).ok // 1 <= limit always
+	ok := c.alg.decide(&c.st, now, 1, consume).ok // 1 <= limit always
 	c.mu.Unlock()
 	return ok
 }
 
-// AllowN reports whether n events may happen now and consumes them if so:
-// all n or nothing. It never blocks. A denied request consumes nothing.
-// When n <= 0 or n exceeds the limit the Decision is denied with RetryAfter
-// set to [RetryNever].
-func (c *core[S, A]) AllowN(n int) Decision {
-	now := c.ts.now()
+// allowN is AllowN.
+func (c *core[S, A]) allowN(n int) Decision {
+	if c.obs != nil {
+		return c.allowNObserved(n)
+	}
+	return c.decideNow(n, consume)
+}
+
+// decideNow decides n at the current time, reporting nothing.
+func (c *core[S, A]) decideNow(n int, act action) Decision {
+	return c.decideAt(c.ts.Now(), n, act)
+}
+
+// decideAt decides n at now, reporting nothing.
+func (c *core[S, A]) decideAt(now int64, n int, act action) Decision {
 	c.mu.Lock()
-	v := decideN(c.alg, &c.st, now, n, true)
+	v := decideN(c.alg, &c.st, now, n, act)
 	limit := c.alg.limit()
 	c.mu.Unlock()
 	return v.decision(limit)
 }
 
-// Peek reports the Decision that AllowN(n) would return now, without
-// consuming anything. Peek(0) reports the current quota: its Remaining is
-// how many events would be admitted right now. Its Allowed is true unless
-// the limiter is overdrawn: a limit lowered with SetLimit or SetRate is
-// already exceeded, or (token bucket) callers queued in WaitN hold tokens
-// the bucket has not refilled yet.
-func (c *core[S, A]) Peek(n int) Decision {
-	now := c.ts.now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n == 0 {
-		return c.alg.decide(&c.st, now, 0, false).decision(c.alg.limit())
+// allowNObserved is AllowN with an Observer: it times the decision on the
+// real clock and reports it. AllowN has no context, so the Observer gets
+// context.Background().
+func (c *core[S, A]) allowNObserved(n int) Decision {
+	now, mark := c.ts.NowTimed()
+	d := c.decideAt(now, n, consume)
+	e := Event{Limit: c.name, Algorithm: c.algo, Home: HomeMemory, N: n, Decision: d}
+	switch {
+	case d.Allowed:
+		e.Outcome = OutcomeAllowed
+	case d.RetryAfter == RetryNever:
+		e.Outcome, e.Err = OutcomeError, invalidN(n, int64(d.Limit))
+	default:
+		e.Outcome = OutcomeDenied
 	}
-	return decisionN(c.alg, &c.st, now, n, false)
+	e.Latency = c.ts.Since(now, mark)
+	c.obs.Observe(context.Background(), e)
+	return d
 }
 
-// Limit returns the current capacity or limit per window.
-func (c *core[S, A]) Limit() int {
+// peek is Peek.
+func (c *core[S, A]) peek(n int) Decision {
+	return c.decideNow(n, inspect)
+}
+
+// limit is Limit.
+func (c *core[S, A]) limit() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return int(c.alg.limit())
 }
 
-// Wait blocks until one event is admitted or ctx is done. It is shorthand
-// for WaitN(ctx, 1).
-func (c *core[S, A]) Wait(ctx context.Context) error {
-	return c.WaitN(ctx, 1)
+// waitN is WaitN: see the limiters' own docs for what it means for each.
+// With an Observer it reports one Event when it returns.
+func (c *core[S, A]) waitN(ctx context.Context, n int) error {
+	if c.obs == nil {
+		return c.wait(ctx, n)
+	}
+	start := time.Now()
+	err := c.wait(ctx, n)
+	c.mu.Lock()
+	limit := c.alg.limit()
+	c.mu.Unlock()
+	reportWait(c.obs, ctx, Event{Limit: c.name, Algorithm: c.algo, Home: HomeMemory, N: n}, limit, err, start)
+	return err
 }
 
-// WaitN blocks until n events are admitted, and returns nil once they are.
-// It returns an error without waiting when n <= 0 ([ErrInvalidN]), when n
-// exceeds the limit ([ErrExceedsLimit]), when the wait would outlast ctx's
-// deadline ([ErrDeadline], which also matches context.DeadlineExceeded) or,
-// for a [LeakyBucket], when its queue is full ([ErrQueueFull]). If ctx is
-// done while waiting it returns ctx.Err().
-//
-// The bucket algorithms take a place in line when WaitN is called, so a
-// later waiter never overtakes an earlier one; a cancelled waiter gives its
-// place back when nobody has queued behind it. The window algorithms retry
-// after each Decision's RetryAfter.
-func (c *core[S, A]) WaitN(ctx context.Context, n int) error {
+// reportWait reports the end of a WaitN that started at start: e carries
+// the limiter's fields, and gets the outcome, a Decision saying whether the
+// wait admitted n (with the limit), the error and the latency.
+func reportWait(obs Observer, ctx context.Context, e Event, limit int64, err error, start time.Time) {
+	e.Wait = true
+	e.Decision = Decision{Allowed: err == nil, Limit: int(limit)}
+	if err == nil {
+		e.Outcome = OutcomeAllowed
+	} else {
+		e.Outcome, e.Err = OutcomeError, err
+		e.Decision.RetryAfter = RetryNever
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e.Latency = time.Since(start)
+	obs.Observe(ctx, e)
+}
+
+// wait is WaitN with nothing reported.
+func (c *core[S, A]) wait(ctx context.Context, n int) error {
 	c.mu.Lock()
 	limit := c.alg.limit()
 	_, isReserver := any(c.alg).(reserver[S])
 	c.mu.Unlock()
 	if n <= 0 || int64(n) > limit {
-		return nError(n, "the limit", limit)
+		return nError(n, limit)
 	}
 	if ctx == nil {
 		return errNilContext
@@ -183,13 +261,14 @@ func (c *core[S, A]) WaitN(ctx context.Context, n int) error {
 	if isReserver {
 		return c.waitReserve(ctx, n)
 	}
-	return waitLoop(ctx, &c.ts, func() (Decision, error) { return c.AllowN(n), nil }, n)
+	return waitLoop(ctx, c.ts.Clock(), func() (Decision, error) { return c.decideNow(n, consume), nil }, n)
 }
 
 // waitLoop retries allow after each denial's RetryAfter until it admits,
 // ctx is done, or the wait cannot succeed (RetryNever: n exceeds a limit
-// lowered meanwhile; a wait beyond ctx's deadline).
-func waitLoop(ctx context.Context, ts *timeSource, allow func() (Decision, error), n int) error {
+// lowered meanwhile; a wait beyond ctx's deadline). clock is the limiter's
+// (nil: the real clock).
+func waitLoop(ctx context.Context, clock timesrc.Clock, allow func() (Decision, error), n int) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -202,12 +281,15 @@ func waitLoop(ctx context.Context, ts *timeSource, allow func() (Decision, error
 			return nil
 		}
 		if d.RetryAfter == RetryNever {
-			return nError(n, "the limit", int64(d.Limit))
+			return nError(n, int64(d.Limit))
 		}
-		if err := checkDeadline(ctx, d.RetryAfter); err != nil {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := ts.sleep(ctx, d.RetryAfter); err != nil {
+		if timesrc.Outlasts(ctx, d.RetryAfter) {
+			return errs.Deadline(ErrDeadline, d.RetryAfter)
+		}
+		if err := timesrc.Sleep(ctx, clock, d.RetryAfter); err != nil {
 			return err
 		}
 	}
@@ -219,13 +301,13 @@ func (c *core[S, A]) waitReserve(ctx context.Context, n int) error {
 	if dl, ok := ctx.Deadline(); ok {
 		maxDelay = max(int64(time.Until(dl)), 0)
 	}
-	now := c.ts.now()
+	now := c.ts.Now()
 	c.mu.Lock()
 	r := any(c.alg).(reserver[S]) // read again: SetRate may have replaced it
 	if int64(n) > c.alg.limit() {
 		limit := c.alg.limit()
 		c.mu.Unlock()
-		return nError(n, "the limit", limit)
+		return nError(n, limit)
 	}
 	delay, res := r.reserve(&c.st, now, int64(n), maxDelay)
 	if res != reserved {
@@ -233,18 +315,18 @@ func (c *core[S, A]) waitReserve(ctx context.Context, n int) error {
 		if res == reserveFull {
 			return ErrQueueFull
 		}
-		return deadlineError(time.Duration(delay))
+		return errs.Deadline(ErrDeadline, time.Duration(delay))
 	}
-	c.seq++
-	mine := c.seq
+	c.ticket++
+	mine := c.ticket
 	c.mu.Unlock()
 	if delay == 0 {
 		return nil
 	}
-	err := c.ts.sleep(ctx, time.Duration(delay))
+	err := c.ts.Sleep(ctx, time.Duration(delay))
 	if err != nil {
 		c.mu.Lock()
-		if c.seq == mine { // nobody queued behind us: give the place back
+		if c.ticket == mine { // nobody queued behind us: give the place back
 			r.unreserve(&c.st, int64(n))
 		}
 		c.mu.Unlock()
@@ -255,12 +337,19 @@ func (c *core[S, A]) waitReserve(ctx context.Context, n int) error {
 // reconfigure replaces the algorithm, letting convert carry the state over
 // at the current time. Requires c.mu not held.
 func (c *core[S, A]) reconfigure(alg A, convert func(st *S, now int64)) {
-	now := c.ts.now()
+	now := c.ts.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	convert(&c.st, now)
 	c.alg = alg
-	c.seq++ // reservations made under the old algorithm are not given back
+	c.ticket++ // reservations made under the old algorithm are not given back
+}
+
+// current returns the current algorithm. Requires c.mu not held.
+func (c *core[S, A]) current() A {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.alg
 }
 
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0 without overflow.
@@ -320,6 +409,20 @@ const maxPeriod = 100 * 365 * 24 * time.Hour
 // overflow and counts stay exact in the doubles of Redis's Lua.
 const maxCount = 1 << 53
 
+// paramNames names, for error messages, what a constructor validates: the
+// count (capacity or limit), the rate's events (token bucket only) and the
+// period, as the caller wrote them: "ratelimit.NewTokenBucket capacity" or
+// "ratelimit.Policy.Limit".
+type paramNames struct{ count, events, period string }
+
+// argNames names the arguments of the function fn.
+func argNames(fn, count, events, period string) paramNames {
+	return paramNames{count: fn + " " + count, events: fn + " " + events, period: fn + " " + period}
+}
+
+// policyParams names the Policy fields, for NewKeyed and Policy.Validate.
+var policyParams = paramNames{count: "ratelimit.Policy.Limit", events: "ratelimit.Policy.Refill", period: "ratelimit.Policy.Period"}
+
 // checkCount validates a positive count argument.
 func checkCount(name string, v int) error {
 	if v <= 0 {
@@ -340,11 +443,4 @@ func checkPeriod(name string, d time.Duration) error {
 		return configError("%s must be at most %v, got %v", name, maxPeriod, d)
 	}
 	return nil
-}
-
-// current returns the current algorithm. Requires c.mu not held.
-func (c *core[S, A]) current() A {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.alg
 }

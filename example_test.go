@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -167,25 +168,136 @@ func ExampleAllowAll() {
 	// 998
 }
 
+// planKey is the context key under which this example's authentication
+// stores the customer's plan.
+type planKey struct{}
+
+// The tier function reads the customer's plan from the request's context,
+// where authentication put it: package httplimit passes each request's
+// context. An unknown plan (here "trial") is charged in the default tier.
 func ExampleNewTiered() {
 	mock := newMock()
 	opt := ratelimit.WithClock(mock)
 	free, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(100, time.Minute), opt)
 	pro, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(10_000, time.Minute), opt)
-	plans := map[string]string{"key-pro": "pro"}
-	tiered, _ := ratelimit.NewTiered(func(_ context.Context, key string) string {
-		if plan, ok := plans[key]; ok {
-			return plan
-		}
-		return "free"
-	}, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
+	planOf := func(ctx context.Context, _ string) string {
+		plan, _ := ctx.Value(planKey{}).(string)
+		return plan
+	}
+	tiered, err := ratelimit.NewTiered(planOf,
+		map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro},
+		ratelimit.WithDefaultTier("free"))
+	if err != nil {
+		panic(err)
+	}
 
-	ctx := context.Background()
-	d, _ := tiered.AllowN(ctx, "key-free", 1)
-	fmt.Println(d.Limit, d.Remaining)
-	d, _ = tiered.AllowN(ctx, "key-pro", 1)
-	fmt.Println(d.Limit, d.Remaining)
+	// What an authentication middleware would do for each request.
+	authenticated := func(plan string) context.Context {
+		return context.WithValue(context.Background(), planKey{}, plan)
+	}
+	for _, req := range []struct{ key, plan string }{
+		{"key-a", "free"}, {"key-b", "pro"}, {"key-c", "trial"},
+	} {
+		ctx := authenticated(req.plan)
+		tier, _, _ := tiered.Tier(ctx, req.key)
+		d, _ := tiered.AllowN(ctx, req.key, 1)
+		fmt.Println(req.key, tier, d.Limit, d.Remaining)
+	}
 	// Output:
-	// 100 99
-	// 10000 9999
+	// key-a free 100 99
+	// key-b pro 10000 9999
+	// key-c free 100 99
+}
+
+func ExamplePolicy_NewLimiter() {
+	mock := newMock()
+	// A policy read from configuration, run here as a single limiter; the
+	// same Policy runs per key with NewKeyed, or on Redis.
+	p := ratelimit.SlidingLogPolicy(2, time.Second)
+	l, err := p.NewLimiter(ratelimit.WithClock(mock))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(p)
+	fmt.Println(l.Allow(), l.Allow(), l.Allow())
+	fmt.Println(l.Peek(1).RetryAfter)
+	mock.Add(time.Second)
+	fmt.Println(l.Allow())
+	// Output:
+	// slidinglog(limit=2, window=1s)
+	// true true false
+	// 1s
+	// true
+}
+
+// instantClock is a fake Clock on which every wait ends at once, moving the
+// time forward by its length: the few lines any fake of [ratelimit.Clock]
+// needs.
+type instantClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *instantClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *instantClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.now
+	return ch
+}
+
+func ExampleKeyed_WaitN() {
+	clk := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	// Each tenant may send 2 jobs a second, in bursts of up to 4.
+	perTenant, err := ratelimit.NewKeyed(
+		ratelimit.TokenBucketPolicy(ratelimit.PerSecond(2), 4), ratelimit.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	start := clk.Now()
+	for _, batch := range []int{4, 3, 1} {
+		if err := perTenant.WaitN(ctx, "tenant-1", batch); err != nil {
+			panic(err)
+		}
+		fmt.Printf("batch of %d sent at +%v\n", batch, clk.Now().Sub(start))
+	}
+	// A batch larger than the burst can never be sent.
+	err = perTenant.WaitN(ctx, "tenant-1", 5)
+	fmt.Println(errors.Is(err, ratelimit.ErrExceedsLimit))
+	// Output:
+	// batch of 4 sent at +0s
+	// batch of 3 sent at +1.5s
+	// batch of 1 sent at +2s
+	// true
+}
+
+// An Observer sees every decision, with the limiter's name, its algorithm
+// and where it runs, but never the key.
+func ExampleWithObserver() {
+	mock := newMock()
+	count := map[ratelimit.Outcome]int{}
+	obs := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
+		count[e.Outcome]++ // an exporter would increment a counter here
+		fmt.Println(e.Limit, e.Algorithm, e.Home, e.Outcome, e.N)
+	})
+	perKey, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute),
+		ratelimit.WithClock(mock), ratelimit.WithObserver(obs), ratelimit.WithName("per-key"))
+	ctx := context.Background()
+	perKey.Allow(ctx, "key-123")
+	perKey.Allow(ctx, "key-123")
+	_, _ = perKey.AllowN(ctx, "key-123", 0)
+	fmt.Println(count[ratelimit.OutcomeAllowed], count[ratelimit.OutcomeDenied], count[ratelimit.OutcomeError])
+	// Output:
+	// per-key fixedwindow keyed allowed 1
+	// per-key fixedwindow keyed denied 1
+	// per-key fixedwindow keyed error 0
+	// 1 1 1
 }

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"time"
 )
 
@@ -17,7 +18,7 @@ import (
 // Create one with [NewFixedWindow]; the zero value is not usable. A
 // FixedWindow is safe for concurrent use.
 type FixedWindow struct {
-	core[fwState, *fixedWindowAlg]
+	c core[fwState, *fixedWindowAlg]
 }
 
 // NewFixedWindow returns a limiter that admits at most limit events per
@@ -25,33 +26,67 @@ type FixedWindow struct {
 // is not positive, window is longer than 100 years, or an option is invalid
 // (such as [WithClock] given a typed nil).
 func NewFixedWindow(limit int, window time.Duration, opts ...Option) (*FixedWindow, error) {
-	alg, err := newFixedWindowAlg(limit, window)
+	alg, err := newFixedWindowAlg(limit, window, argNames("ratelimit.NewFixedWindow", "limit", "", "window"))
 	if err != nil {
 		return nil, err
 	}
 	w := &FixedWindow{}
-	if err := w.init(alg, opts); err != nil {
+	if err := w.c.init("NewFixedWindow", FixedWindowAlgorithm, alg, opts); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
 
+// Allow reports whether one event may happen now, and counts it if so. It
+// is shorthand for AllowN(1).Allowed.
+func (w *FixedWindow) Allow() bool { return w.c.allow() }
+
+// AllowN reports whether n events may happen now, and counts them if so:
+// all n or nothing. It never blocks, and a denied request counts nothing.
+// The Decision's RetryAfter is the end of the current window. When n <= 0 or n exceeds the limit the Decision is denied with
+// RetryAfter set to [RetryNever].
+func (w *FixedWindow) AllowN(n int) Decision { return w.c.allowN(n) }
+
+// Peek reports the Decision that AllowN(n) would return now, without
+// counting anything. Peek(0) reports the current quota: its Remaining is
+// how many events would be admitted right now, and its Allowed is false
+// only when [FixedWindow.SetLimit] lowered the limit below the events counted in the current window.
+func (w *FixedWindow) Peek(n int) Decision { return w.c.peek(n) }
+
+// Limit returns the number of events allowed per window.
+func (w *FixedWindow) Limit() int { return w.c.limit() }
+
+// Wait blocks until one event is admitted or ctx is done. It is shorthand
+// for WaitN(ctx, 1).
+func (w *FixedWindow) Wait(ctx context.Context) error { return w.c.waitN(ctx, 1) }
+
+// WaitN blocks until n events are admitted, and returns nil once they are.
+// It retries after each denied Decision's RetryAfter, so concurrent waiters
+// are not served in arrival order.
+//
+// It returns an error at once when n <= 0 ([ErrInvalidN]) or n exceeds
+// the limit ([ErrExceedsLimit]), and without sleeping when the wait before
+// the next retry would outlast ctx's deadline ([ErrDeadline], which also
+// matches context.DeadlineExceeded). If ctx is done while waiting it
+// returns ctx.Err().
+func (w *FixedWindow) WaitN(ctx context.Context, n int) error { return w.c.waitN(ctx, n) }
+
 // SetLimit changes the number of events allowed per window. Events already
 // counted in the current window still count against the new limit. The
 // window length cannot change: it sets where windows start.
 func (w *FixedWindow) SetLimit(limit int) error {
-	alg, err := newFixedWindowAlg(limit, time.Duration(w.current().window))
+	alg, err := newFixedWindowAlg(limit, time.Duration(w.c.current().window), argNames("ratelimit.FixedWindow.SetLimit", "limit", "", "window"))
 	if err != nil {
 		return err
 	}
-	w.reconfigure(alg, func(*fwState, int64) {})
+	w.c.reconfigure(alg, func(*fwState, int64) {})
 	return nil
 }
 
 // fixedWindowAlg is the fixed window's arithmetic.
 type fixedWindowAlg struct {
-	max    int64 // events per window
-	window int64 // ns
+	perWindow int64 // events per window
+	window    int64 // ns
 }
 
 // fwState is one fixed window's state. The zero value is an unused window.
@@ -60,19 +95,21 @@ type fwState struct {
 	count int64
 }
 
-func newFixedWindowAlg(limit int, window time.Duration) (*fixedWindowAlg, error) {
-	if err := checkCount("limit", limit); err != nil {
+// newFixedWindowAlg validates the parameters, which names tells how the caller
+// calls, and returns the arithmetic of limit events per window.
+func newFixedWindowAlg(limit int, window time.Duration, names paramNames) (*fixedWindowAlg, error) {
+	if err := checkCount(names.count, limit); err != nil {
 		return nil, err
 	}
-	if err := checkPeriod("window", window); err != nil {
+	if err := checkPeriod(names.period, window); err != nil {
 		return nil, err
 	}
-	return &fixedWindowAlg{max: int64(limit), window: int64(window)}, nil
+	return &fixedWindowAlg{perWindow: int64(limit), window: int64(window)}, nil
 }
 
-func (a *fixedWindowAlg) limit() int64 { return a.max }
+func (a *fixedWindowAlg) limit() int64 { return a.perWindow }
 
-func (a *fixedWindowAlg) decide(st *fwState, now, n int64, commit bool) verdict {
+func (a *fixedWindowAlg) decide(st *fwState, now, n int64, act action) verdict {
 	k := floorDiv(now, a.window)
 	count := st.count
 	switch {
@@ -83,18 +120,18 @@ func (a *fixedWindowAlg) decide(st *fwState, now, n int64, commit bool) verdict 
 		now = k * a.window
 	}
 	untilEnd := (k+1)*a.window - now
-	if count+n <= a.max {
-		if commit {
+	if count+n <= a.perWindow {
+		if act == consume {
 			st.k, st.count = k, count+n
 		}
-		d := verdict{ok: true, remaining: a.max - count - n}
+		d := verdict{ok: true, remaining: a.perWindow - count - n}
 		if count+n > 0 {
 			d.reset = untilEnd
 		}
 		return d
 	}
 	return verdict{
-		remaining: max(a.max-count, 0),
+		remaining: max(a.perWindow-count, 0),
 		retry:     untilEnd,
 		reset:     untilEnd,
 	}

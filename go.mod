@@ -1,6 +1,6 @@
 module github.com/rlkit/ratelimit
 
-go 1.24
+go 1.22
 
 require (
 	github.com/benbjohnson/clock v1.3.5

@@ -43,7 +43,8 @@ func BenchmarkKeyed(b *testing.B) {
 				k := mustKeyed(b, p)
 				ctx := context.Background()
 				b.ReportAllocs()
-				for b.Loop() {
+				b.ResetTimer()
+				for range b.N {
 					_, _ = k.AllowN(ctx, "hot-key-01", 1)
 				}
 			})
@@ -62,7 +63,8 @@ func BenchmarkKeyed(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()
 				i := 0
-				for b.Loop() {
+				b.ResetTimer()
+				for range b.N {
 					_, _ = k.AllowN(ctx, keys[i], 1)
 					if i++; i == len(keys) {
 						i = 0
@@ -135,7 +137,8 @@ func BenchmarkAllowAll(b *testing.B) {
 	dims := []Dimension{{Name: "a", Limiter: a, Key: "k1"}, {Name: "b", Limiter: c, Key: "k2"}}
 	ctx := context.Background()
 	b.ReportAllocs()
-	for b.Loop() {
+	b.ResetTimer()
+	for range b.N {
 		_, _ = AllowAll(ctx, 1, dims...)
 	}
 }

@@ -7,37 +7,45 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/observe"
+	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
 // Keyed is an in-memory [KeyedLimiter]: one state per key under one
 // [Policy], with the same decisions as the single limiter of that policy.
-// Most callers want [Keyed.AllowN].
+// Most callers want [Keyed.AllowN] or [Keyed.Wait].
 //
 // Keys live in shards, each with its own lock, so unrelated keys rarely
 // contend. Per-key state is compact (16 bytes for every algorithm but the
 // sliding log, which stores up to limit timestamps) and holds no lock or
 // clock of its own.
 //
-// Memory is bounded without changing semantics. A key is reclaimed only
-// when its state is idle: back to a full bucket, or with every window it
-// counted fully passed, so forgetting it hands its client nothing it would
-// not have had anyway. Reclaiming is incremental: each new key looks at the
-// next few keys of its shard, round the shard, and drops the idle ones,
-// under that shard's lock only, with no sweep of the whole table. The number
-// of keys is capped over all shards ([WithMaxKeys], default
+// Reclaiming memory never changes a decision: a key is forgotten only once
+// its state is idle (a full bucket, or every window it counted fully
+// passed), so a client whose key was reclaimed gets exactly what it would
+// have had anyway. Reclaiming is incremental, with no sweeper goroutine and
+// no pass over the whole table: each new key looks at the next few keys of
+// its shard and drops the idle ones, under that shard's lock only. The
+// number of keys is capped over all shards ([WithMaxKeys], default
 // [DefaultMaxKeys]): when the limiter holds that many keys and none of those
 // sampled (up to 20 in the new key's shard, then up to 16 in other non-empty
 // shards, a bounded cost) is idle, a request for a new key is denied with
 // [ErrTooManyKeys] while existing keys go on as before, so a flood of random
 // keys cannot exhaust memory or evict real clients.
 //
+// With [WithObserver], every AllowN and WaitN reports one [Event] (Home
+// [HomeKeyed]); the key is never in it.
+//
 // Create one with [NewKeyed]; the zero value is not usable. A Keyed is safe
 // for concurrent use.
 type Keyed struct {
 	policy Policy
 	id     uint64 // orders locks in AllowAll
-	ts     timeSource
+	ts     timesrc.Source
 	store  keyedStore
+	obs    Observer // nil: no Events
+	name   string
 }
 
 var _ KeyedLimiter = (*Keyed)(nil)
@@ -53,50 +61,63 @@ const defaultShards = 64
 // over all its shards: a new key that would be key n+1 is admitted only if
 // an idle key can be reclaimed to make room, and is otherwise denied with
 // [ErrTooManyKeys]. A non-positive n is an error: [NewKeyed] returns an
-// error wrapping [ErrInvalidConfig]. Single limiters ignore it.
+// error wrapping [ErrInvalidConfig]. It applies to NewKeyed only: the other
+// constructors return a configuration error naming it.
 func WithMaxKeys(n int) Option {
 	return optionFunc(func(o *options) {
+		o.given |= optMaxKeys
 		if n <= 0 {
-			o.setErr(configError("WithMaxKeys must be positive, got %d", n))
+			o.setErr(configError("ratelimit.WithMaxKeys must be positive, got %d", n))
 			return
 		}
-		o.maxKeys, o.maxKeysSet = n, true
+		o.maxKeys = n
 	})
 }
 
 var keyedIDs atomic.Uint64
 
+// keyedOptions are the options NewKeyed accepts.
+const keyedOptions = optClock | optMaxKeys | optObserver | optName
+
 // NewKeyed returns an in-memory keyed limiter running p for every key. It
-// returns an error wrapping [ErrInvalidConfig] when p is invalid or when
-// an option is invalid ([WithMaxKeys] not positive, [WithClock] given a
-// typed nil).
+// returns an error wrapping [ErrInvalidConfig] when p is invalid (the
+// message names the Policy field) or when an option is invalid
+// ([WithMaxKeys] not positive, [WithClock] given a typed nil) or does not
+// apply to it (such as [WithDefaultTier]).
 func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
-	o, err := buildOptions(opts)
+	o, err := buildOptions("NewKeyed", keyedOptions, opts)
 	if err != nil {
 		return nil, err
 	}
-	if !o.maxKeysSet {
+	if o.given&optMaxKeys == 0 {
 		o.maxKeys = DefaultMaxKeys
 	}
 	var st keyedStore
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
-		st, err = storeOf[tbState, *tokenBucketAlg](o.maxKeys)(newTokenBucketAlg(p.Limit, p.Refill, p.Period))
+		st, err = storeOf[tbState, *tokenBucketAlg](o.maxKeys)(newTokenBucketAlg(p.Limit, p.Refill, p.Period, policyParams))
 	case LeakyBucketAlgorithm:
-		st, err = storeOf[lbState, *leakyBucketAlg](o.maxKeys)(newLeakyBucketAlg(p.Limit, p.Period))
+		st, err = storeOf[lbState, *leakyBucketAlg](o.maxKeys)(newLeakyBucketAlg(p.Limit, p.Period, policyParams))
 	case FixedWindowAlgorithm:
-		st, err = storeOf[fwState, *fixedWindowAlg](o.maxKeys)(newFixedWindowAlg(p.Limit, p.Period))
+		st, err = storeOf[fwState, *fixedWindowAlg](o.maxKeys)(newFixedWindowAlg(p.Limit, p.Period, policyParams))
 	case SlidingLogAlgorithm:
-		st, err = storeOf[slState, *slidingLogAlg](o.maxKeys)(newSlidingLogAlg(p.Limit, p.Period))
+		st, err = storeOf[slState, *slidingLogAlg](o.maxKeys)(newSlidingLogAlg(p.Limit, p.Period, policyParams))
 	case SlidingCounterAlgorithm:
-		st, err = storeOf[scState, *slidingCounterAlg](o.maxKeys)(newSlidingCounterAlg(p.Limit, p.Period))
+		st, err = storeOf[scState, *slidingCounterAlg](o.maxKeys)(newSlidingCounterAlg(p.Limit, p.Period, policyParams))
 	default:
 		err = p.Validate()
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &Keyed{policy: p, id: keyedIDs.Add(1), ts: newTimeSource(o.clock), store: st}, nil
+	return &Keyed{
+		policy: p,
+		id:     keyedIDs.Add(1),
+		ts:     timesrc.New(o.clock),
+		store:  st,
+		obs:    o.observer,
+		name:   o.name,
+	}, nil
 }
 
 // storeOf returns a function that makes a store for an algorithm, or passes
@@ -116,16 +137,6 @@ func (k *Keyed) Policy() Policy { return k.policy }
 // Len returns the number of keys k holds state for.
 func (k *Keyed) Len() int { return k.store.len() }
 
-// AllowN reports whether n events may happen now for key and consumes them
-// if so: all n or nothing. A denied request stores nothing. When n <= 0 or
-// n exceeds the limit the Decision is denied with RetryAfter [RetryNever].
-// The error is nil except for [ErrTooManyKeys]; ctx is not consulted, as
-// nothing here waits.
-func (k *Keyed) AllowN(_ context.Context, key string, n int) (Decision, error) {
-	v, err := k.store.allow(k.ts.now(), key, n, true)
-	return v.decision(int64(k.policy.Limit)), err
-}
-
 // Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
 // event was admitted.
 func (k *Keyed) Allow(ctx context.Context, key string) bool {
@@ -133,14 +144,58 @@ func (k *Keyed) Allow(ctx context.Context, key string) bool {
 	return d.Allowed
 }
 
+// AllowN reports whether n events may happen now for key and consumes them
+// if so: all n or nothing. A denied request stores nothing. When n <= 0 or
+// n exceeds the limit the Decision is denied with RetryAfter [RetryNever].
+// The error is nil except for [ErrTooManyKeys]. Nothing here waits, so ctx
+// is only passed on to the [Observer].
+func (k *Keyed) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	if k.obs != nil {
+		return k.allowNObserved(ctx, key, n)
+	}
+	v, err := k.store.decide(k.ts.Now(), key, n, consume)
+	return v.decision(int64(k.policy.Limit)), err
+}
+
+// allowNObserved is AllowN with an Observer.
+func (k *Keyed) allowNObserved(ctx context.Context, key string, n int) (Decision, error) {
+	now, mark := k.ts.NowTimed()
+	v, err := k.store.decide(now, key, n, consume)
+	d := v.decision(int64(k.policy.Limit))
+	k.report(ctx, n, d, err, k.ts.Since(now, mark))
+	return d, err
+}
+
+// report tells k's Observer of the AllowN decision d (and err) for n
+// events, which took latency. Requires k.obs set.
+func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latency time.Duration) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e := Event{Limit: k.name, Algorithm: k.policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Err: err, Latency: latency}
+	switch {
+	case d.Allowed:
+		e.Outcome = OutcomeAllowed
+	case err != nil:
+		e.Outcome = OutcomeError
+	case d.RetryAfter == RetryNever:
+		e.Outcome, e.Err = OutcomeError, invalidN(n, int64(d.Limit))
+	case observe.IsShadow(ctx):
+		e.Outcome = OutcomeShadow
+	default:
+		e.Outcome = OutcomeDenied
+	}
+	k.obs.Observe(ctx, e)
+}
+
 // Peek reports the Decision and error AllowN(ctx, key, n) would return now
 // without consuming anything or storing the key: a new key that the key cap
 // would refuse is reported denied with AllowN's RetryAfter of one second and
-// [ErrTooManyKeys]. Peek
-// may reclaim idle keys, which changes no decision. Peek(ctx, key, 0)
-// reports the key's current quota.
-func (k *Keyed) Peek(_ context.Context, key string, n int) (Decision, error) {
-	v, err := k.store.peek(k.ts.now(), key, n)
+// [ErrTooManyKeys]. Peek may reclaim idle keys, which changes no decision.
+// Peek(ctx, key, 0) reports the key's current quota. Peek is not a
+// decision: it reports nothing to the [Observer].
+func (k *Keyed) Peek(ctx context.Context, key string, n int) (Decision, error) {
+	v, err := k.store.decide(k.ts.Now(), key, n, inspect)
 	return v.decision(int64(k.policy.Limit)), err
 }
 
@@ -149,38 +204,60 @@ func (k *Keyed) Peek(_ context.Context, key string, n int) (Decision, error) {
 // log the newest n events of the key are removed, which under concurrent
 // traffic on the same key may be another request's events a moment
 // younger. A key that is no longer held needs no refund.
-func (k *Keyed) RefundN(_ context.Context, key string, n int) error {
+func (k *Keyed) RefundN(ctx context.Context, key string, n int) error {
 	if n <= 0 {
-		return nError(n, "", 0)
+		return nError(n, 0)
 	}
-	k.store.refund(k.ts.now(), key, int64(n))
+	k.store.refund(k.ts.Now(), key, int64(n))
 	return nil
+}
+
+// Wait blocks until one event is admitted for key or ctx is done. It is
+// shorthand for WaitN(ctx, key, 1).
+func (k *Keyed) Wait(ctx context.Context, key string) error {
+	return k.WaitN(ctx, key, 1)
 }
 
 // WaitN blocks until n events are admitted for key or ctx is done. It
 // returns at once with [ErrInvalidN] or [ErrExceedsLimit] when n can never
-// be admitted, with [ErrDeadline] when the wait would outlast ctx's
+// be admitted, with [ErrDeadline] when the next retry would outlast ctx's
 // deadline, and with [ErrTooManyKeys] when the key cannot be held. Waiters
 // on a key retry after each Decision's RetryAfter; unlike the single bucket
-// limiters they are not served in arrival order.
+// limiters they are not served in arrival order. With an [Observer], WaitN
+// reports one Event when it returns, not one per retry.
 func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
+	if k.obs == nil {
+		return k.wait(ctx, key, n)
+	}
+	start := time.Now()
+	err := k.wait(ctx, key, n)
+	reportWait(k.obs, ctx, Event{Limit: k.name, Algorithm: k.policy.Algorithm, Home: HomeKeyed, N: n}, int64(k.policy.Limit), err, start)
+	return err
+}
+
+// wait is WaitN with nothing reported.
+func (k *Keyed) wait(ctx context.Context, key string, n int) error {
 	if ctx == nil {
 		return errNilContext
 	}
-	return waitLoop(ctx, &k.ts, func() (Decision, error) { return k.AllowN(ctx, key, n) }, n)
+	limit := int64(k.policy.Limit)
+	return waitLoop(ctx, k.ts.Clock(), func() (Decision, error) {
+		v, err := k.store.decide(k.ts.Now(), key, n, consume)
+		return v.decision(limit), err
+	}, n)
 }
 
 // keyedStore is the algorithm-independent face of store[S, A]. It returns
 // verdicts, not Decisions: see verdict for why.
 type keyedStore interface {
-	allow(now int64, key string, n int, commit bool) (verdict, error)
-	peek(now int64, key string, n int) (verdict, error)
+	// decide decides n events for key at now, taking the key's shard lock.
+	decide(now int64, key string, n int, act action) (verdict, error)
 	refund(now int64, key string, n int64)
 	len() int
 	// lockFor returns the lock of key's shard and the shard's index.
 	lockFor(key string) (*sync.Mutex, int)
-	// decideLocked is allow with the shard's lock already held.
-	decideLocked(now int64, key string, n int, commit bool) (verdict, error)
+	// decideLocked is decide with the shard's lock already held.
+	decideLocked(now int64, key string, n int, act action) (verdict, error)
 	refundLocked(now int64, key string, n int64)
 }
 
@@ -244,46 +321,33 @@ func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int) {
 	return &sh.mu, i
 }
 
-func (s *store[S, A]) allow(now int64, key string, n int, commit bool) (verdict, error) {
+func (s *store[S, A]) decide(now int64, key string, n int, act action) (verdict, error) {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
-	v, err := s.decideIn(sh, now, key, h, n, commit)
+	v, err := s.decideIn(sh, now, key, h, n, act)
 	sh.mu.Unlock()
 	return v, err
 }
 
-func (s *store[S, A]) peek(now int64, key string, n int) (verdict, error) {
+func (s *store[S, A]) decideLocked(now int64, key string, n int, act action) (verdict, error) {
 	sh, _, h := s.shardFor(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if n == 0 {
-		st := sh.t.get(key, h)
-		if st == nil {
-			st = s.fresh(sh)
-		}
-		return s.alg.decide(st, now, 0, false), nil
-	}
-	return s.decideIn(sh, now, key, h, n, false)
-}
-
-func (s *store[S, A]) decideLocked(now int64, key string, n int, commit bool) (verdict, error) {
-	sh, _, h := s.shardFor(key)
-	return s.decideIn(sh, now, key, h, n, commit)
+	return s.decideIn(sh, now, key, h, n, act)
 }
 
 // decideIn decides for key, which lives in sh with hash h, at now. A new
-// key is decided on a fresh state and stored only if admitted and commit is
-// set. A new key that the limiter has no room for (it holds maxKeys keys
-// and none could be reclaimed) is denied with [ErrTooManyKeys] and a
-// RetryAfter of one second, whether or not commit is set, so that Peek
-// agrees with AllowN: when a key will next be idle is not known. Requires
-// sh.mu held.
-func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, commit bool) (verdict, error) {
+// key is decided on a fresh state and stored only if admitted and act is
+// consume. A new key that the limiter has no room for (it holds maxKeys
+// keys and none could be reclaimed) is denied with [ErrTooManyKeys] and a
+// RetryAfter of one second, whatever act, so that Peek agrees with AllowN:
+// when a key will next be idle is not known. Peek(0) of a new key reports a
+// fresh quota and needs no room. Requires sh.mu held.
+func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, act action) (verdict, error) {
 	if st := sh.t.get(key, h); st != nil {
-		return decideN(s.alg, st, now, n, commit), nil
+		return decideN(s.alg, st, now, n, act), nil
 	}
-	v := decideN(s.alg, s.fresh(sh), now, n, false)
-	if !v.ok {
+	// On the scratch state, act changes nothing that outlives this call.
+	v := decideN(s.alg, s.fresh(sh), now, n, act)
+	if !v.ok || n == 0 {
 		return v, nil
 	}
 	if !s.makeRoom(sh, now) {
@@ -291,13 +355,13 @@ func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n 
 		v.retry = int64(time.Second)
 		return v, ErrTooManyKeys
 	}
-	if !commit {
+	if act == inspect {
 		s.keys.Add(-1) // give back the room makeRoom reserved
 		return v, nil
 	}
 	st := sh.t.insert(strings.Clone(key), h)
 	sh.held.Store(int32(sh.t.len()))
-	return decideN(s.alg, st, now, n, true), nil
+	return decideN(s.alg, st, now, n, consume), nil
 }
 
 // makeRoom reserves room for one new key in s, reclaiming idle keys as

@@ -3,11 +3,11 @@ package ratelimit
 // table is the hash table of one keyed shard: string keys to states S.
 //
 // It exists because Go maps size themselves in powers of two and split all
-// their tables at about the same fill, so a map[string]int32 with a million
-// keys can sit at under half load (about 90 bytes per key in all, measured).
-// table grows by 1.5x instead, so its load stays between about 0.53 and 0.8
-// whatever the number of keys, and keeps the state inline next to its key:
-// about 65 bytes per 10-byte key.
+// their tables at about the same fill, so a map with a million keys can sit
+// at under half load. table grows by 1.5x instead, so its load stays
+// between about 0.53 and 0.8 whatever the number of keys, and keeps the
+// state inline next to its key (the bytes per key measured both ways are in
+// benchmarks/README.md).
 //
 // Layout: entries is a dense slice of (key, state), with no holes: a delete
 // moves the last entry into the hole. slots is an open-addressing index with

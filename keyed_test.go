@@ -117,9 +117,9 @@ func TestNewKeyedErrors(t *testing.T) {
 		opts []Option
 		want string
 	}{
-		{Policy{}, nil, "unknown algorithm"},
-		{TokenBucketPolicy(Per(1, time.Second), 0), nil, "capacity"},
-		{SlidingLogPolicy(5, 0), nil, "window"},
+		{Policy{}, nil, "ratelimit.Policy.Algorithm"},
+		{TokenBucketPolicy(Per(1, time.Second), 0), nil, "ratelimit.Policy.Limit"},
+		{SlidingLogPolicy(5, 0), nil, "ratelimit.Policy.Period"},
 		{FixedWindowPolicy(5, time.Second), []Option{WithMaxKeys(-1)}, "WithMaxKeys"},
 	} {
 		k, err := NewKeyed(tc.p, tc.opts...)

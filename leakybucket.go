@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"time"
 )
 
@@ -32,7 +33,7 @@ import (
 // Create one with [NewLeakyBucket]; the zero value is not usable. A
 // LeakyBucket is safe for concurrent use.
 type LeakyBucket struct {
-	core[lbState, *leakyBucketAlg]
+	c core[lbState, *leakyBucketAlg]
 }
 
 // NewLeakyBucket returns an empty leaky bucket that holds at most capacity
@@ -41,28 +42,66 @@ type LeakyBucket struct {
 // leakEvery exceeds 2^61 ns (about 73 years), or when an option is invalid
 // (such as [WithClock] given a typed nil).
 func NewLeakyBucket(capacity int, leakEvery time.Duration, opts ...Option) (*LeakyBucket, error) {
-	alg, err := newLeakyBucketAlg(capacity, leakEvery)
+	alg, err := newLeakyBucketAlg(capacity, leakEvery, argNames("ratelimit.NewLeakyBucket", "capacity", "", "leakEvery"))
 	if err != nil {
 		return nil, err
 	}
 	b := &LeakyBucket{}
-	if err := b.init(alg, opts); err != nil {
+	if err := b.c.init("NewLeakyBucket", LeakyBucketAlgorithm, alg, opts); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
+// Allow reports whether one event fits in the bucket now, adding it if so.
+// It is shorthand for AllowN(1).Allowed.
+func (b *LeakyBucket) Allow() bool { return b.c.allow() }
+
+// AllowN reports whether n events fit in the bucket now, and adds them if
+// so: all n or nothing. It is the meter: it never blocks or queues, and a
+// denied request adds nothing. The Decision's RetryAfter is when enough
+// will have drained for n if nothing else arrives. When n <= 0 or n
+// exceeds the capacity the Decision is denied with RetryAfter set to
+// [RetryNever].
+func (b *LeakyBucket) AllowN(n int) Decision { return b.c.allowN(n) }
+
+// Peek reports the Decision that AllowN(n) would return now, without
+// adding anything. Peek(0) reports the current room: its Remaining is how
+// many events would fit right now, and its Allowed is false only when
+// [LeakyBucket.SetRate] lowered the capacity below the bucket's level.
+func (b *LeakyBucket) Peek(n int) Decision { return b.c.peek(n) }
+
+// Limit returns the bucket's capacity.
+func (b *LeakyBucket) Limit() int { return b.c.limit() }
+
+// Wait blocks until the caller's one event is released or ctx is done. It
+// is shorthand for WaitN(ctx, 1).
+func (b *LeakyBucket) Wait(ctx context.Context) error { return b.c.waitN(ctx, 1) }
+
+// WaitN is the shaper: it queues n events and blocks until they are
+// released, one per leakEvery after those queued before them, first come
+// first served. A cancelled waiter gives its place back when nobody has
+// queued behind it.
+//
+// It returns an error without waiting when n <= 0 ([ErrInvalidN]), when n
+// exceeds the capacity ([ErrExceedsLimit]), when the queue has no room for
+// n more events ([ErrQueueFull]: the caller is refused, never left
+// waiting), or when the wait would outlast ctx's deadline ([ErrDeadline],
+// which also matches context.DeadlineExceeded). If ctx is done while
+// waiting it returns ctx.Err().
+func (b *LeakyBucket) WaitN(ctx context.Context, n int) error { return b.c.waitN(ctx, n) }
+
 // SetRate changes the capacity and the drain interval. The events in the
 // bucket stay in it and drain at the new rate (a fractional event rounds
 // up). Waiters already in line keep the release times they were given.
 func (b *LeakyBucket) SetRate(capacity int, leakEvery time.Duration) error {
-	alg, err := newLeakyBucketAlg(capacity, leakEvery)
+	alg, err := newLeakyBucketAlg(capacity, leakEvery, argNames("ratelimit.LeakyBucket.SetRate", "capacity", "", "leakEvery"))
 	if err != nil {
 		return err
 	}
-	b.reconfigure(alg, func(st *lbState, now int64) {
+	b.c.reconfigure(alg, func(st *lbState, now int64) {
 		if level := st.empty - now; level > 0 {
-			st.empty = now + mulDivCeil(level, alg.every, b.alg.every)
+			st.empty = now + mulDivCeil(level, alg.every, b.c.alg.every)
 		}
 	})
 	return nil
@@ -82,15 +121,18 @@ type lbState struct {
 	empty int64 // Unix ns at which the bucket is empty
 }
 
-func newLeakyBucketAlg(capacity int, leakEvery time.Duration) (*leakyBucketAlg, error) {
-	if err := checkCount("capacity", capacity); err != nil {
+// newLeakyBucketAlg validates the parameters, which names tells how the
+// caller calls, and returns the arithmetic of a bucket of capacity events
+// that drains one every leakEvery.
+func newLeakyBucketAlg(capacity int, leakEvery time.Duration, names paramNames) (*leakyBucketAlg, error) {
+	if err := checkCount(names.count, capacity); err != nil {
 		return nil, err
 	}
-	if err := checkPeriod("leakEvery", leakEvery); err != nil {
+	if err := checkPeriod(names.period, leakEvery); err != nil {
 		return nil, err
 	}
 	if int64(capacity) > maxDebt/int64(leakEvery) {
-		return nil, configError("capacity %d x leakEvery %v overflows", capacity, leakEvery)
+		return nil, configError("%s x %s must be at most 2^61ns, got %d x %v", names.count, names.period, capacity, leakEvery)
 	}
 	every := int64(leakEvery)
 	return &leakyBucketAlg{capacity: int64(capacity), every: every, span: int64(capacity) * every}, nil
@@ -98,11 +140,11 @@ func newLeakyBucketAlg(capacity int, leakEvery time.Duration) (*leakyBucketAlg, 
 
 func (a *leakyBucketAlg) limit() int64 { return a.capacity }
 
-func (a *leakyBucketAlg) decide(st *lbState, now, n int64, commit bool) verdict {
+func (a *leakyBucketAlg) decide(st *lbState, now, n int64, act action) verdict {
 	level := max(st.empty-now, 0)
 	need := n * a.every
 	if level+need <= a.span {
-		if commit {
+		if act == consume {
 			st.empty = now + level + need
 		}
 		return verdict{

@@ -32,6 +32,53 @@
 // clock, so a wall-clock step neither mints nor destroys quota. Windows are
 // aligned to the Unix epoch using the wall time read when the limiter was
 // created plus monotonic time since.
+//
+// # Observing decisions
+//
+// [WithObserver] makes a limiter report every decision (allowed, denied,
+// refused with an error) to an [Observer], with the limiter's name
+// ([WithName]), its algorithm, where it keeps its state and the decision's
+// latency, but never the key. Package otellimit turns these reports into
+// OpenTelemetry metrics.
+//
+// # Testing
+//
+// Code that uses a limiter can be tested on fake time in two ways.
+//
+// Give the limiter a fake [Clock] with [WithClock]. A Clock is two methods,
+// Now and After, so a fake takes a few lines (a *clock.Mock from
+// github.com/benbjohnson/clock is one as it is):
+//
+//	type fakeClock struct{ now time.Time } // guard it with a mutex if goroutines share it
+//
+//	func (c *fakeClock) Now() time.Time { return c.now }
+//	func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+//		c.now = c.now.Add(d) // every wait ends at once, and time moves on
+//		ch := make(chan time.Time, 1)
+//		ch <- c.now
+//		return ch
+//	}
+//
+//	limiter, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 5,
+//		ratelimit.WithClock(&fakeClock{now: time.Unix(0, 0)}))
+//
+// Or, with Go 1.25 or later, use no WithClock at all and run the test in a
+// testing/synctest bubble: a limiter built inside the bubble reads the
+// bubble's fake time through the time package, and its Wait sleeps on it:
+//
+//	func TestWorker(t *testing.T) {
+//		synctest.Test(t, func(t *testing.T) {
+//			limiter, _ := ratelimit.NewTokenBucket(ratelimit.PerHour(1), 1)
+//			limiter.Allow()
+//			start := time.Now()
+//			_ = limiter.Wait(context.Background()) // returns at once in real time
+//			fmt.Println(time.Since(start))          // 1h0m0s of fake time
+//		})
+//	}
+//
+// TestExampleSynctest in this package's example_synctest_test.go is that
+// tutorial as a runnable test (an Example cannot call synctest.Test, which
+// needs a *testing.T).
 package ratelimit
 
 import (
@@ -40,6 +87,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/errs"
 )
 
 // Limiter is implemented by every limiter in this package.
@@ -118,33 +167,17 @@ var (
 // a nil one.
 var errNilContext = errors.New("ratelimit: nil context")
 
-// configError reports a bad constructor argument.
+// configError reports a bad constructor argument or option. The detail
+// names it as package.Name, as in "ratelimit.WithMaxKeys must be positive,
+// got -1".
 func configError(format string, args ...any) error {
-	return &wrapError{msg: ErrInvalidConfig.Error() + ": " + fmt.Sprintf(format, args...), errs: []error{ErrInvalidConfig}}
+	return errs.Config(ErrInvalidConfig, format, args...)
 }
 
-// nError reports a WaitN call with an n that can never be admitted.
-func nError(n int, what string, limit int64) error {
+// nError reports a WaitN call with an n that no wait can admit under limit.
+func nError(n int, limit int64) error {
 	if n <= 0 {
-		return &wrapError{msg: fmt.Sprintf("%s, got n=%d", ErrInvalidN.Error(), n), errs: []error{ErrInvalidN}}
+		return errs.New(fmt.Sprintf("%s, got n=%d", ErrInvalidN.Error(), n), ErrInvalidN)
 	}
-	return &wrapError{msg: fmt.Sprintf("ratelimit: n=%d exceeds %s %d", n, what, limit), errs: []error{ErrExceedsLimit}}
+	return errs.New(fmt.Sprintf("ratelimit: n=%d exceeds the limit %d", n, limit), ErrExceedsLimit)
 }
-
-// deadlineError reports a wait that would outlast the context's deadline.
-func deadlineError(wait time.Duration) error {
-	return &wrapError{
-		msg:  fmt.Sprintf("%s (needs %v)", ErrDeadline.Error(), wait),
-		errs: []error{ErrDeadline, context.DeadlineExceeded},
-	}
-}
-
-// wrapError is an error with its own message that matches several sentinel
-// errors with errors.Is.
-type wrapError struct {
-	msg  string
-	errs []error
-}
-
-func (e *wrapError) Error() string   { return e.msg }
-func (e *wrapError) Unwrap() []error { return e.errs }

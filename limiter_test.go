@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -198,11 +199,16 @@ type simOf[S any, A algorithm[S]] struct {
 }
 
 func (s *simOf[S, A]) allowN(now int64, n int, commit bool) Decision {
-	return decisionN(s.alg, &s.st, now, n, commit)
+	if !commit {
+		// What AllowN would return, on a copy: unlike Peek, AllowN(0) is
+		// a denial.
+		return s.clone().allowN(now, n, true)
+	}
+	return decideN(s.alg, &s.st, now, n, consume).decision(s.alg.limit())
 }
 
 func (s *simOf[S, A]) quota(now int64) Decision {
-	return s.alg.decide(&s.st, now, 0, false).decision(s.alg.limit())
+	return s.alg.decide(&s.st, now, 0, inspect).decision(s.alg.limit())
 }
 
 func (s *simOf[S, A]) limit() int64 { return s.alg.limit() }
@@ -217,35 +223,35 @@ func (s *simOf[S, A]) clone() sim {
 
 func newTokenBucketSim(t testing.TB, capacity, refill int, per time.Duration) sim {
 	t.Helper()
-	alg, err := newTokenBucketAlg(capacity, refill, per)
+	alg, err := newTokenBucketAlg(capacity, refill, per, policyParams)
 	require.NoError(t, err)
 	return &simOf[tbState, *tokenBucketAlg]{alg: alg}
 }
 
 func newLeakyBucketSim(t testing.TB, capacity int, leakEvery time.Duration) sim {
 	t.Helper()
-	alg, err := newLeakyBucketAlg(capacity, leakEvery)
+	alg, err := newLeakyBucketAlg(capacity, leakEvery, policyParams)
 	require.NoError(t, err)
 	return &simOf[lbState, *leakyBucketAlg]{alg: alg}
 }
 
 func newFixedWindowSim(t testing.TB, limit int, window time.Duration) sim {
 	t.Helper()
-	alg, err := newFixedWindowAlg(limit, window)
+	alg, err := newFixedWindowAlg(limit, window, policyParams)
 	require.NoError(t, err)
 	return &simOf[fwState, *fixedWindowAlg]{alg: alg}
 }
 
 func newSlidingLogSim(t testing.TB, limit int, window time.Duration) sim {
 	t.Helper()
-	alg, err := newSlidingLogAlg(limit, window)
+	alg, err := newSlidingLogAlg(limit, window, policyParams)
 	require.NoError(t, err)
 	return &simOf[slState, *slidingLogAlg]{alg: alg, copyState: copySlState}
 }
 
 func newSlidingCounterSim(t testing.TB, limit int, window time.Duration) sim {
 	t.Helper()
-	alg, err := newSlidingCounterAlg(limit, window)
+	alg, err := newSlidingCounterAlg(limit, window, policyParams)
 	require.NoError(t, err)
 	return &simOf[scState, *slidingCounterAlg]{alg: alg}
 }
@@ -734,12 +740,12 @@ func TestConstructorErrors(t *testing.T) {
 		{"tokenbucket/capacity-zero", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Second), 0) }},
 		{"tokenbucket/capacity-negative", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Second), -1) }},
 		{"tokenbucket/capacity-min", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Second), math.MinInt) }},
-		{"tokenbucket/refill-zero", "refill", func() (any, error) { return NewTokenBucket(Per(0, time.Second), 1) }},
-		{"tokenbucket/refill-negative", "refill", func() (any, error) { return NewTokenBucket(Per(-5, time.Second), 1) }},
-		{"tokenbucket/per-zero", "per", func() (any, error) { return NewTokenBucket(Per(1, 0), 1) }},
-		{"tokenbucket/per-negative", "per", func() (any, error) { return NewTokenBucket(Per(1, -time.Second), 1) }},
-		{"tokenbucket/per-too-long", "per", func() (any, error) { return NewTokenBucket(Per(1, tooLong), 1) }},
-		{"tokenbucket/per-max", "per", func() (any, error) { return NewTokenBucket(Per(1, math.MaxInt64), 1) }},
+		{"tokenbucket/refill-zero", "rate.Events", func() (any, error) { return NewTokenBucket(Per(0, time.Second), 1) }},
+		{"tokenbucket/refill-negative", "rate.Events", func() (any, error) { return NewTokenBucket(Per(-5, time.Second), 1) }},
+		{"tokenbucket/per-zero", "rate.Per", func() (any, error) { return NewTokenBucket(Per(1, 0), 1) }},
+		{"tokenbucket/per-negative", "rate.Per", func() (any, error) { return NewTokenBucket(Per(1, -time.Second), 1) }},
+		{"tokenbucket/per-too-long", "rate.Per", func() (any, error) { return NewTokenBucket(Per(1, tooLong), 1) }},
+		{"tokenbucket/per-max", "rate.Per", func() (any, error) { return NewTokenBucket(Per(1, math.MaxInt64), 1) }},
 		{"tokenbucket/capacity-overflow", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Nanosecond), math.MaxInt) }},
 		{"tokenbucket/capacity-overflow-slow", "capacity", func() (any, error) { return NewTokenBucket(Per(1, time.Hour), math.MaxInt/1000) }},
 		{"leakybucket/capacity-zero", "capacity", func() (any, error) { return NewLeakyBucket(0, time.Second) }},
@@ -857,8 +863,8 @@ func TestSettersRejectBadConfig(t *testing.T) {
 		set       func() error
 	}{
 		{"tokenbucket", "capacity", func() error { return tb.SetRate(Per(10, time.Second), 0) }},
-		{"tokenbucket", "refill", func() error { return tb.SetRate(Per(-1, time.Second), 5) }},
-		{"tokenbucket", "per", func() error { return tb.SetRate(Per(10, 0), 5) }},
+		{"tokenbucket", "rate.Events", func() error { return tb.SetRate(Per(-1, time.Second), 5) }},
+		{"tokenbucket", "rate.Per", func() error { return tb.SetRate(Per(10, 0), 5) }},
 		{"tokenbucket", "capacity", func() error { return tb.SetRate(Per(1, time.Nanosecond), math.MaxInt) }},
 		{"leakybucket", "capacity", func() error { return lb.SetRate(-1, time.Second) }},
 		{"leakybucket", "leakEvery", func() error { return lb.SetRate(5, 0) }},
@@ -889,15 +895,15 @@ func TestErrorsMatchSentinels(t *testing.T) {
 	for _, err := range []error{ErrInvalidConfig, ErrInvalidN, ErrExceedsLimit, ErrQueueFull, ErrDeadline} {
 		assert.Truef(t, strings.HasPrefix(err.Error(), "ratelimit: "), "%q", err)
 	}
-	d := deadlineError(time.Hour)
+	d := errs.Deadline(ErrDeadline, time.Hour)
 	assert.ErrorIs(t, d, ErrDeadline)
 	assert.ErrorIs(t, d, context.DeadlineExceeded)
 	assert.NotErrorIs(t, d, ErrQueueFull)
 	assert.True(t, strings.HasPrefix(d.Error(), "ratelimit:"))
-	assert.ErrorIs(t, nError(0, "the limit", 3), ErrInvalidN)
-	assert.ErrorIs(t, nError(4, "the limit", 3), ErrExceedsLimit)
-	assert.NotErrorIs(t, nError(4, "the limit", 3), ErrInvalidN)
-	assert.Contains(t, nError(30, "the limit", 20).Error(), "n=30")
+	assert.ErrorIs(t, nError(0, 3), ErrInvalidN)
+	assert.ErrorIs(t, nError(4, 3), ErrExceedsLimit)
+	assert.NotErrorIs(t, nError(4, 3), ErrInvalidN)
+	assert.Contains(t, nError(30, 20).Error(), "n=30")
 	var target interface{ Unwrap() []error }
 	assert.True(t, errors.As(d, &target))
 }

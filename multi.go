@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
@@ -68,11 +70,11 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 	for i, d := range dims {
 		if nilLimiter(d.Limiter) {
 			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
-				configError("AllowAll: dimension %d (%q) has a nil Limiter", i, d.Name)
+				configError("ratelimit.AllowAll dims[%d].Limiter (%q) must not be nil, got %v", i, d.Name, d.Limiter)
 		}
 	}
 	if allKeyed(dims) {
-		return allowAllKeyed(n, dims)
+		return allowAllKeyed(ctx, n, dims)
 	}
 	var buf [8]Dimension
 	resolved, ok, err := resolveKeyed(ctx, dims, &buf)
@@ -80,7 +82,7 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: len(resolved)}, err
 	}
 	if ok {
-		return allowAllKeyed(n, resolved)
+		return allowAllKeyed(ctx, n, resolved)
 	}
 	// Resolved, each Tiered dimension is charged and refunded in the tier
 	// it was resolved to, with one call of its tier function.
@@ -160,8 +162,39 @@ type lockRef struct {
 	shard int
 }
 
-// allowAllKeyed is AllowAll over in-memory limiters only.
-func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
+// allowAllKeyed is AllowAll over in-memory limiters only. It decides
+// without calling Keyed.AllowN, so it reports to each dimension's Observer
+// itself, once the locks are released: one Event per dimension, with that
+// dimension's own Decision (a dimension that would admit reports Allowed
+// even when another one denies the request).
+func allowAllKeyed(ctx context.Context, n int, dims []Dimension) (MultiDecision, error) {
+	var start time.Time
+	observed := false
+	for _, d := range dims {
+		if d.Limiter.(*Keyed).obs != nil {
+			observed = true
+			start = time.Now()
+			break
+		}
+	}
+	var dsBuf [8]Decision
+	var errsBuf [8]error
+	ds, derrs := bufFor(&dsBuf, len(dims)), bufFor(&errsBuf, len(dims))
+	md, err := allowAllKeyedLocked(n, dims, ds, derrs)
+	if observed {
+		latency := time.Since(start)
+		for i, d := range dims {
+			if k := d.Limiter.(*Keyed); k.obs != nil {
+				k.report(ctx, n, ds[i], derrs[i], latency)
+			}
+		}
+	}
+	return md, err
+}
+
+// allowAllKeyedLocked decides under the locks of every dimension's shard,
+// leaving each dimension's own Decision and error in ds and derrs.
+func allowAllKeyedLocked(n int, dims []Dimension, ds []Decision, derrs []error) (MultiDecision, error) {
 	var buf [8]lockRef
 	locks := buf[:0]
 	for _, d := range dims {
@@ -182,35 +215,34 @@ func allowAllKeyed(n int, dims []Dimension) (MultiDecision, error) {
 		}
 	}()
 
-	var dsBuf [8]Decision
 	var nowsBuf [8]int64
-	ds, nows := bufFor(&dsBuf, len(dims)), bufFor(&nowsBuf, len(dims))
+	nows := bufFor(&nowsBuf, len(dims))
 	denied := false
-	var errs error // ErrTooManyKeys from a full limiter
+	var first error // ErrTooManyKeys from a full limiter
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
-		nows[i] = k.ts.now()
-		v, err := k.store.decideLocked(nows[i], d.Key, n, false)
-		ds[i] = v.decision(int64(k.policy.Limit))
+		nows[i] = k.ts.Now()
+		v, err := k.store.decideLocked(nows[i], d.Key, n, inspect)
+		ds[i], derrs[i] = v.decision(int64(k.policy.Limit)), err
 		if !ds[i].Allowed {
 			denied = true
-			if err != nil && errs == nil {
-				errs = err
+			if err != nil && first == nil {
+				first = err
 			}
 		}
 	}
 	if denied {
 		// Every dimension was consulted: report the longest RetryAfter.
 		best := mostRestrictive(ds)
-		return MultiDecision{Decision: ds[best], Index: best}, errs
+		return MultiDecision{Decision: ds[best], Index: best}, first
 	}
 	// Every dimension admits: charge them all. A charge can still fail when
 	// the same key appears twice, or two new keys compete for the last room
 	// under a key cap; then undo the others.
 	for i, d := range dims {
 		k := d.Limiter.(*Keyed)
-		v, err := k.store.decideLocked(nows[i], d.Key, n, true)
-		ds[i] = v.decision(int64(k.policy.Limit))
+		v, err := k.store.decideLocked(nows[i], d.Key, n, consume)
+		ds[i], derrs[i] = v.decision(int64(k.policy.Limit)), err
 		if !ds[i].Allowed {
 			for j := i - 1; j >= 0; j-- {
 				dims[j].Limiter.(*Keyed).store.refundLocked(nows[j], dims[j].Key, int64(n))
@@ -272,55 +304,105 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 
 // Tiered is a [KeyedLimiter] that charges each key in the limiter of its
 // tier, such as "free" (100 a minute) or "pro" (10,000 a minute). A
-// function supplied by the caller names each key's tier on every request,
-// so a key's tier can change at run time: the key then starts being charged
-// in its new tier's limiter, with whatever state it has there (a full quota
-// if it was never seen there), while its usage in the old tier stays where
-// it is until idle, so moving a key back and forth resets neither tier.
+// function supplied by the caller names each key's tier on every request;
+// it gets the request's context, so it can read the customer's plan that
+// authentication stored there. A key's tier can change at run time: the key
+// then starts being charged in its new tier's limiter, with whatever state
+// it has there (a full quota if it was never seen there), while its usage
+// in the old tier stays where it is until idle, so moving a key back and
+// forth resets neither tier. With [WithDefaultTier], a key whose tier has no
+// limiter is charged in the default tier instead of being refused.
 //
 // The tier limiters can be in memory ([*Keyed]) or on Redis, and may differ
-// in algorithm. A Tiered is safe for concurrent use if tierOf is.
+// in algorithm. Each reports its own decisions to its own [Observer];
+// Tiered reports nothing itself. A Tiered is safe for concurrent use if
+// tierOf is.
 type Tiered struct {
 	tierOf func(ctx context.Context, key string) string
 	tiers  map[string]KeyedLimiter
+	// fallback is the default tier's name and limiter; nil without
+	// WithDefaultTier.
+	fallbackName string
+	fallback     KeyedLimiter
 }
 
 var _ KeyedLimiter = (*Tiered)(nil)
 
+// WithDefaultTier makes a [Tiered] limiter charge a key whose tier function
+// names a tier it has no limiter for in the tier called name, instead of
+// refusing it with [ErrUnknownTier]. name must be one of the tiers given
+// to [NewTiered], or NewTiered returns a configuration error. It applies to
+// NewTiered only: the other constructors return a configuration error
+// naming it.
+func WithDefaultTier(name string) Option {
+	return optionFunc(func(o *options) {
+		o.given |= optDefaultTier
+		o.defaultTier = name
+	})
+}
+
 // NewTiered returns a limiter that charges key in tiers[tierOf(ctx, key)].
-// It returns an error wrapping [ErrInvalidConfig] when tierOf is nil, tiers
-// is empty or holds a nil limiter. The map is copied.
-func NewTiered(tierOf func(ctx context.Context, key string) string, tiers map[string]KeyedLimiter) (*Tiered, error) {
+// The map is copied. It returns an error wrapping [ErrInvalidConfig] when
+// tierOf is nil, tiers is empty or holds a nil limiter, [WithDefaultTier]
+// names no tier in tiers, or an option does not apply to it (only
+// WithDefaultTier does).
+func NewTiered(tierOf func(ctx context.Context, key string) string, tiers map[string]KeyedLimiter, opts ...Option) (*Tiered, error) {
+	o, err := buildOptions("NewTiered", optDefaultTier, opts)
+	if err != nil {
+		return nil, err
+	}
 	if tierOf == nil {
-		return nil, configError("tierOf must not be nil")
+		return nil, configError("ratelimit.NewTiered tierOf must not be nil")
 	}
 	if len(tiers) == 0 {
-		return nil, configError("tiers must not be empty")
+		return nil, configError("ratelimit.NewTiered tiers must not be empty")
 	}
 	t := &Tiered{tierOf: tierOf, tiers: make(map[string]KeyedLimiter, len(tiers))}
 	for name, l := range tiers {
 		if typednil.Is(l) {
-			return nil, configError("tier %q has a nil limiter", name)
+			return nil, configError("ratelimit.NewTiered tiers[%q] must not be nil, got a nil %T", name, l)
 		}
 		t.tiers[name] = l
+	}
+	if o.given&optDefaultTier != 0 {
+		l, ok := t.tiers[o.defaultTier]
+		if !ok {
+			return nil, configError("ratelimit.WithDefaultTier must name one of the tiers, got %q", o.defaultTier)
+		}
+		t.fallbackName, t.fallback = o.defaultTier, l
 	}
 	return t, nil
 }
 
-// Tier returns the name of key's tier and its limiter, or an error wrapping
-// [ErrUnknownTier].
+// Tier returns the name of key's tier and its limiter: the tier tierOf
+// names, or the default tier ([WithDefaultTier]) when tierOf names a tier
+// t has no limiter for. Without a default, an unknown tier is an error
+// wrapping [ErrUnknownTier] (with the name tierOf returned). Callers that
+// decide several times per request, such as package httplimit, call Tier
+// once and use the limiter it returns.
 func (t *Tiered) Tier(ctx context.Context, key string) (string, KeyedLimiter, error) {
 	name := t.tierOf(ctx, key)
 	l, ok := t.tiers[name]
 	if !ok {
+		if t.fallback != nil {
+			return t.fallbackName, t.fallback, nil
+		}
 		// The key stays out of the message: it may be an API key.
-		return name, nil, &wrapError{msg: fmt.Sprintf("%v %q", ErrUnknownTier, name), errs: []error{ErrUnknownTier}}
+		return name, nil, errs.New(fmt.Sprintf("%v %q", ErrUnknownTier, name), ErrUnknownTier)
 	}
 	return name, l, nil
 }
 
-// AllowN charges key in its tier's limiter. A key whose tier is unknown is
-// denied, with an error wrapping [ErrUnknownTier].
+// Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
+// event was admitted.
+func (t *Tiered) Allow(ctx context.Context, key string) bool {
+	d, _ := t.AllowN(ctx, key, 1)
+	return d.Allowed
+}
+
+// AllowN charges key in its tier's limiter (see [Tiered.Tier]). A key whose
+// tier is unknown, with no default tier, is denied with RetryAfter
+// [RetryNever] and an error wrapping [ErrUnknownTier].
 func (t *Tiered) AllowN(ctx context.Context, key string, n int) (Decision, error) {
 	_, l, err := t.Tier(ctx, key)
 	if err != nil {
@@ -329,7 +411,14 @@ func (t *Tiered) AllowN(ctx context.Context, key string, n int) (Decision, error
 	return l.AllowN(ctx, key, n)
 }
 
-// WaitN waits in key's tier's limiter.
+// Wait is shorthand for WaitN(ctx, key, 1).
+func (t *Tiered) Wait(ctx context.Context, key string) error {
+	return t.WaitN(ctx, key, 1)
+}
+
+// WaitN waits in key's tier's limiter, with that limiter's WaitN
+// semantics. A key whose tier is unknown, with no default tier, gets an
+// error wrapping [ErrUnknownTier] at once.
 func (t *Tiered) WaitN(ctx context.Context, key string, n int) error {
 	_, l, err := t.Tier(ctx, key)
 	if err != nil {
@@ -339,8 +428,8 @@ func (t *Tiered) WaitN(ctx context.Context, key string, n int) error {
 }
 
 // Peek reports what AllowN would decide for key in its tier's limiter,
-// without consuming anything. A key whose tier is unknown is reported
-// denied, with an error wrapping [ErrUnknownTier].
+// without consuming anything. A key whose tier is unknown, with no default
+// tier, is reported denied, with an error wrapping [ErrUnknownTier].
 func (t *Tiered) Peek(ctx context.Context, key string, n int) (Decision, error) {
 	_, l, err := t.Tier(ctx, key)
 	if err != nil {

@@ -39,9 +39,14 @@ type Event struct {
 	Outcome Outcome
 	// N is the number of events asked for.
 	N int
-	// Decision is the Decision the caller received.
+	// Decision is the Decision the caller received. For the end of a WaitN
+	// (Wait set), which returns no Decision, it is Allowed when WaitN
+	// returned nil, with the limiter's Limit, and RetryAfter [RetryNever]
+	// otherwise.
 	Decision Decision
-	// Err is the error the caller received with it, if any.
+	// Err is the error the caller received, if any. An in-memory AllowN
+	// whose n can never be admitted returns no error; its Event has
+	// Outcome [OutcomeError] and Err [ErrInvalidN] or [ErrExceedsLimit].
 	Err error
 	// Wait is set when the decision ends a WaitN call: Latency then
 	// includes the time spent waiting for quota.
@@ -114,12 +119,17 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// WithObserver makes the limiter report every decision to o. A nil o
-// reports nothing (the default); a typed nil is an error.
+// WithObserver makes the limiter report every decision to o: one Event per
+// AllowN (Allow included) and one per WaitN (Wait included), when it
+// returns. A nil o reports nothing (the default), and then no time is read
+// for Latency; a typed nil is an error. It applies to the single limiters
+// and to [NewKeyed]; a [Tiered] has no Observer of its own (its tiers
+// report).
 func WithObserver(o Observer) Option {
 	return optionFunc(func(opts *options) {
+		opts.given |= optObserver
 		if o != nil && typednil.Is(o) {
-			opts.setErr(configError("WithObserver: observer is a nil %T", o))
+			opts.setErr(configError("ratelimit.WithObserver observer must not be a typed nil, got a nil %T", o))
 			return
 		}
 		opts.observer = o
@@ -128,7 +138,10 @@ func WithObserver(o Observer) Option {
 
 // WithName names the limiter in the Events its [Observer] receives, such as
 // "per-key" or "login". The name should come from a small, fixed set: it
-// becomes a metric attribute.
+// becomes a metric attribute. It applies where [WithObserver] does.
 func WithName(name string) Option {
-	return optionFunc(func(opts *options) { opts.name = name })
+	return optionFunc(func(opts *options) {
+		opts.given |= optName
+		opts.name = name
+	})
 }

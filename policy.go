@@ -112,17 +112,17 @@ func (p Policy) Validate() error {
 	var err error
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
-		_, err = newTokenBucketAlg(p.Limit, p.Refill, p.Period)
+		_, err = newTokenBucketAlg(p.Limit, p.Refill, p.Period, policyParams)
 	case LeakyBucketAlgorithm:
-		_, err = newLeakyBucketAlg(p.Limit, p.Period)
+		_, err = newLeakyBucketAlg(p.Limit, p.Period, policyParams)
 	case FixedWindowAlgorithm:
-		_, err = newFixedWindowAlg(p.Limit, p.Period)
+		_, err = newFixedWindowAlg(p.Limit, p.Period, policyParams)
 	case SlidingLogAlgorithm:
-		_, err = newSlidingLogAlg(p.Limit, p.Period)
+		_, err = newSlidingLogAlg(p.Limit, p.Period, policyParams)
 	case SlidingCounterAlgorithm:
-		_, err = newSlidingCounterAlg(p.Limit, p.Period)
+		_, err = newSlidingCounterAlg(p.Limit, p.Period, policyParams)
 	default:
-		err = configError("unknown algorithm %v", p.Algorithm)
+		err = configError("ratelimit.Policy.Algorithm must be one of the five algorithms, got %v", p.Algorithm)
 	}
 	return err
 }

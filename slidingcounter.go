@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"math"
 	"time"
 )
@@ -30,7 +31,7 @@ import (
 // Create one with [NewSlidingCounter]; the zero value is not usable. A
 // SlidingCounter is safe for concurrent use.
 type SlidingCounter struct {
-	core[scState, *slidingCounterAlg]
+	c core[scState, *slidingCounterAlg]
 }
 
 // NewSlidingCounter returns a limiter that admits n events when the
@@ -39,33 +40,68 @@ type SlidingCounter struct {
 // positive, window is longer than 100 years, or an option is invalid (such
 // as [WithClock] given a typed nil).
 func NewSlidingCounter(limit int, window time.Duration, opts ...Option) (*SlidingCounter, error) {
-	alg, err := newSlidingCounterAlg(limit, window)
+	alg, err := newSlidingCounterAlg(limit, window, argNames("ratelimit.NewSlidingCounter", "limit", "", "window"))
 	if err != nil {
 		return nil, err
 	}
-	c := &SlidingCounter{}
-	if err := c.init(alg, opts); err != nil {
+	s := &SlidingCounter{}
+	if err := s.c.init("NewSlidingCounter", SlidingCounterAlgorithm, alg, opts); err != nil {
 		return nil, err
 	}
-	return c, nil
+	return s, nil
 }
+
+// Allow reports whether one event may happen now, and counts it if so. It
+// is shorthand for AllowN(1).Allowed.
+func (s *SlidingCounter) Allow() bool { return s.c.allow() }
+
+// AllowN reports whether n events may happen now, and counts them if so:
+// all n or nothing. It never blocks, and a denied request counts nothing.
+// The Decision's RetryAfter is when the estimate will leave room for n if
+// nothing else arrives: an estimate, never 0. When n <= 0 or n exceeds the limit the Decision is denied with
+// RetryAfter set to [RetryNever].
+func (s *SlidingCounter) AllowN(n int) Decision { return s.c.allowN(n) }
+
+// Peek reports the Decision that AllowN(n) would return now, without
+// counting anything. Peek(0) reports the current quota: its Remaining is
+// how many events would be admitted right now, and its Allowed is false
+// only when [SlidingCounter.SetLimit] lowered the limit below its current estimate of the events in the window.
+func (s *SlidingCounter) Peek(n int) Decision { return s.c.peek(n) }
+
+// Limit returns the number of events allowed per window.
+func (s *SlidingCounter) Limit() int { return s.c.limit() }
+
+// Wait blocks until one event is admitted or ctx is done. It is shorthand
+// for WaitN(ctx, 1).
+func (s *SlidingCounter) Wait(ctx context.Context) error { return s.c.waitN(ctx, 1) }
+
+// WaitN blocks until n events are admitted, and returns nil once they are.
+// It retries after each denied Decision's RetryAfter, so concurrent waiters
+// are not served in arrival order.
+//
+// It returns an error at once when n <= 0 ([ErrInvalidN]) or n exceeds
+// the limit ([ErrExceedsLimit]), and without sleeping when the wait before
+// the next retry would outlast ctx's deadline ([ErrDeadline], which also
+// matches context.DeadlineExceeded). If ctx is done while waiting it
+// returns ctx.Err().
+func (s *SlidingCounter) WaitN(ctx context.Context, n int) error { return s.c.waitN(ctx, n) }
 
 // SetLimit changes the number of events allowed per window. The counts of
 // the current and previous windows carry over. The window length cannot
 // change.
-func (c *SlidingCounter) SetLimit(limit int) error {
-	alg, err := newSlidingCounterAlg(limit, time.Duration(c.current().window))
+func (s *SlidingCounter) SetLimit(limit int) error {
+	alg, err := newSlidingCounterAlg(limit, time.Duration(s.c.current().window), argNames("ratelimit.SlidingCounter.SetLimit", "limit", "", "window"))
 	if err != nil {
 		return err
 	}
-	c.reconfigure(alg, func(*scState, int64) {})
+	s.c.reconfigure(alg, func(*scState, int64) {})
 	return nil
 }
 
 // slidingCounterAlg is the sliding counter's arithmetic.
 type slidingCounterAlg struct {
-	max    int64 // events per window
-	window int64 // ns
+	perWindow int64 // events per window
+	window    int64 // ns
 }
 
 // scState is one sliding counter's state. The zero value has no events.
@@ -75,20 +111,22 @@ type scState struct {
 	prev int32 // events in window k-1
 }
 
-func newSlidingCounterAlg(limit int, window time.Duration) (*slidingCounterAlg, error) {
-	if err := checkCount("limit", limit); err != nil {
+// newSlidingCounterAlg validates the parameters, which names tells how the caller
+// calls, and returns the arithmetic of limit events per window.
+func newSlidingCounterAlg(limit int, window time.Duration, names paramNames) (*slidingCounterAlg, error) {
+	if err := checkCount(names.count, limit); err != nil {
 		return nil, err
 	}
-	if err := checkPeriod("window", window); err != nil {
+	if err := checkPeriod(names.period, window); err != nil {
 		return nil, err
 	}
 	if limit > math.MaxInt32 {
 		return nil, configError("limit must be at most %d, got %d", math.MaxInt32, limit)
 	}
-	return &slidingCounterAlg{max: int64(limit), window: int64(window)}, nil
+	return &slidingCounterAlg{perWindow: int64(limit), window: int64(window)}, nil
 }
 
-func (a *slidingCounterAlg) limit() int64 { return a.max }
+func (a *slidingCounterAlg) limit() int64 { return a.perWindow }
 
 // roll returns the state as seen at now: the current window's index, its
 // count, the previous window's count, and the time elapsed in the window.
@@ -105,13 +143,13 @@ func (a *slidingCounterAlg) roll(st *scState, now int64) (k, cur, prev, elapsed 
 	return k, cur, prev, now - k*a.window
 }
 
-func (a *slidingCounterAlg) decide(st *scState, now, n int64, commit bool) verdict {
+func (a *slidingCounterAlg) decide(st *scState, now, n int64, act action) verdict {
 	k, cur, prev, e := a.roll(st, now)
 	w := a.window
-	// Remaining is the largest m with prev*(w-e)/w + cur + m <= max.
-	rem := a.max - cur - mulDivCeil(prev, w-e, w)
+	// Remaining is the largest m with prev*(w-e)/w + cur + m <= perWindow.
+	rem := a.perWindow - cur - mulDivCeil(prev, w-e, w)
 	if n <= rem {
-		if commit {
+		if act == consume {
 			st.k, st.cur, st.prev = k, int32(cur+n), int32(prev)
 		}
 		return verdict{
@@ -130,9 +168,9 @@ func (a *slidingCounterAlg) decide(st *scState, now, n int64, commit bool) verdi
 // retryAfter returns how long until n events fit if nothing else arrives.
 func (a *slidingCounterAlg) retryAfter(cur, prev, e, n int64) int64 {
 	w := a.window
-	if cur+n <= a.max {
-		// In this window, at the first e2 with prev*(w-e2) <= (max-cur-n)*w.
-		e2 := w - min(mulDiv(a.max-cur-n, w, prev), w)
+	if cur+n <= a.perWindow {
+		// In this window, at the first e2 with prev*(w-e2) <= (perWindow-cur-n)*w.
+		e2 := w - min(mulDiv(a.perWindow-cur-n, w, prev), w)
 		if e2 < w {
 			return e2 - e
 		}
@@ -141,7 +179,7 @@ func (a *slidingCounterAlg) retryAfter(cur, prev, e, n int64) int64 {
 	if cur == 0 {
 		return w - e
 	}
-	e2 := w - min(mulDiv(max(a.max-n, 0), w, cur), w)
+	e2 := w - min(mulDiv(max(a.perWindow-n, 0), w, cur), w)
 	return w - e + e2
 }
 

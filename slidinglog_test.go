@@ -97,7 +97,7 @@ func TestSlidingLogDeniedNotRecorded(t *testing.T) {
 			{at: 1100 * ms, n: 0, peek: true, want: wantAllow(3, 3, 0)},
 		},
 	))
-	assert.Equal(t, 0, l.st.log.Len(), "log entries after the flood expired")
+	assert.Equal(t, 0, l.c.st.log.Len(), "log entries after the flood expired")
 }
 
 // TestSlidingLogMemoryGrowsOnDemand: no limit-sized buffer up front, events
@@ -106,22 +106,22 @@ func TestSlidingLogDeniedNotRecorded(t *testing.T) {
 func TestSlidingLogMemoryGrowsOnDemand(t *testing.T) {
 	t.Parallel()
 	l, mock := newTestSlidingLog(t, 1_000_000, time.Minute)
-	assert.Equal(t, 0, l.st.log.Cap(), "buffer of a fresh log")
+	assert.Equal(t, 0, l.c.st.log.Cap(), "buffer of a fresh log")
 	for range 10 {
 		require.True(t, l.Allow())
 	}
-	assert.Equal(t, 1, l.st.log.Len(), "entries for 10 events at one instant")
-	assert.Equal(t, 1, l.st.log.Cap(), "buffer after one instant")
+	assert.Equal(t, 1, l.c.st.log.Len(), "entries for 10 events at one instant")
+	assert.Equal(t, 1, l.c.st.log.Cap(), "buffer after one instant")
 	for range 4 {
 		mock.Add(time.Millisecond)
 		require.True(t, l.Allow())
 	}
-	assert.Equal(t, 5, l.st.log.Len())
-	assert.Equal(t, 8, l.st.log.Cap(), "buffer doubles")
+	assert.Equal(t, 5, l.c.st.log.Len())
+	assert.Equal(t, 8, l.c.st.log.Cap(), "buffer doubles")
 	mock.Add(time.Minute)
 	require.True(t, l.Allow())
-	assert.Equal(t, 1, l.st.log.Len(), "expired entries are dropped")
-	assert.LessOrEqual(t, l.st.log.Cap(), 4, "buffer shrinks when mostly empty")
+	assert.Equal(t, 1, l.c.st.log.Len(), "expired entries are dropped")
+	assert.LessOrEqual(t, l.c.st.log.Cap(), 4, "buffer shrinks when mostly empty")
 
 	small, mock2 := newTestSlidingLog(t, 3, time.Minute)
 	for range 3 {
@@ -129,7 +129,7 @@ func TestSlidingLogMemoryGrowsOnDemand(t *testing.T) {
 		mock2.Add(time.Millisecond)
 	}
 	require.False(t, small.Allow())
-	assert.Equal(t, 3, small.st.log.Cap(), "buffer of a full log with limit 3")
+	assert.Equal(t, 3, small.c.st.log.Cap(), "buffer of a full log with limit 3")
 }
 
 // TestSlidingLogSetLimitKeepsLog: events in the log count against a new
@@ -165,16 +165,16 @@ func TestSlidingLogSlotsAfterDrain(t *testing.T) {
 		require.True(t, l.Allow())
 		mock.Add(time.Millisecond)
 	}
-	require.Equal(t, 1000, l.st.log.Len())
+	require.Equal(t, 1000, l.c.st.log.Len())
 	// Now the oldest is 1000ms old: advance so that 126 remain.
 	mock.Add(873 * time.Millisecond)
 	l.Peek(0)
-	require.Equal(t, 126, l.st.log.Len(), "entries left")
-	assert.LessOrEqual(t, l.st.log.Cap(), 4*126, "slots for 126 entries")
-	for l.st.log.Len() > 1 {
+	require.Equal(t, 126, l.c.st.log.Len(), "entries left")
+	assert.LessOrEqual(t, l.c.st.log.Cap(), 4*126, "slots for 126 entries")
+	for l.c.st.log.Len() > 1 {
 		mock.Add(time.Millisecond)
 		l.Peek(0)
-		n, c := l.st.log.Len(), l.st.log.Cap()
+		n, c := l.c.st.log.Len(), l.c.st.log.Cap()
 		require.LessOrEqualf(t, c, max(4*n, 1), "slots for %d entries", n)
 	}
 }

@@ -1,8 +1,11 @@
 package ratelimit
 
 import (
+	"context"
 	"math"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/errs"
 )
 
 // TokenBucket is a token bucket: it starts full with capacity tokens, gains
@@ -18,7 +21,7 @@ import (
 // Create one with [NewTokenBucket]; the zero value is not usable. A
 // TokenBucket is safe for concurrent use.
 type TokenBucket struct {
-	core[tbState, *tokenBucketAlg]
+	c core[tbState, *tokenBucketAlg]
 }
 
 // NewTokenBucket returns a full token bucket that refills at rate and holds
@@ -34,27 +37,66 @@ type TokenBucket struct {
 // per second is fine), or when an option is invalid (such as [WithClock]
 // given a typed nil).
 func NewTokenBucket(rate Rate, capacity int, opts ...Option) (*TokenBucket, error) {
-	alg, err := newTokenBucketAlg(capacity, rate.Events, rate.Per)
+	alg, err := newTokenBucketAlg(capacity, rate.Events, rate.Per, newTokenBucketArgs)
 	if err != nil {
 		return nil, err
 	}
 	b := &TokenBucket{}
-	if err := b.init(alg, opts); err != nil {
+	if err := b.c.init("NewTokenBucket", TokenBucketAlgorithm, alg, opts); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
+// Allow reports whether one event may happen now, taking its token if so.
+// It is shorthand for AllowN(1).Allowed.
+func (b *TokenBucket) Allow() bool { return b.c.allow() }
+
+// AllowN reports whether n events may happen now, and takes n tokens if
+// so: all n or nothing. It never blocks, and a denied request takes
+// nothing. The Decision's RetryAfter is when the bucket will hold n tokens
+// if nothing else takes any. When n <= 0 or n exceeds the capacity the
+// Decision is denied with RetryAfter set to [RetryNever].
+func (b *TokenBucket) AllowN(n int) Decision { return b.c.allowN(n) }
+
+// Peek reports the Decision that AllowN(n) would return now, without
+// taking any token. Peek(0) reports the current quota: its Remaining is
+// the number of whole tokens in the bucket, and its Allowed is false only
+// when the bucket is overdrawn, because [TokenBucket.SetRate] lowered the
+// capacity below the tokens taken or callers queued in WaitN hold tokens
+// the bucket has not refilled yet.
+func (b *TokenBucket) Peek(n int) Decision { return b.c.peek(n) }
+
+// Limit returns the bucket's capacity.
+func (b *TokenBucket) Limit() int { return b.c.limit() }
+
+// Wait blocks until one token is taken or ctx is done. It is shorthand for
+// WaitN(ctx, 1).
+func (b *TokenBucket) Wait(ctx context.Context) error { return b.c.waitN(ctx, 1) }
+
+// WaitN blocks until n tokens are taken, and returns nil once they are.
+// Waiters are served in arrival order: WaitN takes its place in line at
+// once (the bucket may go into debt for it), so a later waiter never
+// overtakes an earlier one, and a cancelled waiter gives its tokens back
+// when nobody has queued behind it.
+//
+// It returns an error without waiting when n <= 0 ([ErrInvalidN]), when n
+// exceeds the capacity ([ErrExceedsLimit]), or when the wait would outlast
+// ctx's deadline ([ErrDeadline], which also matches
+// context.DeadlineExceeded). If ctx is done while waiting it returns
+// ctx.Err().
+func (b *TokenBucket) WaitN(ctx context.Context, n int) error { return b.c.waitN(ctx, n) }
+
 // SetRate changes the capacity and the refill rate, keeping the tokens the
 // bucket holds now (capped at the new capacity). Waiters already in line
 // keep the release times they were given.
 func (b *TokenBucket) SetRate(rate Rate, capacity int) error {
-	alg, err := newTokenBucketAlg(capacity, rate.Events, rate.Per)
+	alg, err := newTokenBucketAlg(capacity, rate.Events, rate.Per, setRateArgs)
 	if err != nil {
 		return err
 	}
-	b.reconfigure(alg, func(st *tbState, now int64) {
-		old := b.alg
+	b.c.reconfigure(alg, func(st *tbState, now int64) {
+		old := b.c.alg // guarded: convert runs under b.c.mu
 		old.advance(st, now)
 		// Tokens held, in the new scale, rounded down (a deficit rounds up),
 		// so that a change of rate never mints a fraction of a token.
@@ -87,29 +129,31 @@ type tbState struct {
 // maxDebt bounds a bucket's debt so that debt arithmetic cannot overflow.
 const maxDebt = math.MaxInt64 / 4
 
-func newTokenBucketAlg(capacity, refill int, per time.Duration) (*tokenBucketAlg, error) {
-	if err := checkCount("capacity", capacity); err != nil {
+var (
+	newTokenBucketArgs = argNames("ratelimit.NewTokenBucket", "capacity", "rate.Events", "rate.Per")
+	setRateArgs        = argNames("ratelimit.TokenBucket.SetRate", "capacity", "rate.Events", "rate.Per")
+)
+
+// newTokenBucketAlg validates the parameters, which names tells how the
+// caller calls, and returns the arithmetic of a bucket of capacity tokens
+// gaining refill tokens every per.
+func newTokenBucketAlg(capacity, refill int, per time.Duration, names paramNames) (*tokenBucketAlg, error) {
+	if err := checkCount(names.count, capacity); err != nil {
 		return nil, err
 	}
-	if err := checkCount("refill", refill); err != nil {
+	if err := checkCount(names.events, refill); err != nil {
 		return nil, err
 	}
-	if err := checkPeriod("per", per); err != nil {
+	if err := checkPeriod(names.period, per); err != nil {
 		return nil, err
 	}
-	g := gcd(int64(refill), int64(per))
+	g := errs.GCD(int64(refill), int64(per))
 	r, p := int64(refill)/g, int64(per)/g
 	if int64(capacity) > maxDebt/2/p {
-		return nil, configError("capacity %d with refill %d per %v overflows exact arithmetic; use a smaller capacity or a coarser rate", capacity, refill, per)
+		return nil, configError("%s x %s (with the rate in lowest terms) must stay below 2^60 token-ns, got %d and %d/%v; use a smaller capacity or a coarser rate",
+			names.count, names.period, capacity, refill, per)
 	}
 	return &tokenBucketAlg{capacity: int64(capacity), r: r, p: p, full: int64(capacity) * p}, nil
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 func (a *tokenBucketAlg) limit() int64 { return a.capacity }
@@ -131,13 +175,13 @@ func (a *tokenBucketAlg) advance(st *tbState, now int64) {
 	}
 }
 
-func (a *tokenBucketAlg) decide(st *tbState, now, n int64, commit bool) verdict {
+func (a *tokenBucketAlg) decide(st *tbState, now, n int64, act action) verdict {
 	a.advance(st, now)
 	need := n * a.p
 	avail := a.full - st.debt
 	if avail >= need {
 		debt := st.debt + need
-		if commit {
+		if act == consume {
 			st.debt = debt
 		}
 		return verdict{

@@ -1,7 +1,7 @@
 // Command workerpool runs a pool of workers that call a rate-limited
 // backend: all workers share one quota of 20 calls a second (bursts of 5),
 // and each tenant also has its own quota of 8 a second (bursts of 2), so a
-// busy tenant cannot take the whole pool. Workers block in Wait/WaitN until
+// busy tenant cannot take the whole pool. Workers block in Wait until
 // the limiters admit them, and a context cancels everything on time-out or
 // Ctrl-C.
 //
@@ -83,7 +83,7 @@ func runWith(ctx context.Context, workers, jobs int) error {
 			for j := range queue {
 				// The tenant's quota first, then the shared one, so a
 				// worker holding a shared token never waits on a tenant.
-				if err := perTenant.WaitN(ctx, j.tenant, 1); err != nil {
+				if err := perTenant.Wait(ctx, j.tenant); err != nil {
 					report(j, err)
 					errs <- err
 					return

@@ -51,6 +51,28 @@ func (s *Source) Now() int64 {
 	return s.baseUnix + int64(s.clock.Now().Sub(s.base))
 }
 
+// NowTimed is Now for a caller that also times its call on the real clock
+// (for an observer's latency): it returns the time and a mark that Since
+// turns into the real time elapsed. On the real clock the time itself is
+// the mark, so timing the call costs one more monotonic reading (in Since)
+// and no wall-clock reading at all.
+func (s *Source) NowTimed() (now int64, mark time.Time) {
+	if s.clock == nil {
+		return s.Now(), time.Time{}
+	}
+	mark = time.Now()
+	return s.Now(), mark
+}
+
+// Since returns the real time elapsed since NowTimed returned now and
+// mark.
+func (s *Source) Since(now int64, mark time.Time) time.Duration {
+	if s.clock == nil {
+		return time.Duration(s.Now() - now)
+	}
+	return time.Since(mark)
+}
+
 // Time returns the current time as a time.Time from the clock.
 func (s *Source) Time() time.Time {
 	if s.clock == nil {
