@@ -93,7 +93,7 @@ func ExampleNewObserver_keyed() {
 		_, _ = perKey.AllowN(context.Background(), "alice", 1)
 	}
 	printMetrics(reader)
-	// Once the core's limiters report to their Observer, this prints:
+	// Output:
 	// ratelimit.decisions{ratelimit.algorithm=tokenbucket,ratelimit.home=keyed,ratelimit.limit=api,ratelimit.outcome=allowed} 2
 	// ratelimit.decisions{ratelimit.algorithm=tokenbucket,ratelimit.home=keyed,ratelimit.limit=api,ratelimit.outcome=denied} 1
 }

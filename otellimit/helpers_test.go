@@ -152,17 +152,3 @@ func fallbackSeries(limit string, alg ratelimit.Algorithm, home ratelimit.Home, 
 		otellimit.AllowedKey.Bool(allowed),
 	))
 }
-
-// requireCoreReports skips the test when the core's limiters do not call
-// their observer yet (the core's side of issue 10 lands separately).
-func requireCoreReports(t *testing.T) {
-	t.Helper()
-	n := 0
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1,
-		ratelimit.WithObserver(ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) { n++ })))
-	require.NoError(t, err)
-	tb.AllowN(1)
-	if n == 0 {
-		t.Skip("the core's limiters do not report to their Observer yet")
-	}
-}

@@ -26,14 +26,14 @@ func TestNewValidation(t *testing.T) {
 		want string // substring of the error; "" means no error
 	}{
 		{"ok", ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 10), nil, ""},
-		{"invalid policy", ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 0), nil, "capacity"},
+		{"invalid policy", ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 0), nil, "ratelimit.Policy.Limit must be positive, got 0"},
 		{"zero policy", ratelimit.Policy{}, nil, "algorithm"},
 		{"sub-microsecond period", ratelimit.FixedWindowPolicy(10, 1500*time.Nanosecond), nil, "Policy.Period must be a whole number of microseconds (Redis keeps time in integer microseconds), got 1.5µs"},
 		{"nanosecond leak", ratelimit.LeakyBucketPolicy(10, time.Nanosecond), nil, "got 1ns"},
 		{"token bucket overflows 2^52", ratelimit.TokenBucketPolicy(ratelimit.Per(1000, time.Microsecond), 1<<53), nil, "Limit (capacity)"},
 		{"token bucket at the edge", ratelimit.TokenBucketPolicy(ratelimit.Per(1000, time.Microsecond), 1<<51), nil, ""},
 		{"token bucket overflows in memory", ratelimit.TokenBucketPolicy(ratelimit.Per(1, 999_999_937*time.Microsecond), 1<<30), nil, "capacity"},
-		{"leaky bucket overflows", ratelimit.LeakyBucketPolicy(1<<40, time.Hour), nil, "capacity"},
+		{"leaky bucket overflows", ratelimit.LeakyBucketPolicy(1<<40, time.Hour), nil, "ratelimit.Policy.Limit x ratelimit.Policy.Period must be at most 2^61ns"},
 		{"sliding counter overflows", ratelimit.SlidingCounterPolicy(1_000_000, 24*time.Hour), nil, "below 2^53"},
 		{"sliding counter at the edge", ratelimit.SlidingCounterPolicy(1_000_000, 2*time.Hour), nil, ""},
 		{"prefix with a brace", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithPrefix("a{b}:")}, "WithPrefix"},
