@@ -1,0 +1,41 @@
+package errs
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+var errSentinel = errors.New("ratelimit: invalid configuration")
+
+func TestConfigNamesTheArgumentAndMatchesTheSentinel(t *testing.T) {
+	err := Config(errSentinel, "%s must be positive, got %d", "ratelimit.WithMaxKeys", -1)
+	assert.EqualError(t, err, "ratelimit: invalid configuration: ratelimit.WithMaxKeys must be positive, got -1")
+	assert.ErrorIs(t, err, errSentinel)
+}
+
+func TestDeadlineMatchesBothSentinels(t *testing.T) {
+	sentinel := errors.New("ratelimit: wait would exceed context deadline")
+	err := Deadline(sentinel, 1500*time.Millisecond)
+	assert.EqualError(t, err, "ratelimit: wait would exceed context deadline (needs 1.5s)")
+	assert.ErrorIs(t, err, sentinel)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestNewMatchesEverySentinel(t *testing.T) {
+	a, b := errors.New("a"), errors.New("b")
+	err := New("ratelimit: both", a, b)
+	assert.EqualError(t, err, "ratelimit: both")
+	assert.ErrorIs(t, err, a)
+	assert.ErrorIs(t, err, b)
+	assert.NotErrorIs(t, err, errSentinel)
+}
+
+func TestGCD(t *testing.T) {
+	for _, c := range []struct{ a, b, want int64 }{{12, 18, 6}, {7, 13, 1}, {10, 1_000_000_000, 10}, {5, 5, 5}} {
+		assert.Equal(t, c.want, GCD(c.a, c.b), "GCD(%d, %d)", c.a, c.b)
+	}
+}
