@@ -35,29 +35,6 @@ func (r *recorder) take() []Event {
 	return e
 }
 
-// stepClock is a fake Clock on which every wait ends at once: After moves
-// the time forward by d and returns a channel that already holds it. It
-// lets a WaitN loop retry on fake time without another goroutine.
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.now
-	return ch
-}
-
 // observerPolicies admit 2 events, then deny for a long time: an hour per
 // event.
 var observerPolicies = []Policy{
@@ -99,7 +76,7 @@ func TestObserverSingleLimiter(t *testing.T) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
-			clk := &stepClock{now: testStart}
+			clk := newInstantClock(testStart)
 			l, err := p.NewLimiter(WithClock(clk), WithObserver(rec), WithName("api"))
 			require.NoError(t, err)
 
@@ -148,7 +125,7 @@ func TestObserverKeyed(t *testing.T) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
-			clk := &stepClock{now: testStart}
+			clk := newInstantClock(testStart)
 			k, err := NewKeyed(p, WithClock(clk), WithObserver(rec), WithName("api"), WithMaxKeys(1))
 			require.NoError(t, err)
 			type ctxKey struct{}

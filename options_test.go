@@ -117,7 +117,7 @@ func TestTieredDefaultTierMustExist(t *testing.T) {
 // RetryAfter on the limiter's clock and admits one event.
 func TestKeyedWaitIsWaitNOne(t *testing.T) {
 	t.Parallel()
-	clk := &stepClock{now: testStart}
+	clk := newInstantClock(testStart)
 	k, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 1), WithClock(clk))
 	require.NoError(t, err)
 	ctx := context.Background()

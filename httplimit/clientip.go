@@ -380,7 +380,7 @@ func escapedAt(s string, j int) bool {
 func forwardedFor(elem string) string {
 	for elem != "" {
 		var pair string
-		pair, elem = cutPair(elem)
+		pair, elem, _ = cutTopLevel(elem, ';')
 		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
 			continue
@@ -395,22 +395,6 @@ func forwardedFor(elem string) string {
 		return v
 	}
 	return ""
-}
-
-// cutPair splits off the first ';'-separated pair of s, honouring quotes.
-func cutPair(s string) (pair, rest string) {
-	quoted := false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case !quoted && c == ';':
-			return s[:i], s[i+1:]
-		}
-	}
-	return s, ""
 }
 
 // parseNode parses an address as forwarding headers and RemoteAddr write
