@@ -5,13 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/observe"
+	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
@@ -121,15 +121,14 @@ type Middleware struct {
 	headers       HeaderSet
 	denied        DeniedHandler
 	cost          func(r *http.Request) int
-	logger        *slog.Logger
-	loggerSet     bool // WithLogger was given: logger is used, even nil
+	logger        report.Logger
 	shadowHeaders bool
 	inContext     bool // WithDecisionInContext
 	clock         ratelimit.Clock
 	ts            timesrc.Source
 	hasShadow     bool // some limit is in shadow mode
 	reportEvery   time.Duration
-	anyReporter   reporter // for errors of no known limit
+	anyReporter   report.Throttle // for errors of no known limit
 }
 
 // limit is a Limit ready to serve.
@@ -139,7 +138,7 @@ type limit struct {
 	sfName []byte            // Name as an RFC 8941 String
 	window time.Duration     // Limiter's window, if fixed; 0 if not known up front
 	consts constCache
-	rep    *reporter
+	rep    *report.Throttle
 }
 
 // policyHolder is implemented by limiters that can say which policy they
@@ -197,7 +196,7 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 		if p, ok := l.Limiter.(policyHolder); ok && window == 0 && tiered == nil {
 			window = p.Policy().Window()
 		}
-		m.limits = append(m.limits, limit{Limit: l, tiered: tiered, sfName: appendSFString(nil, l.Name), window: window, rep: new(reporter)})
+		m.limits = append(m.limits, limit{Limit: l, tiered: tiered, sfName: appendSFString(nil, l.Name), window: window, rep: new(report.Throttle)})
 		m.hasShadow = m.hasShadow || l.Shadow
 	}
 	return m, nil

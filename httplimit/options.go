@@ -7,6 +7,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
@@ -166,7 +167,7 @@ func WithDeniedHandler(h DeniedHandler) Option {
 // [ratelimit.Observer], if it has one. For [New].
 func WithLogger(l *slog.Logger) Option {
 	return option{"WithLogger", forMiddleware, func(cfg *config) error {
-		cfg.m.logger, cfg.m.loggerSet = l, true
+		cfg.m.logger = report.To(l)
 		return nil
 	}}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/rlkit/ratelimit/internal/observe"
+	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
@@ -23,24 +24,26 @@ import (
 // for concurrent use and holds no goroutine while idle, so it needs no
 // Close.
 type Limiter struct {
-	policy     ratelimit.Policy
-	scripts    scripts
-	prefix     string // of every Redis key name, up to the opening brace
-	timeout    time.Duration
-	failure    FailurePolicy
-	fallback   *ratelimit.Keyed // FailLocal only
-	ts         timesrc.Source   // local time: deny cache, breaker, reports, WaitN, client time
-	clientTime bool             // pass the local time to the scripts instead of Redis's TIME
-	plain      bool             // key names hold keys as given, not digests
-	cache      *denyCache       // nil: disabled
-	dials      *dialRecorder    // nil: the client cannot be hooked
-	observer   ratelimit.Observer
-	name       string
-	epoch      time.Time // real time at New: time.Since(epoch) reads only the monotonic clock, for Latency
-	rep        reporter
-	latest     atomic.Int64 // with client time: the latest decision time seen (local ns)
-	brk        breaker
-	batch      batcher
+	policy      ratelimit.Policy
+	scripts     scripts
+	prefix      string // of every Redis key name, up to the opening brace
+	timeout     time.Duration
+	failure     FailurePolicy
+	fallback    *ratelimit.Keyed // FailLocal only
+	ts          timesrc.Source   // local time: deny cache, breaker, reports, WaitN, client time
+	clientTime  bool             // pass the local time to the scripts instead of Redis's TIME
+	plain       bool             // key names hold keys as given, not digests
+	cache       *denyCache       // nil: disabled
+	dials       *dialRecorder    // nil: the client cannot be hooked
+	observer    ratelimit.Observer
+	name        string
+	epoch       time.Time       // real time at New: time.Since(epoch) reads only the monotonic clock, for Latency
+	logger      report.Logger   // where error reports go
+	reportEvery time.Duration   // at most one report per reportEvery
+	reports     report.Throttle // paces the reports
+	latest      atomic.Int64    // with client time: the latest decision time seen (local ns)
+	brk         breaker
+	batch       batcher
 }
 
 var _ ratelimit.KeyedLimiter = (*Limiter)(nil)
@@ -73,20 +76,21 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		return nil, err
 	}
 	l := &Limiter{
-		policy:     p,
-		scripts:    sc,
-		prefix:     cfg.prefix + sc.code + ":" + policyFingerprint(sc.code, p) + ":{",
-		timeout:    cfg.timeout,
-		failure:    cfg.failure,
-		ts:         timesrc.New(cfg.clock),
-		clientTime: cfg.clientTime,
-		plain:      cfg.plain,
-		dials:      recorderFor(client),
-		observer:   cfg.observer,
-		name:       cfg.name,
-		epoch:      time.Now(),
-		rep:        reporter{logger: cfg.logger, off: cfg.loggerSet && cfg.logger == nil, every: int64(cfg.reportEvery)},
-		brk:        breaker{cooldown: int64(cfg.breaker)},
+		policy:      p,
+		scripts:     sc,
+		prefix:      cfg.prefix + sc.code + ":" + policyFingerprint(sc.code, p) + ":{",
+		timeout:     cfg.timeout,
+		failure:     cfg.failure,
+		ts:          timesrc.New(cfg.clock),
+		clientTime:  cfg.clientTime,
+		plain:       cfg.plain,
+		dials:       recorderFor(client),
+		observer:    cfg.observer,
+		name:        cfg.name,
+		epoch:       time.Now(),
+		logger:      cfg.logger,
+		reportEvery: cfg.reportEvery,
+		brk:         breaker{cooldown: int64(cfg.breaker)},
 		batch: batcher{
 			client:      client,
 			timeout:     cfg.timeout,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
@@ -39,8 +40,7 @@ type config struct {
 	cacheKeys    int
 	breaker      time.Duration
 	plain        bool
-	logger       *slog.Logger
-	loggerSet    bool // WithLogger was given (a nil logger then means silence)
+	logger       report.Logger
 	reportEvery  time.Duration
 	observer     ratelimit.Observer
 	name         string
@@ -99,9 +99,6 @@ func newConfig(opts []Option) (config, error) {
 		err = invalid("WithLocalFallback instances must be positive, got %d", cfg.instances)
 	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
 		err = invalid("WithFailurePolicy must be FailOpen, FailClosed or FailLocal, got %v", cfg.failure)
-	}
-	if !cfg.loggerSet {
-		cfg.logger = nil // slog.Default() at each report, so that a later slog.SetDefault counts
 	}
 	return cfg, err
 }
@@ -168,7 +165,7 @@ const DefaultErrorReportInterval = 10 * time.Second
 // included). The caller's own cancellation is not reported. To see every
 // decision, errors included, use [WithObserver].
 func WithLogger(logger *slog.Logger) Option {
-	return optionFunc(func(c *config) { c.logger, c.loggerSet = logger, true })
+	return optionFunc(func(c *config) { c.logger = report.To(logger) })
 }
 
 // WithErrorReportInterval sets how often, at most, the limiter reports to

@@ -14,43 +14,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// reporter throttles a limiter's error reports: at most one per
-// reportEvery, the others counted and their number passed with the next.
-type reporter struct {
-	logger     *slog.Logger // nil: slog.Default()
-	off        bool         // WithLogger(nil)
-	every      int64        // ns; 0: every failure but the breaker's
-	last       atomic.Int64 // local ns of the last report; 0: none yet
-	suppressed atomic.Int64
-}
-
-// report logs err, the error of a call Redis could not decide, or counts
-// it. quiet says the breaker answered the call: counted, never reported on
-// its own.
+// report logs err, the error of a call Redis could not decide, at most
+// once per reportEvery, or counts it. quiet says the breaker answered the
+// call: counted, never reported on its own.
 func (l *Limiter) report(ctx context.Context, err error, quiet bool) {
-	r := &l.rep
-	if r.off {
+	logger := l.logger.Get()
+	if logger == nil {
 		return
 	}
 	if quiet {
-		r.suppressed.Add(1)
+		l.reports.Skip()
 		return
 	}
-	now := l.ts.Now()
-	last := r.last.Load()
-	if (last != 0 && now-last < r.every) || !r.last.CompareAndSwap(last, now) {
-		r.suppressed.Add(1)
+	suppressed, ok := l.reports.Admit(l.ts.Now(), l.reportEvery)
+	if !ok {
 		return
-	}
-	logger := r.logger
-	if logger == nil {
-		logger = slog.Default()
 	}
 	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
 		slog.String("limit", l.name),
 		slog.String("algorithm", l.policy.Algorithm.String()),
 		slog.Any("error", err),
-		slog.Int64("suppressed", r.suppressed.Swap(0)))
+		slog.Int64("suppressed", suppressed))
 }
 
 // cause turns the error of a call that tried Redis into the truthful
