@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
@@ -183,18 +184,30 @@ func (c *core[S, A]) decideAt(now int64, n int, act action) Decision {
 func (c *core[S, A]) allowNObserved(n int) Decision {
 	now, mark := c.ts.NowTimed()
 	d := c.decideAt(now, n, consume)
+	ctx := context.Background()
 	e := Event{Limit: c.name, Algorithm: c.algo, Home: HomeMemory, N: n, Decision: d}
+	e.Outcome, e.Err = outcome(ctx, n, d, nil)
+	e.Latency = c.ts.Since(now, mark)
+	c.obs.Observe(ctx, e)
+	return d
+}
+
+// outcome classifies the AllowN decision d (with AllowN's error err) of n
+// events for an Observer, and returns the error the Event carries: err, or
+// for an n that can never be admitted (AllowN's RetryNever denial, which
+// returns no error) the sentinel WaitN would return.
+func outcome(ctx context.Context, n int, d Decision, err error) (Outcome, error) {
 	switch {
 	case d.Allowed:
-		e.Outcome = OutcomeAllowed
+		return OutcomeAllowed, err
+	case err != nil:
+		return OutcomeError, err
 	case d.RetryAfter == RetryNever:
-		e.Outcome, e.Err = OutcomeError, invalidN(n, int64(d.Limit))
-	default:
-		e.Outcome = OutcomeDenied
+		return OutcomeError, invalidN(n, int64(d.Limit))
+	case observe.IsShadow(ctx):
+		return OutcomeShadow, nil
 	}
-	e.Latency = c.ts.Since(now, mark)
-	c.obs.Observe(context.Background(), e)
-	return d
+	return OutcomeDenied, nil
 }
 
 // peek is Peek.

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
@@ -172,19 +171,8 @@ func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latenc
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	e := Event{Limit: k.name, Algorithm: k.policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Err: err, Latency: latency}
-	switch {
-	case d.Allowed:
-		e.Outcome = OutcomeAllowed
-	case err != nil:
-		e.Outcome = OutcomeError
-	case d.RetryAfter == RetryNever:
-		e.Outcome, e.Err = OutcomeError, invalidN(n, int64(d.Limit))
-	case observe.IsShadow(ctx):
-		e.Outcome = OutcomeShadow
-	default:
-		e.Outcome = OutcomeDenied
-	}
+	e := Event{Limit: k.name, Algorithm: k.policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Latency: latency}
+	e.Outcome, e.Err = outcome(ctx, n, d, err)
 	k.obs.Observe(ctx, e)
 }
 
