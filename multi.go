@@ -119,11 +119,7 @@ func resolveKeyed(ctx context.Context, dims []Dimension, buf *[8]Dimension) (res
 	out := bufFor(buf, len(dims))[:0]
 	ok = true
 	for _, d := range dims {
-		for depth := 0; ; depth++ {
-			t, isTiered := d.Limiter.(*Tiered)
-			if !isTiered || depth > 8 {
-				break
-			}
+		if t, isTiered := d.Limiter.(*Tiered); isTiered {
 			_, l, err := t.Tier(ctx, d.Key)
 			if err != nil {
 				return out, false, err
@@ -377,10 +373,26 @@ func NewTiered(tierOf func(ctx context.Context, key string) string, tiers map[st
 // Tier returns the name of key's tier and its limiter: the tier tierOf
 // names, or the default tier ([WithDefaultTier]) when tierOf names a tier
 // t has no limiter for. Without a default, an unknown tier is an error
-// wrapping [ErrUnknownTier] (with the name tierOf returned). Callers that
-// decide several times per request, such as package httplimit, call Tier
-// once and use the limiter it returns.
+// wrapping [ErrUnknownTier] (with the name tierOf returned). When the tier's
+// limiter is itself a *Tiered, Tier follows it (and any below it) to the
+// limiter that holds the key's state, and reports the name of t's own tier.
+// Callers that decide several times per request, such as package
+// httplimit, call Tier once and use the limiter it returns.
 func (t *Tiered) Tier(ctx context.Context, key string) (string, KeyedLimiter, error) {
+	name, l, err := t.tier(ctx, key)
+	// A Tiered's tiers exist before it does, so nesting ends.
+	for err == nil {
+		inner, ok := l.(*Tiered)
+		if !ok {
+			break
+		}
+		_, l, err = inner.tier(ctx, key)
+	}
+	return name, l, err
+}
+
+// tier is Tier for t's own tiers, without following nested Tiered ones.
+func (t *Tiered) tier(ctx context.Context, key string) (string, KeyedLimiter, error) {
 	name := t.tierOf(ctx, key)
 	l, ok := t.tiers[name]
 	if !ok {

@@ -355,7 +355,7 @@ func (m *Middleware) gather(r *http.Request, allShadow bool, cs []charge) ([]cha
 			}
 			c := charge{l: l, limiter: l.Limiter, key: key}
 			if l.tiered != nil {
-				c.limiter, c.err = resolveTier(r.Context(), l.tiered, key)
+				_, c.limiter, c.err = l.tiered.Tier(r.Context(), key)
 			}
 			cs = append(cs, c)
 		}
@@ -364,28 +364,6 @@ func (m *Middleware) gather(r *http.Request, allShadow bool, cs []charge) ([]cha
 		}
 	}
 	return cs, enforced
-}
-
-// maxTierDepth bounds how many Tiered limiters nested in one another are
-// resolved.
-const maxTierDepth = 8
-
-// resolveTier returns key's tier limiter in t (following Tiered limiters
-// nested as tiers), or the error of the tier that could not be resolved.
-func resolveTier(ctx context.Context, t *ratelimit.Tiered, key string) (ratelimit.KeyedLimiter, error) {
-	var lim ratelimit.KeyedLimiter = t
-	for depth := 0; depth < maxTierDepth; depth++ {
-		tt, ok := lim.(*ratelimit.Tiered)
-		if !ok {
-			break
-		}
-		_, l, err := tt.Tier(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		lim = l
-	}
-	return lim, nil
 }
 
 // enforce charges n in every enforced limit cs, all or nothing, and
