@@ -84,7 +84,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"time"
 
@@ -175,9 +174,4 @@ func configError(format string, args ...any) error {
 }
 
 // nError reports a WaitN call with an n that no wait can admit under limit.
-func nError(n int, limit int64) error {
-	if n <= 0 {
-		return errs.New(fmt.Sprintf("%s, got n=%d", ErrInvalidN.Error(), n), ErrInvalidN)
-	}
-	return errs.New(fmt.Sprintf("ratelimit: n=%d exceeds the limit %d", n, limit), ErrExceedsLimit)
-}
+func nError(n int, limit int64) error { return errs.N(ErrInvalidN, ErrExceedsLimit, n, limit) }

@@ -29,10 +29,7 @@ var (
 // nError reports a WaitN or RefundN call with an n that can never be
 // admitted (or refunded), in the core's words.
 func nError(n, limit int) error {
-	if n <= 0 {
-		return errs.New(fmt.Sprintf("%s, got n=%d", ratelimit.ErrInvalidN.Error(), n), ratelimit.ErrInvalidN)
-	}
-	return errs.New(fmt.Sprintf("ratelimit: n=%d exceeds the limit %d", n, limit), ratelimit.ErrExceedsLimit)
+	return errs.N(ratelimit.ErrInvalidN, ratelimit.ErrExceedsLimit, n, int64(limit))
 }
 
 // unavailableError wraps ErrUnavailable and the cause. It names the key by

@@ -42,6 +42,15 @@ func Deadline(sentinel error, d time.Duration) error {
 	}
 }
 
+// N reports an n that no wait can admit under limit: not positive (it
+// matches invalid), or above the limit (it matches exceeds).
+func N(invalid, exceeds error, n int, limit int64) error {
+	if n <= 0 {
+		return &Error{msg: fmt.Sprintf("%s, got n=%d", invalid.Error(), n), errs: []error{invalid}}
+	}
+	return &Error{msg: fmt.Sprintf("ratelimit: n=%d exceeds the limit %d", n, limit), errs: []error{exceeds}}
+}
+
 // GCD returns the greatest common divisor of two positive integers.
 func GCD(a, b int64) int64 {
 	for b != 0 {

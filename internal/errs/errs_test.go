@@ -39,3 +39,14 @@ func TestGCD(t *testing.T) {
 		assert.Equal(t, c.want, GCD(c.a, c.b), "GCD(%d, %d)", c.a, c.b)
 	}
 }
+
+func TestNNamesTheProblem(t *testing.T) {
+	invalid, exceeds := errors.New("ratelimit: n must be positive"), errors.New("ratelimit: n exceeds the limit")
+	err := N(invalid, exceeds, 0, 5)
+	assert.EqualError(t, err, "ratelimit: n must be positive, got n=0")
+	assert.ErrorIs(t, err, invalid)
+	err = N(invalid, exceeds, 6, 5)
+	assert.EqualError(t, err, "ratelimit: n=6 exceeds the limit 5")
+	assert.ErrorIs(t, err, exceeds)
+	assert.NotErrorIs(t, err, invalid)
+}
