@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"strconv"
+	"time"
 )
 
 // KeyedLimiter limits events per key: per client, API key, IP address, user
@@ -42,3 +44,56 @@ var ErrTooManyKeys = errors.New("ratelimit: too many keys")
 // ErrUnknownTier is returned by a [Tiered] limiter when its tier function
 // names a tier it has no limiter for.
 var ErrUnknownTier = errors.New("ratelimit: unknown tier")
+
+// KeyAdmin is implemented by every keyed limiter of this module ([*Keyed],
+// [*Tiered] and the Redis limiter of package redislimit): the operations
+// support staff and abuse handling need on one key, beside the decisions
+// of [KeyedLimiter]. They are not decisions, so they report nothing to an
+// [Observer].
+type KeyAdmin interface {
+	// Reset forgets key's state, and lifts any block on it: the key starts
+	// over with a full quota.
+	Reset(ctx context.Context, key string) error
+	// Block denies every request for key for d from now, whatever the
+	// policy would decide, with RetryAfter the rest of the block. A new
+	// Block replaces the one in force; d <= 0 lifts it. The key's state is
+	// kept and applies again when the block ends.
+	Block(ctx context.Context, key string, d time.Duration) error
+	// Penalize charges n events to key without a decision, such as a
+	// penalty for a failed login. It charges at most what key has left:
+	// a penalty larger than the key's remaining quota empties it. n <= 0
+	// is an error wrapping [ErrInvalidN].
+	Penalize(ctx context.Context, key string, n int) error
+}
+
+// Inheritance says what the state a key built up under one policy becomes
+// when its policy changes ([Keyed.SetPolicy], [MoveKey], and the Redis
+// limiter's SetPolicy). Every mode works from the events the key has used
+// when it is converted: the limit minus its remaining quota.
+type Inheritance uint8
+
+// The inheritance modes. The zero Inheritance is invalid: a change of
+// policy must say what happens to existing state.
+const (
+	// KeepUsed keeps the events used, as they are, up to the new limit.
+	KeepUsed Inheritance = iota + 1
+	// ScaleUsed scales the events used by the new limit over the old one,
+	// rounded up: half the old quota used is half the new quota used.
+	ScaleUsed
+	// StartFresh forgets the state: the key starts with the new policy's
+	// full quota.
+	StartFresh
+)
+
+// String returns "keep", "scale" or "fresh".
+func (m Inheritance) String() string {
+	switch m {
+	case KeepUsed:
+		return "keep"
+	case ScaleUsed:
+		return "scale"
+	case StartFresh:
+		return "fresh"
+	}
+	return "Inheritance(" + strconv.Itoa(int(m)) + ")"
+}

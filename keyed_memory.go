@@ -91,21 +91,7 @@ func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
 	if o.given&optMaxKeys == 0 {
 		o.maxKeys = DefaultMaxKeys
 	}
-	var st keyedStore
-	switch p.Algorithm {
-	case TokenBucketAlgorithm:
-		st, err = storeOf[tbState, *tokenBucketAlg](o.maxKeys)(newTokenBucketAlg(p.Limit, p.Refill, p.Period, policyParams))
-	case LeakyBucketAlgorithm:
-		st, err = storeOf[lbState, *leakyBucketAlg](o.maxKeys)(newLeakyBucketAlg(p.Limit, p.Period, policyParams))
-	case FixedWindowAlgorithm:
-		st, err = storeOf[fwState, *fixedWindowAlg](o.maxKeys)(newFixedWindowAlg(p.Limit, p.Period, policyParams))
-	case SlidingLogAlgorithm:
-		st, err = storeOf[slState, *slidingLogAlg](o.maxKeys)(newSlidingLogAlg(p.Limit, p.Period, policyParams))
-	case SlidingCounterAlgorithm:
-		st, err = storeOf[scState, *slidingCounterAlg](o.maxKeys)(newSlidingCounterAlg(p.Limit, p.Period, policyParams))
-	default:
-		err = p.Validate()
-	}
+	st, err := newKeyedStore(p, o.maxKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +103,26 @@ func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
 		obs:    o.observer,
 		name:   o.name,
 	}, nil
+}
+
+// newKeyedStore validates p and returns an empty store running it, holding
+// at most maxKeys keys.
+func newKeyedStore(p Policy, maxKeys int) (keyedStore, error) {
+	switch p.Algorithm {
+	case TokenBucketAlgorithm:
+		return storeOf[tbState, *tokenBucketAlg](maxKeys)(newTokenBucketAlg(p.Limit, p.Refill, p.Period, policyParams))
+	case LeakyBucketAlgorithm:
+		return storeOf[lbState, *leakyBucketAlg](maxKeys)(newLeakyBucketAlg(p.Limit, p.Period, policyParams))
+	case FixedWindowAlgorithm:
+		return storeOf[fwState, *fixedWindowAlg](maxKeys)(newFixedWindowAlg(p.Limit, p.Period, policyParams))
+	case SlidingLogAlgorithm:
+		return storeOf[slState, *slidingLogAlg](maxKeys)(newSlidingLogAlg(p.Limit, p.Period, policyParams))
+	case SlidingCounterAlgorithm:
+		return storeOf[scState, *slidingCounterAlg](maxKeys)(newSlidingCounterAlg(p.Limit, p.Period, policyParams))
+	case QuotaAlgorithm:
+		return storeOf[fwState, *quotaAlg](maxKeys)(newQuotaAlg(p.Limit, p.Calendar, policyParams))
+	}
+	return nil, p.Validate()
 }
 
 // storeOf returns a function that makes a store for an algorithm, or passes

@@ -60,17 +60,22 @@ type Home uint8
 
 // The homes.
 const (
+	// HomeNone: no limiter decided, such as for a request package
+	// httplimit let through as exempt.
+	HomeNone Home = 0
 	// HomeMemory is a single in-memory limiter, such as a *TokenBucket.
-	HomeMemory Home = iota + 1
+	HomeMemory Home = iota
 	// HomeKeyed is the in-memory keyed limiter, *Keyed.
 	HomeKeyed
 	// HomeRedis is a Redis limiter of package redislimit.
 	HomeRedis
 )
 
-// String returns "memory", "keyed" or "redis".
+// String returns "none", "memory", "keyed" or "redis".
 func (h Home) String() string {
 	switch h {
+	case HomeNone:
+		return "none"
 	case HomeMemory:
 		return "memory"
 	case HomeKeyed:
@@ -100,9 +105,14 @@ const (
 	// OutcomeFallback: the limiter's store failed (Err says why) and its
 	// failure policy decided instead: Decision.Allowed says which way.
 	OutcomeFallback
+	// OutcomeExempt: the request was let through without asking the
+	// limit, because it is exempt from it (package httplimit's exempt keys
+	// and networks). Decision.Allowed is true and nothing was charged.
+	OutcomeExempt
 )
 
-// String returns "allowed", "denied", "shadow", "error" or "fallback".
+// String returns "allowed", "denied", "shadow", "error", "fallback" or
+// "exempt".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeAllowed:
@@ -115,6 +125,8 @@ func (o Outcome) String() string {
 		return "error"
 	case OutcomeFallback:
 		return "fallback"
+	case OutcomeExempt:
+		return "exempt"
 	}
 	return "unknown"
 }

@@ -16,6 +16,9 @@ const (
 	FixedWindowAlgorithm
 	SlidingLogAlgorithm
 	SlidingCounterAlgorithm
+	// QuotaAlgorithm is the calendar quota: events per day, week, month or
+	// year of a time zone's calendar ([NewQuota]).
+	QuotaAlgorithm
 )
 
 // String returns the algorithm's short name, such as "tokenbucket".
@@ -31,6 +34,8 @@ func (a Algorithm) String() string {
 		return "slidinglog"
 	case SlidingCounterAlgorithm:
 		return "slidingcounter"
+	case QuotaAlgorithm:
+		return "quota"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
@@ -40,7 +45,8 @@ func (a Algorithm) String() string {
 // ([Policy.NewLimiter]), per key in memory ([NewKeyed]) and per key on Redis
 // (package redislimit), with identical decisions. Build one with
 // [TokenBucketPolicy], [LeakyBucketPolicy], [FixedWindowPolicy],
-// [SlidingLogPolicy] or [SlidingCounterPolicy]; the zero Policy is invalid.
+// [SlidingLogPolicy], [SlidingCounterPolicy] or [QuotaPolicy]; the zero
+// Policy is invalid.
 type Policy struct {
 	// Algorithm selects the algorithm.
 	Algorithm Algorithm
@@ -50,8 +56,12 @@ type Policy struct {
 	// Other algorithms ignore it.
 	Refill int
 	// Period is the token bucket's refill period, the leaky bucket's leak
-	// interval, or the window length of the window algorithms.
+	// interval, or the window length of the window algorithms. A calendar
+	// quota ignores it.
 	Period time.Duration
+	// Calendar defines the periods of a calendar quota (QuotaAlgorithm).
+	// Other algorithms ignore it.
+	Calendar Calendar
 }
 
 // TokenBucketPolicy is the policy of [NewTokenBucket]: a bucket of capacity
@@ -121,6 +131,8 @@ func (p Policy) Validate() error {
 		_, err = newSlidingLogAlg(p.Limit, p.Period, policyParams)
 	case SlidingCounterAlgorithm:
 		_, err = newSlidingCounterAlg(p.Limit, p.Period, policyParams)
+	case QuotaAlgorithm:
+		_, err = newQuotaAlg(p.Limit, p.Calendar, policyParams)
 	default:
 		err = configError("ratelimit.Policy.Algorithm must be one of the five algorithms, got %v", p.Algorithm)
 	}
@@ -128,7 +140,7 @@ func (p Policy) Validate() error {
 }
 
 // NewLimiter returns a single in-memory limiter running p: a *TokenBucket,
-// *LeakyBucket, *FixedWindow, *SlidingLog or *SlidingCounter.
+// *LeakyBucket, *FixedWindow, *SlidingLog, *SlidingCounter or *Quota.
 func (p Policy) NewLimiter(opts ...Option) (Limiter, error) {
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
@@ -141,6 +153,8 @@ func (p Policy) NewLimiter(opts ...Option) (Limiter, error) {
 		return NewSlidingLog(p.Limit, p.Period, opts...)
 	case SlidingCounterAlgorithm:
 		return NewSlidingCounter(p.Limit, p.Period, opts...)
+	case QuotaAlgorithm:
+		return NewQuota(p.Limit, p.Calendar, opts...)
 	}
 	return nil, p.Validate()
 }
@@ -158,8 +172,20 @@ func (p Policy) Window() time.Duration {
 		return time.Duration(mulDivCeil(int64(p.Limit), int64(p.Period), int64(p.Refill)))
 	case LeakyBucketAlgorithm:
 		return time.Duration(mulDiv(int64(max(p.Limit, 0)), int64(max(p.Period, 0)), 1))
+	case QuotaAlgorithm:
+		return p.Calendar.nominal()
 	}
 	return p.Period
+}
+
+// WindowAt returns the window of p at t: for a calendar quota, the length
+// of the period containing t (23 or 25 hours on a day the clocks change,
+// the month's real length); for the other algorithms, [Policy.Window].
+func (p Policy) WindowAt(t time.Time) time.Duration {
+	if p.Algorithm == QuotaAlgorithm {
+		return p.Calendar.windowAt(t)
+	}
+	return p.Window()
 }
 
 // String describes p, such as "tokenbucket(capacity=100, refill=10/1s)" or

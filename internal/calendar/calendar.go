@@ -1,0 +1,232 @@
+// Package calendar computes the periods of calendar quotas: days, weeks,
+// months and years as a time zone's wall clock defines them, starting at a
+// reset time of day. The in-memory quota of package ratelimit and the Redis
+// quota of package redislimit both take their boundaries from here, which
+// is what keeps their decisions identical.
+//
+// A period starts at the instant the zone's wall clock reads the reset time
+// on the period's first day. Two rules cover the reset times that daylight
+// saving time makes odd:
+//
+//   - A reset time that does not exist that day (it falls in the hour the
+//     clocks skip in spring) happens at the end of the gap: the instant the
+//     clocks jump forward, which is the first instant of that day at or
+//     after the reset time.
+//   - A reset time that occurs twice that day (it falls in the hour the
+//     clocks repeat in autumn) happens at its first occurrence.
+//
+// So a day is 23 hours long on the day the clocks spring forward and 25 on
+// the day they fall back, and months and years have their real lengths.
+package calendar
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Unit is the length of a calendar period.
+type Unit uint8
+
+// The units. The zero Unit is invalid.
+const (
+	Day Unit = iota + 1
+	Week
+	Month
+	Year
+)
+
+// String returns "day", "week", "month" or "year".
+func (u Unit) String() string {
+	switch u {
+	case Day:
+		return "day"
+	case Week:
+		return "week"
+	case Month:
+		return "month"
+	case Year:
+		return "year"
+	}
+	return fmt.Sprintf("Unit(%d)", uint8(u))
+}
+
+// Spec says where periods start.
+type Spec struct {
+	Unit Unit
+	// Loc is the zone whose wall clock defines the periods; never nil.
+	Loc *time.Location
+	// Hour and Minute are the reset time of day, 0-23 and 0-59.
+	Hour, Minute int
+	// WeekStart is the first day of a week (Week only).
+	WeekStart time.Weekday
+	// MonthDay is the day of the month a month starts on, 1-31 (Month
+	// only); in a shorter month the period starts on its last day.
+	MonthDay int
+}
+
+// Validate reports what is wrong with s, or nil. The message names the
+// field as a Spec field; callers rename it.
+func (s Spec) Validate() error {
+	switch {
+	case s.Unit < Day || s.Unit > Year:
+		return fmt.Errorf("Unit must be Day, Week, Month or Year, got %v", s.Unit)
+	case s.Loc == nil:
+		return errors.New("Location must not be nil")
+	case s.Hour < 0 || s.Hour > 23:
+		return fmt.Errorf("Hour must be 0-23, got %d", s.Hour)
+	case s.Minute < 0 || s.Minute > 59:
+		return fmt.Errorf("Minute must be 0-59, got %d", s.Minute)
+	case s.WeekStart < time.Sunday || s.WeekStart > time.Saturday:
+		return fmt.Errorf("WeekStart must be a day of the week, got %d", int(s.WeekStart))
+	case s.MonthDay < 1 || s.MonthDay > 31:
+		return fmt.Errorf("MonthDay must be 1-31, got %d", s.MonthDay)
+	}
+	return nil
+}
+
+// Period returns the period containing t: its start (inclusive) and end
+// (exclusive), in s.Loc. s must be valid.
+func (s Spec) Period(t time.Time) (start, end time.Time) {
+	local := t.In(s.Loc)
+	y, m, d := local.Date()
+	// The first day of the period the local date lies in, if the reset
+	// time has already passed.
+	switch s.Unit {
+	case Week:
+		y, m, d = norm(y, m, d-(int(local.Weekday())-int(s.WeekStart)+7)%7)
+	case Month:
+		d = min(s.MonthDay, daysIn(y, m))
+		if local.Day() < d {
+			// Before this month's start day: the period began last month.
+			y, m = prevMonth(y, m)
+			d = min(s.MonthDay, daysIn(y, m))
+		}
+	case Year:
+		m, d = time.January, 1
+	}
+	start = s.boundary(y, m, d)
+	if t.Before(start) {
+		start = s.boundary(s.step(y, m, d, -1))
+	}
+	end = s.after(start)
+	for !t.Before(end) { // never on a sane zone; keeps the loop honest
+		start, end = end, s.after(end)
+	}
+	return start, end
+}
+
+// Starts returns the starts of count consecutive periods beginning with the
+// one offset periods away from the one containing t (offset -1: the
+// previous one), and the end of the last: count+1 instants.
+func (s Spec) Starts(t time.Time, offset, count int) []time.Time {
+	start, _ := s.Period(t)
+	for ; offset < 0; offset++ {
+		start, _ = s.Period(start.Add(-time.Nanosecond))
+	}
+	for ; offset > 0; offset-- {
+		_, start = s.Period(start)
+	}
+	out := make([]time.Time, 0, count+1)
+	out = append(out, start)
+	for i := 0; i < count; i++ {
+		_, start = s.Period(start)
+		out = append(out, start)
+	}
+	return out
+}
+
+// after returns the start of the period after the one starting at b.
+func (s Spec) after(b time.Time) time.Time {
+	y, m, d := b.In(s.Loc).Date()
+	return s.boundary(s.step(y, m, d, 1))
+}
+
+// step returns the first day of the period n (1 or -1) periods after the
+// one whose first day is y-m-d.
+func (s Spec) step(y int, m time.Month, d int, n int) (int, time.Month, int) {
+	switch s.Unit {
+	case Day:
+		return norm(y, m, d+n)
+	case Week:
+		return norm(y, m, d+7*n)
+	case Month:
+		if n > 0 {
+			y, m = nextMonth(y, m)
+		} else {
+			y, m = prevMonth(y, m)
+		}
+		return y, m, min(s.MonthDay, daysIn(y, m))
+	}
+	return y + n, time.January, 1
+}
+
+// boundary returns the instant the period whose first day is y-m-d starts:
+// when the wall clock in s.Loc reads that day at the reset time, with the
+// package's rules for a time that does not exist or occurs twice.
+func (s Spec) boundary(y int, m time.Month, d int) time.Time {
+	return WallInstant(y, m, d, s.Hour, s.Minute, s.Loc)
+}
+
+// WallInstant returns the instant at which the wall clock in loc reads
+// y-m-d hh:mm: the end of the gap when that time is skipped, its first
+// occurrence when it is repeated.
+func WallInstant(y int, m time.Month, d, hh, mm int, loc *time.Location) time.Time {
+	want := time.Date(y, m, d, hh, mm, 0, 0, time.UTC)
+	t := time.Date(y, m, d, hh, mm, 0, 0, loc)
+	if got := wall(t); !got.Equal(want) {
+		// Skipped: time.Date placed it on one side of the gap.
+		zs, ze := t.ZoneBounds()
+		if got.After(want) {
+			return zs // t is past the gap, whose end starts t's zone period
+		}
+		return ze.In(loc)
+	}
+	// Repeated: an earlier instant under the previous offset may read the
+	// same wall clock.
+	zs, _ := t.ZoneBounds()
+	if zs.IsZero() {
+		return t
+	}
+	_, prevOff := zs.Add(-time.Nanosecond).Zone()
+	if _, off := t.Zone(); prevOff == off {
+		return t
+	}
+	u := want.Add(-time.Duration(prevOff) * time.Second).In(loc)
+	if u.Before(zs) && wall(u).Equal(want) {
+		return u
+	}
+	return t
+}
+
+// wall returns t's wall clock reading as a UTC time, for comparisons.
+func wall(t time.Time) time.Time {
+	y, m, d := t.Date()
+	hh, mm, ss := t.Clock()
+	return time.Date(y, m, d, hh, mm, ss, t.Nanosecond(), time.UTC)
+}
+
+// norm normalizes a date whose day may lie outside its month.
+func norm(y int, m time.Month, d int) (int, time.Month, int) {
+	t := time.Date(y, m, d, 12, 0, 0, 0, time.UTC)
+	return t.Date()
+}
+
+// daysIn returns the number of days of month m of year y.
+func daysIn(y int, m time.Month) int {
+	return time.Date(y, m+1, 0, 12, 0, 0, 0, time.UTC).Day()
+}
+
+func nextMonth(y int, m time.Month) (int, time.Month) {
+	if m == time.December {
+		return y + 1, time.January
+	}
+	return y, m + 1
+}
+
+func prevMonth(y int, m time.Month) (int, time.Month) {
+	if m == time.January {
+		return y - 1, time.December
+	}
+	return y, m - 1
+}
