@@ -48,26 +48,9 @@ type ipKey struct {
 // [NewIPResolver].
 func TrustedProxies(cidrs ...string) Option {
 	return option{"TrustedProxies", forResolver, func(cfg *config) error {
-		r := cfg.r
-		for _, c := range cidrs {
-			var p netip.Prefix
-			var err error
-			if strings.Contains(c, "/") {
-				p, err = netip.ParsePrefix(c)
-			} else {
-				var a netip.Addr
-				a, err = netip.ParseAddr(c)
-				p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
-			}
-			if err != nil {
-				return configError("httplimit.TrustedProxies: %v, got %q", err, c)
-			}
-			if p, err = unmapPrefix(p); err != nil {
-				return err
-			}
-			r.trusted = append(r.trusted, p)
-		}
-		return nil
+		ps, err := parseNetworks("TrustedProxies", cidrs)
+		cfg.r.trusted = append(cfg.r.trusted, ps...)
+		return err
 	}}
 }
 
@@ -77,32 +60,69 @@ func TrustedProxies(cidrs ...string) Option {
 // [NewIPResolver].
 func TrustedPrefixes(prefixes ...netip.Prefix) Option {
 	return option{"TrustedPrefixes", forResolver, func(cfg *config) error {
-		r := cfg.r
-		for _, p := range prefixes {
-			if !p.IsValid() {
-				return configError("httplimit.TrustedPrefixes: prefix is invalid, got %v", p)
-			}
-			p, err := unmapPrefix(p)
-			if err != nil {
-				return err
-			}
-			r.trusted = append(r.trusted, p)
-		}
-		return nil
+		ps, err := checkPrefixes("TrustedPrefixes", prefixes)
+		cfg.r.trusted = append(cfg.r.trusted, ps...)
+		return err
 	}}
+}
+
+// parseNetworks parses the addresses and CIDR networks of the option
+// named opt, as [TrustedProxies] documents them: an address stands for
+// itself alone (its zone, if any, dropped, as client addresses' are);
+// IPv4-mapped IPv6 ones are unmapped. It returns the
+// networks parsed before the first error.
+func parseNetworks(opt string, cidrs []string) ([]netip.Prefix, error) {
+	ps := make([]netip.Prefix, 0, len(cidrs))
+	for _, c := range cidrs {
+		var p netip.Prefix
+		var err error
+		if strings.Contains(c, "/") {
+			p, err = netip.ParsePrefix(c)
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(c)
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if err != nil {
+			return ps, configError("httplimit.%s: %v, got %q", opt, err, c)
+		}
+		if p, err = unmapPrefix(opt, p); err != nil {
+			return ps, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// checkPrefixes checks and unmaps the prefixes of the option named opt. It
+// returns the prefixes checked before the first error.
+func checkPrefixes(opt string, prefixes []netip.Prefix) ([]netip.Prefix, error) {
+	ps := make([]netip.Prefix, 0, len(prefixes))
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			return ps, configError("httplimit.%s: prefix is invalid, got %v", opt, p)
+		}
+		p, err := unmapPrefix(opt, p)
+		if err != nil {
+			return ps, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
 }
 
 // unmapPrefix returns p masked and, when it is an IPv4-mapped IPv6 prefix
 // (::ffff:10.0.0.0/104), as the IPv4 prefix it maps (10.0.0.0/8): client
 // addresses are compared unmapped. A mapped prefix shorter than 96 bits
-// covers more than IPv4-mapped space and is refused.
-func unmapPrefix(p netip.Prefix) (netip.Prefix, error) {
+// covers more than IPv4-mapped space and is refused, with an error naming
+// the option opt.
+func unmapPrefix(opt string, p netip.Prefix) (netip.Prefix, error) {
 	p = p.Masked()
 	if !p.Addr().Is4In6() {
 		return p, nil
 	}
 	if p.Bits() < 96 {
-		return netip.Prefix{}, configError("httplimit: a trusted IPv4-mapped proxy prefix needs at least 96 bits, got %v", p)
+		return netip.Prefix{}, configError("httplimit.%s: an IPv4-mapped prefix needs at least 96 bits, got %v", opt, p)
 	}
 	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96), nil
 }
@@ -255,7 +275,12 @@ func (res *IPResolver) resolve(r *http.Request) (netip.Addr, string, bool) {
 }
 
 func (res *IPResolver) isTrusted(a netip.Addr) bool {
-	for _, p := range res.trusted {
+	return inNetworks(res.trusted, a)
+}
+
+// inNetworks reports whether one of ps contains a.
+func inNetworks(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
 		if p.Contains(a) {
 			return true
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -51,6 +53,23 @@ type Limit struct {
 	// Shadow limits are consulted only for requests the enforced limits
 	// admit.
 	Shadow bool
+	// ExemptKeys are keys this limit never charges, such as the API keys
+	// of internal services: a request whose key is one of them passes this
+	// limit uncharged, as if Key had not applied to it, except that the
+	// middleware's observer ([WithObserver]) sees it as exempt. The other
+	// limits still apply to it. Keys are compared as Key returns them,
+	// before a long key is replaced by its digest ([MaxKeyLen]).
+	ExemptKeys []string
+	// DeniedKeys are keys this limit always refuses, compared as
+	// ExemptKeys are. A request whose key is one of them is charged
+	// nowhere and answered through the [DeniedHandler] with a Denial whose
+	// Err is [ErrDenied] and Limit this limit's Name ([WriteDenied]: 403
+	// Forbidden), whatever exempts it otherwise ([ExemptNetworks], an
+	// [Override] with Exempt, a cost <= 0): denial beats exemption. A key
+	// may not be in both lists. In shadow mode (Shadow, or an Override
+	// with Shadow) such a request is served, not charged in this limit, and
+	// the denial only reported to the middleware's observer.
+	DeniedKeys []string
 }
 
 // Denial describes a denied request to a [DeniedHandler].
@@ -66,7 +85,11 @@ type Denial struct {
 	// so that it can never succeed however long the client waits.
 	Never bool
 	// Err is the limiter's error, if the denial came with one (a Redis
-	// limiter failing closed, a key cap reached, an unknown tier).
+	// limiter failing closed, a key cap reached, an unknown tier), or
+	// [ErrDenied] for a request a denylist refused ([DeniedNetworks],
+	// [Limit.DeniedKeys]): Decision then holds only RetryAfter
+	// [ratelimit.RetryNever], Never is set, and Limit is empty when the
+	// client's network was denied.
 	Err error
 }
 
@@ -85,7 +108,17 @@ type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Denial)
 // or, for a request that can never succeed,
 //
 //	{"error":"Too Many Requests","message":"request cost exceeds rate limit \"api\" (quota 100): it can never succeed, do not retry","retryNever":true}
+//
+// A request a denylist refused (d.Err is [ErrDenied]) is answered 403
+// Forbidden instead, since no wait would help, with no Retry-After and no
+// rate-limit fields, and a body that does not say which rule refused it:
+//
+//	{"error":"Forbidden","message":"request denied","retryNever":true}
 func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
+	if d.Err != nil && errors.Is(d.Err, ErrDenied) {
+		writeForbidden(w)
+		return
+	}
 	h := w.Header()
 	h[keyCType] = []string{"application/json; charset=utf-8"}
 	h[keyNoSniff] = []string{"nosniff"}
@@ -129,16 +162,28 @@ type Middleware struct {
 	hasShadow     bool // some limit is in shadow mode
 	reportEvery   time.Duration
 	anyReporter   report.Throttle // for errors of no known limit
+
+	resolver   *IPResolver    // finds the client address the networks match
+	exemptNets []netip.Prefix // ExemptNetworks, ExemptPrefixes
+	deniedNets []netip.Prefix // DeniedNetworks, DeniedPrefixes
+	hasNets    bool           // some network is exempt or denied
+	deniedKeys bool           // some limit has DeniedKeys
+	observer   ratelimit.Observer
 }
 
 // limit is a Limit ready to serve.
 type limit struct {
 	Limit
 	tiered *ratelimit.Tiered // Limiter, when it is one
+	ph     policyHolder      // Limiter, when it tells its policy and is not a Tiered
 	sfName []byte            // Name as an RFC 8941 String
-	window time.Duration     // Limiter's window, if fixed; 0 if not known up front
 	consts constCache
+	quota  quotaWindows
 	rep    *report.Throttle
+
+	exemptKeys keySet // ExemptKeys; nil when none
+	deniedKeys keySet // DeniedKeys; nil when none
+	lists      bool   // exemptKeys or deniedKeys is set
 }
 
 // policyHolder is implemented by limiters that can say which policy they
@@ -151,13 +196,24 @@ type policyHolder interface {
 // charged in every limit that applies to it only if every one admits it.
 // The options that apply are [WithHeaders], [WithDeniedHandler],
 // [WithCost], [WithLogger], [WithErrorReportInterval],
-// [WithShadowHeaders], [WithDecisionInContext] and [WithClock].
+// [WithShadowHeaders], [WithDecisionInContext], [WithClock],
+// [ExemptNetworks], [DeniedNetworks], [ExemptPrefixes], [DeniedPrefixes],
+// [WithIPResolver] and [WithObserver].
+//
+// Exemptions and denylists are settled before any limiter is asked, in
+// this order: a client of [DeniedNetworks] is refused; else a request
+// exempt from every limit (a client of [ExemptNetworks], an [Override]
+// with Exempt, a cost <= 0) is served uncharged, unless the
+// [Limit.DeniedKeys] of an enforced limit hold its key; else each limit
+// refuses the keys of its DeniedKeys and lets the keys of its
+// [Limit.ExemptKeys] through uncharged. Denial always beats exemption.
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
 // empty, a Limit has no Key or no Limiter, a negative Window, a name that
 // is not printable ASCII or the name of another Limit ("default" counts as
-// the name of a Limit without one), and for an invalid option or one that
-// does not apply to a middleware.
+// the name of a Limit without one), an ExemptKeys entry that is also in
+// its DeniedKeys, and for an invalid option or one that does not apply to
+// a middleware.
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: DefaultErrorReportInterval}
 	if err := applyOptions(&config{to: forMiddleware, m: m}, opts); err != nil {
@@ -192,12 +248,21 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 			return nil, configError("httplimit.Limit.Window of limit %q must not be negative, got %v", l.Name, l.Window)
 		}
 		tiered, _ := l.Limiter.(*ratelimit.Tiered)
-		window := l.Window
-		if p, ok := l.Limiter.(policyHolder); ok && window == 0 && tiered == nil {
-			window = p.Policy().Window()
+		var ph policyHolder
+		if tiered == nil {
+			ph, _ = l.Limiter.(policyHolder)
 		}
-		m.limits = append(m.limits, limit{Limit: l, tiered: tiered, sfName: appendSFString(nil, l.Name), window: window, rep: new(report.Throttle)})
+		m.limits = append(m.limits, limit{Limit: l, tiered: tiered, ph: ph, sfName: appendSFString(nil, l.Name), rep: new(report.Throttle)})
+		nl := &m.limits[len(m.limits)-1]
+		if err := nl.checkKeyLists(); err != nil {
+			return nil, err
+		}
 		m.hasShadow = m.hasShadow || l.Shadow
+		m.deniedKeys = m.deniedKeys || nl.deniedKeys != nil
+	}
+	m.hasNets = len(m.exemptNets)+len(m.deniedNets) > 0
+	if m.resolver == nil {
+		m.resolver = defaultResolver
 	}
 	return m, nil
 }
@@ -214,7 +279,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // middleware (authentication, say) attaches it with [WithOverride].
 type Override struct {
 	// Exempt lets the request through uncharged, with no rate-limit fields,
-	// such as for health checks or internal callers.
+	// such as for health checks or internal callers, and reports it to the
+	// middleware's observer as exempt ([WithObserver]). Denylists still
+	// apply: a client of [DeniedNetworks], or a key in the
+	// [Limit.DeniedKeys] of an enforced limit, is refused.
 	Exempt bool
 	// Cost, when positive, replaces the cost [WithCost] would give.
 	Cost int
@@ -253,6 +321,7 @@ type charge struct {
 	limiter ratelimit.KeyedLimiter // l.Limiter, or the request's tier of it
 	key     string
 	err     error // the tier could not be resolved: deny with it
+	listed  bool  // a shadow limit's DeniedKeys hold key: report, do not charge
 }
 
 // verdict is what the limits decided for one request: the Decision to
@@ -276,12 +345,25 @@ const maxInline = 4
 // it does not need.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	n, allShadow, exempt := m.requestCost(r)
+	if m.hasNets {
+		switch m.matchNetwork(r) {
+		case netDenied:
+			m.denyListed(w, r, n, nil)
+			return
+		case netExempt:
+			exempt = true
+		}
+	}
 	if exempt {
-		next.ServeHTTP(w, r)
+		m.serveExempt(w, r, n, allShadow, next)
 		return
 	}
 	var buf [maxInline]charge
-	charges, enforced := m.gather(r, allShadow, buf[:0])
+	charges, enforced, listed := m.gather(r, n, allShadow, buf[:0])
+	if listed != nil {
+		m.denyListed(w, r, n, listed)
+		return
+	}
 	if len(charges) == 0 {
 		next.ServeHTTP(w, r)
 		return
@@ -313,28 +395,29 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // requestCost returns the request's cost and its Override's verdict:
-// every limit in shadow mode, or no limit at all.
+// every limit in shadow mode, or no limit at all (an Override with Exempt
+// or a cost <= 0).
 func (m *Middleware) requestCost(r *http.Request) (n int, allShadow, exempt bool) {
 	n = 1
 	if m.cost != nil {
 		n = m.cost(r)
 	}
 	if o, ok := OverrideFrom(r.Context()); ok {
-		if o.Exempt {
-			return 0, false, true
-		}
 		if o.Cost > 0 {
 			n = o.Cost
 		}
-		allShadow = o.Shadow
+		return n, o.Shadow, o.Exempt || n <= 0
 	}
-	return n, allShadow, n <= 0
+	return n, false, n <= 0
 }
 
 // gather appends to cs the limits that apply to r, enforced ones first,
 // and returns them with the number of enforced ones. It resolves each
 // *ratelimit.Tiered to the request's tier, calling its tier function once.
-func (m *Middleware) gather(r *http.Request, allShadow bool, cs []charge) ([]charge, int) {
+// It leaves out the limits whose ExemptKeys hold the request's key,
+// reporting them to the observer, and stops at the first enforced limit
+// whose DeniedKeys hold it, returning that limit.
+func (m *Middleware) gather(r *http.Request, n int, allShadow bool, cs []charge) ([]charge, int, *limit) {
 	passes := 1
 	if m.hasShadow || allShadow {
 		passes = 2
@@ -350,11 +433,25 @@ func (m *Middleware) gather(r *http.Request, allShadow bool, cs []charge) ([]cha
 			if !ok {
 				continue
 			}
+			var listed bool
+			if l.lists {
+				switch {
+				case l.deniedKeys.has(key) && pass == 0:
+					return cs, len(cs), l
+				case l.deniedKeys.has(key):
+					listed = true // reported when the shadow limits are
+				case l.exemptKeys.has(key):
+					if m.observer != nil {
+						m.observe(r, l, ratelimit.OutcomeExempt, n)
+					}
+					continue
+				}
+			}
 			if len(key) > MaxKeyLen {
 				key = digestKey(key)
 			}
-			c := charge{l: l, limiter: l.Limiter, key: key}
-			if l.tiered != nil {
+			c := charge{l: l, limiter: l.Limiter, key: key, listed: listed}
+			if l.tiered != nil && !listed {
 				_, c.limiter, c.err = l.tiered.Tier(r.Context(), key)
 			}
 			cs = append(cs, c)
@@ -363,7 +460,7 @@ func (m *Middleware) gather(r *http.Request, allShadow bool, cs []charge) ([]cha
 			enforced = len(cs)
 		}
 	}
-	return cs, enforced
+	return cs, enforced, nil
 }
 
 // enforce charges n in every enforced limit cs, all or nothing, and
@@ -419,6 +516,12 @@ func (m *Middleware) shadow(r *http.Request, n int, cs []charge, enforced int, v
 	compete := m.shadowHeaders || enforced == 0
 	for i := enforced; i < len(cs); i++ {
 		c := &cs[i]
+		if c.listed { // its DeniedKeys would refuse the request
+			if m.observer != nil {
+				m.observe(r, c.l, ratelimit.OutcomeShadow, n)
+			}
+			continue
+		}
 		d, err := ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, c.err
 		if err == nil {
 			d, err = c.limiter.AllowN(sctx, c.key, n)
@@ -451,23 +554,33 @@ func (m *Middleware) writeFields(h http.Header, cs []charge, enforced int, v *ve
 	if v.from >= enforced && !st.d.Allowed { // reported, not enforced
 		st.d.Allowed, st.d.RetryAfter = true, 0
 	}
-	if set&IETFHeaders != 0 {
-		st.window = c.window()
-	}
 	st.now = m.ts.Now()
+	if set&IETFHeaders != 0 {
+		st.window = c.window(st.now)
+	}
 	writeHeaders(h, set, &st)
 }
 
-// window returns the window to report for c's limit: its Window, or else
-// the window of its limiter's (or tier's) policy; 0 if unknown.
-func (c *charge) window() time.Duration {
-	if c.l.window > 0 {
-		return c.l.window
+// window returns the window to report for c's limit at now (Unix
+// nanoseconds): its Window, or else the window of its limiter's (or
+// tier's) policy as it is now (a calendar quota's period has its own
+// length: a day of 23 hours, a month of 28 days); 0 if unknown.
+func (c *charge) window(now int64) time.Duration {
+	if c.l.Window > 0 {
+		return c.l.Window
 	}
-	if p, ok := c.limiter.(policyHolder); ok && c.l.tiered != nil {
-		return p.Policy().Window()
+	ph := c.l.ph
+	if c.l.tiered != nil {
+		ph, _ = c.limiter.(policyHolder)
 	}
-	return 0
+	if ph == nil {
+		return 0
+	}
+	p := ph.Policy()
+	if p.Algorithm == ratelimit.QuotaAlgorithm {
+		return c.l.quota.windowAt(p, now)
+	}
+	return p.Window()
 }
 
 // deny answers a request an enforced limit refused.

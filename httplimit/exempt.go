@@ -1,0 +1,250 @@
+package httplimit
+
+import (
+	"errors"
+	"net/http"
+	"net/netip"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/typednil"
+)
+
+// ErrDenied is the Err of the [Denial] of a request refused by a denylist:
+// a client network of [DeniedNetworks] or a key of [Limit.DeniedKeys]. Such
+// a request is refused whatever its quota, so [WriteDenied] answers it 403
+// Forbidden rather than 429.
+var ErrDenied = errors.New("ratelimit: request denied by a denylist")
+
+// WithIPResolver sets the resolver that finds the client address the
+// networks of [ExemptNetworks] and [DeniedNetworks] are matched against.
+// The default, like a nil res, is a resolver with no options: the
+// connection's peer (RemoteAddr) alone, never a forwarded header. Behind
+// reverse proxies pass a resolver that trusts them ([TrustedProxies]), the
+// same one the limits' [IPResolver.Key] use, so that both see the same
+// client. For [New].
+func WithIPResolver(res *IPResolver) Option {
+	return option{"WithIPResolver", forMiddleware, func(cfg *config) error {
+		cfg.m.resolver = res
+		return nil
+	}}
+}
+
+// ExemptNetworks names client networks (CIDR, such as "10.0.0.0/8" or
+// "fd00::/8", or single addresses such as "192.0.2.10") whose requests no
+// limit charges: health checkers, internal services. Such a request is
+// served uncharged and without rate-limit fields, and reported as exempt
+// to the middleware's observer ([WithObserver]), unless a denylist refuses
+// it ([DeniedNetworks], [Limit.DeniedKeys]): denial beats exemption.
+//
+// The client address is the one [WithIPResolver]'s resolver finds, so a
+// forwarded header counts only when it comes from a trusted proxy: a client
+// cannot exempt itself by forging X-Forwarded-For. IPv4-mapped IPv6
+// addresses and networks (::ffff:10.0.0.0/104) are matched as the IPv4
+// ones they map; a request whose client address cannot be read (a Unix
+// socket) matches no network. Networks are matched one by one, in order:
+// keep the list short. Repeated options add up. It returns an error
+// wrapping [ratelimit.ErrInvalidConfig] that names the value for one that
+// does not parse. For [New].
+func ExemptNetworks(cidrs ...string) Option {
+	return option{"ExemptNetworks", forMiddleware, func(cfg *config) error {
+		ps, err := parseNetworks("ExemptNetworks", cidrs)
+		cfg.m.exemptNets = append(cfg.m.exemptNets, ps...)
+		return err
+	}}
+}
+
+// DeniedNetworks names client networks (as [ExemptNetworks] does) whose
+// requests are always refused, without being charged anywhere: they are
+// answered through the [DeniedHandler] with a Denial whose Err is
+// [ErrDenied], Never set and Limit empty ([WriteDenied]: 403 Forbidden,
+// no Retry-After, no rate-limit fields), and reported to the middleware's
+// observer ([WithObserver]) as denied by every limit. Nothing exempts such
+// a request, not even [ExemptNetworks] or an [Override] with Exempt, so an
+// exempt network can hold a denied one. For [New].
+func DeniedNetworks(cidrs ...string) Option {
+	return option{"DeniedNetworks", forMiddleware, func(cfg *config) error {
+		ps, err := parseNetworks("DeniedNetworks", cidrs)
+		cfg.m.deniedNets = append(cfg.m.deniedNets, ps...)
+		return err
+	}}
+}
+
+// ExemptPrefixes is [ExemptNetworks] for parsed networks. For [New].
+func ExemptPrefixes(prefixes ...netip.Prefix) Option {
+	return option{"ExemptPrefixes", forMiddleware, func(cfg *config) error {
+		ps, err := checkPrefixes("ExemptPrefixes", prefixes)
+		cfg.m.exemptNets = append(cfg.m.exemptNets, ps...)
+		return err
+	}}
+}
+
+// DeniedPrefixes is [DeniedNetworks] for parsed networks. For [New].
+func DeniedPrefixes(prefixes ...netip.Prefix) Option {
+	return option{"DeniedPrefixes", forMiddleware, func(cfg *config) error {
+		ps, err := checkPrefixes("DeniedPrefixes", prefixes)
+		cfg.m.deniedNets = append(cfg.m.deniedNets, ps...)
+		return err
+	}}
+}
+
+// WithObserver makes the middleware report to o the decisions it takes
+// without asking a limiter (the limiters report their own decisions to
+// their own observers, [ratelimit.WithObserver]). Each Event has Home
+// [ratelimit.HomeNone], Limit the [Limit]'s Name, Algorithm that of the
+// limiter's policy (0 when it has none to tell, or is a
+// [ratelimit.Tiered]), N the request's cost and Latency 0:
+//
+//   - a request exempt from every limit (an [ExemptNetworks] client, an
+//     [Override] with Exempt, a cost <= 0): one Event per Limit of the
+//     middleware, applying to the request or not, with Outcome
+//     [ratelimit.OutcomeExempt] and Decision{Allowed: true};
+//   - a request whose key a Limit exempts ([Limit.ExemptKeys]): one such
+//     Event, for that Limit;
+//   - a request refused by a denylist: Outcome [ratelimit.OutcomeDenied],
+//     Err [ErrDenied] and a Decision with RetryAfter
+//     [ratelimit.RetryNever]: one Event for the Limit whose
+//     [Limit.DeniedKeys] hold the key, or one per Limit for a client of
+//     [DeniedNetworks];
+//   - a key in the DeniedKeys of a limit in shadow mode: the same Event
+//     with Outcome [ratelimit.OutcomeShadow], when the enforced limits
+//     admit the request (as shadow limits are consulted only then).
+//
+// A nil o reports nothing (the default); a typed nil is an error. For
+// [New].
+func WithObserver(o ratelimit.Observer) Option {
+	return option{"WithObserver", forMiddleware, func(cfg *config) error {
+		if o != nil && typednil.Is(o) {
+			return configError("httplimit.WithObserver: observer is a nil %T", o)
+		}
+		cfg.m.observer = o
+		return nil
+	}}
+}
+
+// keySet is a set of keys; nil is empty.
+type keySet map[string]struct{}
+
+// newKeySet returns the set of keys, nil when there are none.
+func newKeySet(keys []string) keySet {
+	if len(keys) == 0 {
+		return nil
+	}
+	s := make(keySet, len(keys))
+	for _, k := range keys {
+		s[k] = struct{}{}
+	}
+	return s
+}
+
+// has reports whether s holds key.
+func (s keySet) has(key string) bool {
+	_, ok := s[key]
+	return ok
+}
+
+// checkKeyLists builds l's key sets, refusing ExemptKeys that repeat
+// DeniedKeys. The message names the index, never the key (keys may be
+// secret).
+func (l *limit) checkKeyLists() error {
+	l.exemptKeys, l.deniedKeys = newKeySet(l.ExemptKeys), newKeySet(l.DeniedKeys)
+	for i, k := range l.ExemptKeys {
+		if l.deniedKeys.has(k) {
+			return configError("httplimit.Limit.ExemptKeys of limit %q must not repeat a key of its DeniedKeys, got one at index %d", l.Name, i)
+		}
+	}
+	l.lists = l.exemptKeys != nil || l.deniedKeys != nil
+	return nil
+}
+
+// netVerdict is what the client networks say of a request.
+type netVerdict uint8
+
+const (
+	netNone netVerdict = iota
+	netExempt
+	netDenied
+)
+
+// matchNetwork matches r's client address against the denied networks,
+// then the exempt ones.
+func (m *Middleware) matchNetwork(r *http.Request) netVerdict {
+	a, _, ok := m.resolver.resolve(r)
+	switch {
+	case !ok:
+		return netNone
+	case inNetworks(m.deniedNets, a):
+		return netDenied
+	case inNetworks(m.exemptNets, a):
+		return netExempt
+	}
+	return netNone
+}
+
+// serveExempt serves a request exempt from every limit, unless the
+// DeniedKeys of an enforced limit refuse it.
+func (m *Middleware) serveExempt(w http.ResponseWriter, r *http.Request, n int, allShadow bool, next http.Handler) {
+	if m.deniedKeys && !allShadow {
+		for i := range m.limits {
+			l := &m.limits[i]
+			if l.deniedKeys == nil || l.Shadow {
+				continue
+			}
+			if key, ok := l.Key(r); ok && l.deniedKeys.has(key) {
+				m.denyListed(w, r, n, l)
+				return
+			}
+		}
+	}
+	if m.observer != nil {
+		for i := range m.limits {
+			m.observe(r, &m.limits[i], ratelimit.OutcomeExempt, n)
+		}
+	}
+	next.ServeHTTP(w, r)
+}
+
+// denyListed answers a request a denylist refused: l's DeniedKeys, or the
+// denied networks when l is nil.
+func (m *Middleware) denyListed(w http.ResponseWriter, r *http.Request, n int, l *limit) {
+	den := Denial{Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Never: true, Err: ErrDenied}
+	if l != nil {
+		den.Limit = l.Name
+	}
+	if m.observer != nil {
+		if l != nil {
+			m.observe(r, l, ratelimit.OutcomeDenied, n)
+		} else {
+			for i := range m.limits {
+				m.observe(r, &m.limits[i], ratelimit.OutcomeDenied, n)
+			}
+		}
+	}
+	m.denied(w, r, den)
+}
+
+// observe reports to m.observer that l let r through as exempt
+// (OutcomeExempt) or refused it by its denylist (OutcomeDenied, or
+// OutcomeShadow in shadow mode); m.observer is not nil.
+func (m *Middleware) observe(r *http.Request, l *limit, o ratelimit.Outcome, n int) {
+	e := ratelimit.Event{Limit: l.Name, Home: ratelimit.HomeNone, Outcome: o, N: n}
+	if l.ph != nil {
+		e.Algorithm = l.ph.Policy().Algorithm
+	}
+	if o == ratelimit.OutcomeExempt {
+		e.Decision.Allowed = true
+	} else {
+		e.Decision.RetryAfter = ratelimit.RetryNever
+		e.Err = ErrDenied
+	}
+	m.observer.Observe(r.Context(), e)
+}
+
+// writeForbidden is [WriteDenied]'s answer to a request a denylist
+// refused.
+func writeForbidden(w http.ResponseWriter) {
+	h := w.Header()
+	h[keyCType] = []string{"application/json; charset=utf-8"}
+	h[keyNoSniff] = []string{"nosniff"}
+	w.WriteHeader(http.StatusForbidden)
+	_, _ = w.Write([]byte(`{"error":"Forbidden","message":"request denied","retryNever":true}` + "\n"))
+}
