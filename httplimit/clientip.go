@@ -117,14 +117,16 @@ func checkPrefixes(opt string, prefixes []netip.Prefix) ([]netip.Prefix, error) 
 // covers more than IPv4-mapped space and is refused, with an error naming
 // the option opt.
 func unmapPrefix(opt string, p netip.Prefix) (netip.Prefix, error) {
-	p = p.Masked()
+	// Checked before masking: masked to fewer than 96 bits, a mapped
+	// prefix is no longer one (::ffff:10.0.0.0/80 is ::/80, which holds
+	// ::1) and would slip through.
 	if !p.Addr().Is4In6() {
-		return p, nil
+		return p.Masked(), nil
 	}
 	if p.Bits() < 96 {
 		return netip.Prefix{}, configError("httplimit.%s: an IPv4-mapped prefix needs at least 96 bits, got %v", opt, p)
 	}
-	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96), nil
+	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Masked(), nil
 }
 
 // ProxyHeaders names the headers, in order of preference, that the trusted
