@@ -356,10 +356,12 @@ func TestExemptionPrecedence(t *testing.T) {
 		reqs   []req
 	}{
 		{
-			name:   "denied network inside an exempt one",
-			limits: func(lim ratelimit.KeyedLimiter) []Limit { return []Limit{{Name: "ip", Key: trusting.Key, Limiter: lim}} },
-			opts:   []Option{ExemptNetworks("10.0.0.0/8"), DeniedNetworks("10.6.6.6")},
-			reqs:   []req{{[]string{xff, "10.6.6.6"}, 403}, {[]string{xff, "10.6.6.7"}, 200}},
+			name: "denied network inside an exempt one",
+			limits: func(lim ratelimit.KeyedLimiter) []Limit {
+				return []Limit{{Name: "ip", Key: trusting.Key, Limiter: lim}}
+			},
+			opts: []Option{ExemptNetworks("10.0.0.0/8"), DeniedNetworks("10.6.6.6")},
+			reqs: []req{{[]string{xff, "10.6.6.6"}, 403}, {[]string{xff, "10.6.6.7"}, 200}},
 		},
 		{
 			name: "denied key from an exempt network",
@@ -377,16 +379,20 @@ func TestExemptionPrecedence(t *testing.T) {
 			reqs: []req{{[]string{"X-Test-Override", "exempt", HeaderAPIKey, "bad"}, 403}},
 		},
 		{
-			name:   "denied network with an Override exempting the request",
-			limits: func(lim ratelimit.KeyedLimiter) []Limit { return []Limit{{Name: "ip", Key: trusting.Key, Limiter: lim}} },
-			opts:   []Option{DeniedNetworks("10.0.0.0/8")},
-			reqs:   []req{{[]string{"X-Test-Override", "exempt", xff, "10.1.1.1"}, 403}},
+			name: "denied network with an Override exempting the request",
+			limits: func(lim ratelimit.KeyedLimiter) []Limit {
+				return []Limit{{Name: "ip", Key: trusting.Key, Limiter: lim}}
+			},
+			opts: []Option{DeniedNetworks("10.0.0.0/8")},
+			reqs: []req{{[]string{"X-Test-Override", "exempt", xff, "10.1.1.1"}, 403}},
 		},
 		{
-			name:   "denied network in shadow mode",
-			limits: func(lim ratelimit.KeyedLimiter) []Limit { return []Limit{{Name: "ip", Key: trusting.Key, Limiter: lim}} },
-			opts:   []Option{DeniedNetworks("10.0.0.0/8")},
-			reqs:   []req{{[]string{"X-Test-Override", "shadow", xff, "10.1.1.1"}, 403}},
+			name: "denied network in shadow mode",
+			limits: func(lim ratelimit.KeyedLimiter) []Limit {
+				return []Limit{{Name: "ip", Key: trusting.Key, Limiter: lim}}
+			},
+			opts: []Option{DeniedNetworks("10.0.0.0/8")},
+			reqs: []req{{[]string{"X-Test-Override", "shadow", xff, "10.1.1.1"}, 403}},
 		},
 		{
 			name: "one limit's exempt key, another limit's denied key",
