@@ -38,9 +38,12 @@
 //
 //	ratelimit.limit      the limiter's name from ratelimit.WithName ("" without one),
 //	                     or "other" once more than the cap of names is seen (below)
-//	ratelimit.algorithm  tokenbucket, leakybucket, fixedwindow, slidinglog, slidingcounter
-//	ratelimit.home       memory (a single limiter), keyed (ratelimit.Keyed), redis
-//	ratelimit.outcome    allowed, denied, shadow, error, fallback (see [ratelimit.Outcome])
+//	ratelimit.algorithm  tokenbucket, leakybucket, fixedwindow, slidinglog, slidingcounter,
+//	                     quota
+//	ratelimit.home       memory (a single limiter), keyed (ratelimit.Keyed), redis, none
+//	                     (a decision package httplimit took without asking a limiter)
+//	ratelimit.outcome    allowed, denied, shadow, error, fallback, exempt (see
+//	                     [ratelimit.Outcome])
 //	ratelimit.allowed    true when the failure policy admitted the request (fail open,
 //	                     a local fallback that had room), false when it refused it
 //
@@ -63,10 +66,11 @@
 // guard, an Observer keeps at most 100 distinct limit names (change it with
 // [WithMaxLimits]); the decisions of any further name are reported under
 // the limit name "other", so a program that makes up names without end
-// costs a bounded amount of memory (about 1.4 KB per name, and a few hundred
+// costs a bounded amount of memory (about 2.9 KB per name, and a few hundred
 // bytes per combination of name, algorithm, home and outcome) and a bounded
 // number of time series. Algorithm, home and outcome values outside the
-// known ones are reported as "unknown".
+// known ones (those whose String method names them) are reported as
+// "unknown".
 //
 // # Cost
 //

@@ -27,10 +27,11 @@ const (
 	LimitKey = attribute.Key("ratelimit.limit")
 	// AlgorithmKey is the algorithm, such as "tokenbucket" (Algorithm.String).
 	AlgorithmKey = attribute.Key("ratelimit.algorithm")
-	// HomeKey is "memory", "keyed" or "redis" (Home.String).
+	// HomeKey is "memory", "keyed", "redis" or "none" (Home.String; "none"
+	// for the decisions package httplimit takes without a limiter).
 	HomeKey = attribute.Key("ratelimit.home")
-	// OutcomeKey is "allowed", "denied", "shadow", "error" or "fallback"
-	// (Outcome.String).
+	// OutcomeKey is "allowed", "denied", "shadow", "error", "fallback" or
+	// "exempt" (Outcome.String).
 	OutcomeKey = attribute.Key("ratelimit.outcome")
 	// AllowedKey, on ratelimit.fallbacks only, tells whether the failure
 	// policy admitted the request.
@@ -125,7 +126,7 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 	o.tables.Store(&map[string]*limitTable{})
-	o.other = &limitTable{name: OtherLimit}
+	o.other = newLimitTable(OtherLimit)
 	return o, nil
 }
 

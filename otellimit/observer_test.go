@@ -148,13 +148,79 @@ func TestObserveFoldsUnknownEnumValuesIntoUnknown(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
 	ctx := context.Background()
-	for v := range 256 { // every value of each uint8 field: one series, not 256
-		obs.Observe(ctx, ratelimit.Event{Limit: "x", Algorithm: ratelimit.Algorithm(6 + v%250), Home: ratelimit.Home(4 + v%252), Outcome: ratelimit.Outcome(6 + v%250)})
+	for v := range 256 { // values far beyond the known ones: one series, not 256
+		obs.Observe(ctx, ratelimit.Event{Limit: "x", Algorithm: ratelimit.Algorithm(200 + v%56), Home: ratelimit.Home(200 + v%56), Outcome: ratelimit.Outcome(200 + v%56)})
 	}
-	obs.Observe(ctx, ratelimit.Event{Limit: "x"}) // the zero values
+	obs.Observe(ctx, ratelimit.Event{Limit: "x"}) // the zero values: Home 0 is HomeNone
 	assert.Equal(t, map[string]int64{
-		"ratelimit.algorithm=unknown,ratelimit.home=unknown,ratelimit.limit=x,ratelimit.outcome=unknown": 257,
+		"ratelimit.algorithm=unknown,ratelimit.home=unknown,ratelimit.limit=x,ratelimit.outcome=unknown": 256,
+		"ratelimit.algorithm=unknown,ratelimit.home=none,ratelimit.limit=x,ratelimit.outcome=unknown":    1,
 	}, collect(t, reader).sums(t, "ratelimit.decisions"))
+}
+
+// TestObserveGivesEveryNamedEnumValueItsOwnAttribute: each value of
+// Algorithm, Home and Outcome whose String is a name is reported under
+// that name, so that a value added to package ratelimit is never folded
+// into "unknown" by a table sized for the values before it.
+func TestObserveGivesEveryNamedEnumValueItsOwnAttribute(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	ctx := context.Background()
+	base := ratelimit.Event{Limit: "x", Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeAllowed}
+	want := map[string]int64{}
+	add := func(e ratelimit.Event) {
+		obs.Observe(ctx, e)
+		want[series(e.Limit, e.Algorithm, e.Home, e.Outcome)]++
+	}
+	var algs, homes, outcomes []string
+	for v := range 256 {
+		if a := ratelimit.Algorithm(v); !strings.HasPrefix(a.String(), "Algorithm(") {
+			e := base
+			e.Algorithm = a
+			add(e)
+			algs = append(algs, a.String())
+		}
+		if h := ratelimit.Home(v); h.String() != "unknown" {
+			e := base
+			e.Home = h
+			add(e)
+			homes = append(homes, h.String())
+		}
+		if o := ratelimit.Outcome(v); o.String() != "unknown" {
+			e := base
+			e.Outcome = o
+			add(e)
+			outcomes = append(outcomes, o.String())
+		}
+	}
+	assert.Contains(t, algs, "quota")
+	assert.Contains(t, homes, "none")
+	assert.Contains(t, outcomes, "exempt")
+	assert.Equal(t, want, collect(t, reader).sums(t, "ratelimit.decisions"))
+}
+
+// TestObserveReportsExemptionsOfTheMiddleware: the Events package
+// httplimit reports for exempt and denylisted requests (HomeNone,
+// OutcomeExempt or a denial with no limiter behind it) get their own
+// series.
+func TestObserveReportsExemptionsOfTheMiddleware(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t, otellimit.WithDurationForAllHomes())
+	ctx := context.Background()
+	exempt := ratelimit.Event{Limit: "api", Algorithm: ratelimit.QuotaAlgorithm, Home: ratelimit.HomeNone,
+		Outcome: ratelimit.OutcomeExempt, N: 1, Decision: ratelimit.Decision{Allowed: true}}
+	denied := ratelimit.Event{Limit: "api", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeDenied, N: 1,
+		Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Err: errors.New("ratelimit: request denied by a denylist")}
+	for range 3 {
+		obs.Observe(ctx, exempt)
+	}
+	obs.Observe(ctx, denied)
+	got := collect(t, reader)
+	assert.Equal(t, map[string]int64{
+		"ratelimit.algorithm=quota,ratelimit.home=none,ratelimit.limit=api,ratelimit.outcome=exempt":   3,
+		"ratelimit.algorithm=unknown,ratelimit.home=none,ratelimit.limit=api,ratelimit.outcome=denied": 1,
+	}, got.sums(t, "ratelimit.decisions"))
+	assert.Empty(t, got.sums(t, "ratelimit.fallbacks"))
 }
 
 func TestObserveIsSafeForConcurrentUse(t *testing.T) {
