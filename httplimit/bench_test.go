@@ -57,6 +57,19 @@ func BenchmarkMiddleware(b *testing.B) {
 		{"ip-noheaders-decision", func(b *testing.B) http.Handler {
 			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}}, WithHeaders(NoHeaders), WithDecisionInContext(true)).Handler(bare)
 		}},
+		// Exemptions configured, none matching: what they cost a limited
+		// request. Compare with ip.
+		{"ip-lists", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b),
+				ExemptKeys: []string{"10.0.0.1"}, DeniedKeys: []string{"10.0.0.2"}}},
+				ExemptNetworks("10.0.0.0/8", "fd00::/8"), DeniedNetworks("198.51.100.0/24")).Handler(bare)
+		}},
+		// A request from an exempt network, reported to an observer.
+		{"exempt-network", func(b *testing.B) http.Handler {
+			obs := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {})
+			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}},
+				ExemptNetworks("203.0.113.0/24"), WithObserver(obs)).Handler(bare)
+		}},
 		{"apikey+ip", func(b *testing.B) http.Handler {
 			return newMW(b, []Limit{
 				{Name: "key", Key: KeyByAPIKey(), Limiter: benchLimiter(b)},

@@ -26,7 +26,10 @@
 //	RateLimit: "api";r=42;t=17
 //
 // In RateLimit-Policy, q is the quota and w the window in seconds (rounded
-// up; for a token bucket the time it takes to refill from empty). In
+// up; for a token bucket the time it takes to refill from empty; for a
+// calendar quota the length of the period the request falls in, such as
+// 82800 on a day of 23 hours). The window is read from the limiter's
+// policy on each request, so it follows a policy changed while serving. In
 // RateLimit, r is the remaining quota and t the seconds, rounded up, until
 // the quota is full again or, on a denial, until the denied request can
 // succeed.
@@ -62,6 +65,22 @@
 // error is the caller's, not the backend's, so no failure policy admits it
 // free. The middleware answers 503 without calling the handler or
 // reporting the error.
+//
+// # Exemptions and denylists
+//
+// Some clients are never limited (health checkers, internal services) and
+// some are always refused (a leaked key, an abusive network), without a
+// custom key function: [Limit.ExemptKeys] and [Limit.DeniedKeys] per
+// limit, compared with the key its KeyFunc returns, and [ExemptNetworks]
+// and [DeniedNetworks] for the whole middleware, matched against the
+// client address of [WithIPResolver]'s resolver (the peer only, unless it
+// trusts proxies: a forged X-Forwarded-For exempts nobody). An exempt
+// request is served uncharged, with no rate-limit fields; a denied one is
+// charged nowhere and answered 403 Forbidden ([ErrDenied]). Denial always
+// beats exemption, an [Override] with Exempt included; see [New] for the
+// order. [WithObserver] reports exemptions and denials as Events with
+// Outcome [ratelimit.OutcomeExempt] or [ratelimit.OutcomeDenied] and Home
+// [ratelimit.HomeNone]. Matching costs nothing when none is configured.
 //
 // With [WithDecisionInContext], the handler finds the middleware's decision
 // in the request context ([DecisionFrom]): the limit that bound the request

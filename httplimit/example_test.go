@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -336,4 +337,56 @@ func ExampleDecisionFrom() {
 	// Output:
 	// limit "ip": 2 of 3 left
 	// limit "ip": 1 of 3 left
+}
+
+// Exemptions and denylists without a custom key function: the health
+// checkers of the internal network are never limited, the billing
+// service's API key is exempt from the per-key limit, and a leaked key is
+// refused with 403 whatever its quota. The middleware's observer sees
+// each exemption and denial (the limiter's own observer sees the rest).
+func Example_exemptions() {
+	mock := clock.NewMock()
+	mock.Set(time.Unix(1767225600, 0).Add(15 * time.Second))
+	perKey, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	observer := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
+		fmt.Printf("    observed: limit %q %v (%v)\n", e.Limit, e.Outcome, e.Err)
+	})
+	mw, err := httplimit.New([]httplimit.Limit{{
+		Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey,
+		ExemptKeys: []string{"billing-service"},
+		DeniedKeys: []string{"leaked-key"},
+	}},
+		httplimit.ExemptNetworks("10.0.0.0/8"), // behind a proxy: WithIPResolver(a resolver trusting it)
+		httplimit.WithObserver(observer),
+		httplimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	send := func(from, key string) {
+		r := httptest.NewRequest("GET", "/items", nil)
+		r.RemoteAddr = from
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		line := fmt.Sprintf("%-16s %-15s %d %s", from, key, w.Code, w.Header().Get("RateLimit"))
+		fmt.Println(strings.TrimSpace(line))
+	}
+	send("10.1.2.3:4711", "customer")
+	send("203.0.113.7:80", "billing-service")
+	send("203.0.113.7:80", "customer")
+	send("203.0.113.7:80", "customer")
+	send("203.0.113.7:80", "leaked-key")
+	// Output:
+	//     observed: limit "api" exempt (<nil>)
+	// 10.1.2.3:4711    customer        200
+	//     observed: limit "api" exempt (<nil>)
+	// 203.0.113.7:80   billing-service 200
+	// 203.0.113.7:80   customer        200 "api";r=0;t=45
+	// 203.0.113.7:80   customer        429 "api";r=0;t=45
+	//     observed: limit "api" denied (ratelimit: request denied by a denylist)
+	// 203.0.113.7:80   leaked-key      403
 }
