@@ -42,8 +42,11 @@ type Limit struct {
 	Limiter ratelimit.KeyedLimiter
 	// Window is the window reported as w in RateLimit-Policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed has),
-	// through the request's tier for a ratelimit.Tiered; without one, w is
-	// omitted.
+	// through the request's tier for a ratelimit.Tiered, on each request
+	// (so it follows a policy changed while serving), with
+	// [ratelimit.Policy.WindowAt] at the time of the middleware's clock:
+	// for a calendar quota, the length of the current period. Without a
+	// Policy method, w is omitted.
 	Window time.Duration
 	// Shadow makes the limit report without enforcing: requests are charged
 	// and the request is served even when the limit denies it. The limiter
@@ -58,7 +61,8 @@ type Limit struct {
 	// limit uncharged, as if Key had not applied to it, except that the
 	// middleware's observer ([WithObserver]) sees it as exempt. The other
 	// limits still apply to it. Keys are compared as Key returns them,
-	// before a long key is replaced by its digest ([MaxKeyLen]).
+	// before a long key is replaced by its digest ([MaxKeyLen]). [New]
+	// copies the list: changing it later changes nothing.
 	ExemptKeys []string
 	// DeniedKeys are keys this limit always refuses, compared as
 	// ExemptKeys are. A request whose key is one of them is charged
@@ -178,7 +182,7 @@ type limit struct {
 	ph     policyHolder      // Limiter, when it tells its policy and is not a Tiered
 	sfName []byte            // Name as an RFC 8941 String
 	consts constCache
-	quota  quotaWindows
+	wins   windowCache
 	rep    *report.Throttle
 
 	exemptKeys keySet // ExemptKeys; nil when none
@@ -320,9 +324,14 @@ type charge struct {
 	l       *limit
 	limiter ratelimit.KeyedLimiter // l.Limiter, or the request's tier of it
 	key     string
-	err     error // the tier could not be resolved: deny with it
-	listed  bool  // a shadow limit's DeniedKeys hold key: report, do not charge
+	// err is why the limit cannot decide: the tier could not be resolved
+	// (deny with it), or errListed.
+	err error
 }
+
+// errListed is the err of a charge whose key is in its limit's DeniedKeys,
+// for a limit in shadow mode: its denial is reported, nothing charged.
+var errListed = errors.New("ratelimit: key in the DeniedKeys of a shadow limit")
 
 // verdict is what the limits decided for one request: the Decision to
 // report and where it came from.
@@ -433,13 +442,13 @@ func (m *Middleware) gather(r *http.Request, n int, allShadow bool, cs []charge)
 			if !ok {
 				continue
 			}
-			var listed bool
+			var listed error
 			if l.lists {
 				switch {
 				case l.deniedKeys.has(key) && pass == 0:
 					return cs, len(cs), l
 				case l.deniedKeys.has(key):
-					listed = true // reported when the shadow limits are
+					listed = errListed // reported when the shadow limits are
 				case l.exemptKeys.has(key):
 					if m.observer != nil {
 						m.observe(r, l, ratelimit.OutcomeExempt, n)
@@ -450,8 +459,8 @@ func (m *Middleware) gather(r *http.Request, n int, allShadow bool, cs []charge)
 			if len(key) > MaxKeyLen {
 				key = digestKey(key)
 			}
-			c := charge{l: l, limiter: l.Limiter, key: key, listed: listed}
-			if l.tiered != nil && !listed {
+			c := charge{l: l, limiter: l.Limiter, key: key, err: listed}
+			if l.tiered != nil && listed == nil {
 				_, c.limiter, c.err = l.tiered.Tier(r.Context(), key)
 			}
 			cs = append(cs, c)
@@ -516,7 +525,7 @@ func (m *Middleware) shadow(r *http.Request, n int, cs []charge, enforced int, v
 	compete := m.shadowHeaders || enforced == 0
 	for i := enforced; i < len(cs); i++ {
 		c := &cs[i]
-		if c.listed { // its DeniedKeys would refuse the request
+		if c.err == errListed { // its DeniedKeys would refuse the request
 			if m.observer != nil {
 				m.observe(r, c.l, ratelimit.OutcomeShadow, n)
 			}
@@ -576,11 +585,7 @@ func (c *charge) window(now int64) time.Duration {
 	if ph == nil {
 		return 0
 	}
-	p := ph.Policy()
-	if p.Algorithm == ratelimit.QuotaAlgorithm {
-		return c.l.quota.windowAt(p, now)
-	}
-	return p.Window()
+	return c.l.wins.windowAt(ph.Policy(), now)
 }
 
 // deny answers a request an enforced limit refused.

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -8,28 +9,32 @@ import (
 	"github.com/rlkit/ratelimit/internal/calendar"
 )
 
-// quotaWindows remembers, for a few calendar quota policies (a tiered
-// limit has one per tier), the window of the period last seen, so that
-// the period's bounds are computed once per period rather than once per
-// request.
-type quotaWindows struct {
-	slots [4]atomic.Pointer[quotaWindow]
+// windowCache remembers the windows of a few policies (a tiered limit has
+// one per tier): for most policies the window never changes, and a
+// calendar quota's changes only from one period to the next, so that
+// computing it (a division, or a period's bounds in a time zone) is done
+// once per policy and period rather than once per request.
+type windowCache struct {
+	slots [4]atomic.Pointer[cachedWindow]
 }
 
-// quotaWindow is the window of one period of one policy: WindowAt of any
-// instant in [start, end).
-type quotaWindow struct {
+// cachedWindow is the window of policy p at every instant of [start, end).
+type cachedWindow struct {
 	p          ratelimit.Policy
 	start, end int64 // Unix nanoseconds
 	w          time.Duration
 }
 
-// windowAt returns p.WindowAt at now (Unix nanoseconds), for a policy of
-// the calendar quota.
-func (q *quotaWindows) windowAt(p ratelimit.Policy, now int64) time.Duration {
-	slot := &q.slots[uint(p.Limit)%uint(len(q.slots))]
+// windowAt returns p.WindowAt at now (Unix nanoseconds).
+func (c *windowCache) windowAt(p ratelimit.Policy, now int64) time.Duration {
+	slot := &c.slots[uint(p.Limit)%uint(len(c.slots))]
 	if e := slot.Load(); e != nil && e.p == p && e.start <= now && now < e.end {
 		return e.w
+	}
+	if p.Algorithm != ratelimit.QuotaAlgorithm {
+		w := p.Window()
+		slot.Store(&cachedWindow{p: p, start: math.MinInt64, end: math.MaxInt64, w: w})
+		return w
 	}
 	t := time.Unix(0, now)
 	w := p.WindowAt(t)
@@ -38,7 +43,7 @@ func (q *quotaWindows) windowAt(p ratelimit.Policy, now int64) time.Duration {
 		return w // not a calendar a limiter accepts: nothing worth caching
 	}
 	start, end := spec.Period(t)
-	slot.Store(&quotaWindow{p: p, start: start.UnixNano(), end: end.UnixNano(), w: w})
+	slot.Store(&cachedWindow{p: p, start: start.UnixNano(), end: end.UnixNano(), w: w})
 	return w
 }
 

@@ -69,11 +69,11 @@ func TestPolicyWindowFollowsTheLimitersPolicy(t *testing.T) {
 // policy: the cached entry spans exactly the period containing the
 // request, and a request in the next period, or under another policy,
 // computes it anew.
-func TestQuotaWindowsCacheOnePeriod(t *testing.T) {
+func TestWindowCacheHoldsAQuotaWindowForOnePeriod(t *testing.T) {
 	t.Parallel()
 	ny := newYork(t)
 	p := ratelimit.QuotaPolicy(1000, ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny, Hour: 6})
-	var q quotaWindows
+	var q windowCache
 	at := func(s string) int64 {
 		tm, err := time.ParseInLocation(time.DateTime, s, ny)
 		require.NoError(t, err)
