@@ -589,3 +589,42 @@ func TestExemptionsAllocateNothing(t *testing.T) {
 		assert.Zerof(t, got, "%s: allocations per request", c.remote)
 	}
 }
+
+// FuzzNetworksTrustOnlyTrustedProxies: whatever forwarded headers a
+// request carries, a client that is not a trusted proxy is matched by its
+// own address (so it can neither exempt itself nor get another client
+// denied), and behind a trusted proxy the networks see exactly the client
+// the resolver finds.
+func FuzzNetworksTrustOnlyTrustedProxies(f *testing.F) {
+	f.Add("10.1.2.3", "for=10.1.2.3", "10.1.2.3")
+	f.Add("203.0.113.9, 10.1.2.3", `for="[::ffff:10.1.2.3]"`, "192.168.1.1")
+	f.Add("10.1.2.3, 127.0.0.1", "for=unknown, for=10.0.0.1", "")
+	f.Add(",,,", `for="10.1.2.3`, "::ffff:192.168.7.7")
+	res, err := NewIPResolver(TrustedProxies("127.0.0.0/8"), ProxyHeaders("Forwarded", "X-Forwarded-For", "X-Real-IP"))
+	require.NoError(f, err)
+	m := newMW(f, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}},
+		WithIPResolver(res), ExemptNetworks("10.0.0.0/8"), DeniedNetworks("192.168.0.0/16"))
+	f.Fuzz(func(t *testing.T, xff, fwd, realIP string) {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header["X-Forwarded-For"] = []string{xff}
+		r.Header["Forwarded"] = []string{fwd}
+		r.Header["X-Real-Ip"] = []string{realIP}
+		r.RemoteAddr = "203.0.113.7:4711"
+		if v := m.matchNetwork(r); v != netNone {
+			t.Fatalf("untrusted peer with X-Forwarded-For %q, Forwarded %q, X-Real-IP %q: verdict %d, want none", xff, fwd, realIP, v)
+		}
+		r.RemoteAddr = "127.0.0.1:4711"
+		want := netNone
+		if a, ok := res.ClientIP(r); ok {
+			switch {
+			case netip.MustParsePrefix("192.168.0.0/16").Contains(a):
+				want = netDenied
+			case netip.MustParsePrefix("10.0.0.0/8").Contains(a):
+				want = netExempt
+			}
+		}
+		if v := m.matchNetwork(r); v != want {
+			t.Fatalf("trusted peer with X-Forwarded-For %q, Forwarded %q, X-Real-IP %q: verdict %d, want %d", xff, fwd, realIP, v, want)
+		}
+	})
+}
