@@ -390,3 +390,39 @@ func Example_exemptions() {
 	//     observed: limit "api" denied (ratelimit: request denied by a denylist)
 	// 203.0.113.7:80   leaked-key      403
 }
+
+// Behind a reverse proxy, the networks are matched against the client the
+// proxy names in X-Forwarded-For, but only when the request comes from the
+// proxy: a client sending the same header itself is matched by its own
+// address, so it cannot exempt itself.
+func ExampleWithIPResolver() {
+	proxies, err := httplimit.NewIPResolver(httplimit.TrustedProxies("192.0.2.10"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	perIP, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "ip", Key: proxies.Key, Limiter: perIP}},
+		httplimit.WithIPResolver(proxies),
+		httplimit.ExemptNetworks("10.0.0.0/8"),
+		httplimit.WithHeaders(httplimit.NoHeaders))
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	send := func(from, forwardedFor string) int {
+		r := httptest.NewRequest("GET", "/health", nil)
+		r.RemoteAddr = from
+		r.Header.Set("X-Forwarded-For", forwardedFor)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	fmt.Println("health checker via the proxy:", send("192.0.2.10:5000", "10.0.0.7"), send("192.0.2.10:5000", "10.0.0.7"))
+	fmt.Println("client forging the header:   ", send("203.0.113.9:6000", "10.0.0.7"), send("203.0.113.9:6000", "10.0.0.7"))
+	// Output:
+	// health checker via the proxy: 200 200
+	// client forging the header:    200 429
+}
