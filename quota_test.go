@@ -557,3 +557,114 @@ func TestQuotaExtremeTimes(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaAllowDoesNotAllocate: a quota's AllowN, single and keyed,
+// admitting and denying, allocates nothing in steady state (the period
+// cache allocates once per period, when it moves on). Not parallel:
+// AllocsPerRun counts the whole process.
+func TestQuotaAllowDoesNotAllocate(t *testing.T) {
+	const calls = 20_000
+	cal := Calendar{Unit: Daily, Location: loadZone(t, "America/New_York")}
+	ctx := context.Background()
+	for _, limit := range []int{maxCount, 100} {
+		clk := &benchStepClock{now: time.Unix(1_700_000_000, 0), step: 37 * time.Nanosecond}
+		q, err := NewQuota(limit, cal, WithClock(clk))
+		require.NoError(t, err)
+		k, err := NewKeyed(QuotaPolicy(limit, cal), WithClock(clk))
+		require.NoError(t, err)
+		q.Allow()
+		k.Allow(ctx, "k")
+		allocs := testing.AllocsPerRun(1, func() {
+			for range calls {
+				q.AllowN(1)
+				_, _ = k.AllowN(ctx, "k", 1)
+			}
+		})
+		assert.Zero(t, allocs, "%d AllowN calls with limit %d allocated", calls, limit)
+	}
+}
+
+// BenchmarkQuotaAllowN compares a daily quota in New York with a fixed
+// window of 24 hours, on the real clock, admitting (a limit no run
+// reaches) and denying (a limit of 1, used up): the cost of calendar
+// periods over epoch-aligned windows. Compare with
+// benchstat -col /algo.
+func BenchmarkQuotaAllowN(b *testing.B) {
+	cal := Calendar{Unit: Daily, Location: loadZone(b, "America/New_York")}
+	for _, mode := range []struct {
+		name  string
+		limit int
+	}{{"admit", maxCount}, {"denied", 1}} {
+		for _, algo := range []struct {
+			name string
+			make func() (Limiter, error)
+		}{
+			{"quota", func() (Limiter, error) { return NewQuota(mode.limit, cal) }},
+			{"fixedwindow", func() (Limiter, error) { return NewFixedWindow(mode.limit, 24*time.Hour) }},
+		} {
+			b.Run("algo="+algo.name+"/"+mode.name+"/serial", func(b *testing.B) {
+				l, err := algo.make()
+				require.NoError(b, err)
+				l.Allow()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					l.AllowN(1)
+				}
+			})
+			b.Run("algo="+algo.name+"/"+mode.name+"/parallel", func(b *testing.B) {
+				l, err := algo.make()
+				require.NoError(b, err)
+				l.Allow()
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						l.AllowN(1)
+					}
+				})
+			})
+		}
+	}
+	for _, algo := range []struct {
+		name string
+		p    Policy
+	}{
+		{"quota", QuotaPolicy(maxCount, cal)},
+		{"fixedwindow", FixedWindowPolicy(maxCount, 24*time.Hour)},
+	} {
+		b.Run("algo="+algo.name+"/keyed-hotkey/parallel", func(b *testing.B) {
+			k, err := NewKeyed(algo.p)
+			require.NoError(b, err)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_, _ = k.AllowN(ctx, "hot-key-01", 1)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkQuotaPeriod measures what the period cache saves: a period from
+// the cache, and computed afresh in the zone (what every decision would
+// cost without it).
+func BenchmarkQuotaPeriod(b *testing.B) {
+	alg, err := newQuotaAlg(1, Calendar{Unit: Daily, Location: loadZone(b, "America/New_York")}, policyParams)
+	require.NoError(b, err)
+	now := time.Now().UnixNano()
+	b.Run("cached", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			alg.period(now + int64(i&1023))
+		}
+	})
+	b.Run("uncached", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			alg.periodAt(now + int64(i&1023))
+		}
+	})
+}
