@@ -88,10 +88,21 @@ func (s Spec) Validate() error {
 // Period returns the period containing t: its start (inclusive) and end
 // (exclusive), in s.Loc. s must be valid.
 func (s Spec) Period(t time.Time) (start, end time.Time) {
-	local := t.In(s.Loc)
+	y, m, d := s.firstDay(t.In(s.Loc))
+	start = s.boundary(y, m, d)
+	// Before the reset time of its first day (or its start pushed later by
+	// a gap): the period began one step earlier.
+	for t.Before(start) {
+		y, m, d = s.step(y, m, d, -1)
+		start = s.boundary(y, m, d)
+	}
+	return start, s.after(start)
+}
+
+// firstDay returns the first day of the period that local's date lies in,
+// if that period's reset time has already passed.
+func (s Spec) firstDay(local time.Time) (int, time.Month, int) {
 	y, m, d := local.Date()
-	// The first day of the period the local date lies in, if the reset
-	// time has already passed.
 	switch s.Unit {
 	case Week:
 		y, m, d = norm(y, m, d-(int(local.Weekday())-int(s.WeekStart)+7)%7)
@@ -105,15 +116,7 @@ func (s Spec) Period(t time.Time) (start, end time.Time) {
 	case Year:
 		m, d = time.January, 1
 	}
-	start = s.boundary(y, m, d)
-	if t.Before(start) {
-		start = s.boundary(s.step(y, m, d, -1))
-	}
-	end = s.after(start)
-	for !t.Before(end) { // never on a sane zone; keeps the loop honest
-		start, end = end, s.after(end)
-	}
-	return start, end
+	return y, m, d
 }
 
 // Starts returns the starts of count consecutive periods beginning with the
@@ -136,10 +139,20 @@ func (s Spec) Starts(t time.Time, offset, count int) []time.Time {
 	return out
 }
 
-// after returns the start of the period after the one starting at b.
+// after returns the start of the period after the one starting at b: the
+// first boundary later than b. It starts from the period of b's local date
+// rather than stepping from b's own first day, because a gap can push a
+// period's start into the next day: in Pacific/Apia, which skipped
+// 2011-12-30, a reset at 23:30 on that day happens at the end of the gap,
+// 00:00 on December 31, and the next period starts at 23:30 the same day.
 func (s Spec) after(b time.Time) time.Time {
-	y, m, d := b.In(s.Loc).Date()
-	return s.boundary(s.step(y, m, d, 1))
+	y, m, d := s.firstDay(b.In(s.Loc))
+	next := s.boundary(y, m, d)
+	for !next.After(b) {
+		y, m, d = s.step(y, m, d, 1)
+		next = s.boundary(y, m, d)
+	}
+	return next
 }
 
 // step returns the first day of the period n (1 or -1) periods after the
