@@ -20,7 +20,6 @@
 package calendar
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -65,25 +64,38 @@ type Spec struct {
 	MonthDay int
 }
 
-// Validate reports what is wrong with s, or nil. The message names the
-// field as a Spec field; callers rename it.
+// Validate reports what is wrong with s, or nil: a *FieldError naming the
+// field as a Spec field, which callers rename.
 func (s Spec) Validate() error {
 	switch {
 	case s.Unit < Day || s.Unit > Year:
-		return fmt.Errorf("Unit must be Day, Week, Month or Year, got %v", s.Unit)
+		return &FieldError{"Unit", fmt.Sprintf("must be Day, Week, Month or Year, got %v", s.Unit)}
 	case s.Loc == nil:
-		return errors.New("Location must not be nil")
+		return &FieldError{"Location", "must not be nil"}
 	case s.Hour < 0 || s.Hour > 23:
-		return fmt.Errorf("Hour must be 0-23, got %d", s.Hour)
+		return &FieldError{"Hour", fmt.Sprintf("must be 0-23, got %d", s.Hour)}
 	case s.Minute < 0 || s.Minute > 59:
-		return fmt.Errorf("Minute must be 0-59, got %d", s.Minute)
+		return &FieldError{"Minute", fmt.Sprintf("must be 0-59, got %d", s.Minute)}
 	case s.WeekStart < time.Sunday || s.WeekStart > time.Saturday:
-		return fmt.Errorf("WeekStart must be a day of the week, got %d", int(s.WeekStart))
+		return &FieldError{"WeekStart", fmt.Sprintf("must be a day of the week, got %d", int(s.WeekStart))}
 	case s.MonthDay < 1 || s.MonthDay > 31:
-		return fmt.Errorf("MonthDay must be 1-31, got %d", s.MonthDay)
+		return &FieldError{"MonthDay", fmt.Sprintf("must be 1-31, got %d", s.MonthDay)}
 	}
 	return nil
 }
+
+// FieldError is the error of [Spec.Validate]: which field is wrong, and
+// how.
+type FieldError struct {
+	// Field is the Spec field's name, such as "Hour".
+	Field string
+	// Problem says what is wrong, such as "must be 0-23, got 24".
+	Problem string
+}
+
+// Error returns the field and the problem, such as "Hour must be 0-23, got
+// 24".
+func (e *FieldError) Error() string { return e.Field + " " + e.Problem }
 
 // Period returns the period containing t: its start (inclusive) and end
 // (exclusive), in s.Loc. s must be valid.

@@ -149,7 +149,7 @@ func TestPeriodSkippedDay(t *testing.T) {
 	apia := zone(t, "Pacific/Apia")
 	spec := Spec{Unit: Day, Loc: apia, Hour: 23, Minute: 30, MonthDay: 1}
 	endOfGap := time.Date(2011, 12, 30, 10, 0, 0, 0, time.UTC) // 00:00 +14 on the 31st
-	next := time.Date(2011, 12, 31, 9, 30, 0, 0, time.UTC)    // 23:30 +14 on the 31st
+	next := time.Date(2011, 12, 31, 9, 30, 0, 0, time.UTC)     // 23:30 +14 on the 31st
 	for _, u := range []time.Time{endOfGap, endOfGap.Add(15 * time.Minute), next.Add(-time.Nanosecond)} {
 		s, e := spec.Period(u)
 		if !s.Equal(endOfGap) || !e.Equal(next) {
@@ -198,5 +198,13 @@ func TestPeriodsTileOddZones(t *testing.T) {
 				ps, pe = s, e
 			}
 		}
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	err := Spec{Unit: Day, Loc: time.UTC, Hour: 24, MonthDay: 1}.Validate()
+	fe, ok := err.(*FieldError)
+	if !ok || fe.Field != "Hour" || err.Error() != "Hour must be 0-23, got 24" {
+		t.Fatalf("Validate = %#v (%v), want a *FieldError for Hour", err, err)
 	}
 }
