@@ -96,6 +96,7 @@ var clockTestPolicies = []Policy{
 	FixedWindowPolicy(2, 2*time.Second),
 	SlidingLogPolicy(2, 2*time.Second),
 	SlidingCounterPolicy(2, 2*time.Second),
+	QuotaPolicy(2, Calendar{Unit: Daily, Location: time.FixedZone("UTC+2", 2*3600)}),
 }
 
 // homeUnderTest is a single limiter or a key of a Keyed, seen the same way.

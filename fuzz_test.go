@@ -163,7 +163,37 @@ func fuzzAlgos(t *testing.T, cfg fuzzConfig) []fuzzAlgo {
 			// window length at most 2x limit).
 			bound: alignedWindowBound(limit, period),
 		},
+		{
+			// A daily quota in a zone 1h59m59s ahead of UTC: its days
+			// start at 22:00:01 UTC, a second after the fuzzer's start,
+			// so timelines cross a boundary. The model is plain modular
+			// arithmetic, independent of internal/calendar.
+			name: "quota", exactRetry: true,
+			s: newQuotaSim(t, cfg.limit, Calendar{Unit: Daily, Location: time.FixedZone("fuzz", fuzzQuotaOffset)}),
+			remaining: func(hist []admission, now int64) int64 {
+				return limit - countSince(hist, fuzzQuotaStart(now)-1)
+			},
+			bound: func(hist []admission, now int64) string {
+				start := fuzzQuotaStart(now)
+				if got := countSince(hist, start-1); got > limit {
+					return fmt.Sprintf("%d admitted in the day from %d, limit %d", got, start, limit)
+				}
+				return ""
+			},
+		},
 	}
+}
+
+// fuzzQuotaOffset is the UTC offset of the fuzzer's quota zone, in
+// seconds: its midnight is 22:00:01 UTC.
+const fuzzQuotaOffset = 2*3600 - 1
+
+// fuzzQuotaStart returns the start of the fuzzer's quota day containing
+// now, in Unix ns.
+func fuzzQuotaStart(now int64) int64 {
+	const day = int64(24 * time.Hour)
+	midnight := -int64(fuzzQuotaOffset) * int64(time.Second) // a local midnight, in Unix ns
+	return midnight + floorDiv(now-midnight, day)*day
 }
 
 // countSince returns the events admitted after t.
@@ -394,6 +424,13 @@ func FuzzAllowN(f *testing.F) {
 	f.Add(encodeFuzz(1, 1, 1, 0, [3]byte{0, 0, 2}, [3]byte{0, 0, 2}, [3]byte{1, 0, 2}, [3]byte{2, 0, 2}, [3]byte{1, 4, 2}))
 	// Boundary: the limit just before a window edge and again right after.
 	f.Add(encodeFuzz(5, 5, 1000, 0, [3]byte{250, 0, 6}, [3]byte{1, 0, 6}, [3]byte{1, 0, 1}, [3]byte{2, 0, 6}, [3]byte{0, 0, 1}))
+	// Full-limit requests 16.7ms apart for 1.2s: the quota's day ends
+	// a second after the start.
+	crossing := make([][3]byte, 72)
+	for i := range crossing {
+		crossing[i] = [3]byte{255, 3, 4}
+	}
+	f.Add(encodeFuzz(3, 1, 1000, 0, crossing...))
 	f.Add([]byte{})
 
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -20,6 +20,7 @@ var keyedBenchPolicies = []Policy{
 	FixedWindowPolicy(1<<30, time.Hour),
 	SlidingLogPolicy(64, time.Hour),
 	SlidingCounterPolicy(1<<30, time.Hour),
+	QuotaPolicy(1<<30, Calendar{Unit: Monthly}),
 }
 
 // benchKeys returns n distinct 10-byte keys.

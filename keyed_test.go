@@ -25,6 +25,9 @@ var testPolicies = []Policy{
 	FixedWindowPolicy(6, time.Second),
 	SlidingLogPolicy(6, time.Second),
 	SlidingCounterPolicy(6, time.Second),
+	// 22:14 UTC: the tests' clocks start at 22:00 and 22:13:20 UTC, so
+	// long timelines cross a period boundary.
+	QuotaPolicy(6, Calendar{Unit: Daily, Hour: 22, Minute: 14}),
 }
 
 // TestKeyedMatchesSingle drives, for every algorithm, several keys of one

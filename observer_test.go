@@ -43,6 +43,7 @@ var observerPolicies = []Policy{
 	FixedWindowPolicy(2, time.Hour),
 	SlidingLogPolicy(2, time.Hour),
 	SlidingCounterPolicy(2, time.Hour),
+	QuotaPolicy(2, Calendar{Unit: Daily}),
 }
 
 // wantEvent checks one Event's fields other than Latency.

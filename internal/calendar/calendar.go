@@ -20,7 +20,6 @@
 package calendar
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -65,33 +64,57 @@ type Spec struct {
 	MonthDay int
 }
 
-// Validate reports what is wrong with s, or nil. The message names the
-// field as a Spec field; callers rename it.
+// Validate reports what is wrong with s, or nil: a *FieldError naming the
+// field as a Spec field, which callers rename.
 func (s Spec) Validate() error {
 	switch {
 	case s.Unit < Day || s.Unit > Year:
-		return fmt.Errorf("Unit must be Day, Week, Month or Year, got %v", s.Unit)
+		return &FieldError{"Unit", fmt.Sprintf("must be Day, Week, Month or Year, got %v", s.Unit)}
 	case s.Loc == nil:
-		return errors.New("Location must not be nil")
+		return &FieldError{"Location", "must not be nil"}
 	case s.Hour < 0 || s.Hour > 23:
-		return fmt.Errorf("Hour must be 0-23, got %d", s.Hour)
+		return &FieldError{"Hour", fmt.Sprintf("must be 0-23, got %d", s.Hour)}
 	case s.Minute < 0 || s.Minute > 59:
-		return fmt.Errorf("Minute must be 0-59, got %d", s.Minute)
+		return &FieldError{"Minute", fmt.Sprintf("must be 0-59, got %d", s.Minute)}
 	case s.WeekStart < time.Sunday || s.WeekStart > time.Saturday:
-		return fmt.Errorf("WeekStart must be a day of the week, got %d", int(s.WeekStart))
+		return &FieldError{"WeekStart", fmt.Sprintf("must be a day of the week, got %d", int(s.WeekStart))}
 	case s.MonthDay < 1 || s.MonthDay > 31:
-		return fmt.Errorf("MonthDay must be 1-31, got %d", s.MonthDay)
+		return &FieldError{"MonthDay", fmt.Sprintf("must be 1-31, got %d", s.MonthDay)}
 	}
 	return nil
 }
 
+// FieldError is the error of [Spec.Validate]: which field is wrong, and
+// how.
+type FieldError struct {
+	// Field is the Spec field's name, such as "Hour".
+	Field string
+	// Problem says what is wrong, such as "must be 0-23, got 24".
+	Problem string
+}
+
+// Error returns the field and the problem, such as "Hour must be 0-23, got
+// 24".
+func (e *FieldError) Error() string { return e.Field + " " + e.Problem }
+
 // Period returns the period containing t: its start (inclusive) and end
 // (exclusive), in s.Loc. s must be valid.
 func (s Spec) Period(t time.Time) (start, end time.Time) {
-	local := t.In(s.Loc)
+	y, m, d := s.firstDay(t.In(s.Loc))
+	start = s.boundary(y, m, d)
+	// Before the reset time of its first day (or its start pushed later by
+	// a gap): the period began one step earlier.
+	for t.Before(start) {
+		y, m, d = s.step(y, m, d, -1)
+		start = s.boundary(y, m, d)
+	}
+	return start, s.after(start)
+}
+
+// firstDay returns the first day of the period that local's date lies in,
+// if that period's reset time has already passed.
+func (s Spec) firstDay(local time.Time) (int, time.Month, int) {
 	y, m, d := local.Date()
-	// The first day of the period the local date lies in, if the reset
-	// time has already passed.
 	switch s.Unit {
 	case Week:
 		y, m, d = norm(y, m, d-(int(local.Weekday())-int(s.WeekStart)+7)%7)
@@ -105,15 +128,7 @@ func (s Spec) Period(t time.Time) (start, end time.Time) {
 	case Year:
 		m, d = time.January, 1
 	}
-	start = s.boundary(y, m, d)
-	if t.Before(start) {
-		start = s.boundary(s.step(y, m, d, -1))
-	}
-	end = s.after(start)
-	for !t.Before(end) { // never on a sane zone; keeps the loop honest
-		start, end = end, s.after(end)
-	}
-	return start, end
+	return y, m, d
 }
 
 // Starts returns the starts of count consecutive periods beginning with the
@@ -136,10 +151,20 @@ func (s Spec) Starts(t time.Time, offset, count int) []time.Time {
 	return out
 }
 
-// after returns the start of the period after the one starting at b.
+// after returns the start of the period after the one starting at b: the
+// first boundary later than b. It starts from the period of b's local date
+// rather than stepping from b's own first day, because a gap can push a
+// period's start into the next day: in Pacific/Apia, which skipped
+// 2011-12-30, a reset at 23:30 on that day happens at the end of the gap,
+// 00:00 on December 31, and the next period starts at 23:30 the same day.
 func (s Spec) after(b time.Time) time.Time {
-	y, m, d := b.In(s.Loc).Date()
-	return s.boundary(s.step(y, m, d, 1))
+	y, m, d := s.firstDay(b.In(s.Loc))
+	next := s.boundary(y, m, d)
+	for !next.After(b) {
+		y, m, d = s.step(y, m, d, 1)
+		next = s.boundary(y, m, d)
+	}
+	return next
 }
 
 // step returns the first day of the period n (1 or -1) periods after the

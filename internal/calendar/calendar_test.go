@@ -139,3 +139,84 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestPeriodSkippedDay: Pacific/Apia skipped 2011-12-30 (23:59:59 -10 on
+// the 29th was followed by 00:00 +14 on the 31st). A daily reset at 23:30
+// on the missing day happens at the end of the gap, 00:00 on the 31st, and
+// the next day starts at 23:30 on the 31st: the period in between is 23.5
+// hours, and no two periods overlap.
+func TestPeriodSkippedDay(t *testing.T) {
+	apia := zone(t, "Pacific/Apia")
+	spec := Spec{Unit: Day, Loc: apia, Hour: 23, Minute: 30, MonthDay: 1}
+	endOfGap := time.Date(2011, 12, 30, 10, 0, 0, 0, time.UTC) // 00:00 +14 on the 31st
+	next := time.Date(2011, 12, 31, 9, 30, 0, 0, time.UTC)     // 23:30 +14 on the 31st
+	for _, u := range []time.Time{endOfGap, endOfGap.Add(15 * time.Minute), next.Add(-time.Nanosecond)} {
+		s, e := spec.Period(u)
+		if !s.Equal(endOfGap) || !e.Equal(next) {
+			t.Errorf("Period(%v) = [%v, %v), want [%v, %v)", u.UTC(), s.UTC(), e.UTC(), endOfGap, next)
+		}
+	}
+	if s, _ := spec.Period(endOfGap.Add(-time.Nanosecond)); !s.Before(endOfGap) {
+		t.Errorf("Period(1ns before the gap's end) starts at %v, want before %v", s.UTC(), endOfGap)
+	}
+}
+
+// TestPeriodsTileOddZones is TestPeriodsTile over zones whose clocks do
+// unusual things: a skipped day (Apia, 2011), changes at midnight (Sao
+// Paulo, Havana, Santiago), DST suspended for Ramadan (Casablanca), a
+// two-hour change (Troll), a permanent offset change (Moscow, 2011 and
+// 2014). Each period must follow the previous one exactly.
+func TestPeriodsTileOddZones(t *testing.T) {
+	t.Parallel()
+	for _, z := range []struct {
+		name string
+		year int
+	}{
+		{"Pacific/Apia", 2011}, {"America/Sao_Paulo", 2017}, {"America/Havana", 2019},
+		{"America/Santiago", 2019}, {"Africa/Casablanca", 2019}, {"Antarctica/Troll", 2020},
+		{"Europe/Moscow", 2011}, {"Europe/Moscow", 2014},
+	} {
+		loc := zone(t, z.name)
+		for _, spec := range []Spec{
+			{Unit: Day, Loc: loc, MonthDay: 1},
+			{Unit: Day, Loc: loc, Hour: 23, Minute: 30, MonthDay: 1},
+			{Unit: Day, Loc: loc, Hour: 1, MonthDay: 1},
+			{Unit: Week, Loc: loc, WeekStart: time.Saturday, Hour: 23, MonthDay: 1},
+			{Unit: Month, Loc: loc, MonthDay: 30},
+		} {
+			u := time.Date(z.year, 1, 1, 0, 0, 0, 0, time.UTC)
+			stop := u.AddDate(1, 0, 0)
+			ps, pe := spec.Period(u)
+			for ; u.Before(stop); u = u.Add(53 * time.Minute) {
+				s, e := spec.Period(u)
+				if u.Before(s) || !u.Before(e) {
+					t.Fatalf("%s %+v: %v not in its period [%v, %v)", z.name, spec, u, s, e)
+				}
+				if !(s.Equal(ps) && e.Equal(pe)) {
+					// A new period: the ones the step jumped over (such as a
+					// 30-minute one before Apia's skipped day) lead to it.
+					q := pe
+					for q.Before(s) {
+						qs, qe := spec.Period(q)
+						if !qs.Equal(q) || !qe.After(q) {
+							t.Fatalf("%s %+v: Period(%v) = [%v, %v), want a period starting there", z.name, spec, q, qs, qe)
+						}
+						q = qe
+					}
+					if !q.Equal(s) {
+						t.Fatalf("%s %+v: at %v period [%v, %v) does not follow [%v, %v)", z.name, spec, u, s, e, ps, pe)
+					}
+				}
+				ps, pe = s, e
+			}
+		}
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	err := Spec{Unit: Day, Loc: time.UTC, Hour: 24, MonthDay: 1}.Validate()
+	fe, ok := err.(*FieldError)
+	if !ok || fe.Field != "Hour" || err.Error() != "Hour must be 0-23, got 24" {
+		t.Fatalf("Validate = %#v (%v), want a *FieldError for Hour", err, err)
+	}
+}
