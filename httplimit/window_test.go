@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,25 +105,13 @@ func TestWindowCacheHoldsAQuotaWindowForOnePeriod(t *testing.T) {
 	assert.Nil(t, q.slots[7%len(q.slots)].Load())
 }
 
-// quotaWindowAtImplemented reports whether ratelimit's Policy.WindowAt
-// gives a calendar quota its real period length (helper A's branch
-// i11-quota), rather than the nominal one of the issue 11 skeleton.
-func quotaWindowAtImplemented(loc *time.Location) bool {
-	p := ratelimit.QuotaPolicy(1, ratelimit.Calendar{Unit: ratelimit.Daily, Location: loc})
-	return p.WindowAt(time.Date(2026, 3, 8, 12, 0, 0, 0, loc)) == 23*time.Hour
-}
-
-// TestQuotaPolicyWindowIsThePeriodsLength_AfterQuotaMerge: for a calendar
+// TestQuotaPolicyWindowIsThePeriodsLength: for a calendar
 // quota, RateLimit-Policy's w is the length of the period the request
 // falls in, on the middleware's clock: 23 hours on the day New York
 // springs forward, 25 on the day it falls back, a month's real length.
-// It needs Policy.WindowAt from branch i11-quota and skips without it.
-func TestQuotaPolicyWindowIsThePeriodsLength_AfterQuotaMerge(t *testing.T) {
+func TestQuotaPolicyWindowIsThePeriodsLength(t *testing.T) {
 	t.Parallel()
 	ny := newYork(t)
-	if !quotaWindowAtImplemented(ny) {
-		t.Skip("Policy.WindowAt still returns the nominal period length: runs once i11-quota is merged")
-	}
 	daily := ratelimit.QuotaPolicy(100, ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny})
 	monthly := ratelimit.QuotaPolicy(100, ratelimit.Calendar{Unit: ratelimit.Monthly, Location: ny})
 	for _, c := range []struct {
@@ -147,24 +134,17 @@ func TestQuotaPolicyWindowIsThePeriodsLength_AfterQuotaMerge(t *testing.T) {
 	}
 }
 
-// TestLoopbackKeyedQuota_AfterQuotaMerge: a ratelimit.Keyed of a daily
+// TestLoopbackKeyedQuota: a ratelimit.Keyed of a daily
 // quota behind the middleware on a real server, on the day New York
 // springs forward: w is 23 hours, t and Retry-After point at the next
-// local midnight. It needs the quota from branch i11-quota and skips
-// without it.
-func TestLoopbackKeyedQuota_AfterQuotaMerge(t *testing.T) {
+// local midnight.
+func TestLoopbackKeyedQuota(t *testing.T) {
 	t.Parallel()
 	ny := newYork(t)
 	at := time.Date(2026, 3, 8, 20, 0, 0, 0, ny) // 4 hours before midnight
 	mock := newMock(t, at)
 	lim, err := ratelimit.NewKeyed(ratelimit.QuotaPolicy(3, ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny}), ratelimit.WithClock(mock))
-	if err != nil && strings.Contains(err.Error(), "not implemented") {
-		t.Skipf("calendar quotas not implemented: runs once i11-quota is merged (%v)", err)
-	}
 	require.NoError(t, err)
-	if !quotaWindowAtImplemented(ny) {
-		t.Skip("Policy.WindowAt still returns the nominal period length: runs once i11-quota is merged")
-	}
 	srv := loopback(t, newMW(t, []Limit{{Name: "daily", Key: KeyByIP(), Limiter: lim}}, WithClock(mock)).Handler(okHandler))
 	midnight := time.Date(2026, 3, 9, 0, 0, 0, 0, ny)
 	reset := strconv.FormatInt(midnight.Unix(), 10)
