@@ -1,7 +1,7 @@
 // Package ratelimit provides rate limiters for Go services: five algorithms
-// behind one [Limiter] interface, each exact to the last event, safe for
-// concurrent use and driven by an injectable [Clock] so that tests run on
-// deterministic time.
+// and a calendar quota behind one [Limiter] interface, each exact to the
+// last event, safe for concurrent use and driven by an injectable [Clock]
+// so that tests run on deterministic time.
 //
 // # Choosing an algorithm
 //
@@ -20,6 +20,11 @@
 //     traffic that stays 3 events per window below the limit, but near the
 //     limit it errs both ways even on even traffic, and its worst case on
 //     adversarial traffic approaches 2x the limit.
+//   - [Quota]: at most limit events per calendar day, week, month or year
+//     in a time zone (10,000 a day in America/New_York, 200,000 a calendar
+//     month), with real day and month lengths across daylight saving time.
+//     A quota is a budget, not a rate: stack it on a short-window limit
+//     with [AllowAll] (10/s and 10,000/day, all or nothing).
 //
 // All limiters count only admitted events: a denied request never consumes
 // quota, so a flood cannot lock a client out for longer than its own

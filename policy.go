@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// Algorithm names one of the five rate-limiting algorithms.
+// Algorithm names one of the six rate-limiting algorithms: the five rate
+// limits and the calendar quota.
 type Algorithm uint8
 
 // The algorithms. The zero Algorithm is invalid.
@@ -134,7 +135,7 @@ func (p Policy) Validate() error {
 	case QuotaAlgorithm:
 		_, err = newQuotaAlg(p.Limit, p.Calendar, policyParams)
 	default:
-		err = configError("ratelimit.Policy.Algorithm must be one of the five algorithms, got %v", p.Algorithm)
+		err = configError("ratelimit.Policy.Algorithm must be one of the six algorithms, got %v", p.Algorithm)
 	}
 	return err
 }
@@ -162,7 +163,12 @@ func (p Policy) NewLimiter(opts ...Option) (Limiter, error) {
 // Window returns the span over which p's Limit applies, as reported in
 // rate-limit headers: the window of the window algorithms, the time a token
 // bucket takes to refill from empty (rounded up to a whole nanosecond), and
-// the time a leaky bucket takes to drain when full.
+// the time a leaky bucket takes to drain when full. For a calendar quota it
+// is the nominal length of a period, the same for every period: 24 hours
+// for Daily, 7 days for Weekly, 30 days for Monthly and 365 days for
+// Yearly; [Policy.WindowAt] returns the real length of the period at a
+// given time (23 or 25 hours on a day the clocks change, 28 to 31 days for
+// a month).
 func (p Policy) Window() time.Duration {
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
@@ -188,14 +194,17 @@ func (p Policy) WindowAt(t time.Time) time.Duration {
 	return p.Window()
 }
 
-// String describes p, such as "tokenbucket(capacity=100, refill=10/1s)" or
-// "slidinglog(limit=100, window=1m0s)".
+// String describes p, such as "tokenbucket(capacity=100, refill=10/1s)",
+// "slidinglog(limit=100, window=1m0s)" or
+// "quota(limit=10000, daily at 00:00 America/New_York)".
 func (p Policy) String() string {
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
 		return fmt.Sprintf("%v(capacity=%d, refill=%d/%v)", p.Algorithm, p.Limit, p.Refill, p.Period)
 	case LeakyBucketAlgorithm:
 		return fmt.Sprintf("%v(capacity=%d, leakEvery=%v)", p.Algorithm, p.Limit, p.Period)
+	case QuotaAlgorithm:
+		return fmt.Sprintf("%v(limit=%d, %v)", p.Algorithm, p.Limit, p.Calendar)
 	}
 	return fmt.Sprintf("%v(limit=%d, window=%v)", p.Algorithm, p.Limit, p.Period)
 }
