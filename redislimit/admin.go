@@ -20,7 +20,8 @@ const maxBlock = 100 * 365 * 24 * time.Hour
 // fails it returns an error wrapping [ErrUnavailable] (the failure policy
 // does not apply to admin calls).
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	g := l.cur.Load()
+	g := l.acquire()
+	defer g.release()
 	if ctx == nil {
 		return errNilContext
 	}
@@ -73,7 +74,8 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 // [ratelimit.ErrInvalidN]; when Redis fails, Penalize returns an error
 // wrapping [ErrUnavailable].
 func (l *Limiter) Penalize(ctx context.Context, key string, n int) error {
-	g := l.cur.Load()
+	g := l.acquire()
+	defer g.release()
 	if n <= 0 {
 		return nError(n, g.policy.Limit)
 	}

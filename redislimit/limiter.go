@@ -178,7 +178,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 
 // allowN is AllowN without the observer.
 func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	g := l.cur.Load()
+	g := l.acquire()
+	defer g.release()
 	if ctx == nil {
 		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
 	}
@@ -344,7 +345,8 @@ func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
 // It always asks Redis; on failure it returns the error and a zero
 // Decision, and when ctx is done first a denial and ctx.Err(), as AllowN.
 func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	g := l.cur.Load()
+	g := l.acquire()
+	defer g.release()
 	if ctx == nil {
 		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
 	}
@@ -450,7 +452,8 @@ func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, 
 // local fallback, which most likely admitted the events. The error wraps
 // [ErrUnavailable] then, or [ratelimit.ErrInvalidN] when n <= 0.
 func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
-	g := l.cur.Load()
+	g := l.acquire()
+	defer g.release()
 	if n <= 0 {
 		return nError(n, g.policy.Limit)
 	}

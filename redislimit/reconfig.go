@@ -2,6 +2,8 @@ package redislimit
 
 import (
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -23,7 +25,31 @@ type generation struct {
 	fallback  *ratelimit.Keyed
 
 	decideScript, refundScript *redis.Script
+
+	// inflight counts the calls running under this generation; sealed,
+	// set by SetPolicy, makes new calls wait for the next generation, so
+	// that no call under the old policy reaches Redis after one under the
+	// new (which may have converted and deleted the old state: the old
+	// call would find it fresh).
+	inflight atomic.Int64
+	sealed   atomic.Bool
 }
+
+// acquire returns the current generation, counted as in use until release.
+func (l *Limiter) acquire() *generation {
+	for {
+		g := l.cur.Load()
+		g.inflight.Add(1)
+		if !g.sealed.Load() {
+			return g
+		}
+		g.inflight.Add(-1)
+		runtime.Gosched()
+	}
+}
+
+// release ends a use of g begun by acquire.
+func (g *generation) release() { g.inflight.Add(-1) }
 
 // link is a previous policy of a Limiter.
 type link struct {
@@ -252,6 +278,12 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 	g, err := l.newGeneration(p, "SetPolicy", prev)
 	if err != nil {
 		return err
+	}
+	// Let the calls under the old policy finish (each is bounded by the
+	// timeout) before any call runs under the new one.
+	old.sealed.Store(true)
+	for old.inflight.Load() > 0 {
+		time.Sleep(50 * time.Microsecond)
 	}
 	l.cur.Store(g)
 	return nil
