@@ -213,22 +213,20 @@ func (g *generation) keys(l *Limiter, key string) []string {
 	}
 	b := make([]byte, 0, size)
 	keys := make([]string, 2+len(g.prev))
-	add := func(i int, prefix string) {
+	for i := range keys {
 		start := len(b)
-		b = append(b, prefix...)
+		switch i {
+		case 0:
+			b = append(b, g.prefix...)
+		case 1:
+			b = append(b, l.base...)
+			b = append(b, blockInfix...)
+		default:
+			b = append(b, g.prev[i-2].prefix...)
+		}
 		b = append(b, tag...)
 		b = append(b, '}')
 		keys[i] = unsafe.String(unsafe.SliceData(b[start:]), len(b)-start)
-	}
-	add(0, g.prefix)
-	start := len(b)
-	b = append(b, l.base...)
-	b = append(b, blockInfix...)
-	b = append(b, tag...)
-	b = append(b, '}')
-	keys[1] = unsafe.String(unsafe.SliceData(b[start:]), len(b)-start)
-	for i, lk := range g.prev {
-		add(2+i, lk.prefix)
 	}
 	return keys
 }
