@@ -404,7 +404,7 @@ func TestFailLocalPolicy(t *testing.T) {
 		l, err := New(c, p, opts...)
 		require.NoError(t, err)
 		require.Equal(t, FailLocal, l.failure)
-		require.NotNil(t, l.fallback)
+		require.NotNil(t, l.cur.Load().fallback)
 	}
 	_, err := New(c, p, WithFailurePolicy(FailLocal))
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)

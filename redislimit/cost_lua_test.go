@@ -52,13 +52,13 @@ func slCost(t *testing.T, c *redis.Client, limit int) (denyBig, deny1, admit flo
 	args := func(now int64, n int, commit string) []any {
 		return []any{now, n, limit, w, commit}
 	}
-	if err := slidingLogScript.Load(ctx, c).Err(); err != nil {
+	if err := slidingLogScripts.decide.Load(ctx, c).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < limit; i += 10_000 {
 		pipe := c.Pipeline()
 		for j := i; j < min(i+10_000, limit); j++ {
-			slidingLogScript.EvalSha(ctx, pipe, []string{key}, args(t0+int64(j), 1, "1")...)
+			slidingLogScripts.decide.EvalSha(ctx, pipe, []string{key}, args(t0+int64(j), 1, "1")...)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
@@ -73,7 +73,7 @@ func slCost(t *testing.T, c *redis.Client, limit int) (denyBig, deny1, admit flo
 	// A full log, nothing expired: deny n = 1.
 	deny1 = serverMicros(t, c, calls, func() {
 		for range calls {
-			v, err := slidingLogScript.EvalSha(ctx, c, []string{key}, args(t0+int64(limit), 1, "1")...).Int64Slice()
+			v, err := slidingLogScripts.decide.EvalSha(ctx, c, []string{key}, args(t0+int64(limit), 1, "1")...).Int64Slice()
 			if err != nil || v[0] != 0 {
 				t.Fatalf("deny1: %v %v", v, err)
 			}
@@ -83,7 +83,7 @@ func slCost(t *testing.T, c *redis.Client, limit int) (denyBig, deny1, admit flo
 	now := t0 + w + int64(limit/2)
 	denyBig = serverMicros(t, c, calls, func() {
 		for range calls {
-			v, err := slidingLogScript.EvalSha(ctx, c, []string{key}, args(now, limit, "1")...).Int64Slice()
+			v, err := slidingLogScripts.decide.EvalSha(ctx, c, []string{key}, args(now, limit, "1")...).Int64Slice()
 			if err != nil || v[0] != 0 {
 				t.Fatalf("denyBig: %v %v", v, err)
 			}
@@ -93,7 +93,7 @@ func slCost(t *testing.T, c *redis.Client, limit int) (denyBig, deny1, admit flo
 	n := min(calls, limit/2)
 	admit = serverMicros(t, c, n, func() {
 		for i := range n {
-			v, err := slidingLogScript.EvalSha(ctx, c, []string{key}, args(now+int64(i), 1, "1")...).Int64Slice()
+			v, err := slidingLogScripts.decide.EvalSha(ctx, c, []string{key}, args(now+int64(i), 1, "1")...).Int64Slice()
 			if err != nil || v[0] != 1 {
 				t.Fatalf("admit: %v %v", v, err)
 			}

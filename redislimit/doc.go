@@ -9,7 +9,8 @@
 //	go get github.com/rlkit/ratelimit/redislimit
 //
 // A [Limiter] implements [ratelimit.KeyedLimiter] for any [ratelimit.Policy]
-// (token bucket, leaky bucket, fixed window, sliding log, sliding counter)
+// (token bucket, leaky bucket, fixed window, sliding log, sliding counter,
+// calendar quota)
 // with the same Decisions as the in-memory [ratelimit.Keyed]. Each decision
 // is one Lua script, run atomically by Redis in one round trip: the check
 // and the consumption cannot interleave with another client's, and a denied
@@ -87,6 +88,58 @@
 // Give Redis the memory, or run it with maxmemory-policy noeviction
 // (scripts then fail with OOM and the failure policy applies): an evicted
 // key would hand its client a fresh, full quota.
+//
+// # Calendar quotas
+//
+// A [ratelimit.QuotaPolicy] (N per day, week, month or year in an IANA
+// zone) runs as one script like the fixed window's, with the state
+// "<start> <end> <count>". The zone's rules stay in Go: each call passes
+// the boundaries of four periods around the application's time, and the
+// script counts in the one holding its own now — the Redis server's TIME
+// unless [WithClientTime] — so the boundary comes from the server's clock.
+// A server clock outside those periods ("Redis clock more than a period
+// away from the application's") fails the call and the failure policy
+// applies. The key's fingerprint covers the whole calendar (zone name,
+// unit, reset time, week start, month day).
+//
+// # Reset, block, penalty
+//
+// [Limiter.Reset], [Limiter.Block] and [Limiter.Penalize] ([ratelimit.KeyAdmin])
+// are one script each. A block lives in its own key, prefix + "blk:{" +
+// digest + "}", beside the state and independent of the policy, with a TTL
+// that ends with it; every decision script reads it. Admin calls return an
+// error wrapping [ErrUnavailable] when Redis fails: no failure policy.
+//
+// # Changing the policy
+//
+// [Limiter.SetPolicy] changes the policy of a running limiter;
+// [WithPrevious] tells a process started after a change which policies
+// came before. Conversion is lazy, per key, inside the decision script:
+// when a key has no state under the current policy, the script looks for
+// its state under the previous ones (newest first; same hash tag, so the
+// same Cluster slot), takes u = old limit - old remaining quota at now,
+// applies each later change's mode (KeepUsed min(u, next limit), ScaleUsed
+// ceil(u*next/previous), StartFresh 0), stores a fresh state of the new
+// policy charged u, deletes the old keys and decides. A Peek converts
+// without storing. A change never hands a key more than its mode defines
+// and never locks it out (u is at most the new limit, so the key recovers
+// within one window of the new policy). Token and leaky buckets keep the
+// used amount exactly; fixed windows, sliding counters and quotas count it
+// in the current window or period; a sliding log re-times it to the moment
+// of conversion (it may recover up to one window later than the old
+// timestamps would have).
+//
+// Rolling a change out over several processes: a process still on the old
+// policy keeps counting under the old keys, and a key a new process has
+// converted is deleted under the old policy, so an old process sees that
+// key fresh (a full quota under the old policy) until it switches. Roll out
+// safely by tightening in two steps — first deploy the new policy with
+// WithPrevious everywhere at once (or call SetPolicy in every process
+// within a short interval), and prefer changes whose brief double-counting
+// is acceptable (a loosening); a tightening is exact only once every
+// process runs it. In one process, SetPolicy lets calls under the old
+// policy finish before any runs under the new one, and starts an empty
+// deny cache and a new local fallback.
 //
 // # Failures
 //

@@ -51,9 +51,9 @@ const FailClosedRetryAfter = time.Second
 const CanceledRetryAfter = FailClosedRetryAfter
 
 // fail applies the failure policy to a call Redis could not decide.
-func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) (ratelimit.Decision, error) {
+func (l *Limiter) fail(ctx context.Context, g *generation, op, key string, n int, cause error) (ratelimit.Decision, error) {
 	err := l.unavailable(ctx, op, key, cause)
-	limit := l.policy.Limit
+	limit := g.policy.Limit
 	if n <= 0 || n > limit {
 		return ratelimit.Decision{Limit: limit, RetryAfter: ratelimit.RetryNever}, err
 	}
@@ -61,7 +61,7 @@ func (l *Limiter) fail(ctx context.Context, op, key string, n int, cause error) 
 	case FailClosed:
 		return ratelimit.Decision{Limit: limit, RetryAfter: FailClosedRetryAfter}, err
 	case FailLocal:
-		d, _ := l.fallback.AllowN(ctx, key, n)
+		d, _ := g.fallback.AllowN(ctx, key, n)
 		return d, err
 	}
 	return ratelimit.Decision{Allowed: true, Limit: limit, Remaining: limit - n}, err

@@ -42,18 +42,26 @@ func keyHash(key string) [sha256.Size]byte {
 	return sha256.Sum256(unsafe.Slice(unsafe.StringData(key), len(key)))
 }
 
-// Key returns the Redis key that holds the state of key: the prefix, the
-// algorithm's code, the policy's fingerprint and, in braces (the Cluster
-// hash tag), a digest of key, or key itself with [WithPlainKeys].
+// Key returns the Redis key that holds the state of key under the
+// limiter's current policy: the prefix, the algorithm's code, the policy's
+// fingerprint and, in braces (the Cluster hash tag), a digest of key, or
+// key itself with [WithPlainKeys]. The key's block (see [Limiter.Block])
+// is kept beside it in prefix + "blk:{" + digest + "}".
 func (l *Limiter) Key(key string) string {
+	g := l.cur.Load()
 	if l.plain {
-		return l.prefix + key + "}"
+		return g.prefix + key + "}"
 	}
-	sum := keyHash(key)
 	var b [keyDigestLen + 1]byte
-	base64.RawURLEncoding.Encode(b[:keyDigestLen], sum[:16])
+	digest(key, (*[keyDigestLen]byte)(b[:keyDigestLen]))
 	b[keyDigestLen] = '}'
-	return l.prefix + string(b[:])
+	return g.prefix + string(b[:])
+}
+
+// digest writes the digest of key in its Redis names to buf.
+func digest(key string, buf *[keyDigestLen]byte) {
+	sum := keyHash(key)
+	base64.RawURLEncoding.Encode(buf[:], sum[:16])
 }
 
 // KeyDigest returns the digest of key that the errors of a [Limiter] show

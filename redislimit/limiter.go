@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,17 +25,18 @@ import (
 // for concurrent use and holds no goroutine while idle, so it needs no
 // Close.
 type Limiter struct {
-	policy      ratelimit.Policy
-	scripts     scripts
-	prefix      string // of every Redis key name, up to the opening brace
+	cur         atomic.Pointer[generation] // the policy and what depends on it; SetPolicy swaps it
+	setMu       sync.Mutex                 // serializes SetPolicy
+	base        string                     // the prefix of every Redis key name (WithPrefix)
 	timeout     time.Duration
 	failure     FailurePolicy
-	fallback    *ratelimit.Keyed // FailLocal only
-	ts          timesrc.Source   // local time: deny cache, breaker, reports, WaitN, client time
-	clientTime  bool             // pass the local time to the scripts instead of Redis's TIME
-	plain       bool             // key names hold keys as given, not digests
-	cache       *denyCache       // nil: disabled
-	dials       *dialRecorder    // nil: the client cannot be hooked
+	instances   int // FailLocal only: the instances sharing the limit
+	cacheKeys   int // the deny cache's size, 0: none
+	clock       ratelimit.Clock
+	ts          timesrc.Source // local time: deny cache, breaker, reports, WaitN, client time
+	clientTime  bool           // pass the local time to the scripts instead of Redis's TIME
+	plain       bool           // key names hold keys as given, not digests
+	dials       *dialRecorder  // nil: the client cannot be hooked
 	observer    ratelimit.Observer
 	name        string
 	epoch       time.Time       // real time at New: time.Since(epoch) reads only the monotonic clock, for Latency
@@ -71,16 +73,13 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 	if typednil.Is(client) {
 		return nil, invalid("New: client is nil (%T)", client)
 	}
-	sc, err := scriptsFor(p)
-	if err != nil {
-		return nil, err
-	}
 	l := &Limiter{
-		policy:      p,
-		scripts:     sc,
-		prefix:      cfg.prefix + sc.code + ":" + policyFingerprint(sc.code, p) + ":{",
+		base:        cfg.prefix,
 		timeout:     cfg.timeout,
 		failure:     cfg.failure,
+		instances:   cfg.instances,
+		cacheKeys:   cfg.cacheKeys,
+		clock:       cfg.clock,
 		ts:          timesrc.New(cfg.clock),
 		clientTime:  cfg.clientTime,
 		plain:       cfg.plain,
@@ -100,23 +99,25 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 			maxQueue:    defaultMaxQueue,
 		},
 	}
-	if cfg.cacheKeys > 0 && sc.exactRetry {
-		l.cache = newDenyCache(cfg.cacheKeys)
-	}
-	if cfg.failure == FailLocal {
-		share, err := localShare(p, cfg.instances)
+	var prev []link
+	for i := len(cfg.previous) - 1; i >= 0; i-- { // oldest first in the options, newest first here
+		pp := cfg.previous[i]
+		lk, err := l.linkFor(pp.policy, pp.mode, 0, "WithPrevious")
 		if err != nil {
 			return nil, err
 		}
-		if l.fallback, err = ratelimit.NewKeyed(share, ratelimit.WithClock(cfg.clock)); err != nil {
-			return nil, err
-		}
+		prev = append(prev, lk)
 	}
+	g, err := l.newGeneration(p, "New", prev)
+	if err != nil {
+		return nil, err
+	}
+	l.cur.Store(g)
 	return l, nil
 }
 
 // Policy returns the policy l runs for every key.
-func (l *Limiter) Policy() ratelimit.Policy { return l.policy }
+func (l *Limiter) Policy() ratelimit.Policy { return l.cur.Load().policy }
 
 // Name returns the name given with [WithName], "" without one.
 func (l *Limiter) Name() string { return l.name }
@@ -135,9 +136,9 @@ func (l *Limiter) nowArg() any {
 // both come from one reading, truncated to the microsecond as the script
 // sees it, so that the cache does not deny past the moment the script
 // would admit.
-func (l *Limiter) times() (arg any, local int64) {
+func (l *Limiter) times(g *generation) (arg any, local int64) {
 	if !l.clientTime {
-		if l.cache == nil {
+		if g.cache == nil {
 			return "", 0
 		}
 		return "", l.ts.Now()
@@ -177,22 +178,24 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Deci
 
 // allowN is AllowN without the observer.
 func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	g := l.acquire()
+	defer g.release()
 	if ctx == nil {
-		return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
+		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
 	}
-	if n <= 0 || n > l.policy.Limit {
-		return l.allowNever(ctx, key, n)
+	if n <= 0 || n > g.policy.Limit {
+		return l.allowNever(ctx, g, key, n)
 	}
-	now, local := l.times()
-	if l.cache != nil {
-		return l.allowCached(ctx, key, n, now, local)
+	now, local := l.times(g)
+	if g.cache != nil {
+		return l.allowCached(ctx, g, key, n, now, local)
 	}
-	d, err := l.decide(ctx, key, now, n, commit)
+	d, err := l.decide(ctx, g, key, now, n, commit)
 	if err != nil {
-		return l.failed(ctx, key, n, err)
+		return l.failed(ctx, g, key, n, err)
 	}
 	return d, nil
 }
@@ -200,10 +203,10 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Deci
 // allowNever answers AllowN for an n that can never be admitted: a denial
 // with RetryAfter RetryNever and the key's quota, which Redis reports
 // without changing anything.
-func (l *Limiter) allowNever(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	d, err := l.decide(ctx, key, l.nowArg(), 0, peekOnly)
+func (l *Limiter) allowNever(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
+	d, err := l.decide(ctx, g, key, l.nowArg(), 0, peekNever)
 	if err != nil {
-		return l.failed(ctx, key, n, err)
+		return l.failed(ctx, g, key, n, err)
 	}
 	d.Allowed, d.RetryAfter = false, ratelimit.RetryNever
 	return d, nil
@@ -212,34 +215,34 @@ func (l *Limiter) allowNever(ctx context.Context, key string, n int) (ratelimit.
 // allowCached is allowN with the deny cache: a denial remembered for key
 // and n answers without a round trip; Redis's answer updates the cache.
 // local is the local time now stands for.
-func (l *Limiter) allowCached(ctx context.Context, key string, n int, now any, local int64) (ratelimit.Decision, error) {
-	h := l.cache.hash(key)
-	d, gen, ok := l.cache.get(h, key, n, local, l.policy.Limit)
+func (l *Limiter) allowCached(ctx context.Context, g *generation, key string, n int, now any, local int64) (ratelimit.Decision, error) {
+	h := g.cache.hash(key)
+	d, gen, ok := g.cache.get(h, key, n, local, g.policy.Limit)
 	if ok {
 		return d, nil
 	}
-	d, err := l.decide(ctx, key, now, n, commit)
+	d, err := l.decide(ctx, g, key, now, n, commit)
 	if err != nil {
-		return l.failed(ctx, key, n, err)
+		return l.failed(ctx, g, key, n, err)
 	}
 	inOrder := l.ordered(local)
 	if d.Allowed {
 		// What was cached for key predates this admission: a denial of a
 		// larger n now has a longer wait.
-		l.cache.invalidate(h, key)
+		g.cache.invalidate(h, key)
 	} else if inOrder {
-		l.cache.put(h, key, n, local, l.cacheSpan(n, d), gen, d)
+		g.cache.put(h, key, n, local, g.cacheSpan(n, d), gen, d)
 	}
 	return d, nil
 }
 
 // failed answers a decision that Redis did not make: the caller's own
 // cancellation, or else the failure policy.
-func (l *Limiter) failed(ctx context.Context, key string, n int, err error) (ratelimit.Decision, error) {
+func (l *Limiter) failed(ctx context.Context, g *generation, key string, n int, err error) (ratelimit.Decision, error) {
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
 	}
-	return l.fail(ctx, "allow", key, n, err)
+	return l.fail(ctx, g, "allow", key, n, err)
 }
 
 // observe reports a decision to the observer; start is when the decision
@@ -251,7 +254,7 @@ func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err 
 	}
 	l.observer.Observe(ctx, ratelimit.Event{
 		Limit:     l.name,
-		Algorithm: l.policy.Algorithm,
+		Algorithm: l.cur.Load().policy.Algorithm,
 		Home:      ratelimit.HomeRedis,
 		Outcome:   outcome(ctx, d, err),
 		N:         n,
@@ -288,19 +291,19 @@ func outcome(ctx context.Context, d ratelimit.Decision, err error) ratelimit.Out
 // until the window ends (its RetryAfter); a sliding log's grows whenever
 // its oldest event leaves, which only RetryAfter says when r = n-1.
 // RetryAfter was rounded up to the microsecond, hence the microsecond off.
-func (l *Limiter) cacheSpan(n int, d ratelimit.Decision) int64 {
+func (g *generation) cacheSpan(n int, d ratelimit.Decision) int64 {
 	k := int64(n - d.Remaining - 1)
-	if k <= 0 || l.policy.Algorithm == ratelimit.FixedWindowAlgorithm {
+	if k <= 0 || g.policy.Algorithm == ratelimit.FixedWindowAlgorithm || g.policy.Algorithm == ratelimit.QuotaAlgorithm {
 		return int64(d.RetryAfter)
 	}
-	per := int64(l.policy.Period)
+	per := int64(g.policy.Period)
 	if k > math.MaxInt64/per {
 		return 0
 	}
 	var steps int64
-	switch l.policy.Algorithm {
+	switch g.policy.Algorithm {
 	case ratelimit.TokenBucketAlgorithm:
-		r := int64(l.policy.Refill)
+		r := int64(g.policy.Refill)
 		steps = (k*per + r - 1) / r
 	case ratelimit.LeakyBucketAlgorithm:
 		steps = k * per
@@ -334,7 +337,7 @@ func (l *Limiter) ordered(mono int64) bool {
 // ctx.Err(), never the failure policy (which is for Redis failures), and
 // nothing reported: the caller gave up, Redis did not fail.
 func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
-	return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, ctx.Err()
+	return ratelimit.Decision{Limit: l.cur.Load().policy.Limit, RetryAfter: CanceledRetryAfter}, ctx.Err()
 }
 
 // Peek reports the Decision AllowN(ctx, key, n) would return now, without
@@ -342,18 +345,20 @@ func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
 // It always asks Redis; on failure it returns the error and a zero
 // Decision, and when ctx is done first a denial and ctx.Err(), as AllowN.
 func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	g := l.acquire()
+	defer g.release()
 	if ctx == nil {
-		return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
+		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
 	}
-	valid := n >= 0 && n <= l.policy.Limit
-	m := n
+	valid := n >= 0 && n <= g.policy.Limit
+	m, mode := n, peekOnly
 	if !valid {
-		m = 0
+		m, mode = 0, peekNever
 	}
-	d, err := l.decide(ctx, key, l.nowArg(), m, peekOnly)
+	d, err := l.decide(ctx, g, key, l.nowArg(), m, mode)
 	if err != nil {
 		if ctx.Err() != nil {
 			return l.canceled(ctx)
@@ -372,18 +377,18 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 type commitMode string
 
 const (
-	commit   commitMode = "1" // AllowN: consume the events if admitted
-	peekOnly commitMode = "0" // Peek: decide, change nothing
+	commit    commitMode = "1" // AllowN: consume the events if admitted
+	peekOnly  commitMode = "0" // Peek: decide, change nothing
+	peekNever commitMode = "n" // Peek for an n never admitted: a block does not change that denial
+	penalize  commitMode = "p" // Penalize: charge min(n, remaining), no decision
+	refund    commitMode = "r" // the refund scripts' mode argument
 )
 
 // decide runs the decision script.
-func (l *Limiter) decide(ctx context.Context, key string, now any, n int, mode commitMode) (ratelimit.Decision, error) {
-	args := make([]any, 0, 3+len(l.scripts.params))
-	args = append(args, now, n)
-	args = append(args, l.scripts.params...)
-	args = append(args, string(mode))
+func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, error) {
+	args := g.args(l, now, n, mode)
 	var v []int64
-	err := l.run(ctx, l.scripts.decide, key, args, func(cmd *redis.Cmd) (err error) {
+	err := l.run(ctx, g, g.decideScript, g.keys(l, key), args, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64Slice()
 		return err
 	})
@@ -395,7 +400,7 @@ func (l *Limiter) decide(ctx context.Context, key string, now any, n int, mode c
 	}
 	return ratelimit.Decision{
 		Allowed:    v[0] == 1,
-		Limit:      l.policy.Limit,
+		Limit:      g.policy.Limit,
 		Remaining:  int(v[1]),
 		RetryAfter: time.Duration(v[2]) * time.Microsecond,
 		ResetAfter: time.Duration(v[3]) * time.Microsecond,
@@ -404,7 +409,7 @@ func (l *Limiter) decide(ctx context.Context, key string, now any, n int, mode c
 
 // run runs script on key with args through the batcher and the breaker,
 // and hands the reply to read.
-func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, args []any, read func(*redis.Cmd) error) error {
+func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, keys []string, args []any, read func(*redis.Cmd) error) error {
 	var now int64
 	if l.brk.cooldown != 0 {
 		now = l.ts.Now()
@@ -415,7 +420,7 @@ func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, arg
 	}
 	c := getCall()
 	c.script = script
-	c.keys = []string{l.Key(key)}
+	c.keys = keys
 	c.args = args
 	if err = l.batch.do(ctx, c, l.timeout); err == nil {
 		err = read(c.cmd)
@@ -447,10 +452,12 @@ func (l *Limiter) run(ctx context.Context, script *redis.Script, key string, arg
 // local fallback, which most likely admitted the events. The error wraps
 // [ErrUnavailable] then, or [ratelimit.ErrInvalidN] when n <= 0.
 func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
+	g := l.acquire()
+	defer g.release()
 	if n <= 0 {
-		return nError(n, l.policy.Limit)
+		return nError(n, g.policy.Limit)
 	}
-	n = min(n, l.policy.Limit) // refunding more than the limit empties the state
+	n = min(n, g.policy.Limit) // refunding more than the limit empties the state
 	if ctx == nil {
 		ctx = context.Background() // a refund does not depend on ctx
 	}
@@ -459,23 +466,21 @@ func (l *Limiter) RefundN(ctx context.Context, key string, n int) error {
 	// in place). It runs bounded by the limiter's timeout only.
 	ctx = context.WithoutCancel(ctx)
 	var h uint64
-	if l.cache != nil {
-		h = l.cache.hash(key)
-		l.cache.invalidate(h, key)
+	if g.cache != nil {
+		h = g.cache.hash(key)
+		g.cache.invalidate(h, key)
 	}
-	args := make([]any, 0, 2+len(l.scripts.params))
-	args = append(args, l.nowArg(), n)
-	args = append(args, l.scripts.params...)
-	err := l.run(ctx, l.scripts.refund, key, args, (*redis.Cmd).Err)
-	if l.cache != nil {
+	args := g.args(l, l.nowArg(), n, refund)
+	err := l.run(ctx, g, g.refundScript, g.keys(l, key), args, (*redis.Cmd).Err)
+	if g.cache != nil {
 		// Again: a denial decided before the refund landed may have been
 		// cached meanwhile.
-		l.cache.invalidate(h, key)
+		g.cache.invalidate(h, key)
 	}
 	if err != nil {
 		err = l.unavailable(ctx, "refund", key, err)
-		if l.fallback != nil {
-			_ = l.fallback.RefundN(ctx, key, n)
+		if g.fallback != nil {
+			_ = g.fallback.RefundN(ctx, key, n)
 		}
 		return err
 	}
@@ -513,8 +518,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 
 // waitN is WaitN without the observer; it returns the last Decision.
 func (l *Limiter) waitN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
-	if n <= 0 || n > l.policy.Limit {
-		return ratelimit.Decision{Limit: l.policy.Limit, RetryAfter: ratelimit.RetryNever}, nError(n, l.policy.Limit)
+	if limit := l.cur.Load().policy.Limit; n <= 0 || n > limit {
+		return ratelimit.Decision{Limit: limit, RetryAfter: ratelimit.RetryNever}, nError(n, limit)
 	}
 	for {
 		d, err := l.allowN(ctx, key, n)

@@ -212,13 +212,13 @@ func TestDenyCache(t *testing.T) {
 				t.Fatal("second event admitted")
 			}
 		}
-		if n := l.cache.len(); n > 64 {
+		if n := l.cur.Load().cache.len(); n > 64 {
 			t.Errorf("deny cache holds %d keys, want <= 64", n)
 		}
 	})
 	t.Run("slidingcounter is not cached", func(t *testing.T) {
 		l := mustNew(t, c, ratelimit.SlidingCounterPolicy(1, time.Hour))
-		if l.cache != nil {
+		if l.cur.Load().cache != nil {
 			t.Error("sliding counter has a deny cache")
 		}
 	})
@@ -308,7 +308,7 @@ func TestKeys(t *testing.T) {
 		prefix := uniquePrefix(t)
 		l := mustNew(t, c, p, WithPrefix(prefix))
 		key := l.Key("user:42")
-		if want := prefix + l.scripts.code + ":" + policyFingerprint(l.scripts.code, p) + ":{6j_UO-HlfWLhY9rhn8dAvQ}"; key != want {
+		if want := prefix + l.cur.Load().scripts.code + ":" + policyFingerprint(l.cur.Load().scripts.code, p) + ":{6j_UO-HlfWLhY9rhn8dAvQ}"; key != want {
 			t.Errorf("Key(user:42) = %q, want %q", key, want)
 		}
 		if _, err := l.AllowN(bg(), "user:42", 1); err != nil {

@@ -44,7 +44,8 @@ type config struct {
 	reportEvery  time.Duration
 	observer     ratelimit.Observer
 	name         string
-	err          error // the first invalid option
+	previous     []previous // WithPrevious, oldest first
+	err          error      // the first invalid option
 }
 
 type optionFunc func(*config)

@@ -32,7 +32,7 @@ func (l *Limiter) report(ctx context.Context, err error, quiet bool) {
 	}
 	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
 		slog.String("limit", l.name),
-		slog.String("algorithm", l.policy.Algorithm.String()),
+		slog.String("algorithm", l.cur.Load().policy.Algorithm.String()),
 		slog.Any("error", err),
 		slog.Int64("suppressed", suppressed))
 }

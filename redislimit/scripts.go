@@ -18,6 +18,10 @@ import (
 var (
 	//go:embed lua/prelude.lua
 	preludeLua string
+	//go:embed lua/nochain.lua
+	noChainLua string
+	//go:embed lua/chain.lua
+	chainLua string
 	//go:embed lua/tb.lua
 	tbLua string
 	//go:embed lua/lb.lua
@@ -28,6 +32,8 @@ var (
 	slLua string
 	//go:embed lua/sc.lua
 	scLua string
+	//go:embed lua/q.lua
+	qLua string
 	//go:embed lua/tokenbucket.lua
 	tokenBucketLua string
 	//go:embed lua/tokenbucket_refund.lua
@@ -48,19 +54,48 @@ var (
 	slidingCounterLua string
 	//go:embed lua/slidingcounter_refund.lua
 	slidingCounterRefundLua string
+	//go:embed lua/quota.lua
+	quotaLua string
+	//go:embed lua/quota_refund.lua
+	quotaRefundLua string
+	//go:embed lua/block.lua
+	blockLua string
+	//go:embed lua/reset.lua
+	resetLua string
 )
 
+// allHelpers are the state helpers of every algorithm, which the scripts
+// of a limiter with previous policies need to read the state kept under
+// them (chain.lua).
+var allHelpers = tbLua + lbLua + fwLua + slLua + scLua + qLua
+
+// algoScripts are an algorithm's four scripts: decision and refund,
+// without and with previous policies. Scripts without them include only
+// their own algorithm's helpers, so the common case compiles and runs the
+// least Lua.
+type algoScripts struct {
+	decide, refund           *redis.Script
+	decideChain, refundChain *redis.Script
+}
+
+func newAlgoScripts(helpers, decide, refund string) algoScripts {
+	return algoScripts{
+		decide:      redis.NewScript(preludeLua + helpers + noChainLua + decide),
+		refund:      redis.NewScript(preludeLua + helpers + noChainLua + refund),
+		decideChain: redis.NewScript(preludeLua + allHelpers + chainLua + decide),
+		refundChain: redis.NewScript(preludeLua + allHelpers + chainLua + refund),
+	}
+}
+
 var (
-	tokenBucketScript          = redis.NewScript(preludeLua + tbLua + tokenBucketLua)
-	tokenBucketRefundScript    = redis.NewScript(preludeLua + tbLua + tokenBucketRefundLua)
-	leakyBucketScript          = redis.NewScript(preludeLua + lbLua + leakyBucketLua)
-	leakyBucketRefundScript    = redis.NewScript(preludeLua + lbLua + leakyBucketRefundLua)
-	fixedWindowScript          = redis.NewScript(preludeLua + fwLua + fixedWindowLua)
-	fixedWindowRefundScript    = redis.NewScript(preludeLua + fwLua + fixedWindowRefundLua)
-	slidingLogScript           = redis.NewScript(preludeLua + slLua + slidingLogLua)
-	slidingLogRefundScript     = redis.NewScript(preludeLua + slLua + slidingLogRefundLua)
-	slidingCounterScript       = redis.NewScript(preludeLua + scLua + slidingCounterLua)
-	slidingCounterRefundScript = redis.NewScript(preludeLua + scLua + slidingCounterRefundLua)
+	tokenBucketScripts    = newAlgoScripts(tbLua, tokenBucketLua, tokenBucketRefundLua)
+	leakyBucketScripts    = newAlgoScripts(lbLua, leakyBucketLua, leakyBucketRefundLua)
+	fixedWindowScripts    = newAlgoScripts(fwLua, fixedWindowLua, fixedWindowRefundLua)
+	slidingLogScripts     = newAlgoScripts(slLua, slidingLogLua, slidingLogRefundLua)
+	slidingCounterScripts = newAlgoScripts(scLua, slidingCounterLua, slidingCounterRefundLua)
+	quotaScripts          = newAlgoScripts(qLua, quotaLua, quotaRefundLua)
+	blockScript           = redis.NewScript(preludeLua + blockLua)
+	resetScript           = redis.NewScript(resetLua)
 )
 
 // maxExact is 2^53: Lua numbers are doubles, exact for integers below it.
@@ -71,21 +106,26 @@ const maxExact = 1 << 53
 // every sum below 2^53.
 const maxState = 1 << 52
 
-// scripts is what one algorithm runs on Redis: its two scripts, the key
+// scripts is what one algorithm runs on Redis: its scripts, the key
 // suffix that keeps algorithms apart, and the policy's parameters as script
-// arguments (after now and n, at the same positions in both scripts; a
-// decision script takes its commit flag after them).
+// arguments (after now and n, at the same positions in both scripts; then
+// the mode, then the previous policies). A calendar quota's parameters
+// depend on the time (see quotaParams): params is nil.
 type scripts struct {
-	decide, refund *redis.Script
-	code           string // key infix: tb, lb, fw, sl, sc
-	params         []any
-	exactRetry     bool // whether "denied until now+RetryAfter" may be cached
+	algoScripts
+	code       string // key infix: tb, lb, fw, sl, sc, cq
+	params     []any
+	exactRetry bool  // whether "denied until now+RetryAfter" may be cached
+	x, y       int64 // the parameters after the limit, as a previous policy (chain.lua)
 }
 
 // scriptsFor validates pol for Redis and returns its scripts. Beyond
 // pol.Validate, Period must be a whole number of microseconds, and the
 // integers the scripts compute must stay below 2^53.
 func scriptsFor(pol ratelimit.Policy) (scripts, error) {
+	if pol.Algorithm == ratelimit.QuotaAlgorithm {
+		return quotaScriptsFor(pol)
+	}
 	if err := pol.Validate(); err != nil {
 		return scripts{}, err
 	}
@@ -114,29 +154,29 @@ func scriptsFor(pol ratelimit.Policy) (scripts, error) {
 			return scripts{}, invalid("New: Policy.Limit (capacity) with Refill %d per %v must fit 2^52 units on Redis: use a smaller capacity or a coarser rate, got %d (%d-bit)",
 				pol.Refill, pol.Period, pol.Limit, bitsOf(limit, p))
 		}
-		return scripts{decide: tokenBucketScript, refund: tokenBucketRefundScript, code: "tb",
-			params: []any{limit, r, p}, exactRetry: true}, nil
+		return scripts{algoScripts: tokenBucketScripts, code: "tb",
+			params: []any{limit, r, p}, exactRetry: true, x: r, y: p}, nil
 	case ratelimit.LeakyBucketAlgorithm:
 		if limit > maxState/per {
 			return scripts{}, invalid("New: Policy.Limit (capacity) x Period (leakEvery) must be at most 2^52 µs, the longest bucket Redis Lua handles exactly, got %d x %v", pol.Limit, pol.Period)
 		}
-		return scripts{decide: leakyBucketScript, refund: leakyBucketRefundScript, code: "lb",
-			params: []any{limit, per}, exactRetry: true}, nil
+		return scripts{algoScripts: leakyBucketScripts, code: "lb",
+			params: []any{limit, per}, exactRetry: true, x: per}, nil
 	case ratelimit.FixedWindowAlgorithm:
 		// count + n, both at most limit, must stay exact.
 		if limit > maxState {
 			return scripts{}, invalid("New: Policy.Limit must be at most 2^52, the largest fixed window limit Redis Lua counts exactly, got %d", pol.Limit)
 		}
-		return scripts{decide: fixedWindowScript, refund: fixedWindowRefundScript, code: "fw",
-			params: []any{limit, per}, exactRetry: true}, nil
+		return scripts{algoScripts: fixedWindowScripts, code: "fw",
+			params: []any{limit, per}, exactRetry: true, x: per}, nil
 	case ratelimit.SlidingLogAlgorithm:
 		// total + n, both at most limit, and the log's cumulative counts
 		// (base + at most limit, base kept at most 2^52) must stay exact.
 		if limit > maxState {
 			return scripts{}, invalid("New: Policy.Limit must be at most 2^52, the largest sliding log limit Redis Lua counts exactly, got %d", pol.Limit)
 		}
-		return scripts{decide: slidingLogScript, refund: slidingLogRefundScript, code: "sl",
-			params: []any{limit, per}, exactRetry: true}, nil
+		return scripts{algoScripts: slidingLogScripts, code: "sl",
+			params: []any{limit, per}, exactRetry: true, x: per}, nil
 	case ratelimit.SlidingCounterAlgorithm:
 		// The estimate multiplies counts (at most limit) by times within a
 		// window (at most window µs); window ends are now + 2 windows.
@@ -144,10 +184,10 @@ func scriptsFor(pol ratelimit.Policy) (scripts, error) {
 			return scripts{}, invalid("New: Policy.Limit x Period (window) must be below 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window, got %d x %v = %.3g",
 				pol.Limit, pol.Period, float64(limit)*float64(per))
 		}
-		return scripts{decide: slidingCounterScript, refund: slidingCounterRefundScript, code: "sc",
-			params: []any{limit, per}, exactRetry: false}, nil
+		return scripts{algoScripts: slidingCounterScripts, code: "sc",
+			params: []any{limit, per}, exactRetry: false, x: per}, nil
 	}
-	return scripts{}, invalid("New: Policy.Algorithm must be one of the five algorithms, got %v", pol.Algorithm)
+	return scripts{}, invalid("New: Policy.Algorithm must be one of the six algorithms, got %v", pol.Algorithm)
 }
 
 // bitsOf returns the number of bits of a*b, for error messages.

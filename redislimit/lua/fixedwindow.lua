@@ -2,15 +2,24 @@
 -- to multiples of the window length since the Unix epoch.
 --
 -- KEYS[1]  string "<k> <count>": the index of the counted window and its count
--- ARGV     now (µs or ""), n, limit, window (µs), commit (1/0)
+-- KEYS[2]  the client's block key; KEYS[3..] its keys under previous policies
+-- ARGV     now (µs or ""), n, limit, window (µs), mode, then the previous
+--          policies (see chain.lua)
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local commit = ARGV[5] == '1'
+local mode = ARGV[5]
 
+local u = inherit(now, 6, limit, mode, function(u)
+  local k = fdiv(now, w)
+  redis.call('SET', key, int(k) .. ' ' .. int(u), 'PX', ttl((k + 1) * w - now))
+end)
 local storedK, count = fwLoad(key, now, limit, w)
+if u and not writes(mode) then
+  count = u
+end
 
 local k = fdiv(now, w)
 local at = now
@@ -23,15 +32,19 @@ elseif k < storedK then
   at = k * w
 end
 local untilEnd = (k + 1) * w - at
-if count + n <= limit then
-  if commit then
-    -- Idle once the window has passed.
-    redis.call('SET', key, int(k) .. ' ' .. int(count + n), 'PX', ttl((k + 1) * w - now))
+
+local function decide(n, commit)
+  if count + n <= limit then
+    if commit then
+      -- Idle once the window has passed.
+      redis.call('SET', key, int(k) .. ' ' .. int(count + n), 'PX', ttl((k + 1) * w - now))
+    end
+    local reset = 0
+    if count + n > 0 then
+      reset = untilEnd
+    end
+    return {1, limit - count - n, 0, reset}
   end
-  local reset = 0
-  if count + n > 0 then
-    reset = untilEnd
-  end
-  return {1, limit - count - n, 0, reset}
+  return {0, math.max(limit - count, 0), untilEnd, untilEnd}
 end
-return {0, math.max(limit - count, 0), untilEnd, untilEnd}
+return finish(now, n, mode, decide)

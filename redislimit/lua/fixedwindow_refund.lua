@@ -2,12 +2,16 @@
 -- the one that holds them. Mirrors fixedWindowAlg.refund.
 --
 -- KEYS[1]  as in fixedwindow.lua
--- ARGV     now (µs or ""), n, limit, window (µs)
+-- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
+inherit(now, 6, limit, 'r', function(u)
+  local k = fdiv(now, w)
+  redis.call('SET', key, int(k) .. ' ' .. int(u), 'PX', ttl((k + 1) * w - now))
+end)
 local k, stored = fwLoad(key, now, limit, w)
 if fdiv(now, w) ~= k or stored == 0 then
   return 0

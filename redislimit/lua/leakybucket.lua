@@ -3,22 +3,34 @@
 -- `every` µs of level, and the bucket holds span = capacity*every µs at most.
 --
 -- KEYS[1]  string: Unix µs at which the bucket is empty
--- ARGV     now (µs or ""), n, capacity, every (µs), commit (1/0)
+-- KEYS[2]  the client's block key; KEYS[3..] its keys under previous policies
+-- ARGV     now (µs or ""), n, capacity, every (µs), mode, then the previous
+--          policies (see chain.lua)
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
-local commit = ARGV[5] == '1'
+local mode = ARGV[5]
 local span = capacity * every
 
+local u = inherit(now, 6, capacity, mode, function(u)
+  redis.call('SET', key, int(now + u * every), 'PX', ttl(u * every))
+end)
 local empty = lbLoad(key, now, span)
-local level = math.max(empty - now, 0)
-local need = n * every
-if level + need <= span then
-  if commit then
-    redis.call('SET', key, int(now + level + need), 'PX', ttl(level + need))
-  end
-  return {1, fdiv(span - level - need, every), 0, level + need}
+if u and not writes(mode) then
+  empty = now + u * every
 end
-return {0, fdiv(math.max(span - level, 0), every), level + need - span, level}
+local level = math.max(empty - now, 0)
+
+local function decide(n, commit)
+  local need = n * every
+  if level + need <= span then
+    if commit then
+      redis.call('SET', key, int(now + level + need), 'PX', ttl(level + need))
+    end
+    return {1, fdiv(span - level - need, every), 0, level + need}
+  end
+  return {0, fdiv(math.max(span - level, 0), every), level + need - span, level}
+end
+return finish(now, n, mode, decide)

@@ -2,12 +2,15 @@
 -- leakyBucketAlg.refund.
 --
 -- KEYS[1]  as in leakybucket.lua
--- ARGV     now (µs or ""), n, capacity, every (µs)
+-- ARGV     now (µs or ""), n, capacity, every (µs), "r", then the previous policies
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
+inherit(now, 6, capacity, 'r', function(u)
+  redis.call('SET', key, int(now + u * every), 'PX', ttl(u * every))
+end)
 local empty = lbLoad(key, now, capacity * every)
 if empty <= now then
   return 0

@@ -155,3 +155,52 @@ local function windowOK(storedK, now, w)
   local k = fdiv(now, w)
   return storedK <= k or (storedK == k + 1 and storedK * w - now <= maxSkew)
 end
+
+-- Modes of a decision script (its mode argument, after the policy's
+-- parameters): '1' AllowN (consume if admitted), '0' Peek, 'n' Peek for an
+-- n that can never be admitted (the usual RetryNever denial, which a block
+-- does not change), 'p' Penalize (charge min(n, remaining) without a
+-- decision). Refund scripts pass 'r'.
+local function writes(mode)
+  return mode == '1' or mode == 'p' or mode == 'r'
+end
+
+-- maxBlock is the longest block, 100 years in µs (ratelimit's maxPeriod).
+local maxBlock = 3153600000000000
+
+-- blockedUntil returns the end (Unix µs) of the block on the client whose
+-- block key is KEYS[2], when it is in force at now; nil otherwise. A block
+-- key that is garbage, another type or ends beyond now + maxBlock is no
+-- block (and never an error).
+local function blockedUntil(now)
+  if not KEYS[2] then
+    return nil
+  end
+  local untilT = fields(load(KEYS[2]), 1)
+  if untilT and untilT > now and untilT - now <= maxBlock then
+    return untilT
+  end
+  return nil
+end
+
+-- finish ends a decision script: decide(n, commit) decides n events on the
+-- state the script loaded (committing when asked) and returns the
+-- script's reply. A block in force answers AllowN and Peek with a denial
+-- until its end; a penalty charges what the state has left, up to n.
+local function finish(now, n, mode, decide)
+  if mode == 'p' then
+    local m = math.min(n, decide(0, false)[2])
+    if m > 0 then
+      decide(m, true)
+    end
+    return {1, 0, 0, 0}
+  end
+  if mode ~= 'n' then
+    local untilT = blockedUntil(now)
+    if untilT then
+      local wait = untilT - now
+      return {0, 0, wait, math.max(wait, decide(0, false)[4])}
+    end
+  end
+  return decide(n, mode == '1')
+end

@@ -36,7 +36,10 @@ local slDrop = 16
 
 -- slRemove deletes a sliding log key, off Redis's main thread where the
 -- server can (UNLINK, Redis 4+: a log may hold many entries).
-local function slRemove(key)
+local function slRemove(key, ro)
+  if ro then
+    return
+  end
   local r = redis.pcall('UNLINK', key)
   if type(r) == 'table' then
     redis.call('DEL', key)
@@ -58,11 +61,15 @@ end
 -- 0, 0, 0, 0 and no key. A log that is not one (another type, another
 -- layout, counts beyond limit, a newest entry more than min(w, maxSkew) in the
 -- future) is removed and read as empty. UNLINK frees a large key off
--- Redis's main thread.
-local function slLoad(key, now, limit, w)
+-- Redis's main thread. With ro (a previous policy's log read for its
+-- remaining quota, or a Peek of one) it writes nothing: nothing is marked
+-- dead or removed.
+local function slLoad(key, now, limit, w, ro)
   local card = redis.pcall('ZCARD', key)
   if type(card) ~= 'number' then
-    redis.call('DEL', key) -- another type
+    if not ro then
+      redis.call('DEL', key) -- another type
+    end
     return 0, 0, 0, 0
   end
   if card == 0 then
@@ -71,10 +78,10 @@ local function slLoad(key, now, limit, w)
   local base = score(redis.call('ZSCORE', key, 'b'))
   local rb = redis.call('ZRANK', key, 'b')
   if not base or base < 0 then
-    slRemove(key)
+    slRemove(key, ro)
     return 0, 0, 0, 0
   end
-  if rb > 0 then
+  if rb > 0 and not ro then
     local drop = math.min(rb, slDrop)
     redis.call('ZREMRANGEBYRANK', key, 0, drop - 1)
     rb, card = rb - drop, card - drop
@@ -84,7 +91,7 @@ local function slLoad(key, now, limit, w)
   local lastTS, lastCum = slEntry(key, last)
   if entries < 1 or not lastTS or not lastCum or lastCum - base < entries or lastCum - base > limit
       or lastTS - now > math.min(w, maxSkew) then
-    slRemove(key)
+    slRemove(key, ro)
     return 0, 0, 0, 0
   end
   -- The expired entries (ts <= now - w) are ranks rb+1 .. lo: gallop,
@@ -104,7 +111,7 @@ local function slLoad(key, now, limit, w)
     else
       local ts, cum = slEntry(key, r)
       if not ts or not cum or cum <= loCum or cum > lastCum then
-        slRemove(key)
+        slRemove(key, ro)
         return 0, 0, 0, 0
       end
       if ts > cutoff then
@@ -118,10 +125,12 @@ local function slLoad(key, now, limit, w)
     return base, entries, lastTS, lastCum -- nothing newly expired
   end
   if lo == last then
-    slRemove(key) -- everything expired
+    slRemove(key, ro) -- everything expired
     return 0, 0, 0, 0
   end
-  redis.call('ZADD', key, int(loCum), 'b')
+  if not ro then
+    redis.call('ZADD', key, int(loCum), 'b')
+  end
   return loCum, last - lo, lastTS, lastCum
 end
 

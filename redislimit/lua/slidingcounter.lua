@@ -4,15 +4,24 @@
 --
 -- KEYS[1]  string "<k> <cur> <prev>": the index of the current window, its
 --          count and the previous window's count
--- ARGV     now (µs or ""), n, limit, window (µs), commit (1/0)
+-- KEYS[2]  the client's block key; KEYS[3..] its keys under previous policies
+-- ARGV     now (µs or ""), n, limit, window (µs), mode, then the previous
+--          policies (see chain.lua)
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local commit = ARGV[5] == '1'
+local mode = ARGV[5]
 
+local u = inherit(now, 6, limit, mode, function(u)
+  local k = fdiv(now, w)
+  redis.call('SET', key, int(k) .. ' ' .. int(u) .. ' 0', 'PX', ttl((k + 2) * w - now))
+end)
 local storedK, storedCur, storedPrev = scLoad(key, now, limit, w)
+if u and not writes(mode) then
+  storedCur = u
+end
 
 -- roll: the state as seen at now, and the time elapsed in window k.
 local k = fdiv(now, w)
@@ -38,7 +47,7 @@ end
 
 -- retryAfter returns how long until n events fit if nothing else arrives.
 -- Mirrors slidingCounterAlg.retryAfter.
-local function retryAfter()
+local function retryAfter(n)
   if cur + n <= limit then
     -- In this window, at the first e2 with prev*(w-e2) <= (limit-cur-n)*w.
     local e2 = w - math.min(fdiv((limit - cur - n) * w, prev), w)
@@ -56,11 +65,15 @@ end
 
 -- Remaining is the largest m with prev*(w-e)/w + cur + m <= limit.
 local rem = limit - cur - cdiv(prev * (w - e), w)
-if n <= rem then
-  if commit then
-    -- Idle once two windows have started since k.
-    redis.call('SET', key, int(k) .. ' ' .. int(cur + n) .. ' ' .. int(prev), 'PX', ttl((k + 2) * w - now))
+
+local function decide(n, commit)
+  if n <= rem then
+    if commit then
+      -- Idle once two windows have started since k.
+      redis.call('SET', key, int(k) .. ' ' .. int(cur + n) .. ' ' .. int(prev), 'PX', ttl((k + 2) * w - now))
+    end
+    return {1, rem - n, 0, resetAfter(cur + n, prev)}
   end
-  return {1, rem - n, 0, resetAfter(cur + n, prev)}
+  return {0, math.max(rem, 0), math.max(retryAfter(n), 1), resetAfter(cur, prev)}
 end
-return {0, math.max(rem, 0), math.max(retryAfter(), 1), resetAfter(cur, prev)}
+return finish(now, n, mode, decide)

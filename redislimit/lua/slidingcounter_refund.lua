@@ -2,12 +2,16 @@
 -- holds them. Mirrors slidingCounterAlg.refund.
 --
 -- KEYS[1]  as in slidingcounter.lua
--- ARGV     now (µs or ""), n, limit, window (µs)
+-- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
+inherit(now, 6, limit, 'r', function(u)
+  local k = fdiv(now, w)
+  redis.call('SET', key, int(k) .. ' ' .. int(u) .. ' 0', 'PX', ttl((k + 2) * w - now))
+end)
 local storedK, storedCur, storedPrev = scLoad(key, now, limit, w)
 if storedCur == 0 and storedPrev == 0 then
   return 0

@@ -6,7 +6,9 @@
 --          it (see slLoad in the prelude). Events at the time of the newest
 --          entry, or earlier, merge into it, so there is at most one entry
 --          per microsecond: at most limit entries.
--- ARGV     now (µs or ""), n, limit, window (µs), commit (1/0)
+-- KEYS[2]  the client's block key; KEYS[3..] its keys under previous policies
+-- ARGV     now (µs or ""), n, limit, window (µs), mode, then the previous
+--          policies (see chain.lua)
 --
 -- Every call costs O(log entries), plus the expired entries it drops, each
 -- dropped once: a denial, too, drops them (which changes no decision).
@@ -15,48 +17,64 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local commit = ARGV[5] == '1'
+local mode = ARGV[5]
 
+local u = inherit(now, 6, limit, mode, function(u)
+  redis.call('ZADD', key, 0, 'b', int(u), int(now))
+  expire(key, w)
+end)
 local base, entries, backTS, backCum = slLoad(key, now, limit, w)
+-- virtual: a Peek of inherited state that was not stored, one entry of u
+-- events at now.
+local virtual = u and u > 0 and not writes(mode)
+if virtual then
+  base, entries, backTS, backCum = 0, 1, now, u
+end
 local total = backCum - base
 
-local after = total + n
-if after <= limit then
-  local reset = 0
-  if after > 0 then
-    local newest = now
-    if entries > 0 and (n == 0 or backTS > now) then
-      newest = backTS
-    end
-    reset = newest + w - now
-  end
-  if commit and n > 0 then
-    local newest = now
-    if entries == 0 then
-      redis.call('ZADD', key, 0, 'b', int(n), int(now))
-    else
-      backCum = backCum - slRebase(key, base)
-      if now <= backTS then
-        -- Late or simultaneous events merge into the newest entry.
-        redis.call('ZADD', key, int(backCum + n), int(backTS))
+local function decide(n, commit)
+  local after = total + n
+  if after <= limit then
+    local reset = 0
+    if after > 0 then
+      local newest = now
+      if entries > 0 and (n == 0 or backTS > now) then
         newest = backTS
-      else
-        redis.call('ZADD', key, int(backCum + n), int(now))
       end
+      reset = newest + w - now
     end
-    -- Idle once the newest entry is w old.
-    expire(key, newest + w - now)
+    if commit and n > 0 then
+      local newest = now
+      if entries == 0 then
+        redis.call('ZADD', key, 0, 'b', int(n), int(now))
+      else
+        local cum = backCum - slRebase(key, base)
+        if now <= backTS then
+          -- Late or simultaneous events merge into the newest entry.
+          redis.call('ZADD', key, int(cum + n), int(backTS))
+          newest = backTS
+        else
+          redis.call('ZADD', key, int(cum + n), int(now))
+        end
+      end
+      -- Idle once the newest entry is w old.
+      expire(key, newest + w - now)
+    end
+    return {1, limit - after, 0, reset}
   end
-  return {1, limit - after, 0, reset}
-end
 
--- Denied: the entry whose expiry frees enough room for n is the first whose
--- cum reaches base + (after - limit).
-local found = redis.call('ZRANGEBYSCORE', key, int(base + (after - limit)), '+inf', 'LIMIT', 0, 1)
-local ts = num(found[1])
-if not ts or ts > backTS then
-  -- Only a forged log gets here; the next call finds it fresh.
-  redis.call('DEL', key)
-  return {0, math.max(limit - total, 0), w, w}
+  -- Denied: the entry whose expiry frees enough room for n is the first whose
+  -- cum reaches base + (after - limit).
+  local ts = now
+  if not virtual then
+    local found = redis.call('ZRANGEBYSCORE', key, int(base + (after - limit)), '+inf', 'LIMIT', 0, 1)
+    ts = num(found[1])
+  end
+  if not ts or ts > backTS then
+    -- Only a forged log gets here; the next call finds it fresh.
+    redis.call('DEL', key)
+    return {0, math.max(limit - total, 0), w, w}
+  end
+  return {0, math.max(limit - total, 0), ts + w - now, backTS + w - now}
 end
-return {0, math.max(limit - total, 0), ts + w - now, backTS + w - now}
+return finish(now, n, mode, decide)

@@ -4,12 +4,16 @@
 -- refunded ones; the count is exact.
 --
 -- KEYS[1]  as in slidinglog.lua
--- ARGV     now (µs or ""), n, limit, window (µs)
+-- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
+inherit(now, 6, limit, 'r', function(u)
+  redis.call('ZADD', key, 0, 'b', int(u), int(now))
+  expire(key, w)
+end)
 local _, entries = slLoad(key, now, limit, w)
 if entries == 0 then
   return 0

@@ -5,27 +5,38 @@
 --
 -- KEYS[1]  string "<last> <debt>": the last update (Unix µs) and the debt,
 --          units missing from a full bucket
--- ARGV     now (µs, or "" for the server's TIME), n, capacity, r, p, commit (1/0)
+-- KEYS[2]  the client's block key; KEYS[3..] its keys under previous policies
+-- ARGV     now (µs, or "" for the server's TIME), n, capacity, r, p, mode,
+--          then the previous policies (see chain.lua)
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local commit = ARGV[6] == '1'
+local mode = ARGV[6]
 local full = capacity * p
 
+local u = inherit(now, 7, capacity, mode, function(u)
+  redis.call('SET', key, int(now) .. ' ' .. int(u * p), 'PX', ttl(cdiv(u * p, r)))
+end)
 local last, debt = tbLoad(key, now, full, r)
+if u and not writes(mode) then
+  last, debt = now, u * p
+end
 last, debt = tbRefill(last, debt, now, r)
 
-local need = n * p
-local avail = full - debt
-if avail >= need then
-  local nd = debt + need
-  if commit then
-    -- Idle (back to full) once now - last >= ceil(nd / r).
-    redis.call('SET', key, int(last) .. ' ' .. int(nd), 'PX', ttl(last + cdiv(nd, r) - now))
+local function decide(n, commit)
+  local need = n * p
+  local avail = full - debt
+  if avail >= need then
+    local nd = debt + need
+    if commit then
+      -- Idle (back to full) once now - last >= ceil(nd / r).
+      redis.call('SET', key, int(last) .. ' ' .. int(nd), 'PX', ttl(last + cdiv(nd, r) - now))
+    end
+    return {1, fdiv(avail - need, p), 0, cdiv(nd, r)}
   end
-  return {1, fdiv(avail - need, p), 0, cdiv(nd, r)}
+  return {0, fdiv(math.max(avail, 0), p), cdiv(need - avail, r), cdiv(debt, r)}
 end
-return {0, fdiv(math.max(avail, 0), p), cdiv(need - avail, r), cdiv(debt, r)}
+return finish(now, n, mode, decide)

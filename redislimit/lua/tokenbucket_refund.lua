@@ -2,13 +2,16 @@
 -- above a full bucket. Mirrors tokenBucketAlg.refund.
 --
 -- KEYS[1]  as in tokenbucket.lua
--- ARGV     now (µs or ""), n, capacity, r, p
+-- ARGV     now (µs or ""), n, capacity, r, p, "r", then the previous policies
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
+inherit(now, 7, capacity, 'r', function(u)
+  redis.call('SET', key, int(now) .. ' ' .. int(u * p), 'PX', ttl(cdiv(u * p, r)))
+end)
 local last, debt = tbLoad(key, now, capacity * p, r)
 if debt == 0 then
   return 0

@@ -1,0 +1,145 @@
+-- chain.lua: inheriting state from previous policies (SetPolicy,
+-- WithPrevious), placed after every algorithm's helpers in the scripts of
+-- a limiter that has previous policies.
+--
+-- ARGV[at] is the number m of previous policies, then m tuples of five,
+-- newest first: code (tb, lb, fw, sl, sc, q), the mode of the change from
+-- this policy to the next newer one (k keep, s scale, f fresh), limit and
+-- two parameters (tb: r, p; lb: every; fw, sl, sc: window; q: none).
+-- KEYS[3..2+m] are the keys of the client under them, in the same order:
+-- the same hash tag as KEYS[1], so the same slot.
+
+-- mulDivUp returns ceil(a*b/c) exactly for integers 0 <= a <= c <= 2^52
+-- and 0 <= b < 2^53: long multiplication over the bits of b, keeping
+-- a*(b's bits so far) = q*c + r with r < c, so nothing exceeds 2^53.
+local function mulDivUp(a, b, c)
+  if a == 0 or b == 0 then
+    return 0
+  end
+  if a * b < 9007199254740992 then
+    return cdiv(a * b, c)
+  end
+  local bits, x = {}, b
+  while x > 0 do
+    local h = fdiv(x, 2)
+    bits[#bits + 1] = x - 2 * h
+    x = h
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q, r = 2 * q, 2 * r
+    if r >= c then
+      q, r = q + 1, r - c
+    end
+    if bits[i] == 1 then
+      r = r + a
+      while r >= c do
+        q, r = q + 1, r - c
+      end
+    end
+  end
+  if r > 0 then
+    q = q + 1
+  end
+  return q
+end
+
+-- remainingOf returns the quota a Peek(0) would report for the state at
+-- key under a previous policy (code, limit, x, y), at now, writing nothing.
+-- A state that is not one of that policy reads as fresh: the full limit.
+local function remainingOf(code, key, now, limit, x, y)
+  if code == 'tb' then
+    local full = limit * y
+    local last, debt = tbLoad(key, now, full, x)
+    last, debt = tbRefill(last, debt, now, x)
+    return fdiv(full - debt, y)
+  elseif code == 'lb' then
+    local span = limit * x
+    local level = math.max(lbLoad(key, now, span) - now, 0)
+    return fdiv(math.max(span - level, 0), x)
+  elseif code == 'fw' then
+    local k, count = fwLoad(key, now, limit, x)
+    if fdiv(now, x) > k then
+      count = 0
+    end
+    return limit - count
+  elseif code == 'sl' then
+    local base, _, _, cum = slLoad(key, now, limit, x, true)
+    return limit - (cum - base)
+  elseif code == 'sc' then
+    local storedK, cur, prev = scLoad(key, now, limit, x)
+    local k = fdiv(now, x)
+    local e = now - k * x
+    if k == storedK + 1 then
+      cur, prev = 0, cur
+    elseif k > storedK + 1 then
+      cur, prev = 0, 0
+    elseif k < storedK then
+      e = 0
+    end
+    return math.max(limit - cur - cdiv(prev * (x - e), x), 0)
+  elseif code == 'q' then
+    return qRemaining(key, now, limit)
+  end
+  return limit
+end
+
+-- remove deletes a previous policy's key (UNLINK where the server has it:
+-- a sliding log may be large).
+local function remove(key)
+  local r = redis.pcall('UNLINK', key)
+  if type(r) == 'table' then
+    redis.call('DEL', key)
+  end
+end
+
+-- inherit converts the client's state under a previous policy when it has
+-- none under the current one (KEYS[1]): u = the old limit minus the old
+-- remaining quota at now, then each later change's mode in turn (keep:
+-- min(u, next limit); scale: ceil(u * next / previous); fresh: 0). It
+-- returns u, or nil when there is nothing to inherit. When mode writes,
+-- charge(u) stores the current policy's fresh state charged u and the old
+-- keys are deleted; otherwise (a Peek) nothing is stored and the caller
+-- applies u to the fresh state it loaded.
+local function inherit(now, at, limit, mode, charge)
+  local m = tonumber(ARGV[at])
+  if not m or m < 1 or redis.call('EXISTS', KEYS[1]) == 1 then
+    return nil
+  end
+  local u
+  for i = 1, m do
+    local key = KEYS[2 + i]
+    if redis.call('EXISTS', key) == 1 then
+      local j = at + 1 + (i - 1) * 5
+      local lim = tonumber(ARGV[j + 2])
+      u = lim - remainingOf(ARGV[j], key, now, lim, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]))
+      for g = i, 1, -1 do
+        local jg = at + 1 + (g - 1) * 5
+        local md, lp, ln = ARGV[jg + 1], tonumber(ARGV[jg + 2]), limit
+        if g > 1 then
+          ln = tonumber(ARGV[jg - 3])
+        end
+        if md == 'k' then
+          u = math.min(u, ln)
+        elseif md == 's' then
+          u = mulDivUp(u, ln, lp)
+        else
+          u = 0
+        end
+      end
+      break
+    end
+  end
+  if u == nil then
+    return nil
+  end
+  if writes(mode) then
+    for i = 1, m do
+      remove(KEYS[2 + i])
+    end
+    if u > 0 then
+      charge(u)
+    end
+  end
+  return u
+end

@@ -1,0 +1,60 @@
+-- q.lua: the state helpers of the calendar quota scripts, placed between
+-- the prelude and each script.
+--
+-- A quota's state is "<start> <end> <count>": the counted period (Unix µs,
+-- start inclusive, end exclusive) and its count. The period boundaries
+-- come from Go (the zone's rules are not in Redis): five consecutive
+-- boundaries around the application's time, four periods.
+
+-- qMaxPeriod bounds a stored period's length (a leap year and an hour of
+-- DST, with room to spare): longer is forged.
+local qMaxPeriod = 367 * 86400000000
+
+-- qPeriod returns the period [s, e) of the passed boundaries (ARGV[at] ..
+-- ARGV[at+4]) that holds now, and the index of s; nil when now is outside
+-- them all.
+local function qPeriod(now, at)
+  for i = 0, 3 do
+    local s, e = tonumber(ARGV[at + i]), tonumber(ARGV[at + i + 1])
+    if s <= now and now < e then
+      return s, e, i
+    end
+  end
+  return nil
+end
+
+-- qLoad returns a quota's valid state at key as seen in the period [s, e)
+-- holding now, or the fresh state: no events in [s, e). A state of an
+-- older period is counted as fresh; one of a newer period (a clock that
+-- stepped back across a boundary, by at most maxSkew) is kept, if its
+-- period is one of the passed ones.
+local function qLoad(key, now, limit, s, e, at, i)
+  local st, en, c = fields(load(key), 3)
+  if not st or c < 0 or c > limit then
+    return s, e, 0
+  end
+  if st == s and en == e then
+    return st, en, c
+  end
+  if st > s and st - now <= maxSkew then
+    for j = i + 1, 3 do
+      if st == tonumber(ARGV[at + j]) and en == tonumber(ARGV[at + j + 1]) then
+        return st, en, c
+      end
+    end
+  end
+  return s, e, 0
+end
+
+-- qRemaining returns the remaining quota of a stored quota state of
+-- another policy (whose boundaries are not passed): its count while its
+-- period has not ended, the full limit otherwise or when the state is not
+-- one.
+local function qRemaining(key, now, limit)
+  local st, en, c = fields(load(key), 3)
+  if st and c >= 0 and c <= limit and en > st and en - st <= qMaxPeriod
+      and st - now <= maxSkew and now < en then
+    return limit - c
+  end
+  return limit
+end

@@ -1,0 +1,28 @@
+-- Calendar quota refund: take n events back from the current period if it
+-- is the one that holds them. Mirrors quotaAlg.refund.
+--
+-- KEYS[1]  as in quota.lua
+-- ARGV     now (µs or ""), n, limit, five boundaries (Unix µs), "r", then
+--          the previous policies
+local key = KEYS[1]
+local now = clock()
+local n = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local s, e, i = qPeriod(now, 4)
+if not s then
+  return redis.error_reply('ratelimit: Redis clock more than a period away from the application\'s (calendar quota)')
+end
+inherit(now, 10, limit, 'r', function(u)
+  redis.call('SET', key, int(s) .. ' ' .. int(e) .. ' ' .. int(u), 'PX', ttl(e - now))
+end)
+local st, en, stored = qLoad(key, now, limit, s, e, 4, i)
+if st ~= s or stored == 0 then
+  return 0
+end
+local count = math.max(stored - n, 0)
+if count == 0 then
+  redis.call('DEL', key)
+else
+  redis.call('SET', key, int(st) .. ' ' .. int(en) .. ' ' .. int(count), 'PX', ttl(en - now))
+end
+return 1

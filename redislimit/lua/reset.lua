@@ -1,0 +1,11 @@
+-- Reset: forget the client's state under the current policy and every
+-- previous one, and its block.
+--
+-- KEYS     the client's keys (the same hash tag: one slot)
+for _, key in ipairs(KEYS) do
+  local r = redis.pcall('UNLINK', key)
+  if type(r) == 'table' then
+    redis.call('DEL', key)
+  end
+end
+return 1

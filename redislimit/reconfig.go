@@ -1,0 +1,310 @@
+package redislimit
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+)
+
+// generation is a Limiter's policy and everything that depends on it. A
+// decision loads it once and uses it throughout; SetPolicy swaps it
+// atomically, so a decision runs entirely under one policy.
+type generation struct {
+	policy    ratelimit.Policy
+	scripts   scripts
+	prefix    string       // of the state's key name, up to the opening brace
+	quota     *quotaBounds // calendar quotas only
+	prev      []link       // previous policies, newest first
+	chainArgs []any        // the scripts' previous-policy arguments; nil without
+	cache     *denyCache   // nil: disabled
+	fallback  *ratelimit.Keyed
+
+	decideScript, refundScript *redis.Script
+
+	// inflight counts the calls running under this generation; sealed,
+	// set by SetPolicy, makes new calls wait for the next generation, so
+	// that no call under the old policy reaches Redis after one under the
+	// new (which may have converted and deleted the old state: the old
+	// call would find it fresh).
+	inflight atomic.Int64
+	sealed   atomic.Bool
+}
+
+// acquire returns the current generation, counted as in use until release.
+func (l *Limiter) acquire() *generation {
+	for {
+		g := l.cur.Load()
+		g.inflight.Add(1)
+		if !g.sealed.Load() {
+			return g
+		}
+		g.inflight.Add(-1)
+		runtime.Gosched()
+	}
+}
+
+// release ends a use of g begun by acquire.
+func (g *generation) release() { g.inflight.Add(-1) }
+
+// link is a previous policy of a Limiter.
+type link struct {
+	policy  ratelimit.Policy
+	scripts scripts
+	prefix  string
+	mode    ratelimit.Inheritance // how state under policy passed to the next newer policy
+	changed int64                 // local ns of the change away from policy; 0 (WithPrevious): unknown
+}
+
+// previous is one WithPrevious option.
+type previous struct {
+	policy ratelimit.Policy
+	mode   ratelimit.Inheritance
+}
+
+// WithPrevious names a policy this limiter's keys were run under before,
+// and the mode in which state under it passed to the next newer one (the
+// next WithPrevious, or the policy given to [New]): give the options
+// oldest first. A process started after a policy change (a deploy, or
+// [Limiter.SetPolicy] in another process) then converts the state a key
+// still holds under the previous policies exactly as [Limiter.SetPolicy]
+// does (see the package documentation, "Changing the policy"). Policies
+// given by WithPrevious are never forgotten: drop the option once every
+// key has been idle under the new policy for the old policy's idle time.
+func WithPrevious(p ratelimit.Policy, mode ratelimit.Inheritance) Option {
+	return optionFunc(func(c *config) { c.previous = append(c.previous, previous{p, mode}) })
+}
+
+// maxLinkLimit bounds the limits of a chain of policies: the scripts
+// scale used quota by ceil(u * next / previous) exactly for limits up to
+// 2^52.
+const maxLinkLimit = maxState
+
+// checkMode validates an inheritance mode.
+func checkMode(op string, mode ratelimit.Inheritance) error {
+	switch mode {
+	case ratelimit.KeepUsed, ratelimit.ScaleUsed, ratelimit.StartFresh:
+		return nil
+	}
+	return invalid("%s: mode must be KeepUsed, ScaleUsed or StartFresh, got %v", op, mode)
+}
+
+// linkFor validates p as a previous policy.
+func (l *Limiter) linkFor(p ratelimit.Policy, mode ratelimit.Inheritance, changed int64, op string) (link, error) {
+	if err := checkMode(op, mode); err != nil {
+		return link{}, err
+	}
+	sc, err := scriptsFor(p)
+	if err != nil {
+		return link{}, err
+	}
+	if int64(p.Limit) > maxLinkLimit {
+		return link{}, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, p.Limit)
+	}
+	return link{policy: p, scripts: sc, prefix: l.prefixOf(sc.code, p), mode: mode, changed: changed}, nil
+}
+
+// prefixOf returns the key-name prefix of the state under policy p.
+func (l *Limiter) prefixOf(code string, p ratelimit.Policy) string {
+	fp := ""
+	if p.Algorithm == ratelimit.QuotaAlgorithm {
+		fp = quotaFingerprint(p)
+	} else {
+		fp = policyFingerprint(code, p)
+	}
+	return l.base + code + ":" + fp + ":{"
+}
+
+// newGeneration validates p and builds what a Limiter running it needs,
+// with the previous policies prev (newest first).
+func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*generation, error) {
+	sc, err := scriptsFor(p)
+	if err != nil {
+		return nil, err
+	}
+	g := &generation{policy: p, scripts: sc, prefix: l.prefixOf(sc.code, p)}
+	// A previous policy with the current one's keys (a change back to it)
+	// and everything before it are read directly as current state.
+	for i, lk := range prev {
+		if lk.prefix == g.prefix {
+			prev = prev[:i]
+			break
+		}
+	}
+	if len(prev) > 0 && int64(p.Limit) > maxLinkLimit {
+		return nil, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, p.Limit)
+	}
+	g.prev = prev
+	g.decideScript, g.refundScript = sc.decide, sc.refund
+	if len(prev) > 0 {
+		g.decideScript, g.refundScript = sc.decideChain, sc.refundChain
+		g.chainArgs = make([]any, 0, 1+5*len(prev))
+		g.chainArgs = append(g.chainArgs, len(prev))
+		for _, lk := range prev {
+			g.chainArgs = append(g.chainArgs, lk.scripts.code, modeArg(lk.mode), lk.policy.Limit, lk.scripts.x, lk.scripts.y)
+		}
+	}
+	if p.Algorithm == ratelimit.QuotaAlgorithm {
+		g.quota = &quotaBounds{spec: specOf(p.Calendar), limit: int64(p.Limit)}
+	}
+	if l.cacheKeys > 0 && sc.exactRetry {
+		g.cache = newDenyCache(l.cacheKeys)
+	}
+	if l.failure == FailLocal {
+		share, err := localShare(p, l.instances)
+		if err != nil {
+			return nil, err
+		}
+		if g.fallback, err = ratelimit.NewKeyed(share, ratelimit.WithClock(l.clock)); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// modeArg is a mode as the scripts take it.
+func modeArg(m ratelimit.Inheritance) string {
+	switch m {
+	case ratelimit.KeepUsed:
+		return "k"
+	case ratelimit.ScaleUsed:
+		return "s"
+	}
+	return "f"
+}
+
+// args returns a script's arguments: now, n, the policy's parameters, the
+// mode and the previous policies.
+func (g *generation) args(l *Limiter, now any, n int, mode commitMode) []any {
+	params := g.scripts.params
+	if g.quota != nil {
+		params = g.quota.params(l.ts.Now())
+	}
+	args := make([]any, 0, 3+len(params)+len(g.chainArgs))
+	args = append(args, now, n)
+	args = append(args, params...)
+	args = append(args, string(mode))
+	return append(args, g.chainArgs...)
+}
+
+// tag returns the hash tag of key's names: its digest, or key itself with
+// WithPlainKeys, without the braces.
+func (l *Limiter) tag(key string, buf *[keyDigestLen]byte) string {
+	if l.plain {
+		return key
+	}
+	digest(key, buf)
+	return unsafe.String(&buf[0], keyDigestLen)
+}
+
+// keys returns the names of key's state under g's policy, of its block and
+// of its state under the previous policies, in that order (the scripts'
+// KEYS), all with one hash tag, in one allocation.
+func (g *generation) keys(l *Limiter, key string) []string {
+	var buf [keyDigestLen]byte
+	tag := l.tag(key, &buf)
+	size := len(g.prefix) + len(l.base) + len(blockInfix) + 2*(len(tag)+1)
+	for _, lk := range g.prev {
+		size += len(lk.prefix) + len(tag) + 1
+	}
+	b := make([]byte, 0, size)
+	keys := make([]string, 2+len(g.prev))
+	for i := range keys {
+		start := len(b)
+		switch i {
+		case 0:
+			b = append(b, g.prefix...)
+		case 1:
+			b = append(b, l.base...)
+			b = append(b, blockInfix...)
+		default:
+			b = append(b, g.prev[i-2].prefix...)
+		}
+		b = append(b, tag...)
+		b = append(b, '}')
+		keys[i] = unsafe.String(unsafe.SliceData(b[start:]), len(b)-start)
+	}
+	return keys
+}
+
+// blockInfix follows the prefix in the name of a block key, which is
+// independent of the policy: prefix + "blk:{" + digest + "}".
+const blockInfix = "blk:{"
+
+// SetPolicy makes l run p for every key from now on, converting the state
+// each key has under the policies before lazily, the first time the key is
+// touched (AllowN, Peek, WaitN, RefundN, Penalize): its used quota (the old
+// limit minus the old remaining quota) passes to p as mode says (see
+// [ratelimit.Inheritance] and the package documentation, "Changing the
+// policy"). Blocks are kept. The change is local to this process: other
+// processes sharing the Redis keep their policy until told (SetPolicy in
+// each, or [WithPrevious] at their start).
+//
+// It returns an error wrapping [ratelimit.ErrInvalidConfig] when p is not
+// valid for Redis (as [New] checks) or mode is not one of the three modes,
+// and changes nothing then. SetPolicy is safe for concurrent use with
+// decisions: each decision runs under one policy, the old or the new. The
+// deny cache starts empty and the local fallback ([WithLocalFallback])
+// starts over under p's share.
+func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) error {
+	if err := checkMode("SetPolicy", mode); err != nil {
+		return err
+	}
+	l.setMu.Lock()
+	defer l.setMu.Unlock()
+	old := l.cur.Load()
+	now := l.ts.Now()
+	lk, err := l.linkFor(old.policy, mode, now, "SetPolicy")
+	if err != nil {
+		return err
+	}
+	prev := append([]link{lk}, old.prev...)
+	// Forget the oldest policies once every state kept under them is idle
+	// (with a minute to spare for client clocks and TTL slack): then they
+	// cannot change a decision.
+	for len(prev) > 0 {
+		last := prev[len(prev)-1]
+		if last.changed == 0 || now < last.changed+int64(idleTime(last)+time.Minute) {
+			break
+		}
+		prev = prev[:len(prev)-1]
+	}
+	g, err := l.newGeneration(p, "SetPolicy", prev)
+	if err != nil {
+		return err
+	}
+	// Let the calls under the old policy finish (each is bounded by the
+	// timeout) before any call runs under the new one.
+	old.sealed.Store(true)
+	for old.inflight.Load() > 0 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	l.cur.Store(g)
+	return nil
+}
+
+// idleTime returns the longest time state under lk's policy takes to
+// become idle: a full bucket, passed windows (two for a sliding counter),
+// or an ended calendar period.
+func idleTime(lk link) time.Duration {
+	p := lk.policy
+	switch p.Algorithm {
+	case ratelimit.TokenBucketAlgorithm:
+		full := int64(p.Limit) * lk.scripts.y
+		return time.Duration((full+lk.scripts.x-1)/lk.scripts.x) * time.Microsecond
+	case ratelimit.LeakyBucketAlgorithm:
+		return time.Duration(p.Limit) * p.Period
+	case ratelimit.SlidingCounterAlgorithm:
+		return 2 * p.Period
+	case ratelimit.QuotaAlgorithm:
+		return 367 * 24 * time.Hour
+	}
+	return p.Period
+}
+
+// String of a link, for tests.
+func (lk link) String() string { return fmt.Sprintf("%v (%v)", lk.policy, lk.mode) }
