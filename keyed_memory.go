@@ -38,6 +38,12 @@ import (
 // With [WithObserver], every AllowN and WaitN reports one [Event] (Home
 // [HomeKeyed]); the key is never in it.
 //
+// The policy can change while the limiter runs ([Keyed.SetPolicy]), with an
+// explicit [Inheritance] for the state keys have built up, converted per
+// key the first time each is touched. Keyed is a [KeyAdmin]: support and
+// abuse handling can [Keyed.Reset] a key, [Keyed.Block] it for a while, or
+// [Keyed.Penalize] it.
+//
 // Create one with [NewKeyed]; the zero value is not usable. A Keyed is safe
 // for concurrent use.
 type Keyed struct {
@@ -323,11 +329,10 @@ type keyedStore interface {
 	// reset forgets key's state here and in every older generation.
 	reset(key string) error
 	len() int
-	// lockFor returns the lock of key's shard and the shard's index.
-	lockFor(key string) (*sync.Mutex, int)
-	// supersededLocked reports whether key's shard is retired. Requires
-	// that shard's lock held.
-	supersededLocked(key string) bool
+	// lockFor returns the lock of key's shard, the shard's index, and its
+	// retired flag, which may be read with the lock held: true once a newer
+	// generation has replaced the store.
+	lockFor(key string) (*sync.Mutex, int, *bool)
 	// decideLocked is decide with the shard's lock, and the locks of key's
 	// shards in older generations that hold any key, already held.
 	decideLocked(now int64, key string, n int, act action) (verdict, error)
@@ -432,14 +437,9 @@ func (s *store[S, A]) shardFor(key string) (*shard[S], int, uint32) {
 	return &s.shards[i], i, uint32(h)
 }
 
-func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int) {
+func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int, *bool) {
 	sh, i, _ := s.shardFor(key)
-	return &sh.mu, i
-}
-
-func (s *store[S, A]) supersededLocked(key string) bool {
-	sh, _, _ := s.shardFor(key)
-	return sh.retired
+	return &sh.mu, i, &sh.retired
 }
 
 func (s *store[S, A]) olderLock(key string) (*sync.Mutex, int, bool) {

@@ -201,7 +201,8 @@ func allowAllKeyed(ctx context.Context, n int, dims []Dimension) (MultiDecision,
 // lets go of every lock and starts again on the new policy.
 func allowAllKeyedLocked(n int, dims []Dimension, ds []Decision, derrs []error) (MultiDecision, error) {
 	var gensBuf [8]*generation
-	gens := bufFor(&gensBuf, len(dims))
+	var retiredBuf [8]*bool
+	gens, retired := bufFor(&gensBuf, len(dims)), bufFor(&retiredBuf, len(dims))
 	var buf [8]lockRef
 	for {
 		locks := buf[:0]
@@ -209,7 +210,8 @@ func allowAllKeyedLocked(n int, dims []Dimension, ds []Decision, derrs []error) 
 			k := d.Limiter.(*Keyed)
 			g := k.cur.Load()
 			gens[i] = g
-			mu, shard := g.store.lockFor(d.Key)
+			mu, shard, r := g.store.lockFor(d.Key)
+			retired[i] = r
 			locks = append(locks, lockRef{mu, k.id, g.seq, shard})
 			for o := g.prev.Load(); o != nil; o = o.prev.Load() {
 				if mu, shard, ok := o.store.olderLock(d.Key); ok {
@@ -225,8 +227,8 @@ func allowAllKeyedLocked(n int, dims []Dimension, ds []Decision, derrs []error) 
 			l.mu.Lock()
 		}
 		current := true
-		for i, d := range dims {
-			if gens[i].store.supersededLocked(d.Key) {
+		for _, r := range retired {
+			if *r {
 				current = false
 				break
 			}
@@ -257,7 +259,9 @@ func decideAllLocked(n int, dims []Dimension, gens []*generation, ds []Decision,
 		nows[i] = k.ts.Now()
 		var v verdict
 		var err error
-		if left, blocked := k.blocks.left(d.Key, nows[i]); blocked && blockApplies(n, g.limit, consume) {
+		if k.blocks.count.Load() == 0 {
+			v, err = g.store.decideLocked(nows[i], d.Key, n, inspect)
+		} else if left, blocked := k.blocks.left(d.Key, nows[i]); blocked && blockApplies(n, g.limit, consume) {
 			v, err = g.store.decideLocked(nows[i], d.Key, 0, inspect)
 			v = blockedVerdict(v, left)
 		} else {
@@ -350,12 +354,14 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 // then starts being charged in its new tier's limiter, with whatever state
 // it has there (a full quota if it was never seen there), while its usage
 // in the old tier stays where it is until idle, so moving a key back and
-// forth resets neither tier. With [WithDefaultTier], a key whose tier has no
+// forth resets neither tier. To carry its usage along instead (a customer
+// who upgrades keeps what they used), call [Tiered.Move] after the change. With [WithDefaultTier], a key whose tier has no
 // limiter is charged in the default tier instead of being refused.
 //
 // The tier limiters can be in memory ([*Keyed]) or on Redis, and may differ
 // in algorithm. Each reports its own decisions to its own [Observer];
-// Tiered reports nothing itself. A Tiered is safe for concurrent use if
+// Tiered reports nothing itself. Tiered is a [KeyAdmin] whose methods act
+// on the key in its tier's limiter. A Tiered is safe for concurrent use if
 // tierOf is.
 type Tiered struct {
 	tierOf func(ctx context.Context, key string) string
