@@ -498,3 +498,54 @@ func TestSetPolicyLoosenKeepsEveryEvent(t *testing.T) {
 	}
 	assert.Greater(t, total, int64(100), "traffic admitted while the policy changed")
 }
+
+// TestSetPolicyInAllowAll: AllowAll converts a key as AllowN does when it
+// admits, and stores nothing when another dimension denies.
+func TestSetPolicyInAllowAll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, algo := range reconfigAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			t.Parallel()
+			k, clk := newReconfigKeyed(t, policyOf(algo, 10))
+			other, err := NewKeyed(FixedWindowPolicy(1, time.Minute), WithClock(clk))
+			require.NoError(t, err)
+			require.True(t, must(k.AllowN(ctx, "a", 6)).Allowed)
+			require.True(t, must(k.AllowN(ctx, "b", 6)).Allowed)
+			require.True(t, must(other.AllowN(ctx, "full", 1)).Allowed)
+			require.NoError(t, k.SetPolicy(policyOf(algo, 20), KeepUsed))
+
+			md, err := AllowAll(ctx, 1, Dimension{Name: "k", Limiter: k, Key: "a"}, Dimension{Name: "o", Limiter: other, Key: "free"})
+			require.NoError(t, err)
+			require.True(t, md.Allowed)
+			assert.Equal(t, 13, must(k.Peek(ctx, "a", 0)).Remaining, "6 kept, 1 admitted")
+
+			md, err = AllowAll(ctx, 1, Dimension{Name: "k", Limiter: k, Key: "b"}, Dimension{Name: "o", Limiter: other, Key: "full"})
+			require.NoError(t, err)
+			require.False(t, md.Allowed)
+			assert.Equal(t, 1, md.Index)
+			assert.Equal(t, 14, must(k.Peek(ctx, "b", 0)).Remaining, "nothing charged")
+			assert.Equal(t, 1, k.cur.Load().store.len(), "a denied request stores no conversion")
+		})
+	}
+}
+
+// TestSetPolicySharesTheKeyCap: WithMaxKeys bounds the keys of every
+// generation together; a converted key brings its room along.
+func TestSetPolicySharesTheKeyCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	k, _ := newReconfigKeyed(t, FixedWindowPolicy(10, time.Minute), WithMaxKeys(2))
+	require.True(t, must(k.AllowN(ctx, "a", 5)).Allowed)
+	require.True(t, must(k.AllowN(ctx, "b", 5)).Allowed)
+	require.NoError(t, k.SetPolicy(SlidingLogPolicy(10, time.Minute), KeepUsed))
+	_, err := k.AllowN(ctx, "c", 1)
+	assert.ErrorIs(t, err, ErrTooManyKeys, "the old generation's keys count")
+	d, err := k.AllowN(ctx, "a", 1)
+	require.NoError(t, err, "a converted key needs no new room")
+	assert.Equal(t, 4, d.Remaining)
+	assert.Equal(t, 2, k.Len())
+	require.NoError(t, k.Reset(ctx, "b"))
+	assert.True(t, must(k.AllowN(ctx, "c", 1)).Allowed, "Reset makes room")
+	assert.Equal(t, int64(2), k.keys.Load())
+}
