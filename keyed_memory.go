@@ -358,6 +358,8 @@ type keyedStore interface {
 	retire()
 	// drop forgets every key: each is idle (see Keyed.prune).
 	drop()
+	// empty reports whether no shard holds a key.
+	empty() bool
 }
 
 // errSuperseded is returned inside the package, never to callers, by a
@@ -550,6 +552,9 @@ func (s *store[S, A]) insert(sh *shard[S], key string, h uint32) *S {
 // olderLocked, its shards in older generations that hold keys).
 func (s *store[S, A]) inherited(now int64, key string, remove, olderLocked bool) (int64, bool) {
 	for o := s.gen.prev.Load(); o != nil; o = o.prev.Load() {
+		if o.dropped.Load() {
+			continue
+		}
 		used, found := o.store.take(now, key, remove, olderLocked)
 		if !found {
 			continue
@@ -647,6 +652,9 @@ func (s *store[S, A]) makeRoom(sh *shard[S], now int64) bool {
 		}
 	}
 	for o := s.gen.prev.Load(); o != nil && budget > 0; o = o.prev.Load() {
+		if o.dropped.Load() {
+			continue
+		}
 		budget = o.store.reclaimSome(now, budget)
 		if s.reserve() {
 			return true
@@ -761,7 +769,9 @@ func (s *store[S, A]) reset(key string) error {
 	s.deleteIn(sh, key, h)
 	// Under sh.mu, so that no conversion of key runs meanwhile.
 	for o := s.gen.prev.Load(); o != nil; o = o.prev.Load() {
-		o.store.forget(key)
+		if !o.dropped.Load() {
+			o.store.forget(key)
+		}
 	}
 	return nil
 }
@@ -809,6 +819,15 @@ func (s *store[S, A]) drop() {
 		}
 		sh.mu.Unlock()
 	}
+}
+
+func (s *store[S, A]) empty() bool {
+	for i := range s.shards {
+		if s.shards[i].held.Load() != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *store[S, A]) len() int {

@@ -214,6 +214,9 @@ func allowAllKeyedLocked(n int, dims []Dimension, ds []Decision, derrs []error) 
 			retired[i] = r
 			locks = append(locks, lockRef{mu, k.id, g.seq, shard})
 			for o := g.prev.Load(); o != nil; o = o.prev.Load() {
+				if o.dropped.Load() {
+					continue
+				}
 				if mu, shard, ok := o.store.olderLock(d.Key); ok {
 					locks = append(locks, lockRef{mu, k.id, o.seq, shard})
 				}

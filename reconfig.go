@@ -29,8 +29,9 @@ type generation struct {
 	// idleAt is when every state of this generation is idle, set once it
 	// is superseded; math.MaxInt64 before.
 	idleAt atomic.Int64
-	// dropped is set, under Keyed.mu, when the store is pruned.
-	dropped bool
+	// dropped is set, under Keyed.mu, when the store is pruned: it holds
+	// no key, and conversions skip it.
+	dropped atomic.Bool
 }
 
 // newGeneration returns the generation of p with the store st, made by
@@ -156,19 +157,20 @@ func (k *Keyed) maybePrune(now int64) {
 }
 
 // prune drops the store of every older generation whose states are all
-// idle at now: forgetting them changes no decision. Generations with no
-// store are kept while an older one has one, as conversions from it go
-// through their steps. Requires k.mu held and no shard lock.
+// idle at now, or that holds no key (a superseded store never gains one):
+// forgetting them changes no decision. Generations with no store are kept
+// while an older one has one, as conversions from it go through their
+// steps. Requires k.mu held and no shard lock.
 func (k *Keyed) prune(now int64) {
 	cur := k.cur.Load()
 	last := cur // the oldest generation that still holds a store
 	next := int64(math.MaxInt64)
 	for o := cur.prev.Load(); o != nil; o = o.prev.Load() {
-		if !o.dropped && now >= o.idleAt.Load() {
+		if !o.dropped.Load() && (now >= o.idleAt.Load() || o.store.empty()) {
+			o.dropped.Store(true)
 			o.store.drop()
-			o.dropped = true
 		}
-		if !o.dropped {
+		if !o.dropped.Load() {
 			last = o
 			next = min(next, o.idleAt.Load())
 		}

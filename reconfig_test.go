@@ -237,7 +237,7 @@ func TestSetPolicyPrunesIdleGenerations(t *testing.T) {
 			assert.Equal(t, 20, must(k.Peek(ctx, "k1", 0)).Remaining)
 			assert.False(t, k.chained.Load(), "the idle generation is pruned")
 			assert.Nil(t, k.cur.Load().prev.Load())
-			assert.True(t, old.dropped)
+			assert.True(t, old.dropped.Load())
 			assert.Equal(t, 0, k.Len())
 			assert.Equal(t, int64(0), k.keys.Load(), "the key count forgets the dropped keys")
 		})
@@ -548,4 +548,36 @@ func TestSetPolicySharesTheKeyCap(t *testing.T) {
 	require.NoError(t, k.Reset(ctx, "b"))
 	assert.True(t, must(k.AllowN(ctx, "c", 1)).Allowed, "Reset makes room")
 	assert.Equal(t, int64(2), k.keys.Load())
+}
+
+// TestSetPolicyDropsEmptyGenerations: a superseded generation that holds
+// no key is dropped at once, however often the policy changes, while its
+// step still applies to keys held further back.
+func TestSetPolicyDropsEmptyGenerations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	k, _ := newReconfigKeyed(t, FixedWindowPolicy(10, time.Minute))
+	for range 100 {
+		require.NoError(t, k.SetPolicy(FixedWindowPolicy(10, time.Minute), KeepUsed))
+	}
+	assert.False(t, k.chained.Load(), "no key: no older generation kept")
+
+	require.True(t, must(k.AllowN(ctx, "key", 6)).Allowed)
+	first := k.cur.Load()
+	for i := range 100 {
+		limit := 10
+		if i == 50 {
+			limit = 5 // 6 used -> 5 used
+		}
+		require.NoError(t, k.SetPolicy(FixedWindowPolicy(limit, time.Minute), KeepUsed))
+	}
+	dropped := 0
+	for g := k.cur.Load().prev.Load(); g != nil && g != first; g = g.prev.Load() {
+		if g.dropped.Load() {
+			dropped++
+		}
+	}
+	assert.Equal(t, 99, dropped, "every empty generation between dropped")
+	assert.False(t, first.dropped.Load())
+	assert.Equal(t, 5, must(k.Peek(ctx, "key", 0)).Remaining, "100 steps, one of them a tightening")
 }
