@@ -51,18 +51,27 @@ var ErrUnknownTier = errors.New("ratelimit: unknown tier")
 // of [KeyedLimiter]. They are not decisions, so they report nothing to an
 // [Observer].
 type KeyAdmin interface {
-	// Reset forgets key's state, and lifts any block on it: the key starts
+	// Reset forgets key's state (under the current policy and any earlier
+	// one not yet converted), and lifts any block on it: the key starts
 	// over with a full quota.
 	Reset(ctx context.Context, key string) error
 	// Block denies every request for key for d from now, whatever the
-	// policy would decide, with RetryAfter the rest of the block. A new
-	// Block replaces the one in force; d <= 0 lifts it. The key's state is
-	// kept and applies again when the block ends.
+	// policy would decide: while blocked, AllowN (1 <= n <= limit) and Peek
+	// (0 <= n <= limit) return Decision{Allowed: false, Limit, Remaining:
+	// 0, RetryAfter: the rest of the block, ResetAfter: the later of the
+	// block's end and the key's own ResetAfter} and no error, charge
+	// nothing, and report Denied to an [Observer]; any other n keeps its
+	// usual [RetryNever] denial. A new Block replaces the one in force;
+	// d <= 0 lifts it; a d above 100 years is an error. The key's state is
+	// kept and applies again when the block ends; a change of policy keeps
+	// the block.
 	Block(ctx context.Context, key string, d time.Duration) error
 	// Penalize charges n events to key without a decision, such as a
-	// penalty for a failed login. It charges at most what key has left:
-	// a penalty larger than the key's remaining quota empties it. n <= 0
-	// is an error wrapping [ErrInvalidN].
+	// penalty for a failed login: min(n, r), where r is the Remaining
+	// Peek(ctx, key, 0) would report now if key were not blocked, charged
+	// as an admitted AllowN would. So it never overdraws: a penalty larger
+	// than the key's remaining quota empties it. It creates the key if
+	// absent. n <= 0 is an error wrapping [ErrInvalidN].
 	Penalize(ctx context.Context, key string, n int) error
 }
 

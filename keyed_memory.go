@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,15 +38,37 @@ import (
 // With [WithObserver], every AllowN and WaitN reports one [Event] (Home
 // [HomeKeyed]); the key is never in it.
 //
+// The policy can change while the limiter runs ([Keyed.SetPolicy]), with an
+// explicit [Inheritance] for the state keys have built up, converted per
+// key the first time each is touched. Keyed is a [KeyAdmin]: support and
+// abuse handling can [Keyed.Reset] a key, [Keyed.Block] it for a while, or
+// [Keyed.Penalize] it.
+//
 // Create one with [NewKeyed]; the zero value is not usable. A Keyed is safe
 // for concurrent use.
 type Keyed struct {
-	policy Policy
-	id     uint64 // orders locks in AllowAll
-	ts     timesrc.Source
-	store  keyedStore
-	obs    Observer // nil: no Events
-	name   string
+	id      uint64 // orders locks in AllowAll
+	ts      timesrc.Source
+	obs     Observer // nil: no Events
+	name    string
+	maxKeys int
+
+	// cur is the current generation: the policy every decision uses and the
+	// store of the keys converted to it (see SetPolicy).
+	cur atomic.Pointer[generation]
+	// chained is set while older generations may hold state: decisions then
+	// take the path that prunes them once they are idle.
+	chained atomic.Bool
+	// pruneAt is the earliest time an older generation can be pruned.
+	pruneAt atomic.Int64
+	// keys counts the keys held by every generation's store.
+	keys atomic.Int64
+	// blocks holds the keys Block blocked, beside the generations.
+	blocks blockTable
+
+	// mu serializes SetPolicy and pruning; no shard lock is ever held while
+	// waiting for it.
+	mu sync.Mutex
 }
 
 var _ KeyedLimiter = (*Keyed)(nil)
@@ -95,14 +119,17 @@ func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Keyed{
-		policy: p,
-		id:     keyedIDs.Add(1),
-		ts:     timesrc.New(o.clock),
-		store:  st,
-		obs:    o.observer,
-		name:   o.name,
-	}, nil
+	k := &Keyed{
+		id:      keyedIDs.Add(1),
+		ts:      timesrc.New(o.clock),
+		obs:     o.observer,
+		name:    o.name,
+		maxKeys: o.maxKeys,
+	}
+	k.blocks.init(int64(o.maxKeys))
+	k.pruneAt.Store(math.MaxInt64)
+	k.cur.Store(k.newGeneration(p, st, 0, 0))
+	return k, nil
 }
 
 // newKeyedStore validates p and returns an empty store running it, holding
@@ -136,11 +163,19 @@ func storeOf[S any, A algorithm[S]](maxKeys int) func(A, error) (keyedStore, err
 	}
 }
 
-// Policy returns the policy k runs for every key.
-func (k *Keyed) Policy() Policy { return k.policy }
+// Policy returns the policy k runs for every key: the one given to
+// [NewKeyed], or to the latest [Keyed.SetPolicy].
+func (k *Keyed) Policy() Policy { return k.cur.Load().policy }
 
-// Len returns the number of keys k holds state for.
-func (k *Keyed) Len() int { return k.store.len() }
+// Len returns the number of keys k holds state for, counting the keys not
+// yet converted since a [Keyed.SetPolicy].
+func (k *Keyed) Len() int {
+	total := 0
+	for g := k.cur.Load(); g != nil; g = g.prev.Load() {
+		total += g.store.len()
+	}
+	return total
+}
 
 // Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
 // event was admitted.
@@ -158,15 +193,54 @@ func (k *Keyed) AllowN(ctx context.Context, key string, n int) (Decision, error)
 	if k.obs != nil {
 		return k.allowNObserved(ctx, key, n)
 	}
-	v, err := k.store.decide(k.ts.Now(), key, n, consume)
-	return v.decision(int64(k.policy.Limit)), err
+	now := k.ts.Now()
+	if k.blocks.count.Load() == 0 && !k.chained.Load() {
+		g := k.cur.Load()
+		v, err := g.store.decide(now, key, n, consume)
+		if err != errSuperseded {
+			return v.decision(g.limit), err
+		}
+	}
+	return k.decideSlow(now, key, n, consume)
+}
+
+// decide decides n events for key at now, under any block and across any
+// change of policy.
+func (k *Keyed) decide(now int64, key string, n int, act action) (Decision, error) {
+	if k.blocks.count.Load() == 0 && !k.chained.Load() {
+		g := k.cur.Load()
+		v, err := g.store.decide(now, key, n, act)
+		if err != errSuperseded {
+			return v.decision(g.limit), err
+		}
+	}
+	return k.decideSlow(now, key, n, act)
+}
+
+// decideSlow is decide when a key may be blocked, an older generation may
+// be due for pruning, or the current generation was just superseded.
+func (k *Keyed) decideSlow(now int64, key string, n int, act action) (Decision, error) {
+	left, blocked := k.blocks.left(key, now)
+	for g := k.cur.Load(); ; g = g.next.Load() {
+		var v verdict
+		var err error
+		if blocked && blockApplies(n, g.limit, act) {
+			v, err = g.store.decide(now, key, 0, inspect)
+			v = blockedVerdict(v, left)
+		} else {
+			v, err = g.store.decide(now, key, n, act)
+		}
+		if err != errSuperseded {
+			k.maybePrune(now)
+			return v.decision(g.limit), err
+		}
+	}
 }
 
 // allowNObserved is AllowN with an Observer.
 func (k *Keyed) allowNObserved(ctx context.Context, key string, n int) (Decision, error) {
 	now, mark := k.ts.NowTimed()
-	v, err := k.store.decide(now, key, n, consume)
-	d := v.decision(int64(k.policy.Limit))
+	d, err := k.decide(now, key, n, consume)
 	k.report(ctx, n, d, err, k.ts.Since(now, mark))
 	return d, err
 }
@@ -177,7 +251,7 @@ func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latenc
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	e := Event{Limit: k.name, Algorithm: k.policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Latency: latency}
+	e := Event{Limit: k.name, Algorithm: k.cur.Load().policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Latency: latency}
 	e.Outcome, e.Err = outcome(ctx, n, d, err)
 	k.obs.Observe(ctx, e)
 }
@@ -189,8 +263,7 @@ func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latenc
 // Peek(ctx, key, 0) reports the key's current quota. Peek is not a
 // decision: it reports nothing to the [Observer].
 func (k *Keyed) Peek(ctx context.Context, key string, n int) (Decision, error) {
-	v, err := k.store.decide(k.ts.Now(), key, n, inspect)
-	return v.decision(int64(k.policy.Limit)), err
+	return k.decide(k.ts.Now(), key, n, inspect)
 }
 
 // RefundN gives back n events admitted for key just before, as if they had
@@ -202,7 +275,9 @@ func (k *Keyed) RefundN(ctx context.Context, key string, n int) error {
 	if n <= 0 {
 		return nError(n, 0)
 	}
-	k.store.refund(k.ts.Now(), key, int64(n))
+	now := k.ts.Now()
+	for g := k.cur.Load(); g.store.refund(now, key, int64(n)) == errSuperseded; g = g.next.Load() {
+	}
 	return nil
 }
 
@@ -225,7 +300,8 @@ func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
 	}
 	start := time.Now()
 	err := k.wait(ctx, key, n)
-	reportWait(k.obs, ctx, Event{Limit: k.name, Algorithm: k.policy.Algorithm, Home: HomeKeyed, N: n}, int64(k.policy.Limit), err, start)
+	g := k.cur.Load()
+	reportWait(k.obs, ctx, Event{Limit: k.name, Algorithm: g.policy.Algorithm, Home: HomeKeyed, N: n}, g.limit, err, start)
 	return err
 }
 
@@ -234,26 +310,61 @@ func (k *Keyed) wait(ctx context.Context, key string, n int) error {
 	if ctx == nil {
 		return errNilContext
 	}
-	limit := int64(k.policy.Limit)
 	return waitLoop(ctx, k.ts.Clock(), func() (Decision, error) {
-		v, err := k.store.decide(k.ts.Now(), key, n, consume)
-		return v.decision(limit), err
+		return k.decide(k.ts.Now(), key, n, consume)
 	}, n)
 }
 
-// keyedStore is the algorithm-independent face of store[S, A]. It returns
-// verdicts, not Decisions: see verdict for why.
+// keyedStore is the algorithm-independent face of store[S, A]: the state of
+// every key under one generation's policy (see generation). It returns
+// verdicts, not Decisions: see verdict for why. Every method that takes the
+// key's shard lock returns errSuperseded, having done nothing, when a newer
+// generation has replaced the store: the caller retries on that one.
 type keyedStore interface {
 	// decide decides n events for key at now, taking the key's shard lock.
 	decide(now int64, key string, n int, act action) (verdict, error)
-	refund(now int64, key string, n int64)
+	refund(now int64, key string, n int64) error
+	// penalize charges min(n, what key has left) at now.
+	penalize(now int64, key string, n int64) error
+	// reset forgets key's state here and in every older generation.
+	reset(key string) error
 	len() int
-	// lockFor returns the lock of key's shard and the shard's index.
-	lockFor(key string) (*sync.Mutex, int)
-	// decideLocked is decide with the shard's lock already held.
+	// lockFor returns the lock of key's shard, the shard's index, and its
+	// retired flag, which may be read with the lock held: true once a newer
+	// generation has replaced the store.
+	lockFor(key string) (*sync.Mutex, int, *bool)
+	// decideLocked is decide with the shard's lock, and the locks of key's
+	// shards in older generations that hold any key, already held.
 	decideLocked(now int64, key string, n int, act action) (verdict, error)
 	refundLocked(now int64, key string, n int64)
+
+	// bind makes the store generation g's, counting its keys in keys.
+	bind(g *generation, keys *atomic.Int64)
+	// take is a newer generation's conversion of key (see
+	// store.inherited): it reports the events key has used here at now
+	// (Limit minus Peek(0)'s Remaining), and whether the store holds key.
+	// With remove, the key is deleted, and its room in the key count passes
+	// to the caller. With locked, the caller holds key's shard lock.
+	take(now int64, key string, remove, locked bool) (used int64, found bool)
+	// olderLock returns the lock and shard index of key's shard when that
+	// shard holds any key, for AllowAll to take in its lock order.
+	olderLock(key string) (*sync.Mutex, int, bool)
+	// forget deletes key, taking its shard's lock.
+	forget(key string)
+	// reclaimSome deletes idle keys in shards whose lock is free, looking
+	// at up to budget entries; it returns the budget left.
+	reclaimSome(now int64, budget int) int
+	// retire marks every shard superseded: nothing is decided here again.
+	retire()
+	// drop forgets every key: each is idle (see Keyed.prune).
+	drop()
+	// empty reports whether no shard holds a key.
+	empty() bool
 }
+
+// errSuperseded is returned inside the package, never to callers, by a
+// store that a newer generation replaced.
+var errSuperseded = errors.New("ratelimit: superseded generation")
 
 // store holds per-key state S for algorithm A in shards.
 type store[S any, A algorithm[S]] struct {
@@ -263,11 +374,14 @@ type store[S any, A algorithm[S]] struct {
 	shift   uint // 64 - log2(len(shards)): the hash's top bits pick the shard
 	maxKeys int64
 	hash32  func(key string) uint32 // the low bits, for the shard's table
-	// keys counts the keys held over all shards, plus for a moment the
-	// room reserved for one being inserted: it changes only on insert and
-	// reclaim, under the lock of the shard concerned, never on the path of
-	// a key already held.
-	keys atomic.Int64
+	// keys counts the keys held over all shards of every generation of the
+	// Keyed, plus for a moment the room reserved for one being inserted: it
+	// changes only on insert, reclaim and delete, under the lock of the
+	// shard concerned, never on the path of a key already held.
+	keys *atomic.Int64
+	// gen is the generation the store belongs to: its older generations
+	// are where a key the store does not hold may have state to convert.
+	gen *generation
 	// sweep is where the next sweep of other shards starts, so that
 	// successive full inserts look at different shards first.
 	sweep atomic.Uint32
@@ -276,8 +390,17 @@ type store[S any, A algorithm[S]] struct {
 // shard is one lock and the keys it guards.
 type shard[S any] struct {
 	mu sync.Mutex
+	// retired is set, under mu, when a newer generation replaces the
+	// store: from then on nothing is decided or stored here, and the keys
+	// left are only converted out, reset, reclaimed or dropped. So the
+	// shard's key count only falls.
+	retired bool
+	// dead is set, under mu, when the shard is dropped: its keys are gone.
+	dead bool
 	// held mirrors t.len(), written under mu, so that a full limiter looking
-	// for idle keys elsewhere can skip empty shards without their locks.
+	// for idle keys elsewhere can skip empty shards without their locks,
+	// and so that a newer generation converting a key skips a retired
+	// shard with no keys without its lock.
 	held    atomic.Int32
 	t       table[S] // guarded by mu
 	scratch S        // guarded by mu; the fresh state of keys not held
@@ -297,9 +420,15 @@ func newStore[S any, A algorithm[S]](alg A, maxKeys int) *store[S, A] {
 		shards:  make([]shard[S], defaultShards),
 		shift:   64 - 6, // defaultShards = 1<<6
 		maxKeys: int64(maxKeys),
+		keys:    new(atomic.Int64),
+		gen:     &generation{},
 	}
 	s.hash32 = func(key string) uint32 { return uint32(maphash.String(s.seed, key)) }
 	return s
+}
+
+func (s *store[S, A]) bind(g *generation, keys *atomic.Int64) {
+	s.gen, s.keys = g, keys
 }
 
 // shardFor returns key's shard, the shard's index, and the 32 bits of the
@@ -310,63 +439,192 @@ func (s *store[S, A]) shardFor(key string) (*shard[S], int, uint32) {
 	return &s.shards[i], i, uint32(h)
 }
 
-func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int) {
+func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int, *bool) {
 	sh, i, _ := s.shardFor(key)
-	return &sh.mu, i
+	return &sh.mu, i, &sh.retired
+}
+
+func (s *store[S, A]) olderLock(key string) (*sync.Mutex, int, bool) {
+	sh, i, _ := s.shardFor(key)
+	return &sh.mu, i, sh.held.Load() > 0
 }
 
 func (s *store[S, A]) decide(now int64, key string, n int, act action) (verdict, error) {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
-	v, err := s.decideIn(sh, now, key, h, n, act)
+	v, err := s.decideIn(sh, now, key, h, n, act, false)
 	sh.mu.Unlock()
 	return v, err
 }
 
 func (s *store[S, A]) decideLocked(now int64, key string, n int, act action) (verdict, error) {
 	sh, _, h := s.shardFor(key)
-	return s.decideIn(sh, now, key, h, n, act)
+	return s.decideIn(sh, now, key, h, n, act, true)
 }
 
-// decideIn decides for key, which lives in sh with hash h, at now. A new
-// key is decided on a fresh state and stored only if admitted and act is
-// consume. A new key that the limiter has no room for (it holds maxKeys
-// keys and none could be reclaimed) is denied with [ErrTooManyKeys] and a
-// RetryAfter of one second, whatever act, so that Peek agrees with AllowN:
-// when a key will next be idle is not known. Peek(0) of a new key reports a
-// fresh quota and needs no room. Requires sh.mu held.
-func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, act action) (verdict, error) {
+// decideIn decides for key, which lives in sh with hash h, at now. A key
+// the store does not hold is decided by decideNew. Requires sh.mu held (and
+// with olderLocked, key's shards in older generations).
+func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, act action, olderLocked bool) (verdict, error) {
+	if sh.retired {
+		return verdict{}, errSuperseded
+	}
 	if st := sh.t.get(key, h); st != nil {
 		return decideN(s.alg, st, now, n, act), nil
 	}
+	return s.decideNew(sh, now, key, h, n, act, olderLocked)
+}
+
+// decideNew decides for a key sh does not hold. When an older generation
+// holds it, its state is converted (see store.inherited): with consume the
+// converted state is stored and the old one deleted, with inspect nothing
+// changes. Otherwise the key is decided on a fresh state and stored only
+// if admitted and act is consume. A new key that the limiter has no room
+// for (it holds maxKeys keys and none could be reclaimed) is denied with
+// [ErrTooManyKeys] and a RetryAfter of one second, whatever act, so that
+// Peek agrees with AllowN: when a key will next be idle is not known.
+// Peek(0) of a new key reports a fresh quota and needs no room; a converted
+// key brings its room along. Requires sh.mu held.
+func (s *store[S, A]) decideNew(sh *shard[S], now int64, key string, h uint32, n int, act action, olderLocked bool) (verdict, error) {
+	used, found := s.inherited(now, key, act == consume, olderLocked)
 	// On the scratch state, act changes nothing that outlives this call.
-	v := decideN(s.alg, s.fresh(sh), now, n, act)
-	if !v.ok || n == 0 {
-		return v, nil
+	fresh := s.fresh(sh)
+	if used > 0 {
+		s.alg.decide(fresh, now, used, consume)
 	}
-	if !s.makeRoom(sh, now) {
-		v.ok = false
-		v.retry = int64(time.Second)
-		return v, ErrTooManyKeys
-	}
+	v := decideN(s.alg, fresh, now, n, act)
 	if act == inspect {
+		if found || !v.ok || n == 0 {
+			return v, nil
+		}
+		if !s.makeRoom(sh, now) {
+			return tooManyKeys(v), ErrTooManyKeys
+		}
 		s.keys.Add(-1) // give back the room makeRoom reserved
 		return v, nil
 	}
-	st := sh.t.insert(strings.Clone(key), h)
-	sh.held.Store(int32(sh.t.len()))
+	if found {
+		// The old state is deleted and its room is ours: keep the key if it
+		// has anything to remember.
+		if used == 0 && (!v.ok || n == 0) {
+			s.keys.Add(-1)
+			return v, nil
+		}
+	} else {
+		if !v.ok || n == 0 {
+			return v, nil
+		}
+		if !s.makeRoom(sh, now) {
+			return tooManyKeys(v), ErrTooManyKeys
+		}
+	}
+	st := s.insert(sh, key, h)
+	if used > 0 {
+		s.alg.decide(st, now, used, consume)
+	}
 	return decideN(s.alg, st, now, n, consume), nil
 }
 
+// tooManyKeys is v refused for want of room.
+func tooManyKeys(v verdict) verdict {
+	v.ok = false
+	v.retry = int64(time.Second)
+	return v
+}
+
+// insert stores key, for which room is reserved, with a fresh state.
+// Requires sh.mu held.
+func (s *store[S, A]) insert(sh *shard[S], key string, h uint32) *S {
+	st := sh.t.insert(strings.Clone(key), h)
+	sh.held.Store(int32(sh.t.len()))
+	return st
+}
+
+// inherited returns the events key has used, in units of s's limit, that
+// it carries over from the older generations at now, and whether any of
+// them holds it. The newest older generation that holds key is the only
+// one that does: a conversion deletes the state it converts, and nothing is
+// stored in a generation once it is superseded. Its used amount
+// (Limit - Peek(0).Remaining there) then goes step by step through every
+// later change to s's, each with its own mode and limit (see inherit).
+// With remove, the old state is deleted and its room in the key count
+// passes to the caller. Requires key's shard lock in s held (and with
+// olderLocked, its shards in older generations that hold keys).
+func (s *store[S, A]) inherited(now int64, key string, remove, olderLocked bool) (int64, bool) {
+	for o := s.gen.prev.Load(); o != nil; o = o.prev.Load() {
+		if o.dropped.Load() {
+			continue
+		}
+		used, found := o.store.take(now, key, remove, olderLocked)
+		if !found {
+			continue
+		}
+		for g := o; g != s.gen; {
+			next := g.next.Load()
+			used = inherit(used, next.mode, g.limit, next.limit)
+			g = next
+		}
+		return used, true
+	}
+	return 0, false
+}
+
+func (s *store[S, A]) take(now int64, key string, remove, locked bool) (int64, bool) {
+	sh, _, h := s.shardFor(key)
+	if sh.held.Load() == 0 { // retired: it will never hold key again
+		return 0, false
+	}
+	if !locked {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+	}
+	if sh.dead {
+		return 0, false
+	}
+	i := sh.t.find(key, h)
+	if i < 0 {
+		return 0, false
+	}
+	e := int(sh.t.slots[i].pos - 1)
+	used := s.alg.limit() - s.alg.decide(&sh.t.entries[e].st, now, 0, inspect).remaining
+	if remove {
+		sh.t.deleteEntry(e, s.hash32)
+		sh.held.Store(int32(sh.t.len()))
+	}
+	return max(used, 0), true
+}
+
+// held returns key's state in sh, converting it from an older generation
+// when sh does not hold it, or nil when the key has nothing to remember
+// (no state anywhere, or one that converts to a fresh state). Requires
+// sh.mu held (and with olderLocked, key's shards in older generations).
+func (s *store[S, A]) held(sh *shard[S], now int64, key string, h uint32, olderLocked bool) *S {
+	if st := sh.t.get(key, h); st != nil {
+		return st
+	}
+	used, found := s.inherited(now, key, true, olderLocked)
+	if !found {
+		return nil
+	}
+	if used == 0 {
+		s.keys.Add(-1) // the room of the deleted state
+		return nil
+	}
+	st := s.insert(sh, key, h)
+	s.alg.decide(st, now, used, consume)
+	return st
+}
+
 // makeRoom reserves room for one new key in s, reclaiming idle keys as
-// needed: a few of sh's on every insert, more of sh's when s is full, and
-// then a few in each of the next non-empty other shards (a full limiter's
-// idle keys may all live elsewhere), at most sampleWhenFull entries in all,
-// starting where the previous sweep stopped. It reports false when s holds
-// maxKeys keys and none of those looked at was idle. On true the caller
-// inserts the key, or gives the room back with s.keys.Add(-1). The cost of
-// a refusal is bounded: a flood of new keys at the cap cannot make each
-// request scan the limiter. Requires sh.mu held.
+// needed: a few of sh's on every insert, more of sh's when s is full, then
+// a few in each of the next non-empty other shards (a full limiter's idle
+// keys may all live elsewhere), and then in older generations' shards, at
+// most sampleWhenFull entries in all beyond sh, starting where the
+// previous sweep stopped. It reports false when s holds maxKeys keys and
+// none of those looked at was idle. On true the caller inserts the key, or
+// gives the room back with s.keys.Add(-1). The cost of a refusal is
+// bounded: a flood of new keys at the cap cannot make each request scan
+// the limiter. Requires sh.mu held.
 func (s *store[S, A]) makeRoom(sh *shard[S], now int64) bool {
 	s.reclaim(sh, now, sampleOnInsert)
 	if s.reserve() {
@@ -393,7 +651,32 @@ func (s *store[S, A]) makeRoom(sh *shard[S], now int64) bool {
 			return true
 		}
 	}
+	for o := s.gen.prev.Load(); o != nil && budget > 0; o = o.prev.Load() {
+		if o.dropped.Load() {
+			continue
+		}
+		budget = o.store.reclaimSome(now, budget)
+		if s.reserve() {
+			return true
+		}
+	}
 	return false
+}
+
+func (s *store[S, A]) reclaimSome(now int64, budget int) int {
+	start := int(s.sweep.Add(1))
+	for i := 0; i < len(s.shards) && budget > 0; i++ {
+		o := &s.shards[(start+i)%len(s.shards)]
+		if o.held.Load() == 0 || !o.mu.TryLock() {
+			continue
+		}
+		if !o.dead {
+			s.reclaim(o, now, sampleOnInsert)
+			budget -= sampleOnInsert
+		}
+		o.mu.Unlock()
+	}
+	return budget
 }
 
 // reserve takes room for one key if s holds fewer than maxKeys.
@@ -432,23 +715,119 @@ func (s *store[S, A]) reclaim(sh *shard[S], now int64, budget int) {
 	}
 }
 
-func (s *store[S, A]) refund(now int64, key string, n int64) {
+func (s *store[S, A]) refund(now int64, key string, n int64) error {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
-	s.refundIn(sh, now, key, h, n)
-	sh.mu.Unlock()
+	defer sh.mu.Unlock()
+	if sh.retired {
+		return errSuperseded
+	}
+	s.refundIn(sh, now, key, h, n, false)
+	return nil
 }
 
 func (s *store[S, A]) refundLocked(now int64, key string, n int64) {
 	sh, _, h := s.shardFor(key)
-	s.refundIn(sh, now, key, h, n)
+	s.refundIn(sh, now, key, h, n, true)
 }
 
 // refundIn requires sh.mu held.
-func (s *store[S, A]) refundIn(sh *shard[S], now int64, key string, h uint32, n int64) {
-	if st := sh.t.get(key, h); st != nil {
+func (s *store[S, A]) refundIn(sh *shard[S], now int64, key string, h uint32, n int64, olderLocked bool) {
+	if st := s.held(sh, now, key, h, olderLocked); st != nil {
 		s.alg.refund(st, now, n)
 	}
+}
+
+func (s *store[S, A]) penalize(now int64, key string, n int64) error {
+	sh, _, h := s.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.retired {
+		return errSuperseded
+	}
+	st := s.held(sh, now, key, h, false)
+	if st == nil {
+		// A fresh state: the penalty takes up to the whole limit.
+		if !s.makeRoom(sh, now) {
+			return ErrTooManyKeys
+		}
+		st = s.insert(sh, key, h)
+	}
+	if m := min(n, s.alg.decide(st, now, 0, inspect).remaining); m > 0 {
+		s.alg.decide(st, now, m, consume)
+	}
+	return nil
+}
+
+func (s *store[S, A]) reset(key string) error {
+	sh, _, h := s.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.retired {
+		return errSuperseded
+	}
+	s.deleteIn(sh, key, h)
+	// Under sh.mu, so that no conversion of key runs meanwhile.
+	for o := s.gen.prev.Load(); o != nil; o = o.prev.Load() {
+		if !o.dropped.Load() {
+			o.store.forget(key)
+		}
+	}
+	return nil
+}
+
+func (s *store[S, A]) forget(key string) {
+	sh, _, h := s.shardFor(key)
+	if sh.held.Load() == 0 {
+		return
+	}
+	sh.mu.Lock()
+	if !sh.dead {
+		s.deleteIn(sh, key, h)
+	}
+	sh.mu.Unlock()
+}
+
+// deleteIn deletes key from sh if it is there. Requires sh.mu held.
+func (s *store[S, A]) deleteIn(sh *shard[S], key string, h uint32) {
+	if i := sh.t.find(key, h); i >= 0 {
+		sh.t.deleteEntry(int(sh.t.slots[i].pos-1), s.hash32)
+		s.keys.Add(-1)
+		sh.held.Store(int32(sh.t.len()))
+	}
+}
+
+func (s *store[S, A]) retire() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.retired = true
+		sh.mu.Unlock()
+	}
+}
+
+func (s *store[S, A]) drop() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if !sh.dead {
+			sh.dead = true
+			s.keys.Add(-int64(sh.t.len()))
+			sh.t = table[S]{}
+			sh.scratch = *new(S)
+			sh.held.Store(0)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func (s *store[S, A]) empty() bool {
+	for i := range s.shards {
+		if s.shards[i].held.Load() != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *store[S, A]) len() int {

@@ -154,7 +154,8 @@ func mostRestrictive(ds []Decision) int {
 
 type lockRef struct {
 	mu    *sync.Mutex
-	id    uint64
+	id    uint64 // the Keyed's
+	seq   uint64 // the generation's: newer first
 	shard int
 }
 
@@ -177,6 +178,11 @@ func allowAllKeyed(ctx context.Context, n int, dims []Dimension) (MultiDecision,
 	var errsBuf [8]error
 	ds, derrs := bufFor(&dsBuf, len(dims)), bufFor(&errsBuf, len(dims))
 	md, err := allowAllKeyedLocked(n, dims, ds, derrs)
+	for _, d := range dims {
+		if k := d.Limiter.(*Keyed); k.chained.Load() {
+			k.maybePrune(k.ts.Now())
+		}
+	}
 	if observed {
 		latency := time.Since(start)
 		for i, d := range dims {
@@ -188,38 +194,83 @@ func allowAllKeyed(ctx context.Context, n int, dims []Dimension) (MultiDecision,
 	return md, err
 }
 
-// allowAllKeyedLocked decides under the locks of every dimension's shard,
-// leaving each dimension's own Decision and error in ds and derrs.
+// allowAllKeyedLocked decides under the locks of every dimension's shard
+// (and of the key's shards in older generations of its policy, see
+// generation), leaving each dimension's own Decision and error in ds and
+// derrs. When a dimension's policy changes before its locks are taken, it
+// lets go of every lock and starts again on the new policy.
 func allowAllKeyedLocked(n int, dims []Dimension, ds []Decision, derrs []error) (MultiDecision, error) {
+	var gensBuf [8]*generation
+	var retiredBuf [8]*bool
+	gens, retired := bufFor(&gensBuf, len(dims)), bufFor(&retiredBuf, len(dims))
 	var buf [8]lockRef
-	locks := buf[:0]
-	for _, d := range dims {
-		k := d.Limiter.(*Keyed)
-		mu, shard := k.store.lockFor(d.Key)
-		locks = append(locks, lockRef{mu, k.id, shard})
-	}
-	slices.SortFunc(locks, func(a, b lockRef) int {
-		return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.shard, b.shard))
-	})
-	locks = slices.CompactFunc(locks, func(a, b lockRef) bool { return a.mu == b.mu })
-	for _, l := range locks {
-		l.mu.Lock()
-	}
-	defer func() {
+	for {
+		locks := buf[:0]
+		for i, d := range dims {
+			k := d.Limiter.(*Keyed)
+			g := k.cur.Load()
+			gens[i] = g
+			mu, shard, r := g.store.lockFor(d.Key)
+			retired[i] = r
+			locks = append(locks, lockRef{mu, k.id, g.seq, shard})
+			for o := g.prev.Load(); o != nil; o = o.prev.Load() {
+				if o.dropped.Load() {
+					continue
+				}
+				if mu, shard, ok := o.store.olderLock(d.Key); ok {
+					locks = append(locks, lockRef{mu, k.id, o.seq, shard})
+				}
+			}
+		}
+		slices.SortFunc(locks, func(a, b lockRef) int {
+			return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(b.seq, a.seq), cmp.Compare(a.shard, b.shard))
+		})
+		locks = slices.CompactFunc(locks, func(a, b lockRef) bool { return a.mu == b.mu })
+		for _, l := range locks {
+			l.mu.Lock()
+		}
+		current := true
+		for _, r := range retired {
+			if *r {
+				current = false
+				break
+			}
+		}
+		var md MultiDecision
+		var err error
+		if current {
+			md, err = decideAllLocked(n, dims, gens, ds, derrs)
+		}
 		for _, l := range locks {
 			l.mu.Unlock()
 		}
-	}()
+		if current {
+			return md, err
+		}
+	}
+}
 
+// decideAllLocked is allowAllKeyedLocked once every lock is held, with
+// gens[i] the current generation of dims[i].
+func decideAllLocked(n int, dims []Dimension, gens []*generation, ds []Decision, derrs []error) (MultiDecision, error) {
 	var nowsBuf [8]int64
 	nows := bufFor(&nowsBuf, len(dims))
 	denied := false
 	var first error // ErrTooManyKeys from a full limiter
 	for i, d := range dims {
-		k := d.Limiter.(*Keyed)
+		k, g := d.Limiter.(*Keyed), gens[i]
 		nows[i] = k.ts.Now()
-		v, err := k.store.decideLocked(nows[i], d.Key, n, inspect)
-		ds[i], derrs[i] = v.decision(int64(k.policy.Limit)), err
+		var v verdict
+		var err error
+		if k.blocks.count.Load() == 0 {
+			v, err = g.store.decideLocked(nows[i], d.Key, n, inspect)
+		} else if left, blocked := k.blocks.left(d.Key, nows[i]); blocked && blockApplies(n, g.limit, consume) {
+			v, err = g.store.decideLocked(nows[i], d.Key, 0, inspect)
+			v = blockedVerdict(v, left)
+		} else {
+			v, err = g.store.decideLocked(nows[i], d.Key, n, inspect)
+		}
+		ds[i], derrs[i] = v.decision(g.limit), err
 		if !ds[i].Allowed {
 			denied = true
 			if err != nil && first == nil {
@@ -236,12 +287,12 @@ func allowAllKeyedLocked(n int, dims []Dimension, ds []Decision, derrs []error) 
 	// the same key appears twice, or two new keys compete for the last room
 	// under a key cap; then undo the others.
 	for i, d := range dims {
-		k := d.Limiter.(*Keyed)
-		v, err := k.store.decideLocked(nows[i], d.Key, n, consume)
-		ds[i], derrs[i] = v.decision(int64(k.policy.Limit)), err
+		g := gens[i]
+		v, err := g.store.decideLocked(nows[i], d.Key, n, consume)
+		ds[i], derrs[i] = v.decision(g.limit), err
 		if !ds[i].Allowed {
 			for j := i - 1; j >= 0; j-- {
-				dims[j].Limiter.(*Keyed).store.refundLocked(nows[j], dims[j].Key, int64(n))
+				gens[j].store.refundLocked(nows[j], dims[j].Key, int64(n))
 			}
 			return MultiDecision{Decision: ds[i], Index: i}, err
 		}
@@ -306,12 +357,14 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 // then starts being charged in its new tier's limiter, with whatever state
 // it has there (a full quota if it was never seen there), while its usage
 // in the old tier stays where it is until idle, so moving a key back and
-// forth resets neither tier. With [WithDefaultTier], a key whose tier has no
+// forth resets neither tier. To carry its usage along instead (a customer
+// who upgrades keeps what they used), call [Tiered.Move] after the change. With [WithDefaultTier], a key whose tier has no
 // limiter is charged in the default tier instead of being refused.
 //
 // The tier limiters can be in memory ([*Keyed]) or on Redis, and may differ
 // in algorithm. Each reports its own decisions to its own [Observer];
-// Tiered reports nothing itself. A Tiered is safe for concurrent use if
+// Tiered reports nothing itself. Tiered is a [KeyAdmin] whose methods act
+// on the key in its tier's limiter. A Tiered is safe for concurrent use if
 // tierOf is.
 type Tiered struct {
 	tierOf func(ctx context.Context, key string) string

@@ -1,0 +1,181 @@
+package ratelimit
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// generation is one policy of a [Keyed] limiter and the store of the keys
+// decided under it. SetPolicy makes a new generation current; the one it
+// replaces keeps its states, read-only, until each key is converted the
+// first time it is touched, and until every state left is idle, when it is
+// pruned.
+//
+// Locks are taken newest generation first: a decision holds its key's
+// shard in the current generation while it takes the key's shard in each
+// older one in turn. AllowAll takes every lock it needs at once, ordered by
+// (Keyed id, generation newest first, shard index).
+type generation struct {
+	policy Policy
+	limit  int64
+	store  keyedStore
+	seq    uint64      // 0 for NewKeyed's, then 1, 2, ...: the lock order
+	mode   Inheritance // how states of the previous generation convert to this one
+	// prev is the generation this one replaced, nil once no older one can
+	// hold state; next is the one that replaced this one, nil while this
+	// one is current. Once set, next never changes.
+	prev, next atomic.Pointer[generation]
+	// idleAt is when every state of this generation is idle, set once it
+	// is superseded; math.MaxInt64 before.
+	idleAt atomic.Int64
+	// dropped is set, under Keyed.mu, when the store is pruned: it holds
+	// no key, and conversions skip it.
+	dropped atomic.Bool
+}
+
+// newGeneration returns the generation of p with the store st, made by
+// SetPolicy with mode (0 for NewKeyed's), and binds st to it.
+func (k *Keyed) newGeneration(p Policy, st keyedStore, seq uint64, mode Inheritance) *generation {
+	g := &generation{policy: p, limit: int64(p.Limit), store: st, seq: seq, mode: mode}
+	g.idleAt.Store(math.MaxInt64)
+	st.bind(g, &k.keys)
+	return g
+}
+
+// SetPolicy makes every decision of k from now on use p, and says with
+// mode what becomes of the state keys built up under the policy in force
+// before: [KeepUsed] keeps the events used (up to p's limit), [ScaleUsed]
+// scales them by p's limit over the old one (rounded up), [StartFresh]
+// forgets them. Use it when a customer upgrades (a loosened limit with
+// KeepUsed carries over what they used), or to tighten a limit during an
+// incident.
+//
+// Conversion is lazy and per key: the first time a key is touched after
+// the change (AllowN, Peek, WaitN, RefundN, Penalize, AllowAll) its state
+// under the old policy is converted at that moment: used = old Limit minus
+// the Remaining a Peek(0) of it reports then (any block ignored); the mode
+// turns used into the new policy's terms, and the key's new state is a
+// fresh state of p charged used at once. A key untouched across several
+// changes goes through each in turn, with each change's mode and limit.
+// Peek computes the same conversion without storing anything. A key with
+// no state under the old policy starts fresh.
+//
+// Why this rule: a change never hands a key more than the mode defines
+// (used never shrinks below what the mode says), it never locks a key out
+// (used is at most p's limit, so the key recovers within one window of p),
+// and the same lazy rule works on Redis, where many processes share the
+// state and no process can rewrite every key at once.
+//
+// Per algorithm: the token and leaky buckets keep the used amount exactly
+// (as tokens taken, or as the level); the fixed window, sliding counter and
+// calendar quota count it in the current window or period; the sliding log
+// re-times it to the moment of conversion, so the key may recover up to one
+// window later than the old timestamps would have let it. Changing the
+// algorithm (a token bucket to a sliding log, say) follows the same rule.
+//
+// Blocks ([Keyed.Block]) are kept. The old policy's states take memory (and
+// count against [WithMaxKeys]) until converted, reclaimed when idle, or
+// forgotten with the whole old policy once every state of it is idle: a
+// window of it (two for the sliding counter, the rest of the period for a
+// calendar quota, the time to refill or drain for the buckets) after the
+// change.
+//
+// It returns an error wrapping [ErrInvalidConfig], and changes nothing,
+// when p is invalid or mode is not one of the three. SetPolicy is safe to
+// call concurrently with decisions.
+func (k *Keyed) SetPolicy(p Policy, mode Inheritance) error {
+	if mode < KeepUsed || mode > StartFresh {
+		return configError("ratelimit.Keyed.SetPolicy mode must be KeepUsed, ScaleUsed or StartFresh, got %v", mode)
+	}
+	st, err := newKeyedStore(p, k.maxKeys)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	old := k.cur.Load()
+	g := k.newGeneration(p, st, old.seq+1, mode)
+	g.prev.Store(old)
+	// next first: a decision that finds old's shard retired moves on to g.
+	old.next.Store(g)
+	k.chained.Store(true)
+	// Retire every shard before g is published: no key can be converted to
+	// g while a decision could still store it in old.
+	old.store.retire()
+	k.cur.Store(g)
+	// Read after retiring: every decision made in old read its time before.
+	now := k.ts.Now()
+	old.idleAt.Store(idleBy(old.policy, now))
+	k.prune(now)
+	return nil
+}
+
+// inherit converts used, the events a key used under a policy of limit
+// from, into the terms of the next policy, of limit to, by mode.
+func inherit(used int64, mode Inheritance, from, to int64) int64 {
+	switch mode {
+	case KeepUsed:
+		return min(used, to)
+	case ScaleUsed:
+		return min(mulDivCeil(used, to, from), to)
+	}
+	return 0
+}
+
+// idleBy returns a time by which every state of p last changed at or
+// before t is idle: the longest time a state of p takes to become
+// indistinguishable from a fresh one.
+func idleBy(p Policy, t int64) int64 {
+	var d time.Duration
+	switch p.Algorithm {
+	case SlidingCounterAlgorithm:
+		// The current window, then one more in which it is the previous.
+		d = 2 * p.Period
+	case QuotaAlgorithm:
+		// The end of the period containing t.
+		d = p.WindowAt(time.Unix(0, t))
+	default:
+		// A fixed or sliding window; a token bucket's time to refill from
+		// empty; a leaky bucket's time to drain when full.
+		d = p.Window()
+	}
+	if d <= 0 || t > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return t + int64(d)
+}
+
+// maybePrune prunes k's older generations if one is due, unless another
+// goroutine is changing the policy or pruning.
+func (k *Keyed) maybePrune(now int64) {
+	if now < k.pruneAt.Load() || !k.mu.TryLock() {
+		return
+	}
+	k.prune(now)
+	k.mu.Unlock()
+}
+
+// prune drops the store of every older generation whose states are all
+// idle at now, or that holds no key (a superseded store never gains one):
+// forgetting them changes no decision. Generations with no store are kept
+// while an older one has one, as conversions from it go through their
+// steps. Requires k.mu held and no shard lock.
+func (k *Keyed) prune(now int64) {
+	cur := k.cur.Load()
+	last := cur // the oldest generation that still holds a store
+	next := int64(math.MaxInt64)
+	for o := cur.prev.Load(); o != nil; o = o.prev.Load() {
+		if !o.dropped.Load() && (now >= o.idleAt.Load() || o.store.empty()) {
+			o.dropped.Store(true)
+			o.store.drop()
+		}
+		if !o.dropped.Load() {
+			last = o
+			next = min(next, o.idleAt.Load())
+		}
+	}
+	last.prev.Store(nil)
+	k.pruneAt.Store(next)
+	k.chained.Store(cur.prev.Load() != nil)
+}
