@@ -14,18 +14,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// reconfigAlgorithms are the algorithms SetPolicy is tested on. The
-// calendar quota joins them once it is implemented.
+// reconfigAlgorithms are the algorithms SetPolicy is tested on.
 var reconfigAlgorithms = []Algorithm{
 	TokenBucketAlgorithm,
 	LeakyBucketAlgorithm,
 	FixedWindowAlgorithm,
 	SlidingLogAlgorithm,
 	SlidingCounterAlgorithm,
+	QuotaAlgorithm,
 }
 
 // policyOf returns a policy of algo admitting limit events in a minute:
-// a bucket refilled (or drained) in a minute, or a one-minute window.
+// a bucket refilled (or drained) in a minute, or a one-minute window; for
+// the calendar quota, limit events per UTC day.
 func policyOf(algo Algorithm, limit int) Policy {
 	switch algo {
 	case TokenBucketAlgorithm:
@@ -38,6 +39,8 @@ func policyOf(algo Algorithm, limit int) Policy {
 		return SlidingLogPolicy(limit, time.Minute)
 	case SlidingCounterAlgorithm:
 		return SlidingCounterPolicy(limit, time.Minute)
+	case QuotaAlgorithm:
+		return QuotaPolicy(limit, Calendar{Unit: Daily})
 	}
 	panic(fmt.Sprintf("no test policy for %v", algo))
 }
@@ -190,7 +193,7 @@ func TestSetPolicyAcrossAlgorithms(t *testing.T) {
 				require.True(t, d.Allowed)
 				assert.Equal(t, 0, d.Remaining, "6 used kept, 2 more of 8")
 				assert.Equal(t, to, k.Policy().Algorithm)
-				clk.Add(2 * time.Minute) // idle under every test policy
+				clk.Add(24 * time.Hour) // idle under every test policy, the daily quota's too
 				assert.Equal(t, 8, must(k.Peek(ctx, "key", 0)).Remaining)
 			})
 		}
@@ -415,7 +418,7 @@ func TestSetPolicyConcurrentWithTimeAndPruning(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	clk.Add(10 * time.Minute)
+	clk.Add(24 * time.Hour) // idle under every test policy, the daily quota's too
 	limit := k.Policy().Limit
 	for i := range 40 {
 		assert.Equal(t, limit, must(k.Peek(ctx, fmt.Sprint("k", i), 0)).Remaining)
