@@ -71,3 +71,21 @@ func ExampleAllowAll_quota() {
 	// false second 600ms
 	// 199992 1s
 }
+
+// Period tells when the period of a calendar containing a time starts and
+// ends: here the month of a monthly quota that resets on the 31st, which
+// in February falls on its last day.
+func ExampleCalendar_Period() {
+	cal := ratelimit.Calendar{Unit: ratelimit.Monthly, MonthDay: 31, Hour: 9}
+	start, end, err := cal.Period(time.Date(2028, 3, 15, 12, 0, 0, 0, time.UTC))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(start.Format(time.DateTime), "to", end.Format(time.DateTime))
+
+	_, _, err = ratelimit.Calendar{Unit: ratelimit.Daily, Hour: 24}.Period(time.Now())
+	fmt.Println(err)
+	// Output:
+	// 2028-02-29 09:00:00 to 2028-03-31 09:00:00
+	// ratelimit: invalid configuration: ratelimit.Calendar.Period: ratelimit.Calendar.Hour must be 0-23, got 24
+}

@@ -376,10 +376,23 @@ func (c Calendar) nominal() time.Duration {
 // 23 hours on the day the clocks spring forward, or 29 days for February
 // of a leap year; the nominal length when c is invalid.
 func (c Calendar) windowAt(t time.Time) time.Duration {
-	_, spec, err := c.spec("")
+	start, end, err := c.Period(t)
 	if err != nil {
 		return c.nominal()
 	}
-	start, end := spec.Period(t)
 	return end.Sub(start)
+}
+
+// Period returns the period of c containing t: the instant it started
+// (inclusive) and the instant it ends (exclusive), in c's Location, such
+// as midnight to midnight of t's day in New York for a daily calendar
+// there. A quota of c admits again from end. It returns an error wrapping
+// [ErrInvalidConfig] when c is invalid.
+func (c Calendar) Period(t time.Time) (start, end time.Time, err error) {
+	_, spec, err := c.spec("ratelimit.Calendar.Period")
+	if err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	start, end = spec.Period(t)
+	return start, end, nil
 }

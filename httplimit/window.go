@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/calendar"
 )
 
 // windowCache remembers the windows of a few policies (a tiered limit has
@@ -38,34 +37,10 @@ func (c *windowCache) windowAt(p ratelimit.Policy, now int64) time.Duration {
 	}
 	t := time.Unix(0, now)
 	w := p.WindowAt(t)
-	spec, ok := calendarSpec(p.Calendar)
-	if !ok {
+	start, end, err := p.Calendar.Period(t)
+	if err != nil {
 		return w // not a calendar a limiter accepts: nothing worth caching
 	}
-	start, end := spec.Period(t)
 	slot.Store(&cachedWindow{p: p, start: start.UnixNano(), end: end.UnixNano(), w: w})
 	return w
-}
-
-// calendarSpec returns the periods of c as package calendar defines them
-// (a nil Location is UTC, MonthDay 0 is 1), and false when c is invalid.
-func calendarSpec(c ratelimit.Calendar) (calendar.Spec, bool) {
-	s := calendar.Spec{Loc: c.Location, Hour: c.Hour, Minute: c.Minute, WeekStart: c.WeekStart, MonthDay: c.MonthDay}
-	switch c.Unit {
-	case ratelimit.Daily:
-		s.Unit = calendar.Day
-	case ratelimit.Weekly:
-		s.Unit = calendar.Week
-	case ratelimit.Monthly:
-		s.Unit = calendar.Month
-	case ratelimit.Yearly:
-		s.Unit = calendar.Year
-	}
-	if s.Loc == nil {
-		s.Loc = time.UTC
-	}
-	if s.MonthDay == 0 {
-		s.MonthDay = 1
-	}
-	return s, s.Validate() == nil
 }
