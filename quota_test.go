@@ -668,3 +668,56 @@ func BenchmarkQuotaPeriod(b *testing.B) {
 		}
 	})
 }
+
+// TestQuotaZoneChange: a running daily quota moves from New York to Tokyo
+// (SetPolicy). What the key used carries over by the mode, and from then on
+// the day is Tokyo's: the denial's RetryAfter points at Tokyo's midnight,
+// and the key is full exactly there.
+func TestQuotaZoneChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ny, tokyo := loadZone(t, "America/New_York"), loadZone(t, "Asia/Tokyo")
+	for _, tc := range []struct {
+		mode       Inheritance
+		limit      int
+		wantRemain int
+	}{
+		{KeepUsed, 10, 3},    // 7 used stay 7
+		{ScaleUsed, 20, 6},   // 7 of 10 is 14 of 20
+		{StartFresh, 10, 10}, // a fresh Tokyo day
+		{KeepUsed, 5, 0},     // 7 used, capped at the new limit: empty, not locked out
+	} {
+		t.Run(fmt.Sprintf("%v to %d", tc.mode, tc.limit), func(t *testing.T) {
+			t.Parallel()
+			// 22:00 on June 10 in New York is 02:00 UTC on June 11, 11:00 in Tokyo.
+			clk := newManualClock(utc("2026-06-11 02:00"))
+			k, err := NewKeyed(QuotaPolicy(10, Calendar{Unit: Daily, Location: ny}), WithClock(clk))
+			require.NoError(t, err)
+			require.True(t, must(k.AllowN(ctx, "key", 7)).Allowed)
+			require.NoError(t, k.SetPolicy(QuotaPolicy(tc.limit, Calendar{Unit: Daily, Location: tokyo}), tc.mode))
+
+			d := must(k.Peek(ctx, "key", 0))
+			assert.Equal(t, tc.wantRemain, d.Remaining)
+			// Tokyo's next midnight: 15:00 UTC on June 11, 13 hours on.
+			untilMidnight := utc("2026-06-11 15:00").Sub(clk.Now())
+			if tc.wantRemain < tc.limit {
+				assert.Equal(t, untilMidnight, d.ResetAfter, "the used events count in Tokyo's day")
+			}
+			left := tc.wantRemain
+			if left == tc.limit { // fresh: use one, which counts in Tokyo's day
+				d := must(k.AllowN(ctx, "key", 1))
+				require.True(t, d.Allowed)
+				assert.Equal(t, untilMidnight, d.ResetAfter)
+				left--
+			}
+			denied := must(k.AllowN(ctx, "key", left+1))
+			require.False(t, denied.Allowed)
+			assert.Equal(t, untilMidnight, denied.RetryAfter, "the next boundary is Tokyo's midnight, not New York's")
+
+			clk.Add(untilMidnight - 1)
+			assert.Equal(t, left, must(k.Peek(ctx, "key", 0)).Remaining, "1 ns before Tokyo's midnight")
+			clk.Add(1)
+			assert.Equal(t, tc.limit, must(k.Peek(ctx, "key", 0)).Remaining, "full at Tokyo's midnight")
+		})
+	}
+}
