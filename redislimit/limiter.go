@@ -202,9 +202,10 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Deci
 
 // allowNever answers AllowN for an n that can never be admitted: a denial
 // with RetryAfter RetryNever and the key's quota, which Redis reports
-// without changing anything.
+// charging nothing (like any AllowN it converts the key's state under an
+// earlier policy, see SetPolicy).
 func (l *Limiter) allowNever(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
-	d, err := l.decide(ctx, g, key, l.nowArg(), 0, peekNever)
+	d, err := l.decide(ctx, g, key, l.nowArg(), 0, allowNever)
 	if err != nil {
 		return l.failed(ctx, g, key, n, err)
 	}
@@ -377,11 +378,12 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 type commitMode string
 
 const (
-	commit    commitMode = "1" // AllowN: consume the events if admitted
-	peekOnly  commitMode = "0" // Peek: decide, change nothing
-	peekNever commitMode = "n" // Peek for an n never admitted: a block does not change that denial
-	penalize  commitMode = "p" // Penalize: charge min(n, remaining), no decision
-	refund    commitMode = "r" // the refund scripts' mode argument
+	commit     commitMode = "1" // AllowN: consume the events if admitted
+	peekOnly   commitMode = "0" // Peek: decide, change nothing
+	peekNever  commitMode = "n" // Peek for an n never admitted: a block does not change that denial
+	allowNever commitMode = "x" // AllowN for an n never admitted: the same, but it converts state under an earlier policy
+	penalize   commitMode = "p" // Penalize: charge min(n, remaining), no decision
+	refund     commitMode = "r" // the refund scripts' mode argument
 )
 
 // decide runs the decision script.

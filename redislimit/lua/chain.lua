@@ -3,9 +3,9 @@
 -- a limiter that has previous policies.
 --
 -- ARGV[at] is the number m of previous policies, then m tuples of five,
--- newest first: code (tb, lb, fw, sl, sc, q), the mode of the change from
+-- newest first: code (tb, lb, fw, sl, sc, cq), the mode of the change from
 -- this policy to the next newer one (k keep, s scale, f fresh), limit and
--- two parameters (tb: r, p; lb: every; fw, sl, sc: window; q: none).
+-- two parameters (tb: r, p; lb: every; fw, sl, sc: window; cq: none).
 -- KEYS[3..2+m] are the keys of the client under them, in the same order:
 -- the same hash tag as KEYS[1], so the same slot.
 
@@ -78,7 +78,7 @@ local function remainingOf(code, key, now, limit, x, y)
       e = 0
     end
     return math.max(limit - cur - cdiv(prev * (x - e), x), 0)
-  elseif code == 'q' then
+  elseif code == 'cq' then
     return qRemaining(key, now, limit)
   end
   return limit

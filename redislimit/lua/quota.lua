@@ -13,7 +13,7 @@ local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local mode = ARGV[9]
+local mode = decisionMode(now, ARGV[9])
 
 local s, e, i = qPeriod(now, 4)
 if not s then
