@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -106,6 +107,92 @@ func TestDifferentialInvalidAllowNConverts(t *testing.T) {
 				}
 				runSteps(t, c, reconfigPolicy(from, 10), newMock().Now(), steps)
 			})
+		}
+	}
+}
+
+// randomAdminStep returns a random step over every step kind, for keys
+// k0-k2, with SetPolicy to a random policy of any algorithm (limits 1-12)
+// in any mode, now and then back to base.
+func randomAdminStep(rng *rand.Rand, base ratelimit.Policy, limit int) step {
+	var adv time.Duration
+	switch r := rng.IntN(20); {
+	case r < 6: // same microsecond
+	case r < 15:
+		adv = time.Duration(rng.Int64N(300_000)) * time.Microsecond
+	case r < 19:
+		adv = time.Duration(rng.Int64N(3_000_000)) * time.Microsecond
+	default:
+		adv = time.Duration(rng.Int64N(30)) * time.Hour
+	}
+	st := step{advance: adv, key: fmt.Sprint("k", rng.IntN(3))}
+	n := 1 + rng.IntN(limit)
+	switch r := rng.IntN(40); {
+	case r < 20:
+		st.kind, st.n = 'a', n
+		if rng.IntN(10) == 0 {
+			st.n = []int{0, -1, limit + 1}[rng.IntN(3)]
+		}
+	case r < 24:
+		st.kind, st.n = 'p', []int{0, n, limit + 1}[rng.IntN(3)]
+	case r < 27:
+		st.kind, st.n = 'r', n
+	case r < 30:
+		st.kind, st.n = 'P', 1+rng.IntN(2*limit)
+	case r < 32:
+		st.kind = 'R'
+	case r < 35:
+		st.kind = 'B'
+		st.d = time.Duration(rng.Int64N(2_000_000)-200_000) * time.Microsecond
+	default:
+		st.kind, st.mode = 'S', allModes[rng.IntN(len(allModes))]
+		if rng.IntN(5) == 0 {
+			st.policy = base
+		} else {
+			st.policy = reconfigPolicy(allAlgorithms[rng.IntN(len(allAlgorithms))], 1+rng.IntN(12))
+		}
+	}
+	return st
+}
+
+// TestDifferentialRandomAdmin: seeded random timelines mixing AllowN,
+// Peek, RefundN, Penalize, Reset, Block and SetPolicy (any algorithm, any
+// mode, sometimes back to the first policy), starting from each of the six
+// algorithms, with identical Decisions in memory and on Redis.
+func TestDifferentialRandomAdmin(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	const seeds, steps = 6, 300
+	for _, algo := range allAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			t.Parallel()
+			for seed := range uint64(seeds) {
+				base := reconfigPolicy(algo, 6)
+				pr := newPair(t, c, base)
+				rng := rand.New(rand.NewPCG(seed, uint64(algo)))
+				var done []step
+				for i := range steps {
+					st := randomAdminStep(rng, base, pr.rl.Policy().Limit)
+					done = append(done, st)
+					if !t.Run("", func(t *testing.T) { pr.runSeed(t, seed, i, st) }) {
+						logSteps(t, done, st.key)
+						t.FailNow()
+					}
+				}
+			}
+		})
+	}
+}
+
+// logSteps logs the steps that touched key or changed the policy, for a
+// failure.
+func logSteps(t *testing.T, steps []step, key string) {
+	t.Helper()
+	var at time.Duration
+	for i, st := range steps {
+		at += st.advance
+		if st.key == key || st.kind == 'S' {
+			t.Logf("%3d at +%v: %v", i, at, st)
 		}
 	}
 }

@@ -99,14 +99,24 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 			maxQueue:    defaultMaxQueue,
 		},
 	}
+	// Oldest first, as the options give them, each named after those before
+	// it as SetPolicy would have named it; newest first in the chain.
 	var prev []link
-	for i := len(cfg.previous) - 1; i >= 0; i-- { // oldest first in the options, newest first here
-		pp := cfg.previous[i]
-		lk, err := l.linkFor(pp.policy, pp.mode, 0, "WithPrevious")
+	for _, pp := range cfg.previous {
+		if err := checkMode("WithPrevious", pp.mode); err != nil {
+			return nil, err
+		}
+		sc, err := scriptsFor(pp.policy, "WithPrevious")
 		if err != nil {
 			return nil, err
 		}
-		prev = append(prev, lk)
+		pg := &generation{policy: pp.policy, scripts: sc, natural: l.naturalPrefix(sc.code, pp.policy)}
+		pg.salt, pg.prefix = salted(pg.natural, prev)
+		lk, err := pg.linkTo(pp.mode, 0, "WithPrevious")
+		if err != nil {
+			return nil, err
+		}
+		prev = append([]link{lk}, prev...)
 	}
 	g, err := l.newGeneration(p, "New", prev)
 	if err != nil {
