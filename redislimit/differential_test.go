@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/stretchr/testify/require"
 )
 
 // The differential suite for issue 11: calendar quotas, SetPolicy, Reset,
@@ -195,4 +196,359 @@ func logSteps(t *testing.T, steps []step, key string) {
 			t.Logf("%3d at +%v: %v", i, at, st)
 		}
 	}
+}
+
+// calendarSteps returns a timeline for a quota of cal and limit from start
+// to end: around every boundary, steps a microsecond before, at and a
+// microsecond after it (AllowN, Peek), and between boundaries random
+// AllowN, Peek, RefundN, Penalize, Reset and Block at random times, on
+// two keys.
+func calendarSteps(t *testing.T, rng *rand.Rand, cal ratelimit.Calendar, limit int, start, end time.Time) []step {
+	t.Helper()
+	var steps []step
+	now := start
+	to := func(at time.Time) time.Duration {
+		d := at.Sub(now)
+		now = at
+		return d
+	}
+	for now.Before(end) {
+		_, b, err := cal.Period(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Random traffic in the period, at up to six random times.
+		span := b.Sub(now)
+		for range 1 + rng.IntN(6) {
+			at := now.Add(time.Duration(rng.Int64N(int64(span/time.Microsecond)/2+1)) * time.Microsecond)
+			key := fmt.Sprint("k", rng.IntN(2))
+			st := step{advance: to(at), key: key}
+			switch r := rng.IntN(12); {
+			case r < 6:
+				st.kind, st.n = 'a', 1+rng.IntN(limit)
+			case r < 8:
+				st.kind, st.n = 'p', rng.IntN(limit+1)
+			case r < 9:
+				st.kind, st.n = 'r', 1+rng.IntN(limit)
+			case r < 10:
+				st.kind, st.n = 'P', 1+rng.IntN(limit)
+			case r < 11:
+				st.kind = 'R'
+			default:
+				st.kind, st.d = 'B', time.Duration(rng.Int64N(int64(span/time.Microsecond)))*time.Microsecond
+			}
+			steps = append(steps, st)
+		}
+		steps = append(steps,
+			step{advance: to(b.Add(-time.Microsecond)), key: "k0", kind: 'a', n: 1},
+			step{key: "k0", kind: 'p', n: 0},
+			step{key: "k1", kind: 'p', n: limit},
+			step{advance: to(b), key: "k0", kind: 'p', n: 0},
+			step{key: "k0", kind: 'a', n: limit},
+			step{key: "k0", kind: 'a', n: 1},
+			step{advance: to(b.Add(time.Microsecond)), key: "k1", kind: 'a', n: 1},
+			step{key: "k0", kind: 'p', n: 1},
+		)
+	}
+	return steps
+}
+
+// TestDifferentialCalendar runs calendar quota timelines across the DST
+// days of a northern (New York: 2026-03-08, 2026-11-01) and a southern zone
+// (Sydney: 2026-04-05, 2026-10-04), with reset times inside the skipped
+// and the repeated hour, Feb 29 2028, month ends with MonthDay 31, weekly
+// and yearly quotas: identical Decisions in memory and on Redis.
+func TestDifferentialCalendar(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	ny, syd, paris := mustZone("America/New_York"), mustZone("Australia/Sydney"), mustZone("Europe/Paris")
+	day := 24 * time.Hour
+	for _, tc := range []struct {
+		name  string
+		cal   ratelimit.Calendar
+		start time.Time
+		span  time.Duration
+	}{
+		{"NY spring midnight", ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny}, time.Date(2026, 3, 6, 12, 0, 0, 0, ny), 4 * day},
+		{"NY spring in the gap", ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny, Hour: 2, Minute: 30}, time.Date(2026, 3, 6, 12, 0, 0, 0, ny), 4 * day},
+		{"NY fall repeated", ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny, Hour: 1, Minute: 30}, time.Date(2026, 10, 30, 12, 0, 0, 0, ny), 4 * day},
+		{"NY fall midnight", ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny}, time.Date(2026, 10, 30, 12, 0, 0, 0, ny), 4 * day},
+		{"Sydney fall repeated", ratelimit.Calendar{Unit: ratelimit.Daily, Location: syd, Hour: 2, Minute: 30}, time.Date(2026, 4, 3, 12, 0, 0, 0, syd), 4 * day},
+		{"Sydney spring in the gap", ratelimit.Calendar{Unit: ratelimit.Daily, Location: syd, Hour: 2, Minute: 30}, time.Date(2026, 10, 2, 12, 0, 0, 0, syd), 4 * day},
+		{"Sydney spring midnight", ratelimit.Calendar{Unit: ratelimit.Daily, Location: syd}, time.Date(2026, 10, 2, 12, 0, 0, 0, syd), 4 * day},
+		{"Feb 29 daily", ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny, Hour: 6}, time.Date(2028, 2, 27, 12, 0, 0, 0, ny), 4 * day},
+		{"Feb 29 monthly day 29", ratelimit.Calendar{Unit: ratelimit.Monthly, MonthDay: 29}, time.Date(2028, 1, 20, 0, 0, 0, 0, time.UTC), 70 * day},
+		{"month ends day 31", ratelimit.Calendar{Unit: ratelimit.Monthly, Location: ny, MonthDay: 31, Hour: 23, Minute: 59}, time.Date(2026, 1, 15, 0, 0, 0, 0, ny), 200 * day},
+		{"monthly Sydney", ratelimit.Calendar{Unit: ratelimit.Monthly, Location: syd, Hour: 2, Minute: 30}, time.Date(2026, 3, 15, 0, 0, 0, 0, syd), 230 * day},
+		{"weekly Paris", ratelimit.Calendar{Unit: ratelimit.Weekly, Location: paris, WeekStart: time.Monday, Hour: 9, Minute: 30}, time.Date(2026, 3, 18, 0, 0, 0, 0, paris), 30 * day},
+		{"weekly NY Sunday 2:30", ratelimit.Calendar{Unit: ratelimit.Weekly, Location: ny, WeekStart: time.Sunday, Hour: 2, Minute: 30}, time.Date(2026, 2, 25, 0, 0, 0, 0, ny), 260 * day},
+		{"yearly NY", ratelimit.Calendar{Unit: ratelimit.Yearly, Location: ny}, time.Date(2026, 11, 20, 0, 0, 0, 0, ny), 800 * day},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for seed := range uint64(3) {
+				rng := rand.New(rand.NewPCG(seed, 11))
+				limit := 3 + int(seed)
+				start := tc.start.Add(time.Duration(rng.Int64N(int64(day/time.Microsecond))) * time.Microsecond)
+				steps := calendarSteps(t, rng, tc.cal, limit, start, start.Add(tc.span))
+				pr := newPairAt(t, c, ratelimit.QuotaPolicy(limit, tc.cal), start)
+				for i, st := range steps {
+					if !t.Run("", func(t *testing.T) { pr.runSeed(t, seed, i, st) }) {
+						logSteps(t, steps[:i+1], st.key)
+						t.FailNow()
+					}
+				}
+			}
+		})
+	}
+}
+
+// trafficSteps are a few AllowN and Peek steps on k0-k2 over about a
+// second, leaving each key partly used.
+func trafficSteps(limit int) []step {
+	return []step{
+		{key: "k0", kind: 'a', n: max(limit/2, 1)},
+		{advance: 130 * time.Millisecond, key: "k1", kind: 'a', n: limit},
+		{advance: 70 * time.Millisecond, key: "k0", kind: 'a', n: 1},
+		{advance: 250 * time.Millisecond, key: "k1", kind: 'a', n: 1},
+		{key: "k0", kind: 'p', n: 0},
+		{key: "k1", kind: 'p', n: 0},
+	}
+}
+
+// afterSteps touch the keys after a change: at once, later, and with
+// every kind of step.
+func afterSteps(limit int) []step {
+	return []step{
+		{key: "k0", kind: 'p', n: 0},
+		{key: "k0", kind: 'a', n: 1},
+		{advance: 90 * time.Millisecond, key: "k1", kind: 'p', n: 1},
+		{advance: 110 * time.Millisecond, key: "k1", kind: 'r', n: 1},
+		{key: "k2", kind: 'a', n: limit},
+		{advance: 300 * time.Millisecond, key: "k0", kind: 'a', n: limit},
+		{key: "k1", kind: 'P', n: 2},
+		{key: "k1", kind: 'a', n: 1},
+		{advance: 600 * time.Millisecond, key: "k0", kind: 'p', n: 0},
+		{key: "k1", kind: 'a', n: 2},
+		{advance: 2 * time.Second, key: "k0", kind: 'a', n: 1},
+		{key: "k1", kind: 'p', n: 0},
+	}
+}
+
+// TestDifferentialSetPolicy changes the policy from each algorithm to
+// each, tightening and loosening, in each mode, with keys touched at once,
+// later and never before.
+func TestDifferentialSetPolicy(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, from := range allAlgorithms {
+		for _, to := range allAlgorithms {
+			for _, mode := range allModes {
+				for _, limits := range [][2]int{{10, 4}, {4, 10}} {
+					t.Run(fmt.Sprintf("%v-%v-%v-%d-%d", from, to, mode, limits[0], limits[1]), func(t *testing.T) {
+						t.Parallel()
+						steps := trafficSteps(limits[0])
+						steps = append(steps, step{advance: 40 * time.Millisecond, kind: 'S', policy: reconfigPolicy(to, limits[1]), mode: mode})
+						steps = append(steps, afterSteps(limits[1])...)
+						runSteps(t, c, reconfigPolicy(from, limits[0]), newMock().Now(), steps)
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestDifferentialSetPolicyChains: two changes before a key is touched,
+// then a change back to the first policy (keys touched after each), and a
+// change to the same policy again, over random algorithms and modes.
+func TestDifferentialSetPolicyChains(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for seed := range uint64(24) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 5))
+			pick := func() (ratelimit.Policy, ratelimit.Inheritance) {
+				return reconfigPolicy(allAlgorithms[rng.IntN(len(allAlgorithms))], 2+rng.IntN(10)), allModes[rng.IntN(len(allModes))]
+			}
+			first, _ := pick()
+			steps := trafficSteps(first.Limit)
+			p1, m1 := pick()
+			p2, m2 := pick()
+			_, m3 := pick()
+			_, m4 := pick()
+			steps = append(steps,
+				step{advance: 10 * time.Millisecond, kind: 'S', policy: p1, mode: m1},
+				step{advance: 10 * time.Millisecond, kind: 'S', policy: p2, mode: m2},
+			)
+			steps = append(steps, afterSteps(p2.Limit)[:6]...)
+			steps = append(steps, step{kind: 'S', policy: first, mode: m3})
+			steps = append(steps, afterSteps(first.Limit)...)
+			steps = append(steps, step{kind: 'S', policy: first, mode: m4})
+			steps = append(steps, afterSteps(first.Limit)...)
+			pr := newPair(t, c, first)
+			for i, st := range steps {
+				if !t.Run("", func(t *testing.T) { pr.run(t, i, st) }) {
+					logSteps(t, steps[:i+1], st.key)
+					t.FailNow()
+				}
+			}
+		})
+	}
+}
+
+// TestDifferentialQuotaZoneChange moves a running daily quota from New
+// York to Tokyo with KeepUsed, before and after Tokyo's day ends, and
+// back: identical Decisions in both homes.
+func TestDifferentialQuotaZoneChange(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	ny, tokyo := mustZone("America/New_York"), mustZone("Asia/Tokyo")
+	nyQuota := ratelimit.QuotaPolicy(10, ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny})
+	tokyoQuota := ratelimit.QuotaPolicy(10, ratelimit.Calendar{Unit: ratelimit.Daily, Location: tokyo})
+	// 2026-11-30 08:00 in New York is 22:00 in Tokyo: Tokyo's day ends in
+	// two hours, New York's in sixteen.
+	start := time.Date(2026, 11, 30, 8, 0, 0, 0, ny)
+	for _, mode := range allModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			steps := []step{
+				{key: "k0", kind: 'a', n: 7},
+				{advance: time.Hour, key: "k1", kind: 'a', n: 4},
+				{advance: time.Minute, kind: 'S', policy: tokyoQuota, mode: mode},
+				{key: "k0", kind: 'p', n: 0},
+				{key: "k0", kind: 'a', n: 4},
+				{key: "k0", kind: 'a', n: 3},
+				{advance: 59*time.Minute - time.Microsecond, key: "k0", kind: 'a', n: 1},
+				{advance: time.Microsecond, key: "k0", kind: 'a', n: 10},
+				{key: "k1", kind: 'p', n: 0}, // converted after Tokyo's day ended: fresh there
+				{key: "k1", kind: 'a', n: 10},
+				{advance: time.Hour, kind: 'S', policy: nyQuota, mode: mode},
+				{key: "k0", kind: 'p', n: 0},
+				{key: "k0", kind: 'a', n: 1},
+				{advance: 13 * time.Hour, key: "k0", kind: 'a', n: 10},
+				{advance: time.Hour, key: "k0", kind: 'a', n: 10},
+			}
+			runSteps(t, c, nyQuota, start, steps)
+		})
+	}
+}
+
+// TestDifferentialAdmin runs Reset, Block and Penalize on every algorithm:
+// a block over used and fresh keys, lifted, replaced and outlived,
+// penalties beyond the remaining quota, resets of blocked keys, and a
+// blocked key whose policy changed.
+func TestDifferentialAdmin(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, algo := range allAlgorithms {
+		for _, to := range allAlgorithms {
+			t.Run(algo.String()+"-"+to.String(), func(t *testing.T) {
+				t.Parallel()
+				p := reconfigPolicy(algo, 6)
+				steps := []step{
+					{key: "k0", kind: 'a', n: 2},
+					{key: "k0", kind: 'B', d: 800 * time.Millisecond},
+					{key: "k1", kind: 'B', d: time.Hour},
+					{advance: 100 * time.Millisecond, key: "k0", kind: 'a', n: 1},
+					{key: "k0", kind: 'a', n: 0},
+					{key: "k0", kind: 'a', n: 7},
+					{key: "k0", kind: 'p', n: 0},
+					{key: "k0", kind: 'p', n: 6},
+					{key: "k0", kind: 'p', n: 7},
+					{key: "k0", kind: 'p', n: -1},
+					{key: "k0", kind: 'r', n: 1},
+					{key: "k0", kind: 'P', n: 2},
+					{key: "k0", kind: 'p', n: 0},
+					{key: "k2", kind: 'P', n: 100},
+					{key: "k2", kind: 'a', n: 1},
+					{key: "k2", kind: 'p', n: 0},
+					{advance: 700*time.Millisecond - time.Microsecond, key: "k0", kind: 'a', n: 1},
+					{advance: time.Microsecond, key: "k0", kind: 'a', n: 1},
+					{key: "k0", kind: 'B', d: 300 * time.Millisecond},
+					{key: "k0", kind: 'B', d: 200 * time.Millisecond},
+					{advance: 150 * time.Millisecond, key: "k0", kind: 'a', n: 1},
+					{key: "k0", kind: 'B', d: -time.Second},
+					{key: "k0", kind: 'a', n: 1},
+					{key: "k0", kind: 'B', d: 101 * 365 * 24 * time.Hour},
+					{key: "k1", kind: 'a', n: 1},
+					{key: "k1", kind: 'R'},
+					{key: "k1", kind: 'a', n: 6},
+					{key: "k1", kind: 'B', d: time.Second},
+					{key: "k0", kind: 'P', n: 3},
+					{advance: 50 * time.Millisecond, kind: 'S', policy: reconfigPolicy(to, 5), mode: ratelimit.ScaleUsed},
+					{key: "k1", kind: 'a', n: 1},
+					{key: "k1", kind: 'p', n: 0},
+					{advance: 500 * time.Millisecond, key: "k1", kind: 'a', n: 1},
+					{advance: 500 * time.Millisecond, key: "k1", kind: 'a', n: 1},
+					{key: "k1", kind: 'p', n: 0},
+					{key: "k0", kind: 'B', d: time.Second},
+					{key: "k0", kind: 'R'},
+					{key: "k0", kind: 'a', n: 5},
+					{key: "k2", kind: 'R'},
+					{key: "k2", kind: 'p', n: 0},
+				}
+				runSteps(t, c, p, newMock().Now(), steps)
+			})
+		}
+	}
+}
+
+// TestChangeBackSaltsKeyNames: a change back to an earlier policy, or to
+// the same one, names the keys with a salt, so that state under the
+// earlier policy converts (here: StartFresh forgets it); a process given
+// the same previous policies by WithPrevious uses the same names.
+func TestChangeBackSaltsKeyNames(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	a, b := ratelimit.FixedWindowPolicy(10, time.Minute), ratelimit.SlidingLogPolicy(5, time.Minute)
+	l, mock := clientLimiter(t, c, a)
+	require.True(t, allowed(t, l, "k", 6))
+	natural := l.Key("k")
+	require.NoError(t, l.SetPolicy(b, ratelimit.KeepUsed))
+	require.NoError(t, l.SetPolicy(a, ratelimit.StartFresh))
+	require.NotEqual(t, natural, l.Key("k"))
+	require.Contains(t, l.Key("k"), ".1:{")
+	d, err := l.Peek(bg(), "k", 0)
+	require.NoError(t, err)
+	require.Equal(t, 10, d.Remaining, "StartFresh back to the first policy")
+	require.NoError(t, l.SetPolicy(a, ratelimit.KeepUsed))
+	require.Contains(t, l.Key("k"), ".2:{")
+	later := mustNew(t, c, a, WithClock(mock), WithClientTime(), WithPrefix(l.base),
+		WithPrevious(a, ratelimit.KeepUsed), WithPrevious(b, ratelimit.StartFresh), WithPrevious(a, ratelimit.KeepUsed))
+	require.Equal(t, l.Key("k"), later.Key("k"), "WithPrevious names keys as SetPolicy did")
+	require.True(t, allowed(t, later, "k", 10))
+	require.False(t, allowed(t, l, "k", 1), "both processes count in one key")
+}
+
+// TestConfigErrorsNameTheCall: configuration errors say which call
+// refused the policy, and Block's error is memory's.
+func TestConfigErrorsNameTheCall(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	bad := ratelimit.FixedWindowPolicy(3, time.Nanosecond)
+	huge := ratelimit.QuotaPolicy(1<<53, ratelimit.Calendar{Unit: ratelimit.Daily})
+	_, err := New(c, bad)
+	require.ErrorContains(t, err, "redislimit.New: Policy.Period must be a whole number of microseconds")
+	_, err = New(c, huge)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	require.ErrorContains(t, err, "redislimit.New: Policy.Limit must be at most 2^52")
+	_, err = New(c, ratelimit.FixedWindowPolicy(3, time.Second), WithPrevious(bad, ratelimit.KeepUsed))
+	require.ErrorContains(t, err, "redislimit.WithPrevious: Policy.Period")
+	_, err = New(c, ratelimit.FixedWindowPolicy(3, time.Second), WithPrevious(ratelimit.FixedWindowPolicy(3, time.Second), 0))
+	require.ErrorContains(t, err, "redislimit.WithPrevious: mode")
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(3, time.Second))
+	require.ErrorContains(t, l.SetPolicy(bad, ratelimit.KeepUsed), "redislimit.SetPolicy: Policy.Period")
+	require.ErrorContains(t, l.SetPolicy(huge, ratelimit.KeepUsed), "redislimit.SetPolicy: Policy.Limit")
+	err = l.SetPolicy(ratelimit.QuotaPolicy(3, ratelimit.Calendar{Unit: ratelimit.Monthly, MonthDay: 32}), ratelimit.KeepUsed)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	require.ErrorContains(t, err, "MonthDay")
+	mem, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(3, time.Second))
+	require.NoError(t, err)
+	for _, d := range []time.Duration{100*365*24*time.Hour + 1, 1<<63 - 1} {
+		want := mem.Block(bg(), "k", d)
+		require.Error(t, want)
+		require.EqualError(t, l.Block(bg(), "k", d), want.Error())
+	}
+	require.EqualError(t, l.Block(bg(), "k", 100*365*24*time.Hour+1), "ratelimit: block duration 876000h0m0.000000001s must be at most 876000h0m0s")
 }

@@ -232,7 +232,7 @@ func (l *Limiter) allowCached(ctx context.Context, g *generation, key string, n 
 	if ok {
 		return d, nil
 	}
-	d, err := l.decide(ctx, g, key, now, n, commit)
+	d, cacheable, err := l.decideCacheable(ctx, g, key, now, n, commit)
 	if err != nil {
 		return l.failed(ctx, g, key, n, err)
 	}
@@ -241,7 +241,7 @@ func (l *Limiter) allowCached(ctx context.Context, g *generation, key string, n 
 		// What was cached for key predates this admission: a denial of a
 		// larger n now has a longer wait.
 		g.cache.invalidate(h, key)
-	} else if inOrder {
+	} else if inOrder && cacheable {
 		g.cache.put(h, key, n, local, g.cacheSpan(n, d), gen, d)
 	}
 	return d, nil
@@ -398,6 +398,15 @@ const (
 
 // decide runs the decision script.
 func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, error) {
+	d, _, err := l.decideCacheable(ctx, g, key, now, n, mode)
+	return d, err
+}
+
+// decideCacheable runs the decision script, and reports whether a denial
+// may be remembered by the deny cache: not one of a blocked key whose
+// ResetAfter comes from state converted from an earlier policy without
+// storing it, which does not shrink as time passes.
+func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, bool, error) {
 	args := g.args(l, now, n, mode)
 	var v []int64
 	err := l.run(ctx, g, g.decideScript, g.keys(l, key), args, func(cmd *redis.Cmd) (err error) {
@@ -405,10 +414,10 @@ func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any
 		return err
 	})
 	if err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Decision{}, false, err
 	}
 	if len(v) != 4 {
-		return ratelimit.Decision{}, &scriptError{values: len(v)}
+		return ratelimit.Decision{}, false, &scriptError{values: len(v)}
 	}
 	return ratelimit.Decision{
 		Allowed:    v[0] == 1,
@@ -416,7 +425,7 @@ func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any
 		Remaining:  int(v[1]),
 		RetryAfter: time.Duration(v[2]) * time.Microsecond,
 		ResetAfter: time.Duration(v[3]) * time.Microsecond,
-	}, nil
+	}, v[0] == 0, nil
 }
 
 // run runs script on key with args through the batcher and the breaker,

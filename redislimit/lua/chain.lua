@@ -133,6 +133,7 @@ local function inherit(now, at, limit, mode, charge)
   if u == nil then
     return nil
   end
+  virtual = not writes(mode)
   if writes(mode) then
     for i = 1, m do
       remove(KEYS[2 + i])
