@@ -552,3 +552,56 @@ func TestConfigErrorsNameTheCall(t *testing.T) {
 	}
 	require.EqualError(t, l.Block(bg(), "k", 100*365*24*time.Hour+1), "ratelimit: block duration 876000h0m0.000000001s must be at most 876000h0m0s")
 }
+
+// TestSetPolicyForgetsAQuotaAfterItsPeriod: a previous quota policy is
+// forgotten (its keys no longer read by every decision) once the period
+// holding the change has ended, plus the minute of slack, as memory
+// forgets it at the period's end.
+func TestSetPolicyForgetsAQuotaAfterItsPeriod(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	ny := mustZone("America/New_York")
+	quota := ratelimit.QuotaPolicy(5, ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny})
+	l, mock := clientLimiter(t, c, quota)
+	mock.Set(time.Date(2026, 3, 7, 20, 0, 0, 0, ny))
+	require.NoError(t, l.SetPolicy(ratelimit.FixedWindowPolicy(5, time.Second), ratelimit.KeepUsed))
+	mock.Set(time.Date(2026, 3, 8, 0, 0, 59, 999_999_000, ny))
+	require.NoError(t, l.SetPolicy(ratelimit.FixedWindowPolicy(6, time.Second), ratelimit.KeepUsed))
+	require.Len(t, l.cur.Load().prev, 2, "the quota is kept until a minute past its period")
+	mock.Set(time.Date(2026, 3, 8, 0, 1, 0, 0, ny))
+	require.NoError(t, l.SetPolicy(ratelimit.FixedWindowPolicy(7, time.Second), ratelimit.KeepUsed))
+	require.Len(t, l.cur.Load().prev, 2, "the quota is forgotten, the first window kept")
+	for _, lk := range l.cur.Load().prev {
+		require.NotEqual(t, ratelimit.QuotaAlgorithm, lk.policy.Algorithm)
+	}
+}
+
+// TestDifferentialNameReusedAfterPruning: once previous policies are
+// forgotten, a key name (natural or salted) can be used again while a key
+// left over under it, idle, still exists in Redis (its TTL runs on the
+// server's clock, with a minute of slack under client time). Such a key
+// must not hide the state the client holds under a previous policy,
+// whether the name is the current policy's or a newer previous one's.
+func TestDifferentialNameReusedAfterPruning(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, algo := range allAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			t.Parallel()
+			a := reconfigPolicy(algo, 6)
+			b := reconfigPolicy(ratelimit.FixedWindowAlgorithm, 9)
+			steps := []step{
+				{kind: 'S', policy: a, mode: ratelimit.KeepUsed}, // a.1
+				{key: "k", kind: 'a', n: 2},                       // under a.1
+				{advance: 100 * time.Millisecond, kind: 'S', policy: b, mode: ratelimit.KeepUsed},
+				{advance: 49 * time.Hour, kind: 'S', policy: a, mode: ratelimit.KeepUsed}, // a, the others forgotten
+				{key: "k", kind: 'a', n: 3}, // under a; k's a.1 key is left over
+				{kind: 'S', policy: a, mode: ratelimit.KeepUsed}, // a.1 again
+				{key: "k", kind: 'p', n: 0},
+				{key: "k", kind: 'a', n: 1},
+				{key: "k", kind: 'p', n: 0},
+			}
+			runSteps(t, c, a, newMock().Now(), steps)
+		})
+	}
+}

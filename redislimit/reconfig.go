@@ -77,9 +77,12 @@ type previous struct {
 // oldest first. A process started after a policy change (a deploy, or
 // [Limiter.SetPolicy] in another process) then converts the state a key
 // still holds under the previous policies exactly as [Limiter.SetPolicy]
-// does (see the package documentation, "Changing the policy"). Policies
-// given by WithPrevious are never forgotten: drop the option once every
-// key has been idle under the new policy for the old policy's idle time.
+// does (see the package documentation, "Changing the policy"), and names
+// the keys as that process does, salt included after a change back to an
+// earlier policy: give the same changes, in the same order, to every
+// process. Policies given by WithPrevious are never forgotten: drop the
+// option once every key has been idle under the new policy for the old
+// policy's idle time.
 func WithPrevious(p ratelimit.Policy, mode ratelimit.Inheritance) Option {
 	return optionFunc(func(c *config) { c.previous = append(c.previous, previous{p, mode}) })
 }
@@ -159,11 +162,12 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*ge
 	g.decideScript, g.refundScript = sc.decide, sc.refund
 	if len(prev) > 0 {
 		g.decideScript, g.refundScript = sc.decideChain, sc.refundChain
-		g.chainArgs = make([]any, 0, 1+5*len(prev))
+		g.chainArgs = make([]any, 0, 4+5*len(prev))
 		g.chainArgs = append(g.chainArgs, len(prev))
 		for _, lk := range prev {
 			g.chainArgs = append(g.chainArgs, lk.scripts.code, modeArg(lk.mode), lk.policy.Limit, lk.scripts.x, lk.scripts.y)
 		}
+		g.chainArgs = append(g.chainArgs, sc.code, sc.x, sc.y)
 	}
 	if p.Algorithm == ratelimit.QuotaAlgorithm {
 		g.quota = &quotaBounds{cal: p.Calendar, limit: int64(p.Limit)}
@@ -257,9 +261,12 @@ const blockInfix = "blk:{"
 // touched (AllowN, Peek, WaitN, RefundN, Penalize): its used quota (the old
 // limit minus the old remaining quota) passes to p as mode says (see
 // [ratelimit.Inheritance] and the package documentation, "Changing the
-// policy"). Blocks are kept. The change is local to this process: other
-// processes sharing the Redis keep their policy until told (SetPolicy in
-// each, or [WithPrevious] at their start).
+// policy"). Blocks are kept. A change back to an earlier policy, or to
+// the one in force, converts state kept under it too (StartFresh to the
+// same policy starts every key over): the key names then take a salt. The
+// change is local to this process: other processes sharing the Redis keep
+// their policy until told (SetPolicy in each, or [WithPrevious] at their
+// start).
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when p is not
 // valid for Redis (as [New] checks) or mode is not one of the three modes,
@@ -304,9 +311,10 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 	return nil
 }
 
-// idleTime returns the longest time state under lk's policy takes to
-// become idle: a full bucket, passed windows (two for a sliding counter),
-// or an ended calendar period.
+// idleTime returns the longest time state under lk's policy, last written
+// before its change, takes to become idle: a full bucket, passed windows
+// (two for a sliding counter), or the end of the calendar period holding
+// the change.
 func idleTime(lk link) time.Duration {
 	p := lk.policy
 	switch p.Algorithm {
@@ -318,6 +326,10 @@ func idleTime(lk link) time.Duration {
 	case ratelimit.SlidingCounterAlgorithm:
 		return 2 * p.Period
 	case ratelimit.QuotaAlgorithm:
+		// The rest of the period holding the change (a year at most).
+		if _, end, err := p.Calendar.Period(time.Unix(0, lk.changed)); err == nil && lk.changed != 0 {
+			return time.Duration(end.UnixNano() - lk.changed)
+		}
 		return 367 * 24 * time.Hour
 	}
 	return p.Period

@@ -18,7 +18,9 @@ local u = inherit(now, 6, limit, mode, function(u)
 end)
 local storedK, count = fwLoad(key, now, limit, w)
 if u and not writes(mode) then
-  count = u
+  -- A Peek of inherited state: a fresh window charged u, whatever was
+  -- loaded.
+  storedK, count = fdiv(now, w), u
 end
 
 local k = fdiv(now, w)

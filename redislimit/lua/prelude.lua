@@ -185,11 +185,11 @@ local function blockedUntil(now)
   return nil
 end
 
--- virtual is set by inherit (chain.lua) when the script decides on the
+-- unstored is set by inherit (chain.lua) when the script decides on the
 -- conversion of the client's state under an earlier policy without storing
 -- it (a Peek, or a blocked AllowN): that state is made anew, at each call's
 -- now, until a decision stores it.
-local virtual = false
+local unstored = false
 
 -- blockEnd is the end of the block in force on the client, for an AllowN
 -- or a Peek that the block answers (see decisionMode); nil otherwise.
@@ -225,11 +225,11 @@ local function finish(now, n, mode, decide)
   end
   if blockEnd then
     -- A denial that the caller may remember until its RetryAfter (0), or
-    -- (2) one whose ResetAfter comes from a virtual conversion: not
+    -- (2) one whose ResetAfter comes from an unstored conversion: not
     -- shorter a moment later, as a remembered one would be.
     local wait = blockEnd - now
     local denied = 0
-    if virtual then
+    if unstored then
       denied = 2
     end
     return {denied, 0, wait, math.max(wait, decide(0, false)[4])}

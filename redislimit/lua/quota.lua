@@ -25,7 +25,9 @@ local u = inherit(now, 10, limit, mode, function(u)
 end)
 local st, en, count = qLoad(key, now, limit, s, e, 4, i)
 if u and not writes(mode) then
-  count = u
+  -- A Peek of inherited state: the current period charged u, whatever
+  -- was loaded.
+  st, en, count = s, e, u
 end
 local at = now
 if st > now then
