@@ -592,11 +592,11 @@ func TestDifferentialNameReusedAfterPruning(t *testing.T) {
 			b := reconfigPolicy(ratelimit.FixedWindowAlgorithm, 9)
 			steps := []step{
 				{kind: 'S', policy: a, mode: ratelimit.KeepUsed}, // a.1
-				{key: "k", kind: 'a', n: 2},                       // under a.1
+				{key: "k", kind: 'a', n: 2},                      // under a.1
 				{advance: 100 * time.Millisecond, kind: 'S', policy: b, mode: ratelimit.KeepUsed},
 				{advance: 49 * time.Hour, kind: 'S', policy: a, mode: ratelimit.KeepUsed}, // a, the others forgotten
-				{key: "k", kind: 'a', n: 3}, // under a; k's a.1 key is left over
-				{kind: 'S', policy: a, mode: ratelimit.KeepUsed}, // a.1 again
+				{key: "k", kind: 'a', n: 3},                                               // under a; k's a.1 key is left over
+				{kind: 'S', policy: a, mode: ratelimit.KeepUsed},                          // a.1 again
 				{key: "k", kind: 'p', n: 0},
 				{key: "k", kind: 'a', n: 1},
 				{key: "k", kind: 'p', n: 0},
