@@ -605,3 +605,18 @@ func TestDifferentialNameReusedAfterPruning(t *testing.T) {
 		})
 	}
 }
+
+// TestScriptArgsAllocateOnce: a decision's script arguments take one
+// allocation (the slice; the mode is boxed once for all), so that the
+// block key's place in KEYS, which go-redis boxes, adds none per decision
+// over the limiter before blocks.
+func TestScriptArgsAllocateOnce(t *testing.T) {
+	_, c := startRedis(t)
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(10, time.Second))
+	g := l.cur.Load()
+	for _, m := range []commitMode{commit, peekOnly, peekNever, allowNever, penalize, refund} {
+		require.Equal(t, string(m), m.arg())
+		require.Zero(t, testing.AllocsPerRun(100, func() { _ = m.arg() }), "mode %q", m)
+	}
+	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = g.args(l, "", 1, commit) }))
+}

@@ -396,6 +396,36 @@ const (
 	refund     commitMode = "r" // the refund scripts' mode argument
 )
 
+// The modes as script arguments, boxed once: a string converted to an
+// interface on every call would cost an allocation.
+var (
+	commitArg     any = string(commit)
+	peekOnlyArg   any = string(peekOnly)
+	peekNeverArg  any = string(peekNever)
+	allowNeverArg any = string(allowNever)
+	penalizeArg   any = string(penalize)
+	refundArg     any = string(refund)
+)
+
+// arg returns m as a script argument, without allocating.
+func (m commitMode) arg() any {
+	switch m {
+	case commit:
+		return commitArg
+	case peekOnly:
+		return peekOnlyArg
+	case peekNever:
+		return peekNeverArg
+	case allowNever:
+		return allowNeverArg
+	case penalize:
+		return penalizeArg
+	case refund:
+		return refundArg
+	}
+	return string(m)
+}
+
 // decide runs the decision script.
 func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, error) {
 	d, _, err := l.decideCacheable(ctx, g, key, now, n, mode)

@@ -208,7 +208,7 @@ func (g *generation) args(l *Limiter, now any, n int, mode commitMode) []any {
 	args := make([]any, 0, 3+len(params)+len(g.chainArgs))
 	args = append(args, now, n)
 	args = append(args, params...)
-	args = append(args, string(mode))
+	args = append(args, mode.arg())
 	return append(args, g.chainArgs...)
 }
 
