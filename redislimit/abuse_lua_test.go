@@ -309,7 +309,7 @@ func TestCompileExactBounds(t *testing.T) {
 		if p.Validate() != nil {
 			continue
 		}
-		_, err := scriptsFor(p)
+		_, err := scriptsFor(p, "New")
 		require.NoError(t, err, "%v", p)
 	}
 	for _, b := range bad {

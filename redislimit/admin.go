@@ -49,13 +49,14 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // lifted block is seen at once by the process that lifted it; other
 // processes may keep answering a cached denial until its RetryAfter.
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
-	if d > maxBlock {
-		return fmt.Errorf("ratelimit: block duration %v must be at most %v", d, maxBlock)
-	}
-	g := l.cur.Load()
 	if ctx == nil {
 		return errNilContext
 	}
+	if d > maxBlock {
+		// The same error as ratelimit.Keyed.Block's.
+		return fmt.Errorf("ratelimit: block duration %v must be at most %v", d, maxBlock)
+	}
+	g := l.cur.Load()
 	us := int64(0)
 	if d > 0 {
 		us = int64((d + time.Microsecond - 1) / time.Microsecond)

@@ -16,13 +16,17 @@ import (
 // microsecond.
 
 // step is one operation of a timeline: move the clock by advance (which
-// may be negative), then run kind ('a' AllowN, 'r' RefundN, 'p' Peek) for
-// key with n.
+// may be negative), then run kind for key: 'a' AllowN(n), 'r' RefundN(n),
+// 'p' Peek(n), 'R' Reset, 'B' Block(d), 'P' Penalize(n), or 'S'
+// SetPolicy(policy, mode) (key unused).
 type step struct {
 	advance time.Duration
 	key     string
 	kind    byte
 	n       int
+	d       time.Duration
+	policy  ratelimit.Policy
+	mode    ratelimit.Inheritance
 }
 
 // pair is the reference and the limiter under test on one clock.
@@ -34,7 +38,13 @@ type pair struct {
 
 func newPair(t *testing.T, c redis.UniversalClient, p ratelimit.Policy) *pair {
 	t.Helper()
-	mock := newMock()
+	return newPairAt(t, c, p, newMock().Now())
+}
+
+// newPairAt is newPair with the clock at start (whole microseconds).
+func newPairAt(t *testing.T, c redis.UniversalClient, p ratelimit.Policy, start time.Time) *pair {
+	t.Helper()
+	mock := &manualClock{t: start}
 	mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
 	if err != nil {
 		t.Fatalf("NewKeyed(%v): %v", p, err)
@@ -83,7 +93,48 @@ func (p *pair) run(t *testing.T, i int, st step) {
 		if (err == nil) != (werr == nil) {
 			t.Fatalf("step %d: RefundN(%q, %d) at %s = %v, want %v", i, st.key, st.n, at, err, werr)
 		}
+	case 'R':
+		werr := p.mem.Reset(ctx, st.key)
+		err := p.rl.Reset(ctx, st.key)
+		if err != nil || werr != nil {
+			t.Fatalf("step %d: Reset(%q) at %s: %v (reference %v)", i, st.key, at, err, werr)
+		}
+	case 'B':
+		werr := p.mem.Block(ctx, st.key, st.d)
+		err := p.rl.Block(ctx, st.key, st.d)
+		if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+			t.Fatalf("step %d: Block(%q, %v) at %s = %v, want %v", i, st.key, st.d, at, err, werr)
+		}
+	case 'P':
+		werr := p.mem.Penalize(ctx, st.key, st.n)
+		err := p.rl.Penalize(ctx, st.key, st.n)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("step %d: Penalize(%q, %d) at %s = %v, want %v", i, st.key, st.n, at, err, werr)
+		}
+	case 'S':
+		werr := p.mem.SetPolicy(st.policy, st.mode)
+		err := p.rl.SetPolicy(st.policy, st.mode)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("step %d: SetPolicy(%v, %v) at %s = %v, want %v", i, st.policy, st.mode, at, err, werr)
+		}
+	default:
+		t.Fatalf("step %d: unknown kind %q", i, st.kind)
 	}
+}
+
+// String describes st for failure messages.
+func (st step) String() string {
+	switch st.kind {
+	case 'R':
+		return fmt.Sprintf("+%v Reset(%s)", st.advance, st.key)
+	case 'B':
+		return fmt.Sprintf("+%v Block(%s, %v)", st.advance, st.key, st.d)
+	case 'P':
+		return fmt.Sprintf("+%v Penalize(%s, %d)", st.advance, st.key, st.n)
+	case 'S':
+		return fmt.Sprintf("+%v SetPolicy(%v, %v)", st.advance, st.policy, st.mode)
+	}
+	return fmt.Sprintf("+%v %c(%s, %d)", st.advance, st.kind, st.key, st.n)
 }
 
 // runSeed is run with the seed in the failure message.
@@ -91,7 +142,7 @@ func (p *pair) runSeed(t *testing.T, seed uint64, i int, st step) {
 	t.Helper()
 	defer func() {
 		if t.Failed() {
-			t.Logf("seed %d, step %d: %+v", seed, i, st)
+			t.Logf("seed %d, step %d: %v", seed, i, st)
 		}
 	}()
 	p.run(t, i, st)

@@ -61,7 +61,7 @@
 // prefix + code + ":" + fingerprint + ":{" + digest(K) + "}", for example
 // "ratelimit:tb:53a22938:{6j_UO-HlfWLhY9rhn8dAvQ}" for the key "user:42"
 // under TokenBucketPolicy(Per(100, time.Minute), 20) ([Limiter.Key] returns
-// it). The code names the algorithm (tb, lb, fw, sl, sc) and the
+// it). The code names the algorithm (tb, lb, fw, sl, sc, cq) and the
 // fingerprint, 8 hex digits of SHA-256 over the policy's numbers, the
 // policy: limiters with different policies never read each other's state,
 // even on one prefix, and a changed policy starts every key fresh (with a
@@ -99,16 +99,20 @@
 // unless [WithClientTime] — so the boundary comes from the server's clock.
 // A server clock outside those periods ("Redis clock more than a period
 // away from the application's") fails the call and the failure policy
-// applies. The key's fingerprint covers the whole calendar (zone name,
-// unit, reset time, week start, month day).
+// applies. The key's fingerprint covers the limit and the whole calendar
+// (its normalized description, [ratelimit.Calendar.String]: unit, reset
+// time, week start or month day, zone name).
 //
 // # Reset, block, penalty
 //
 // [Limiter.Reset], [Limiter.Block] and [Limiter.Penalize] ([ratelimit.KeyAdmin])
 // are one script each. A block lives in its own key, prefix + "blk:{" +
 // digest + "}", beside the state and independent of the policy, with a TTL
-// that ends with it; every decision script reads it. Admin calls return an
-// error wrapping [ErrUnavailable] when Redis fails: no failure policy.
+// that ends with it; every decision script reads it. A blocked AllowN is
+// answered from a Peek of the key's state and stores nothing, not even
+// the conversion of state kept under an earlier policy (see below), as in
+// memory. Admin calls return an error wrapping [ErrUnavailable] when Redis
+// fails: no failure policy.
 //
 // # Changing the policy
 //
@@ -127,7 +131,19 @@
 // used amount exactly; fixed windows, sliding counters and quotas count it
 // in the current window or period; a sliding log re-times it to the moment
 // of conversion (it may recover up to one window later than the old
-// timestamps would have).
+// timestamps would have). Every AllowN touches the key, even one of an n
+// that can never be admitted; a Peek, and an AllowN of a blocked key,
+// convert without storing (each at its own now).
+//
+// A change back to an earlier policy (or to the one in force) must not
+// read the state kept under that earlier policy as its own: it converts
+// step by step like any other (StartFresh forgets it, a sliding log is
+// re-timed), exactly as in memory. So while a previous policy has the
+// same fingerprint, the key names take a salt after it, one more than
+// that policy's: "fw:1a2b3c4d.1:{...}". The salt depends only on the
+// previous policies, so a process given them by [WithPrevious] (oldest
+// first) names keys as the process that went through the changes; give
+// every process the same list.
 //
 // Rolling a change out over several processes: a process still on the old
 // policy keeps counting under the old keys, and a key a new process has

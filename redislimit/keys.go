@@ -16,10 +16,12 @@ import (
 //	prefix + code + ":" + policy fingerprint + ":{" + digest(K) + "}"
 //
 // The fingerprint (8 hex digits of SHA-256 over the algorithm and its
-// numbers) keeps limiters with different policies apart, so a policy change
-// starts fresh instead of reading state written under other numbers. The
-// digest is the first 128 bits of SHA-256(K) in unpadded base64url (22
-// characters): key names hold no secret and have a fixed length. It
+// numbers) keeps limiters with different policies apart, so a policy
+// change starts fresh instead of reading state written under other
+// numbers; a change back to a policy that a previous one shares the
+// fingerprint with adds a salt to it (see salted). The digest is the first
+// 128 bits of SHA-256(K) in unpadded base64url (22 characters): key names
+// hold no secret and have a fixed length. It
 // depends on K only, so the same K has the same hash tag under every
 // limiter (state for one client can be colocated on one Cluster node).
 

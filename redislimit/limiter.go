@@ -99,14 +99,24 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 			maxQueue:    defaultMaxQueue,
 		},
 	}
+	// Oldest first, as the options give them, each named after those before
+	// it as SetPolicy would have named it; newest first in the chain.
 	var prev []link
-	for i := len(cfg.previous) - 1; i >= 0; i-- { // oldest first in the options, newest first here
-		pp := cfg.previous[i]
-		lk, err := l.linkFor(pp.policy, pp.mode, 0, "WithPrevious")
+	for _, pp := range cfg.previous {
+		if err := checkMode("WithPrevious", pp.mode); err != nil {
+			return nil, err
+		}
+		sc, err := scriptsFor(pp.policy, "WithPrevious")
 		if err != nil {
 			return nil, err
 		}
-		prev = append(prev, lk)
+		pg := &generation{policy: pp.policy, scripts: sc, natural: l.naturalPrefix(sc.code, pp.policy)}
+		pg.salt, pg.prefix = salted(pg.natural, prev)
+		lk, err := pg.linkTo(pp.mode, 0, "WithPrevious")
+		if err != nil {
+			return nil, err
+		}
+		prev = append([]link{lk}, prev...)
 	}
 	g, err := l.newGeneration(p, "New", prev)
 	if err != nil {
@@ -202,9 +212,10 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Deci
 
 // allowNever answers AllowN for an n that can never be admitted: a denial
 // with RetryAfter RetryNever and the key's quota, which Redis reports
-// without changing anything.
+// charging nothing (like any AllowN it converts the key's state under an
+// earlier policy, see SetPolicy).
 func (l *Limiter) allowNever(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
-	d, err := l.decide(ctx, g, key, l.nowArg(), 0, peekNever)
+	d, err := l.decide(ctx, g, key, l.nowArg(), 0, allowNever)
 	if err != nil {
 		return l.failed(ctx, g, key, n, err)
 	}
@@ -221,7 +232,7 @@ func (l *Limiter) allowCached(ctx context.Context, g *generation, key string, n 
 	if ok {
 		return d, nil
 	}
-	d, err := l.decide(ctx, g, key, now, n, commit)
+	d, cacheable, err := l.decideCacheable(ctx, g, key, now, n, commit)
 	if err != nil {
 		return l.failed(ctx, g, key, n, err)
 	}
@@ -230,7 +241,7 @@ func (l *Limiter) allowCached(ctx context.Context, g *generation, key string, n 
 		// What was cached for key predates this admission: a denial of a
 		// larger n now has a longer wait.
 		g.cache.invalidate(h, key)
-	} else if inOrder {
+	} else if inOrder && cacheable {
 		g.cache.put(h, key, n, local, g.cacheSpan(n, d), gen, d)
 	}
 	return d, nil
@@ -377,15 +388,55 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 type commitMode string
 
 const (
-	commit    commitMode = "1" // AllowN: consume the events if admitted
-	peekOnly  commitMode = "0" // Peek: decide, change nothing
-	peekNever commitMode = "n" // Peek for an n never admitted: a block does not change that denial
-	penalize  commitMode = "p" // Penalize: charge min(n, remaining), no decision
-	refund    commitMode = "r" // the refund scripts' mode argument
+	commit     commitMode = "1" // AllowN: consume the events if admitted
+	peekOnly   commitMode = "0" // Peek: decide, change nothing
+	peekNever  commitMode = "n" // Peek for an n never admitted: a block does not change that denial
+	allowNever commitMode = "x" // AllowN for an n never admitted: the same, but it converts state under an earlier policy
+	penalize   commitMode = "p" // Penalize: charge min(n, remaining), no decision
+	refund     commitMode = "r" // the refund scripts' mode argument
 )
+
+// The modes as script arguments, boxed once: a string converted to an
+// interface on every call would cost an allocation.
+var (
+	commitArg     any = string(commit)
+	peekOnlyArg   any = string(peekOnly)
+	peekNeverArg  any = string(peekNever)
+	allowNeverArg any = string(allowNever)
+	penalizeArg   any = string(penalize)
+	refundArg     any = string(refund)
+)
+
+// arg returns m as a script argument, without allocating.
+func (m commitMode) arg() any {
+	switch m {
+	case commit:
+		return commitArg
+	case peekOnly:
+		return peekOnlyArg
+	case peekNever:
+		return peekNeverArg
+	case allowNever:
+		return allowNeverArg
+	case penalize:
+		return penalizeArg
+	case refund:
+		return refundArg
+	}
+	return string(m)
+}
 
 // decide runs the decision script.
 func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, error) {
+	d, _, err := l.decideCacheable(ctx, g, key, now, n, mode)
+	return d, err
+}
+
+// decideCacheable runs the decision script, and reports whether a denial
+// may be remembered by the deny cache: not one of a blocked key whose
+// ResetAfter comes from state converted from an earlier policy without
+// storing it, which does not shrink as time passes.
+func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, bool, error) {
 	args := g.args(l, now, n, mode)
 	var v []int64
 	err := l.run(ctx, g, g.decideScript, g.keys(l, key), args, func(cmd *redis.Cmd) (err error) {
@@ -393,10 +444,10 @@ func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any
 		return err
 	})
 	if err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Decision{}, false, err
 	}
 	if len(v) != 4 {
-		return ratelimit.Decision{}, &scriptError{values: len(v)}
+		return ratelimit.Decision{}, false, &scriptError{values: len(v)}
 	}
 	return ratelimit.Decision{
 		Allowed:    v[0] == 1,
@@ -404,7 +455,7 @@ func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any
 		Remaining:  int(v[1]),
 		RetryAfter: time.Duration(v[2]) * time.Microsecond,
 		ResetAfter: time.Duration(v[3]) * time.Microsecond,
-	}, nil
+	}, v[0] == 0, nil
 }
 
 // run runs script on key with args through the batcher and the breaker,

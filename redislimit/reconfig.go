@@ -3,6 +3,7 @@ package redislimit
 import (
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -18,6 +19,8 @@ type generation struct {
 	policy    ratelimit.Policy
 	scripts   scripts
 	prefix    string       // of the state's key name, up to the opening brace
+	natural   string       // prefix without a salt (see salted)
+	salt      int          // see salted
 	quota     *quotaBounds // calendar quotas only
 	prev      []link       // previous policies, newest first
 	chainArgs []any        // the scripts' previous-policy arguments; nil without
@@ -56,6 +59,8 @@ type link struct {
 	policy  ratelimit.Policy
 	scripts scripts
 	prefix  string
+	natural string // prefix without a salt
+	salt    int
 	mode    ratelimit.Inheritance // how state under policy passed to the next newer policy
 	changed int64                 // local ns of the change away from policy; 0 (WithPrevious): unknown
 }
@@ -72,9 +77,12 @@ type previous struct {
 // oldest first. A process started after a policy change (a deploy, or
 // [Limiter.SetPolicy] in another process) then converts the state a key
 // still holds under the previous policies exactly as [Limiter.SetPolicy]
-// does (see the package documentation, "Changing the policy"). Policies
-// given by WithPrevious are never forgotten: drop the option once every
-// key has been idle under the new policy for the old policy's idle time.
+// does (see the package documentation, "Changing the policy"), and names
+// the keys as that process does, salt included after a change back to an
+// earlier policy: give the same changes, in the same order, to every
+// process. Policies given by WithPrevious are never forgotten: drop the
+// option once every key has been idle under the new policy for the old
+// policy's idle time.
 func WithPrevious(p ratelimit.Policy, mode ratelimit.Inheritance) Option {
 	return optionFunc(func(c *config) { c.previous = append(c.previous, previous{p, mode}) })
 }
@@ -93,23 +101,18 @@ func checkMode(op string, mode ratelimit.Inheritance) error {
 	return invalid("%s: mode must be KeepUsed, ScaleUsed or StartFresh, got %v", op, mode)
 }
 
-// linkFor validates p as a previous policy.
-func (l *Limiter) linkFor(p ratelimit.Policy, mode ratelimit.Inheritance, changed int64, op string) (link, error) {
-	if err := checkMode(op, mode); err != nil {
-		return link{}, err
+// linkTo returns g as the previous policy of the next one, to which its
+// state passes by mode.
+func (g *generation) linkTo(mode ratelimit.Inheritance, changed int64, op string) (link, error) {
+	if int64(g.policy.Limit) > maxLinkLimit {
+		return link{}, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, g.policy.Limit)
 	}
-	sc, err := scriptsFor(p)
-	if err != nil {
-		return link{}, err
-	}
-	if int64(p.Limit) > maxLinkLimit {
-		return link{}, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, p.Limit)
-	}
-	return link{policy: p, scripts: sc, prefix: l.prefixOf(sc.code, p), mode: mode, changed: changed}, nil
+	return link{policy: g.policy, scripts: g.scripts, prefix: g.prefix, natural: g.natural, salt: g.salt, mode: mode, changed: changed}, nil
 }
 
-// prefixOf returns the key-name prefix of the state under policy p.
-func (l *Limiter) prefixOf(code string, p ratelimit.Policy) string {
+// naturalPrefix returns the key-name prefix of the state under policy p,
+// without a salt.
+func (l *Limiter) naturalPrefix(code string, p ratelimit.Policy) string {
 	fp := ""
 	if p.Algorithm == ratelimit.QuotaAlgorithm {
 		fp = quotaFingerprint(p)
@@ -119,22 +122,39 @@ func (l *Limiter) prefixOf(code string, p ratelimit.Policy) string {
 	return l.base + code + ":" + fp + ":{"
 }
 
+// salted returns the salt and prefix of a policy whose natural prefix is
+// natural, after the previous policies prev. A change back to a policy
+// that a previous one still holds state under (or to the same policy)
+// must not read that state as its own: in memory, and so here, that
+// state converts step by step like any other (a sliding log is re-timed,
+// StartFresh forgets it). So the key names take a salt then, one more than
+// the largest salt of a previous policy with the same natural name:
+// "tb:53a22938.1:{". It depends only on the previous policies, so a
+// process given them by WithPrevious names the keys as one that went
+// through the changes with SetPolicy.
+func salted(natural string, prev []link) (int, string) {
+	salt := -1
+	for _, lk := range prev {
+		if lk.natural == natural {
+			salt = max(salt, lk.salt)
+		}
+	}
+	if salt < 0 {
+		return 0, natural
+	}
+	salt++
+	return salt, natural[:len(natural)-2] + "." + strconv.Itoa(salt) + ":{"
+}
+
 // newGeneration validates p and builds what a Limiter running it needs,
 // with the previous policies prev (newest first).
 func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*generation, error) {
-	sc, err := scriptsFor(p)
+	sc, err := scriptsFor(p, op)
 	if err != nil {
 		return nil, err
 	}
-	g := &generation{policy: p, scripts: sc, prefix: l.prefixOf(sc.code, p)}
-	// A previous policy with the current one's keys (a change back to it)
-	// and everything before it are read directly as current state.
-	for i, lk := range prev {
-		if lk.prefix == g.prefix {
-			prev = prev[:i]
-			break
-		}
-	}
+	g := &generation{policy: p, scripts: sc, natural: l.naturalPrefix(sc.code, p)}
+	g.salt, g.prefix = salted(g.natural, prev)
 	if len(prev) > 0 && int64(p.Limit) > maxLinkLimit {
 		return nil, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, p.Limit)
 	}
@@ -142,14 +162,15 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*ge
 	g.decideScript, g.refundScript = sc.decide, sc.refund
 	if len(prev) > 0 {
 		g.decideScript, g.refundScript = sc.decideChain, sc.refundChain
-		g.chainArgs = make([]any, 0, 1+5*len(prev))
+		g.chainArgs = make([]any, 0, 4+5*len(prev))
 		g.chainArgs = append(g.chainArgs, len(prev))
 		for _, lk := range prev {
 			g.chainArgs = append(g.chainArgs, lk.scripts.code, modeArg(lk.mode), lk.policy.Limit, lk.scripts.x, lk.scripts.y)
 		}
+		g.chainArgs = append(g.chainArgs, sc.code, sc.x, sc.y)
 	}
 	if p.Algorithm == ratelimit.QuotaAlgorithm {
-		g.quota = &quotaBounds{spec: specOf(p.Calendar), limit: int64(p.Limit)}
+		g.quota = &quotaBounds{cal: p.Calendar, limit: int64(p.Limit)}
 	}
 	if l.cacheKeys > 0 && sc.exactRetry {
 		g.cache = newDenyCache(l.cacheKeys)
@@ -187,7 +208,7 @@ func (g *generation) args(l *Limiter, now any, n int, mode commitMode) []any {
 	args := make([]any, 0, 3+len(params)+len(g.chainArgs))
 	args = append(args, now, n)
 	args = append(args, params...)
-	args = append(args, string(mode))
+	args = append(args, mode.arg())
 	return append(args, g.chainArgs...)
 }
 
@@ -240,9 +261,12 @@ const blockInfix = "blk:{"
 // touched (AllowN, Peek, WaitN, RefundN, Penalize): its used quota (the old
 // limit minus the old remaining quota) passes to p as mode says (see
 // [ratelimit.Inheritance] and the package documentation, "Changing the
-// policy"). Blocks are kept. The change is local to this process: other
-// processes sharing the Redis keep their policy until told (SetPolicy in
-// each, or [WithPrevious] at their start).
+// policy"). Blocks are kept. A change back to an earlier policy, or to
+// the one in force, converts state kept under it too (StartFresh to the
+// same policy starts every key over): the key names then take a salt. The
+// change is local to this process: other processes sharing the Redis keep
+// their policy until told (SetPolicy in each, or [WithPrevious] at their
+// start).
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when p is not
 // valid for Redis (as [New] checks) or mode is not one of the three modes,
@@ -258,7 +282,7 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 	defer l.setMu.Unlock()
 	old := l.cur.Load()
 	now := l.ts.Now()
-	lk, err := l.linkFor(old.policy, mode, now, "SetPolicy")
+	lk, err := old.linkTo(mode, now, "SetPolicy")
 	if err != nil {
 		return err
 	}
@@ -287,9 +311,10 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 	return nil
 }
 
-// idleTime returns the longest time state under lk's policy takes to
-// become idle: a full bucket, passed windows (two for a sliding counter),
-// or an ended calendar period.
+// idleTime returns the longest time state under lk's policy, last written
+// before its change, takes to become idle: a full bucket, passed windows
+// (two for a sliding counter), or the end of the calendar period holding
+// the change.
 func idleTime(lk link) time.Duration {
 	p := lk.policy
 	switch p.Algorithm {
@@ -301,6 +326,10 @@ func idleTime(lk link) time.Duration {
 	case ratelimit.SlidingCounterAlgorithm:
 		return 2 * p.Period
 	case ratelimit.QuotaAlgorithm:
+		// The rest of the period holding the change (a year at most).
+		if _, end, err := p.Calendar.Period(time.Unix(0, lk.changed)); err == nil && lk.changed != 0 {
+			return time.Duration(end.UnixNano() - lk.changed)
+		}
 		return 367 * 24 * time.Hour
 	}
 	return p.Period

@@ -119,18 +119,23 @@ type scripts struct {
 	x, y       int64 // the parameters after the limit, as a previous policy (chain.lua)
 }
 
-// scriptsFor validates pol for Redis and returns its scripts. Beyond
-// pol.Validate, Period must be a whole number of microseconds, and the
-// integers the scripts compute must stay below 2^53.
-func scriptsFor(pol ratelimit.Policy) (scripts, error) {
-	if pol.Algorithm == ratelimit.QuotaAlgorithm {
-		return quotaScriptsFor(pol)
-	}
+// scriptsFor validates pol for Redis and returns its scripts; op names
+// the call in errors (New, SetPolicy, WithPrevious). Beyond pol.Validate,
+// Period must be a whole number of microseconds, and the integers the
+// scripts compute must stay below 2^53.
+func scriptsFor(pol ratelimit.Policy, op string) (scripts, error) {
 	if err := pol.Validate(); err != nil {
 		return scripts{}, err
 	}
+	if pol.Algorithm == ratelimit.QuotaAlgorithm {
+		// count + n, both at most limit, must stay exact.
+		if int64(pol.Limit) > maxState {
+			return scripts{}, invalid("%s: Policy.Limit must be at most 2^52, the largest quota Redis Lua counts exactly, got %d", op, pol.Limit)
+		}
+		return scripts{algoScripts: quotaScripts, code: "cq", exactRetry: true}, nil
+	}
 	if pol.Period%time.Microsecond != 0 {
-		return scripts{}, invalid("New: Policy.Period must be a whole number of microseconds (Redis keeps time in integer microseconds), got %v", pol.Period)
+		return scripts{}, invalid("%s: Policy.Period must be a whole number of microseconds (Redis keeps time in integer microseconds), got %v", op, pol.Period)
 	}
 	per := int64(pol.Period / time.Microsecond)
 	limit := int64(pol.Limit)
@@ -139,7 +144,7 @@ func scriptsFor(pol ratelimit.Policy) (scripts, error) {
 		// Window indexes, ends and (sliding counter) the times the
 		// estimate multiplies stay exact only for windows below 2^52 µs.
 		if per > maxState {
-			return scripts{}, invalid("New: Policy.Period (window) must be at most 2^52 µs, the longest window Redis Lua handles exactly, got %v", pol.Period)
+			return scripts{}, invalid("%s: Policy.Period (window) must be at most 2^52 µs, the longest window Redis Lua handles exactly, got %v", op, pol.Period)
 		}
 	}
 	switch pol.Algorithm {
@@ -151,21 +156,21 @@ func scriptsFor(pol ratelimit.Policy) (scripts, error) {
 		// Units in a full bucket, plus the refill per µs that the
 		// arithmetic adds on top, must stay exact.
 		if limit > (maxState-2*r)/p {
-			return scripts{}, invalid("New: Policy.Limit (capacity) with Refill %d per %v must fit 2^52 units on Redis: use a smaller capacity or a coarser rate, got %d (%d-bit)",
+			return scripts{}, invalid("%s: Policy.Limit (capacity) with Refill %d per %v must fit 2^52 units on Redis: use a smaller capacity or a coarser rate, got %d (%d-bit)", op,
 				pol.Refill, pol.Period, pol.Limit, bitsOf(limit, p))
 		}
 		return scripts{algoScripts: tokenBucketScripts, code: "tb",
 			params: []any{limit, r, p}, exactRetry: true, x: r, y: p}, nil
 	case ratelimit.LeakyBucketAlgorithm:
 		if limit > maxState/per {
-			return scripts{}, invalid("New: Policy.Limit (capacity) x Period (leakEvery) must be at most 2^52 µs, the longest bucket Redis Lua handles exactly, got %d x %v", pol.Limit, pol.Period)
+			return scripts{}, invalid("%s: Policy.Limit (capacity) x Period (leakEvery) must be at most 2^52 µs, the longest bucket Redis Lua handles exactly, got %d x %v", op, pol.Limit, pol.Period)
 		}
 		return scripts{algoScripts: leakyBucketScripts, code: "lb",
 			params: []any{limit, per}, exactRetry: true, x: per}, nil
 	case ratelimit.FixedWindowAlgorithm:
 		// count + n, both at most limit, must stay exact.
 		if limit > maxState {
-			return scripts{}, invalid("New: Policy.Limit must be at most 2^52, the largest fixed window limit Redis Lua counts exactly, got %d", pol.Limit)
+			return scripts{}, invalid("%s: Policy.Limit must be at most 2^52, the largest fixed window limit Redis Lua counts exactly, got %d", op, pol.Limit)
 		}
 		return scripts{algoScripts: fixedWindowScripts, code: "fw",
 			params: []any{limit, per}, exactRetry: true, x: per}, nil
@@ -173,7 +178,7 @@ func scriptsFor(pol ratelimit.Policy) (scripts, error) {
 		// total + n, both at most limit, and the log's cumulative counts
 		// (base + at most limit, base kept at most 2^52) must stay exact.
 		if limit > maxState {
-			return scripts{}, invalid("New: Policy.Limit must be at most 2^52, the largest sliding log limit Redis Lua counts exactly, got %d", pol.Limit)
+			return scripts{}, invalid("%s: Policy.Limit must be at most 2^52, the largest sliding log limit Redis Lua counts exactly, got %d", op, pol.Limit)
 		}
 		return scripts{algoScripts: slidingLogScripts, code: "sl",
 			params: []any{limit, per}, exactRetry: true, x: per}, nil
@@ -181,13 +186,13 @@ func scriptsFor(pol ratelimit.Policy) (scripts, error) {
 		// The estimate multiplies counts (at most limit) by times within a
 		// window (at most window µs); window ends are now + 2 windows.
 		if limit > (maxExact-1)/per {
-			return scripts{}, invalid("New: Policy.Limit x Period (window) must be below 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window, got %d x %v = %.3g",
+			return scripts{}, invalid("%s: Policy.Limit x Period (window) must be below 2^53 µs, the exact integer range of Redis Lua: use a smaller limit or a shorter window, got %d x %v = %.3g", op,
 				pol.Limit, pol.Period, float64(limit)*float64(per))
 		}
 		return scripts{algoScripts: slidingCounterScripts, code: "sc",
 			params: []any{limit, per}, exactRetry: false, x: per}, nil
 	}
-	return scripts{}, invalid("New: Policy.Algorithm must be one of the six algorithms, got %v", pol.Algorithm)
+	return scripts{}, invalid("%s: Policy.Algorithm must be one of the six algorithms, got %v", op, pol.Algorithm)
 }
 
 // bitsOf returns the number of bits of a*b, for error messages.

@@ -3,11 +3,12 @@
 -- a limiter that has previous policies.
 --
 -- ARGV[at] is the number m of previous policies, then m tuples of five,
--- newest first: code (tb, lb, fw, sl, sc, q), the mode of the change from
+-- newest first: code (tb, lb, fw, sl, sc, cq), the mode of the change from
 -- this policy to the next newer one (k keep, s scale, f fresh), limit and
--- two parameters (tb: r, p; lb: every; fw, sl, sc: window; q: none).
+-- two parameters (tb: r, p; lb: every; fw, sl, sc: window; cq: none).
 -- KEYS[3..2+m] are the keys of the client under them, in the same order:
--- the same hash tag as KEYS[1], so the same slot.
+-- the same hash tag as KEYS[1], so the same slot. After the tuples, the
+-- current policy's code and two parameters.
 
 -- mulDivUp returns ceil(a*b/c) exactly for integers 0 <= a <= c <= 2^52
 -- and 0 <= b < 2^53: long multiplication over the bits of b, keeping
@@ -78,7 +79,7 @@ local function remainingOf(code, key, now, limit, x, y)
       e = 0
     end
     return math.max(limit - cur - cdiv(prev * (x - e), x), 0)
-  elseif code == 'q' then
+  elseif code == 'cq' then
     return qRemaining(key, now, limit)
   end
   return limit
@@ -103,16 +104,38 @@ end
 -- applies u to the fresh state it loaded.
 local function inherit(now, at, limit, mode, charge)
   local m = tonumber(ARGV[at])
-  if not m or m < 1 or redis.call('EXISTS', KEYS[1]) == 1 then
+  if not m or m < 1 then
     return nil
   end
+  -- The client's state under the current policy is its own, unless it has
+  -- used nothing: then it may be a key left over, idle, from before a
+  -- previous policy of the same name was forgotten (see below), and a
+  -- previous policy's state goes first, as in memory.
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    local c = at + 1 + m * 5
+    if limit - remainingOf(ARGV[c], KEYS[1], now, limit, tonumber(ARGV[c + 1]), tonumber(ARGV[c + 2])) > 0 then
+      return nil
+    end
+  end
+  -- The newest previous policy whose state has used something is the one
+  -- to convert: a conversion deletes the client's keys under every
+  -- previous policy, so at most one holds used quota, except for a key
+  -- left over, idle, from before a previous policy with the same name was
+  -- forgotten (its name is used again: see salted in reconfig.go), which
+  -- must not hide the state under an older one. States that have used
+  -- nothing convert to nothing: u = 0.
   local u
   for i = 1, m do
     local key = KEYS[2 + i]
+    local j = at + 1 + (i - 1) * 5
+    local lim = tonumber(ARGV[j + 2])
+    local used = 0
     if redis.call('EXISTS', key) == 1 then
-      local j = at + 1 + (i - 1) * 5
-      local lim = tonumber(ARGV[j + 2])
-      u = lim - remainingOf(ARGV[j], key, now, lim, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]))
+      u = 0
+      used = lim - remainingOf(ARGV[j], key, now, lim, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]))
+    end
+    if used > 0 then
+      u = used
       for g = i, 1, -1 do
         local jg = at + 1 + (g - 1) * 5
         local md, lp, ln = ARGV[jg + 1], tonumber(ARGV[jg + 2]), limit
@@ -133,11 +156,13 @@ local function inherit(now, at, limit, mode, charge)
   if u == nil then
     return nil
   end
+  unstored = not writes(mode)
   if writes(mode) then
     for i = 1, m do
       remove(KEYS[2 + i])
     end
     if u > 0 then
+      remove(KEYS[1])
       charge(u)
     end
   end

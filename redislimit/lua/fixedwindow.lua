@@ -10,7 +10,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local mode = ARGV[5]
+local mode = decisionMode(now, ARGV[5])
 
 local u = inherit(now, 6, limit, mode, function(u)
   local k = fdiv(now, w)
@@ -18,7 +18,9 @@ local u = inherit(now, 6, limit, mode, function(u)
 end)
 local storedK, count = fwLoad(key, now, limit, w)
 if u and not writes(mode) then
-  count = u
+  -- A Peek of inherited state: a fresh window charged u, whatever was
+  -- loaded.
+  storedK, count = fdiv(now, w), u
 end
 
 local k = fdiv(now, w)

@@ -11,7 +11,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
-local mode = ARGV[5]
+local mode = decisionMode(now, ARGV[5])
 local span = capacity * every
 
 local u = inherit(now, 6, capacity, mode, function(u)

@@ -157,12 +157,14 @@ local function windowOK(storedK, now, w)
 end
 
 -- Modes of a decision script (its mode argument, after the policy's
--- parameters): '1' AllowN (consume if admitted), '0' Peek, 'n' Peek for an
+-- parameters): '1' AllowN (consume if admitted), '0' Peek, 'x' AllowN of an
 -- n that can never be admitted (the usual RetryNever denial, which a block
--- does not change), 'p' Penalize (charge min(n, remaining) without a
--- decision). Refund scripts pass 'r'.
+-- does not change; like any AllowN it converts and stores the key's state
+-- under an earlier policy), 'n' the same for Peek (stores nothing), 'p'
+-- Penalize (charge min(n, remaining) without a decision, whatever a block
+-- says). Refund scripts pass 'r'.
 local function writes(mode)
-  return mode == '1' or mode == 'p' or mode == 'r'
+  return mode == '1' or mode == 'x' or mode == 'p' or mode == 'r'
 end
 
 -- maxBlock is the longest block, 100 years in µs (ratelimit's maxPeriod).
@@ -183,10 +185,36 @@ local function blockedUntil(now)
   return nil
 end
 
+-- unstored is set by inherit (chain.lua) when the script decides on the
+-- conversion of the client's state under an earlier policy without storing
+-- it (a Peek, or a blocked AllowN): that state is made anew, at each call's
+-- now, until a decision stores it.
+local unstored = false
+
+-- blockEnd is the end of the block in force on the client, for an AllowN
+-- or a Peek that the block answers (see decisionMode); nil otherwise.
+local blockEnd
+
+-- decisionMode returns the mode a decision script runs in at now, given
+-- its mode argument. A block in force answers AllowN ('1') and Peek ('0')
+-- with a denial computed on a Peek(0) of the key's state: a blocked AllowN
+-- runs as a Peek, so that it stores nothing, not even the conversion of
+-- the key's state under an earlier policy (as in memory, where the
+-- conversion then happens at the first decision after the block).
+local function decisionMode(now, mode)
+  if mode == '1' or mode == '0' then
+    blockEnd = blockedUntil(now)
+    if blockEnd then
+      return '0'
+    end
+  end
+  return mode
+end
+
 -- finish ends a decision script: decide(n, commit) decides n events on the
 -- state the script loaded (committing when asked) and returns the
--- script's reply. A block in force answers AllowN and Peek with a denial
--- until its end; a penalty charges what the state has left, up to n.
+-- script's reply. A block in force (blockEnd) answers with a denial until
+-- its end; a penalty charges what the state has left, up to n.
 local function finish(now, n, mode, decide)
   if mode == 'p' then
     local m = math.min(n, decide(0, false)[2])
@@ -195,12 +223,16 @@ local function finish(now, n, mode, decide)
     end
     return {1, 0, 0, 0}
   end
-  if mode ~= 'n' then
-    local untilT = blockedUntil(now)
-    if untilT then
-      local wait = untilT - now
-      return {0, 0, wait, math.max(wait, decide(0, false)[4])}
+  if blockEnd then
+    -- A denial that the caller may remember until its RetryAfter (0), or
+    -- (2) one whose ResetAfter comes from an unstored conversion: not
+    -- shorter a moment later, as a remembered one would be.
+    local wait = blockEnd - now
+    local denied = 0
+    if unstored then
+      denied = 2
     end
+    return {denied, 0, wait, math.max(wait, decide(0, false)[4])}
   end
   return decide(n, mode == '1')
 end

@@ -13,7 +13,7 @@ local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local mode = ARGV[9]
+local mode = decisionMode(now, ARGV[9])
 
 local s, e, i = qPeriod(now, 4)
 if not s then
@@ -25,7 +25,9 @@ local u = inherit(now, 10, limit, mode, function(u)
 end)
 local st, en, count = qLoad(key, now, limit, s, e, 4, i)
 if u and not writes(mode) then
-  count = u
+  -- A Peek of inherited state: the current period charged u, whatever
+  -- was loaded.
+  st, en, count = s, e, u
 end
 local at = now
 if st > now then

@@ -12,7 +12,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local mode = ARGV[5]
+local mode = decisionMode(now, ARGV[5])
 
 local u = inherit(now, 6, limit, mode, function(u)
   local k = fdiv(now, w)
@@ -20,7 +20,9 @@ local u = inherit(now, 6, limit, mode, function(u)
 end)
 local storedK, storedCur, storedPrev = scLoad(key, now, limit, w)
 if u and not writes(mode) then
-  storedCur = u
+  -- A Peek of inherited state: a fresh state charged u, whatever was
+  -- loaded.
+  storedK, storedCur, storedPrev = fdiv(now, w), u, 0
 end
 
 -- roll: the state as seen at now, and the time elapsed in window k.

@@ -17,7 +17,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local mode = ARGV[5]
+local mode = decisionMode(now, ARGV[5])
 
 local u = inherit(now, 6, limit, mode, function(u)
   redis.call('ZADD', key, 0, 'b', int(u), int(now))

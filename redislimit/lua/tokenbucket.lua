@@ -14,7 +14,7 @@ local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local mode = ARGV[6]
+local mode = decisionMode(now, ARGV[6])
 local full = capacity * p
 
 local u = inherit(now, 7, capacity, mode, function(u)
