@@ -240,9 +240,15 @@ func TestObserverWaitN(t *testing.T) {
 	e = obs.requireOne(t, "WaitN above the limit", ratelimit.OutcomeError, 2, obs.peekDecision(), err)
 	require.True(t, e.Wait)
 
-	short, cancel := context.WithTimeout(ctx, time.Millisecond)
+	// A wait of an hour against a deadline of seconds: refused at once,
+	// however slow a loaded machine makes the round trip to Redis.
+	slow := mustNew(t, c, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 1), WithPrefix(uniquePrefix(t)),
+		WithObserver(obs), WithName("login"), WithDenyCache(0))
+	require.NoError(t, slow.Wait(ctx, "k"))
+	obs.requireOne(t, "Wait on the slow limiter", ratelimit.OutcomeAllowed, 1, obs.peekDecision(), nil)
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err = l.WaitN(short, "k", 1)
+	err = slow.WaitN(short, "k", 1)
 	require.ErrorIs(t, err, ratelimit.ErrDeadline)
 	obs.requireOne(t, "WaitN past the deadline", ratelimit.OutcomeError, 1, obs.peekDecision(), err)
 

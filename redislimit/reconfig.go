@@ -2,7 +2,6 @@ package redislimit
 
 import (
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -36,6 +35,9 @@ type generation struct {
 	// call would find it fresh).
 	inflight atomic.Int64
 	sealed   atomic.Bool
+	// replaced is closed once the next generation is published: calls that
+	// found this one sealed wait for it rather than spin.
+	replaced chan struct{}
 }
 
 // acquire returns the current generation, counted as in use until release.
@@ -47,7 +49,7 @@ func (l *Limiter) acquire() *generation {
 			return g
 		}
 		g.inflight.Add(-1)
-		runtime.Gosched()
+		<-g.replaced
 	}
 }
 
@@ -153,7 +155,7 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*ge
 	if err != nil {
 		return nil, err
 	}
-	g := &generation{policy: p, scripts: sc, natural: l.naturalPrefix(sc.code, p)}
+	g := &generation{policy: p, scripts: sc, natural: l.naturalPrefix(sc.code, p), replaced: make(chan struct{})}
 	g.salt, g.prefix = salted(g.natural, prev)
 	if len(prev) > 0 && int64(p.Limit) > maxLinkLimit {
 		return nil, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, p.Limit)
@@ -308,6 +310,7 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 		time.Sleep(50 * time.Microsecond)
 	}
 	l.cur.Store(g)
+	close(old.replaced)
 	return nil
 }
 
