@@ -145,17 +145,19 @@
 // first) names keys as the process that went through the changes; give
 // every process the same list.
 //
-// Rolling a change out over several processes: a process still on the old
-// policy keeps counting under the old keys, and a key a new process has
-// converted is deleted under the old policy, so an old process sees that
-// key fresh (a full quota under the old policy) until it switches. Roll out
-// safely by tightening in two steps — first deploy the new policy with
-// WithPrevious everywhere at once (or call SetPolicy in every process
-// within a short interval), and prefer changes whose brief double-counting
-// is acceptable (a loosening); a tightening is exact only once every
-// process runs it. In one process, SetPolicy lets calls under the old
-// policy finish before any runs under the new one, and starts an empty
-// deny cache and a new local fallback.
+// Rolling a change out over several processes: every process converts
+// only under the policies it knows. A process still on the old policy
+// keeps counting under the old keys, and a key that a process on the new
+// policy has converted is deleted there, so an old process sees that key
+// fresh and may admit up to one more quota of the old policy for it, until
+// it switches too. A change is therefore exact once every process runs it;
+// keep the window short: switch every process at once (call SetPolicy in
+// each when your configuration changes, or restart them together with the
+// new policy and WithPrevious), rather than in a slow rolling deploy. A
+// process started after the change needs WithPrevious with the same list
+// of previous policies as the others. Within one process, SetPolicy lets
+// calls under the old policy finish before any runs under the new one,
+// and starts an empty deny cache and a new local fallback.
 //
 // # Failures
 //
