@@ -358,7 +358,7 @@ func (t *Tiered) named(name string) (KeyedLimiter, error) {
 }
 
 // followTiers follows l, while it is a *Tiered, to the limiter holding
-// key's state.
+// key's state. A Tiered's tiers exist before it does, so nesting ends.
 func followTiers(ctx context.Context, key string, l KeyedLimiter) (KeyedLimiter, error) {
 	for {
 		inner, ok := l.(*Tiered)

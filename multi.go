@@ -262,9 +262,7 @@ func decideAllLocked(n int, dims []Dimension, gens []*generation, ds []Decision,
 		nows[i] = k.ts.Now()
 		var v verdict
 		var err error
-		if k.blocks.count.Load() == 0 {
-			v, err = g.store.decideLocked(nows[i], d.Key, n, inspect)
-		} else if left, blocked := k.blocks.left(d.Key, nows[i]); blocked && blockApplies(n, g.limit, consume) {
+		if left, blocked := k.blocks.left(d.Key, nows[i]); blocked && blockApplies(n, g.limit, consume) {
 			v, err = g.store.decideLocked(nows[i], d.Key, 0, inspect)
 			v = blockedVerdict(v, left)
 		} else {
@@ -433,14 +431,10 @@ func NewTiered(tierOf func(ctx context.Context, key string) string, tiers map[st
 // httplimit, call Tier once and use the limiter it returns.
 func (t *Tiered) Tier(ctx context.Context, key string) (string, KeyedLimiter, error) {
 	name, l, err := t.tier(ctx, key)
-	// A Tiered's tiers exist before it does, so nesting ends.
-	for err == nil {
-		inner, ok := l.(*Tiered)
-		if !ok {
-			break
-		}
-		_, l, err = inner.tier(ctx, key)
+	if err != nil {
+		return name, nil, err
 	}
+	l, err = followTiers(ctx, key, l)
 	return name, l, err
 }
 
