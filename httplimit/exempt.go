@@ -196,9 +196,7 @@ func (m *Middleware) serveExempt(w http.ResponseWriter, r *http.Request, n int, 
 		}
 	}
 	if m.observer != nil {
-		for i := range m.limits {
-			m.observe(r, &m.limits[i], ratelimit.OutcomeExempt, n)
-		}
+		m.observeAll(r, ratelimit.OutcomeExempt, n)
 	}
 	next.ServeHTTP(w, r)
 }
@@ -207,19 +205,24 @@ func (m *Middleware) serveExempt(w http.ResponseWriter, r *http.Request, n int, 
 // denied networks when l is nil.
 func (m *Middleware) denyListed(w http.ResponseWriter, r *http.Request, n int, l *limit) {
 	den := Denial{Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Never: true, Err: ErrDenied}
-	if l != nil {
+	switch {
+	case l != nil:
 		den.Limit = l.Name
-	}
-	if m.observer != nil {
-		if l != nil {
+		if m.observer != nil {
 			m.observe(r, l, ratelimit.OutcomeDenied, n)
-		} else {
-			for i := range m.limits {
-				m.observe(r, &m.limits[i], ratelimit.OutcomeDenied, n)
-			}
 		}
+	case m.observer != nil:
+		m.observeAll(r, ratelimit.OutcomeDenied, n)
 	}
 	m.denied(w, r, den)
+}
+
+// observeAll reports r to m.observer for every limit, with outcome o, as
+// observe does; m.observer is not nil.
+func (m *Middleware) observeAll(r *http.Request, o ratelimit.Outcome, n int) {
+	for i := range m.limits {
+		m.observe(r, &m.limits[i], o, n)
+	}
 }
 
 // observe reports to m.observer that l let r through as exempt
@@ -237,14 +240,4 @@ func (m *Middleware) observe(r *http.Request, l *limit, o ratelimit.Outcome, n i
 		e.Err = ErrDenied
 	}
 	m.observer.Observe(r.Context(), e)
-}
-
-// writeForbidden is [WriteDenied]'s answer to a request a denylist
-// refused.
-func writeForbidden(w http.ResponseWriter) {
-	h := w.Header()
-	h[keyCType] = []string{"application/json; charset=utf-8"}
-	h[keyNoSniff] = []string{"nosniff"}
-	w.WriteHeader(http.StatusForbidden)
-	_, _ = w.Write([]byte(`{"error":"Forbidden","message":"request denied","retryNever":true}` + "\n"))
 }

@@ -628,3 +628,20 @@ func FuzzNetworksTrustOnlyTrustedProxies(f *testing.F) {
 		}
 	})
 }
+
+// TestDenialBeatsAnEarlierLimitsExemption: a key one limit exempts and a
+// later one denies is refused, and the observer hears only of the denial,
+// not of an exemption the request never got.
+func TestDenialBeatsAnEarlierLimitsExemption(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t, epoch)
+	var obs events
+	mw := newMW(t, []Limit{
+		{Name: "api", Key: KeyByAPIKey(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock), ExemptKeys: []string{"partner"}},
+		{Name: "abuse", Key: KeyByAPIKey(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock), DeniedKeys: []string{"partner"}},
+	}, WithClock(mock), WithObserver(&obs))
+	srv := loopback(t, mw.Handler(okHandler))
+	a := get(t, srv, HeaderAPIKey, "partner")
+	assert.Equal(t, http.StatusForbidden, a.code)
+	assert.Equal(t, []ratelimit.Event{deniedEvent("abuse", ratelimit.OutcomeDenied, 1)}, obs.take())
+}

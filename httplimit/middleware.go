@@ -119,13 +119,14 @@ type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Denial)
 //
 //	{"error":"Forbidden","message":"request denied","retryNever":true}
 func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
-	if d.Err != nil && errors.Is(d.Err, ErrDenied) {
-		writeForbidden(w)
-		return
-	}
 	h := w.Header()
 	h[keyCType] = []string{"application/json; charset=utf-8"}
 	h[keyNoSniff] = []string{"nosniff"}
+	if errors.Is(d.Err, ErrDenied) {
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"error":"Forbidden","message":"request denied","retryNever":true}` + "\n"))
+		return
+	}
 	w.WriteHeader(http.StatusTooManyRequests)
 	b := make([]byte, 0, 160)
 	b = append(b, `{"error":"Too Many Requests","message":`...)
@@ -325,13 +326,12 @@ type charge struct {
 	limiter ratelimit.KeyedLimiter // l.Limiter, or the request's tier of it
 	key     string
 	// err is why the limit cannot decide: the tier could not be resolved
-	// (deny with it), or errListed.
+	// (deny with it).
 	err error
+	// listed is set for a limit in shadow mode whose DeniedKeys hold key:
+	// its denial is reported, nothing charged.
+	listed bool
 }
-
-// errListed is the err of a charge whose key is in its limit's DeniedKeys,
-// for a limit in shadow mode: its denial is reported, nothing charged.
-var errListed = errors.New("ratelimit: key in the DeniedKeys of a shadow limit")
 
 // verdict is what the limits decided for one request: the Decision to
 // report and where it came from.
@@ -423,14 +423,17 @@ func (m *Middleware) requestCost(r *http.Request) (n int, allShadow, exempt bool
 // gather appends to cs the limits that apply to r, enforced ones first,
 // and returns them with the number of enforced ones. It resolves each
 // *ratelimit.Tiered to the request's tier, calling its tier function once.
-// It leaves out the limits whose ExemptKeys hold the request's key,
-// reporting them to the observer, and stops at the first enforced limit
-// whose DeniedKeys hold it, returning that limit.
+// It leaves out the limits whose ExemptKeys hold the request's key, and
+// stops at the first enforced limit whose DeniedKeys hold it, returning
+// that limit. The exemptions are reported to the observer only when no
+// denylist refuses the request: denial beats exemption.
 func (m *Middleware) gather(r *http.Request, n int, allShadow bool, cs []charge) ([]charge, int, *limit) {
 	passes := 1
 	if m.hasShadow || allShadow {
 		passes = 2
 	}
+	var exemptBuf [maxInline]*limit
+	exempt := exemptBuf[:0] // with an observer: the limits to report as exempt
 	enforced := 0
 	for pass := 0; pass < passes; pass++ {
 		for i := range m.limits {
@@ -442,16 +445,16 @@ func (m *Middleware) gather(r *http.Request, n int, allShadow bool, cs []charge)
 			if !ok {
 				continue
 			}
-			var listed error
+			listed := false
 			if l.lists {
-				switch {
-				case l.deniedKeys.has(key) && pass == 0:
-					return cs, len(cs), l
-				case l.deniedKeys.has(key):
-					listed = errListed // reported when the shadow limits are
-				case l.exemptKeys.has(key):
+				if l.deniedKeys.has(key) {
+					if pass == 0 {
+						return cs, len(cs), l
+					}
+					listed = true // reported when the shadow limits are
+				} else if l.exemptKeys.has(key) {
 					if m.observer != nil {
-						m.observe(r, l, ratelimit.OutcomeExempt, n)
+						exempt = append(exempt, l)
 					}
 					continue
 				}
@@ -459,8 +462,8 @@ func (m *Middleware) gather(r *http.Request, n int, allShadow bool, cs []charge)
 			if len(key) > MaxKeyLen {
 				key = digestKey(key)
 			}
-			c := charge{l: l, limiter: l.Limiter, key: key, err: listed}
-			if l.tiered != nil && listed == nil {
+			c := charge{l: l, limiter: l.Limiter, key: key, listed: listed}
+			if l.tiered != nil && !listed {
 				_, c.limiter, c.err = l.tiered.Tier(r.Context(), key)
 			}
 			cs = append(cs, c)
@@ -468,6 +471,9 @@ func (m *Middleware) gather(r *http.Request, n int, allShadow bool, cs []charge)
 		if pass == 0 {
 			enforced = len(cs)
 		}
+	}
+	for _, l := range exempt {
+		m.observe(r, l, ratelimit.OutcomeExempt, n)
 	}
 	return cs, enforced, nil
 }
@@ -525,7 +531,7 @@ func (m *Middleware) shadow(r *http.Request, n int, cs []charge, enforced int, v
 	compete := m.shadowHeaders || enforced == 0
 	for i := enforced; i < len(cs); i++ {
 		c := &cs[i]
-		if c.err == errListed { // its DeniedKeys would refuse the request
+		if c.listed { // its DeniedKeys would refuse the request
 			if m.observer != nil {
 				m.observe(r, c.l, ratelimit.OutcomeShadow, n)
 			}

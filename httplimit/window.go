@@ -36,11 +36,11 @@ func (c *windowCache) windowAt(p ratelimit.Policy, now int64) time.Duration {
 		return w
 	}
 	t := time.Unix(0, now)
-	w := p.WindowAt(t)
 	start, end, err := p.Calendar.Period(t)
 	if err != nil {
-		return w // not a calendar a limiter accepts: nothing worth caching
+		return p.WindowAt(t) // not a calendar a limiter accepts: nothing worth caching
 	}
+	w := end.Sub(start) // p.WindowAt(t), from the period in hand
 	slot.Store(&cachedWindow{p: p, start: start.UnixNano(), end: end.UnixNano(), w: w})
 	return w
 }
