@@ -1,8 +1,9 @@
 // Package calendar computes the periods of calendar quotas: days, weeks,
 // months and years as a time zone's wall clock defines them, starting at a
 // reset time of day. The in-memory quota of package ratelimit and the Redis
-// quota of package redislimit both take their boundaries from here, which
-// is what keeps their decisions identical.
+// quota of package redislimit (through ratelimit.Calendar.Period) both take
+// their boundaries from here, which is what keeps their decisions
+// identical.
 //
 // A period starts at the instant the zone's wall clock reads the reset time
 // on the period's first day. Two rules cover the reset times that daylight
@@ -131,26 +132,6 @@ func (s Spec) firstDay(local time.Time) (int, time.Month, int) {
 	return y, m, d
 }
 
-// Starts returns the starts of count consecutive periods beginning with the
-// one offset periods away from the one containing t (offset -1: the
-// previous one), and the end of the last: count+1 instants.
-func (s Spec) Starts(t time.Time, offset, count int) []time.Time {
-	start, _ := s.Period(t)
-	for ; offset < 0; offset++ {
-		start, _ = s.Period(start.Add(-time.Nanosecond))
-	}
-	for ; offset > 0; offset-- {
-		_, start = s.Period(start)
-	}
-	out := make([]time.Time, 0, count+1)
-	out = append(out, start)
-	for i := 0; i < count; i++ {
-		_, start = s.Period(start)
-		out = append(out, start)
-	}
-	return out
-}
-
 // after returns the start of the period after the one starting at b: the
 // first boundary later than b. It starts from the period of b's local date
 // rather than stepping from b's own first day, because a gap can push a
@@ -187,16 +168,11 @@ func (s Spec) step(y int, m time.Month, d int, n int) (int, time.Month, int) {
 }
 
 // boundary returns the instant the period whose first day is y-m-d starts:
-// when the wall clock in s.Loc reads that day at the reset time, with the
-// package's rules for a time that does not exist or occurs twice.
+// when the wall clock in s.Loc reads that day at the reset time; the end
+// of the gap when that time is skipped, its first occurrence when it is
+// repeated.
 func (s Spec) boundary(y int, m time.Month, d int) time.Time {
-	return WallInstant(y, m, d, s.Hour, s.Minute, s.Loc)
-}
-
-// WallInstant returns the instant at which the wall clock in loc reads
-// y-m-d hh:mm: the end of the gap when that time is skipped, its first
-// occurrence when it is repeated.
-func WallInstant(y int, m time.Month, d, hh, mm int, loc *time.Location) time.Time {
+	hh, mm, loc := s.Hour, s.Minute, s.Loc
 	want := time.Date(y, m, d, hh, mm, 0, 0, time.UTC)
 	t := time.Date(y, m, d, hh, mm, 0, 0, loc)
 	if got := wall(t); !got.Equal(want) {

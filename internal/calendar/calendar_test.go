@@ -110,20 +110,6 @@ func TestPeriodsTile(t *testing.T) {
 	}
 }
 
-func TestStarts(t *testing.T) {
-	spec := Spec{Unit: Day, Loc: time.UTC, MonthDay: 1}
-	got := spec.Starts(at(time.UTC, "2026-03-01 12:00"), -1, 3)
-	want := []string{"2026-02-28", "2026-03-01", "2026-03-02", "2026-03-03"}
-	if len(got) != len(want) {
-		t.Fatalf("Starts: %v", got)
-	}
-	for i := range want {
-		if got[i].Format("2006-01-02") != want[i] || got[i].Hour() != 0 {
-			t.Fatalf("Starts[%d] = %v, want %s", i, got[i], want[i])
-		}
-	}
-}
-
 func TestValidate(t *testing.T) {
 	for _, s := range []Spec{
 		{Unit: 0, Loc: time.UTC, MonthDay: 1},
