@@ -95,7 +95,7 @@ var (
 	slidingCounterScripts = newAlgoScripts(scLua, slidingCounterLua, slidingCounterRefundLua)
 	quotaScripts          = newAlgoScripts(qLua, quotaLua, quotaRefundLua)
 	blockScript           = redis.NewScript(preludeLua + blockLua)
-	resetScript           = redis.NewScript(resetLua)
+	resetScript           = redis.NewScript(preludeLua + resetLua)
 )
 
 // maxExact is 2^53: Lua numbers are doubles, exact for integers below it.

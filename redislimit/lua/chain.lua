@@ -85,15 +85,6 @@ local function remainingOf(code, key, now, limit, x, y)
   return limit
 end
 
--- remove deletes a previous policy's key (UNLINK where the server has it:
--- a sliding log may be large).
-local function remove(key)
-  local r = redis.pcall('UNLINK', key)
-  if type(r) == 'table' then
-    redis.call('DEL', key)
-  end
-end
-
 -- inherit converts the client's state under a previous policy when it has
 -- none under the current one (KEYS[1]): u = the old limit minus the old
 -- remaining quota at now, then each later change's mode in turn (keep:
@@ -111,11 +102,10 @@ local function inherit(now, at, limit, mode, charge)
   -- used nothing: then it may be a key left over, idle, from before a
   -- previous policy of the same name was forgotten (see below), and a
   -- previous policy's state goes first, as in memory.
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    local c = at + 1 + m * 5
-    if limit - remainingOf(ARGV[c], KEYS[1], now, limit, tonumber(ARGV[c + 1]), tonumber(ARGV[c + 2])) > 0 then
-      return nil
-    end
+  -- (remainingOf reads a missing key as fresh: nothing used.)
+  local c = at + 1 + m * 5
+  if limit - remainingOf(ARGV[c], KEYS[1], now, limit, tonumber(ARGV[c + 1]), tonumber(ARGV[c + 2])) > 0 then
+    return nil
   end
   -- The newest previous policy whose state has used something is the one
   -- to convert: a conversion deletes the client's keys under every
@@ -159,10 +149,10 @@ local function inherit(now, at, limit, mode, charge)
   unstored = not writes(mode)
   if writes(mode) then
     for i = 1, m do
-      remove(KEYS[2 + i])
+      unlink(KEYS[2 + i])
     end
     if u > 0 then
-      remove(KEYS[1])
+      unlink(KEYS[1])
       charge(u)
     end
   end

@@ -12,10 +12,7 @@ local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
 local mode = decisionMode(now, ARGV[5])
 
-local u = inherit(now, 6, limit, mode, function(u)
-  local k = fdiv(now, w)
-  redis.call('SET', key, int(k) .. ' ' .. int(u), 'PX', ttl((k + 1) * w - now))
-end)
+local u = inherit(now, 6, limit, mode, function(u) fwCharged(key, now, u, w) end)
 local storedK, count = fwLoad(key, now, limit, w)
 if u and not writes(mode) then
   -- A Peek of inherited state: a fresh window charged u, whatever was

@@ -8,10 +8,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-inherit(now, 6, limit, 'r', function(u)
-  local k = fdiv(now, w)
-  redis.call('SET', key, int(k) .. ' ' .. int(u), 'PX', ttl((k + 1) * w - now))
-end)
+inherit(now, 6, limit, 'r', function(u) fwCharged(key, now, u, w) end)
 local k, stored = fwLoad(key, now, limit, w)
 if fdiv(now, w) ~= k or stored == 0 then
   return 0

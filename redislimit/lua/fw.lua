@@ -10,3 +10,10 @@ local function fwLoad(key, now, limit, w)
   end
   return fdiv(now, w), 0
 end
+
+-- fwCharged stores at key u events counted in the window of now: the state
+-- a previous policy's usage converts to (chain.lua).
+local function fwCharged(key, now, u, w)
+  local k = fdiv(now, w)
+  redis.call('SET', key, int(k) .. ' ' .. int(u), 'PX', ttl((k + 1) * w - now))
+end

@@ -11,3 +11,9 @@ local function lbLoad(key, now, span)
   end
   return now
 end
+
+-- lbCharged stores at key an empty bucket charged u events at now: the
+-- state a previous policy's usage converts to (chain.lua).
+local function lbCharged(key, now, u, every)
+  redis.call('SET', key, int(now + u * every), 'PX', ttl(u * every))
+end

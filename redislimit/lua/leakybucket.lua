@@ -14,9 +14,7 @@ local every = tonumber(ARGV[4])
 local mode = decisionMode(now, ARGV[5])
 local span = capacity * every
 
-local u = inherit(now, 6, capacity, mode, function(u)
-  redis.call('SET', key, int(now + u * every), 'PX', ttl(u * every))
-end)
+local u = inherit(now, 6, capacity, mode, function(u) lbCharged(key, now, u, every) end)
 local empty = lbLoad(key, now, span)
 if u and not writes(mode) then
   empty = now + u * every

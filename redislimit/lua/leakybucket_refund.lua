@@ -8,9 +8,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
-inherit(now, 6, capacity, 'r', function(u)
-  redis.call('SET', key, int(now + u * every), 'PX', ttl(u * every))
-end)
+inherit(now, 6, capacity, 'r', function(u) lbCharged(key, now, u, every) end)
 local empty = lbLoad(key, now, capacity * every)
 if empty <= now then
   return 0

@@ -98,6 +98,15 @@ end
 -- forged, and read as fresh. One minute, the same as the client-time slack.
 local maxSkew = 60000000
 
+-- unlink deletes key, off Redis's main thread where the server can
+-- (UNLINK, Redis 4+: a sliding log may hold many entries).
+local function unlink(key)
+  local r = redis.pcall('UNLINK', key)
+  if type(r) == 'table' then
+    redis.call('DEL', key)
+  end
+end
+
 -- load returns the string stored at key, or nil when there is none or the
 -- key holds another type (SET replaces any type, so the next write repairs
 -- it).

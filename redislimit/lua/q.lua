@@ -58,3 +58,9 @@ local function qRemaining(key, now, limit)
   end
   return limit
 end
+
+-- qCharged stores at key u events counted in the period [s, e) holding
+-- now: the state a previous policy's usage converts to (chain.lua).
+local function qCharged(key, now, u, s, e)
+  redis.call('SET', key, int(s) .. ' ' .. int(e) .. ' ' .. int(u), 'PX', ttl(e - now))
+end

@@ -20,9 +20,7 @@ if not s then
   return redis.error_reply('ratelimit: Redis clock more than a period away from the application\'s (calendar quota)')
 end
 
-local u = inherit(now, 10, limit, mode, function(u)
-  redis.call('SET', key, int(s) .. ' ' .. int(e) .. ' ' .. int(u), 'PX', ttl(e - now))
-end)
+local u = inherit(now, 10, limit, mode, function(u) qCharged(key, now, u, s, e) end)
 local st, en, count = qLoad(key, now, limit, s, e, 4, i)
 if u and not writes(mode) then
   -- A Peek of inherited state: the current period charged u, whatever

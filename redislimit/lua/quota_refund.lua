@@ -12,9 +12,7 @@ local s, e, i = qPeriod(now, 4)
 if not s then
   return redis.error_reply('ratelimit: Redis clock more than a period away from the application\'s (calendar quota)')
 end
-inherit(now, 10, limit, 'r', function(u)
-  redis.call('SET', key, int(s) .. ' ' .. int(e) .. ' ' .. int(u), 'PX', ttl(e - now))
-end)
+inherit(now, 10, limit, 'r', function(u) qCharged(key, now, u, s, e) end)
 local st, en, stored = qLoad(key, now, limit, s, e, 4, i)
 if st ~= s or stored == 0 then
   return 0

@@ -3,9 +3,6 @@
 --
 -- KEYS     the client's keys (the same hash tag: one slot)
 for _, key in ipairs(KEYS) do
-  local r = redis.pcall('UNLINK', key)
-  if type(r) == 'table' then
-    redis.call('DEL', key)
-  end
+  unlink(key)
 end
 return 1

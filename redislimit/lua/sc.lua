@@ -13,3 +13,11 @@ local function scLoad(key, now, limit, w)
   end
   return fdiv(now, w), 0, 0
 end
+
+-- scCharged stores at key u events counted in the window of now and none
+-- in the previous: the state a previous policy's usage converts to
+-- (chain.lua).
+local function scCharged(key, now, u, w)
+  local k = fdiv(now, w)
+  redis.call('SET', key, int(k) .. ' ' .. int(u) .. ' 0', 'PX', ttl((k + 2) * w - now))
+end

@@ -34,15 +34,10 @@ local slMaxBase = 4503599627370496
 -- a call can add, so they drain, and few enough to bound every call.
 local slDrop = 16
 
--- slRemove deletes a sliding log key, off Redis's main thread where the
--- server can (UNLINK, Redis 4+: a log may hold many entries).
+-- slRemove deletes a sliding log key unless ro (read only).
 local function slRemove(key, ro)
-  if ro then
-    return
-  end
-  local r = redis.pcall('UNLINK', key)
-  if type(r) == 'table' then
-    redis.call('DEL', key)
+  if not ro then
+    unlink(key)
   end
 end
 
@@ -149,4 +144,11 @@ local function slRebase(key, base)
     end
   end
   return base
+end
+
+-- slCharged stores at key a log of u events at now: the state a previous
+-- policy's usage converts to (chain.lua).
+local function slCharged(key, now, u, w)
+  redis.call('ZADD', key, 0, 'b', int(u), int(now))
+  expire(key, w)
 end

@@ -8,10 +8,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-inherit(now, 6, limit, 'r', function(u)
-  local k = fdiv(now, w)
-  redis.call('SET', key, int(k) .. ' ' .. int(u) .. ' 0', 'PX', ttl((k + 2) * w - now))
-end)
+inherit(now, 6, limit, 'r', function(u) scCharged(key, now, u, w) end)
 local storedK, storedCur, storedPrev = scLoad(key, now, limit, w)
 if storedCur == 0 and storedPrev == 0 then
   return 0

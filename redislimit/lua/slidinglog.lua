@@ -19,10 +19,7 @@ local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
 local mode = decisionMode(now, ARGV[5])
 
-local u = inherit(now, 6, limit, mode, function(u)
-  redis.call('ZADD', key, 0, 'b', int(u), int(now))
-  expire(key, w)
-end)
+local u = inherit(now, 6, limit, mode, function(u) slCharged(key, now, u, w) end)
 local base, entries, backTS, backCum = slLoad(key, now, limit, w)
 -- virtual: a Peek of inherited state that was not stored, one entry of u
 -- events at now.

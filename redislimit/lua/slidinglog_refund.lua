@@ -10,10 +10,7 @@ local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-inherit(now, 6, limit, 'r', function(u)
-  redis.call('ZADD', key, 0, 'b', int(u), int(now))
-  expire(key, w)
-end)
+inherit(now, 6, limit, 'r', function(u) slCharged(key, now, u, w) end)
 local _, entries = slLoad(key, now, limit, w)
 if entries == 0 then
   return 0

@@ -17,9 +17,7 @@ local p = tonumber(ARGV[5])
 local mode = decisionMode(now, ARGV[6])
 local full = capacity * p
 
-local u = inherit(now, 7, capacity, mode, function(u)
-  redis.call('SET', key, int(now) .. ' ' .. int(u * p), 'PX', ttl(cdiv(u * p, r)))
-end)
+local u = inherit(now, 7, capacity, mode, function(u) tbCharged(key, now, u, p, r) end)
 local last, debt = tbLoad(key, now, full, r)
 if u and not writes(mode) then
   last, debt = now, u * p

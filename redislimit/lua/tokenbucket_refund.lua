@@ -9,9 +9,7 @@ local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-inherit(now, 7, capacity, 'r', function(u)
-  redis.call('SET', key, int(now) .. ' ' .. int(u * p), 'PX', ttl(cdiv(u * p, r)))
-end)
+inherit(now, 7, capacity, 'r', function(u) tbCharged(key, now, u, p, r) end)
 local last, debt = tbLoad(key, now, capacity * p, r)
 if debt == 0 then
   return 0
