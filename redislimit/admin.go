@@ -28,9 +28,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	err := l.run(ctx, g, resetScript, g.keys(l, key), nil, (*redis.Cmd).Err)
 	l.forget(g, key)
 	if g.fallback != nil {
-		if a, ok := any(g.fallback).(ratelimit.KeyAdmin); ok {
-			_ = a.Reset(ctx, key)
-		}
+		_ = g.fallback.Reset(ctx, key)
 	}
 	return l.adminErr(ctx, "reset", key, err)
 }

@@ -50,14 +50,8 @@ func keyHash(key string) [sha256.Size]byte {
 // key itself with [WithPlainKeys]. The key's block (see [Limiter.Block])
 // is kept beside it in prefix + "blk:{" + digest + "}".
 func (l *Limiter) Key(key string) string {
-	g := l.cur.Load()
-	if l.plain {
-		return g.prefix + key + "}"
-	}
-	var b [keyDigestLen + 1]byte
-	digest(key, (*[keyDigestLen]byte)(b[:keyDigestLen]))
-	b[keyDigestLen] = '}'
-	return g.prefix + string(b[:])
+	var buf [keyDigestLen]byte
+	return l.cur.Load().prefix + l.tag(key, &buf) + "}"
 }
 
 // digest writes the digest of key in its Redis names to buf.

@@ -23,8 +23,13 @@ type generation struct {
 	quota     *quotaBounds // calendar quotas only
 	prev      []link       // previous policies, newest first
 	chainArgs []any        // the scripts' previous-policy arguments; nil without
-	cache     *denyCache   // nil: disabled
-	fallback  *ratelimit.Keyed
+	// names are the key names of a client's keys up to its hash tag, in
+	// the scripts' KEYS order: state, block, state under each previous
+	// policy; namesLen is their total length.
+	names    []string
+	namesLen int
+	cache    *denyCache // nil: disabled
+	fallback *ratelimit.Keyed
 
 	decideScript, refundScript *redis.Script
 
@@ -161,15 +166,24 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*ge
 		return nil, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, p.Limit)
 	}
 	g.prev = prev
+	g.names = append(g.names, g.prefix, l.base+blockInfix)
+	for _, lk := range prev {
+		g.names = append(g.names, lk.prefix)
+	}
+	for _, name := range g.names {
+		g.namesLen += len(name)
+	}
 	g.decideScript, g.refundScript = sc.decide, sc.refund
 	if len(prev) > 0 {
 		g.decideScript, g.refundScript = sc.decideChain, sc.refundChain
 		g.chainArgs = make([]any, 0, 4+5*len(prev))
 		g.chainArgs = append(g.chainArgs, len(prev))
 		for _, lk := range prev {
-			g.chainArgs = append(g.chainArgs, lk.scripts.code, modeArg(lk.mode), lk.policy.Limit, lk.scripts.x, lk.scripts.y)
+			x, y := lk.scripts.chainParams()
+			g.chainArgs = append(g.chainArgs, lk.scripts.code, modeArg(lk.mode), lk.policy.Limit, x, y)
 		}
-		g.chainArgs = append(g.chainArgs, sc.code, sc.x, sc.y)
+		x, y := sc.chainParams()
+		g.chainArgs = append(g.chainArgs, sc.code, x, y)
 	}
 	if p.Algorithm == ratelimit.QuotaAlgorithm {
 		g.quota = &quotaBounds{cal: p.Calendar, limit: int64(p.Limit)}
@@ -230,23 +244,11 @@ func (l *Limiter) tag(key string, buf *[keyDigestLen]byte) string {
 func (g *generation) keys(l *Limiter, key string) []string {
 	var buf [keyDigestLen]byte
 	tag := l.tag(key, &buf)
-	size := len(g.prefix) + len(l.base) + len(blockInfix) + 2*(len(tag)+1)
-	for _, lk := range g.prev {
-		size += len(lk.prefix) + len(tag) + 1
-	}
-	b := make([]byte, 0, size)
-	keys := make([]string, 2+len(g.prev))
-	for i := range keys {
+	b := make([]byte, 0, g.namesLen+len(g.names)*(len(tag)+1))
+	keys := make([]string, len(g.names))
+	for i, name := range g.names {
 		start := len(b)
-		switch i {
-		case 0:
-			b = append(b, g.prefix...)
-		case 1:
-			b = append(b, l.base...)
-			b = append(b, blockInfix...)
-		default:
-			b = append(b, g.prev[i-2].prefix...)
-		}
+		b = append(b, name...)
 		b = append(b, tag...)
 		b = append(b, '}')
 		keys[i] = unsafe.String(unsafe.SliceData(b[start:]), len(b)-start)
@@ -321,21 +323,19 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 func idleTime(lk link) time.Duration {
 	p := lk.policy
 	switch p.Algorithm {
-	case ratelimit.TokenBucketAlgorithm:
-		full := int64(p.Limit) * lk.scripts.y
-		return time.Duration((full+lk.scripts.x-1)/lk.scripts.x) * time.Microsecond
-	case ratelimit.LeakyBucketAlgorithm:
-		return time.Duration(p.Limit) * p.Period
 	case ratelimit.SlidingCounterAlgorithm:
 		return 2 * p.Period
 	case ratelimit.QuotaAlgorithm:
-		// The rest of the period holding the change (a year at most).
-		if _, end, err := p.Calendar.Period(time.Unix(0, lk.changed)); err == nil && lk.changed != 0 {
+		// The rest of the period holding the change (a year at most; a
+		// validated calendar always has its periods).
+		if _, end, err := p.Calendar.Period(time.Unix(0, lk.changed)); err == nil {
 			return time.Duration(end.UnixNano() - lk.changed)
 		}
 		return 367 * 24 * time.Hour
 	}
-	return p.Period
+	// A window; a token bucket's time to refill from empty; a leaky
+	// bucket's time to drain when full.
+	return p.Window()
 }
 
 // String of a link, for tests.

@@ -115,8 +115,21 @@ type scripts struct {
 	algoScripts
 	code       string // key infix: tb, lb, fw, sl, sc, cq
 	params     []any
-	exactRetry bool  // whether "denied until now+RetryAfter" may be cached
-	x, y       int64 // the parameters after the limit, as a previous policy (chain.lua)
+	exactRetry bool // whether "denied until now+RetryAfter" may be cached
+}
+
+// chainParams returns the two parameters after the limit, as chain.lua
+// takes them for a policy (tb: r, p; lb: every; fw, sl, sc: window; cq:
+// none), 0 where the policy has fewer.
+func (s scripts) chainParams() (x, y any) {
+	x, y = int64(0), int64(0)
+	if len(s.params) > 1 {
+		x = s.params[1]
+	}
+	if len(s.params) > 2 {
+		y = s.params[2]
+	}
+	return x, y
 }
 
 // scriptsFor validates pol for Redis and returns its scripts; op names
@@ -160,20 +173,20 @@ func scriptsFor(pol ratelimit.Policy, op string) (scripts, error) {
 				pol.Refill, pol.Period, pol.Limit, bitsOf(limit, p))
 		}
 		return scripts{algoScripts: tokenBucketScripts, code: "tb",
-			params: []any{limit, r, p}, exactRetry: true, x: r, y: p}, nil
+			params: []any{limit, r, p}, exactRetry: true}, nil
 	case ratelimit.LeakyBucketAlgorithm:
 		if limit > maxState/per {
 			return scripts{}, invalid("%s: Policy.Limit (capacity) x Period (leakEvery) must be at most 2^52 µs, the longest bucket Redis Lua handles exactly, got %d x %v", op, pol.Limit, pol.Period)
 		}
 		return scripts{algoScripts: leakyBucketScripts, code: "lb",
-			params: []any{limit, per}, exactRetry: true, x: per}, nil
+			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.FixedWindowAlgorithm:
 		// count + n, both at most limit, must stay exact.
 		if limit > maxState {
 			return scripts{}, invalid("%s: Policy.Limit must be at most 2^52, the largest fixed window limit Redis Lua counts exactly, got %d", op, pol.Limit)
 		}
 		return scripts{algoScripts: fixedWindowScripts, code: "fw",
-			params: []any{limit, per}, exactRetry: true, x: per}, nil
+			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.SlidingLogAlgorithm:
 		// total + n, both at most limit, and the log's cumulative counts
 		// (base + at most limit, base kept at most 2^52) must stay exact.
@@ -181,7 +194,7 @@ func scriptsFor(pol ratelimit.Policy, op string) (scripts, error) {
 			return scripts{}, invalid("%s: Policy.Limit must be at most 2^52, the largest sliding log limit Redis Lua counts exactly, got %d", op, pol.Limit)
 		}
 		return scripts{algoScripts: slidingLogScripts, code: "sl",
-			params: []any{limit, per}, exactRetry: true, x: per}, nil
+			params: []any{limit, per}, exactRetry: true}, nil
 	case ratelimit.SlidingCounterAlgorithm:
 		// The estimate multiplies counts (at most limit) by times within a
 		// window (at most window µs); window ends are now + 2 windows.
@@ -190,7 +203,7 @@ func scriptsFor(pol ratelimit.Policy, op string) (scripts, error) {
 				pol.Limit, pol.Period, float64(limit)*float64(per))
 		}
 		return scripts{algoScripts: slidingCounterScripts, code: "sc",
-			params: []any{limit, per}, exactRetry: false, x: per}, nil
+			params: []any{limit, per}, exactRetry: false}, nil
 	}
 	return scripts{}, invalid("%s: Policy.Algorithm must be one of the six algorithms, got %v", op, pol.Algorithm)
 }
