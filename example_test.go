@@ -82,11 +82,15 @@ func ExampleLeakyBucket_WaitN() {
 	fmt.Println(b.Wait(ctx)) // released at once
 	// The second caller is queued for a second; a third would overflow
 	// the queue of 2 and is refused at once rather than left waiting.
-	go func() { _ = b.Wait(ctx) }()
+	queued, giveUp := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- b.Wait(queued) }()
 	for b.Peek(0).Remaining != 0 {
 		time.Sleep(time.Millisecond)
 	}
 	fmt.Println(b.Wait(ctx))
+	giveUp() // the queued caller stops waiting
+	<-done
 	// Output:
 	// <nil>
 	// ratelimit: queue is full

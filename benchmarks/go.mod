@@ -13,6 +13,7 @@ require (
 	github.com/rlkit/ratelimit/redislimit v0.0.0-00010101000000-000000000000
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/ulule/limiter/v3 v3.11.2
+	go.uber.org/goleak v1.3.0
 	go.uber.org/ratelimit v0.3.1
 	golang.org/x/time v0.14.0
 )

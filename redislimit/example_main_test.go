@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // redisAddr is the address of the Redis server the examples use: REDIS_ADDR,
@@ -18,7 +19,8 @@ import (
 var redisAddr = "localhost:6379"
 
 // TestMain starts a redis-server for the examples (unless REDIS_ADDR names
-// one) and stops it when they are done.
+// one) and stops it when they are done. Then, when the tests passed, it fails
+// the run if a goroutine they started outlives them (goleak).
 func TestMain(m *testing.M) {
 	stop, err := startRedis()
 	if err != nil {
@@ -27,6 +29,12 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak: errors on successful test run:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

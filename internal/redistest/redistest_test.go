@@ -13,13 +13,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // TestMain unsets REDIS_ADDR: these tests check servers the tests own, and TestRedisAddr sets
-// REDIS_ADDR itself to check the external mode.
+// REDIS_ADDR itself to check the external mode. It fails the run when a goroutine started by the
+// tests outlives them.
 func TestMain(m *testing.M) {
 	os.Unsetenv("REDIS_ADDR")
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func TestStartAndDo(t *testing.T) {

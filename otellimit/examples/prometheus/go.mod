@@ -14,6 +14,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/exporters/prometheus v0.63.0
 	go.opentelemetry.io/otel/sdk/metric v1.41.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
