@@ -107,7 +107,8 @@ func (r *Recorder) Ops() []Op {
 func Operations(ops []Op) []porcupine.Operation {
 	out := make([]porcupine.Operation, len(ops))
 	for i, op := range ops {
-		out[i] = porcupine.Operation{ClientId: op.Client, Input: op.Input, Call: op.Call, Output: op.Output, Return: op.Return}
+		in := call{in: op.Input}
+		out[i] = porcupine.Operation{ClientId: op.Client, Input: in, Call: op.Call, Output: op.Output, Return: op.Return}
 	}
 	return out
 }
