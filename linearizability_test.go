@@ -108,6 +108,14 @@ func requireLinearizable(t *testing.T, scenario string, m porcupine.Model, ops [
 	return r
 }
 
+// linVerdict is the verdict to record: linearizable unless t failed.
+func linVerdict(t *testing.T) string {
+	if t.Failed() {
+		return "FAILED: not linearizable (see the test log)"
+	}
+	return "linearizable"
+}
+
 // linShape is the load of the in-memory proofs.
 func linShape(seed uint64, keys ...string) (lincheck.Workload, int) {
 	w := lincheck.Workload{
@@ -153,7 +161,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 		How: fmt.Sprintf("one limiter per algorithm (%d algorithms) on a manual clock; %d goroutines released together, "+
 			"%d calls each per phase (AllowN n=1..%d, %d%% Peek), %d phases with the clock moved between them by seeded steps; "+
 			"checked with porcupine against the same policy's limiter replayed sequentially", len(linAlgorithms), w.Clients, w.PerPhase, w.MaxN, w.Peeks, phases),
-		Ops: st.ops, Histories: st.hist, Verdict: "linearizable", Seed: int64(seed), Notes: st.notes,
+		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
 	})
 }
 
@@ -197,7 +205,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 		How: fmt.Sprintf("ratelimit.NewKeyed per algorithm on a manual clock, %d keys (one history each); %d goroutines released together, "+
 			"%d calls each per phase on random keys (AllowN n=1..%d, %d%% Peek), %d phases with seeded clock steps between them; "+
 			"each key checked with porcupine against a fresh limiter of the policy replayed", len(keys), w.Clients, 2*w.PerPhase, w.MaxN, w.Peeks, phases),
-		Ops: st.ops, Histories: st.hist, Verdict: "linearizable", Seed: int64(seed), Notes: st.notes,
+		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
 	})
 }
 

@@ -1,9 +1,11 @@
 package lincheck
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,8 +43,9 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 // up after timeout (Verdict Unknown). Unless the history is linearizable,
 // it writes porcupine's visualisation to <scenario>.html in tb.TempDir()
 // and, when RLKIT_RELIABILITY_OUT is set, there too, and logs the paths.
-// It fails tb only if a visualisation cannot be written; the caller
-// asserts the verdict.
+// It also writes the history there as <scenario>.json (the operations, for
+// [Recorder.Add] to load again). It fails tb only if these cannot be
+// written; the caller asserts the verdict.
 func Check(tb testing.TB, scenario string, m porcupine.Model, ops []Op, timeout time.Duration) Result {
 	tb.Helper()
 	history := Operations(ops)
@@ -73,7 +76,15 @@ func Check(tb testing.TB, scenario string, m porcupine.Model, ops []Op, timeout 
 		if r.File == "" {
 			r.File = path
 		}
-		tb.Logf("lincheck %s: visualisation in %s", scenario, path)
+		b, err := json.Marshal(ops)
+		if err != nil {
+			tb.Fatalf("lincheck: %v", err)
+		}
+		hist := strings.TrimSuffix(path, ".html") + ".json"
+		if err := os.WriteFile(hist, b, 0o644); err != nil {
+			tb.Fatalf("lincheck: writing the history: %v", err)
+		}
+		tb.Logf("lincheck %s: visualisation in %s, history (JSON operations) in %s", scenario, path, hist)
 	}
 	return r
 }
