@@ -234,13 +234,14 @@ func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 	t.Parallel()
 	seed := linSeed(t)
 	p := ratelimit.TokenBucketPolicy(ratelimit.Per(20, time.Second), 30)
+	phases := reliability.Pick(4, 20)
 	run := func(clients int) ([]lincheck.Op, porcupine.Model) {
 		clk := lincheck.NewClock(linStart)
 		inner, err := p.NewLimiter(ratelimit.WithClock(clk))
 		require.NoError(t, err)
 		b := racyBucket{inner: inner}
 		w := lincheck.Workload{Clients: clients, PerPhase: 64 / clients, Keys: []string{"k"}, MaxN: 3, Seed: seed}
-		ops := linRun(w, lincheck.Schedule(seed, linStart, 4, p.Window()), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
+		ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.Window()), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
 			return b.AllowN(in.N), nil
 		})
 		m, err := lincheck.NewModel(p, linStart)
@@ -268,8 +269,8 @@ func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 	reliability.Record(t, reliability.Result{
 		Group: "linearizability", Scenario: "linearizability-broken",
 		Title: "A deliberately broken (check-then-act) limiter is caught",
-		How: "a token bucket wrapped to Peek, sleep 20µs, then AllowN ignoring its verdict and returning the Peek's Decision; " +
-			"32 goroutines x 2 calls per phase, 4 phases; the same wrapper run by one goroutine passes the check",
+		How: fmt.Sprintf("a token bucket wrapped to Peek, sleep 20µs, then AllowN ignoring its verdict and returning the Peek's Decision; "+
+			"32 goroutines x 2 calls per phase, %d phases; the same wrapper run by one goroutine passes the check", phases),
 		Ops: r.Ops, Histories: r.Histories, Verdict: "caught", Seed: int64(seed),
 		Notes: []string{fmt.Sprintf("caught on attempt %d; porcupine took %v; visualisation %s", attempts, r.Elapsed.Round(time.Millisecond), r.File)},
 	})

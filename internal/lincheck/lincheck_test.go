@@ -260,3 +260,44 @@ func TestPruningLosesNoLinearizableHistory(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCheck: porcupine with this model on a linearizable history of
+// 2,000 operations of one key (20 phases of 100, intervals overlapping up
+// to ±10 neighbours), per operation checked.
+func BenchmarkCheck(b *testing.B) {
+	p := ratelimit.TokenBucketPolicy(ratelimit.PerSecond(10), 12)
+	rng := rand.New(rand.NewPCG(1, 2))
+	const phases, perPhase, width = 20, 100, 1000
+	var ins []Input
+	var calls, rets []int64
+	at := t0
+	for k := range phases {
+		at = at.Add(time.Duration(rng.IntN(700)) * time.Millisecond)
+		lo, hi := int64(k*perPhase*100), int64((k+1)*perPhase*100-1)
+		for i := range perPhase {
+			ins = append(ins, Input{Key: "k", N: 1 + rng.IntN(3), T: at.UnixNano()})
+			pt := lo + int64(i*100)
+			calls = append(calls, max(lo, pt-rng.Int64N(width)))
+			rets = append(rets, min(hi, pt+rng.Int64N(width)))
+		}
+	}
+	clk := NewClock(t0)
+	lim, _ := p.NewLimiter(ratelimit.WithClock(clk))
+	r := &replayer{lim: lim, clk: clk}
+	ops := make([]Op, len(ins))
+	for i, in := range ins {
+		ops[i] = op(i%32, in, r.apply(in), calls[i], rets[i])
+	}
+	m, err := NewModel(p, t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	history := Operations(ops)
+	b.ResetTimer()
+	for range b.N {
+		if porcupine.CheckOperations(m, history) != true {
+			b.Fatal("not linearizable")
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(ops)), "ns/checked-op")
+}
