@@ -40,19 +40,20 @@
 // replays once per node, not once per attempt.
 //
 // Two states are equal when they hold the same operations at each instant
-// T with the same outputs, in any order within an instant: operations at
-// one instant commute in the state of every algorithm (they only add to
-// what was consumed at that instant, and a denial consumes nothing), which
-// lets porcupine prune the many orders of one phase's operations. Step
-// also refuses to apply an operation while one that consumes nothing
-// (a denial, a Peek) could run first at the same state and was called
-// earlier, or while the operation consumes: some linearization always
-// takes those first (the exchange argument is at refuse in model.go), and
-// without the rule the search tries every subset of the denials that pile
-// up at the end of a phase before it backtracks past a wrong admission
-// (seconds to minutes per history instead of milliseconds). Both only
-// prune the search: were either wrong, the checker could report a
-// violation that is not one, never pass a history that is not
+// T with the same outputs, in any order within an instant (compared by a
+// 64-bit hash): operations at one instant commute in the state of every
+// algorithm (they only add to what was consumed at that instant, and a
+// denial consumes nothing), which lets porcupine prune the many orders of
+// one phase's operations. Step also refuses an operation x while a
+// pending operation q that consumes nothing (a denial, a Peek) could run
+// now and would return its recorded Decision here, if x consumes or was
+// called after q: some linearization always runs q first (the exchange
+// argument is at refuse in model.go). Without that rule the search tries
+// every subset of the denials that pile up at the end of a phase before
+// it backtracks past a wrong admission (measured: up to 33 s for one
+// 640-operation history, under 0.1 s with it). Both only prune the
+// search: were either wrong (or two hashes collide), the checker could
+// report a violation that is not one, never pass a history that is not
 // linearizable, because every linearization it accepts was replayed
 // exactly.
 //
