@@ -43,8 +43,9 @@ var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 // up after timeout (Verdict Unknown). Unless the history is linearizable,
 // it writes porcupine's visualisation to <scenario>.html in tb.TempDir()
 // and, when RLKIT_RELIABILITY_OUT is set, there too, and logs the paths.
-// It also writes the history there as <scenario>.json (the operations, for
-// [Recorder.Add] to load again). It fails tb only if these cannot be
+// It also writes the history there as <scenario>.history (the operations
+// as a JSON array, for [Recorder.Add] to load again; not .json, which
+// names the scenario's reliability.Result in the same directory). It fails tb only if these cannot be
 // written; the caller asserts the verdict.
 func Check(tb testing.TB, scenario string, m porcupine.Model, ops []Op, timeout time.Duration) Result {
 	tb.Helper()
@@ -80,7 +81,8 @@ func Check(tb testing.TB, scenario string, m porcupine.Model, ops []Op, timeout 
 		if err != nil {
 			tb.Fatalf("lincheck: %v", err)
 		}
-		hist := strings.TrimSuffix(path, ".html") + ".json"
+		// Not .json: reliability.Record writes <scenario>.json there.
+		hist := strings.TrimSuffix(path, ".html") + ".history"
 		if err := os.WriteFile(hist, b, 0o644); err != nil {
 			tb.Fatalf("lincheck: writing the history: %v", err)
 		}
