@@ -1,0 +1,92 @@
+package lincheck
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/rlkit/ratelimit/internal/reliability"
+)
+
+// Result is the outcome of [Check].
+type Result struct {
+	Verdict   porcupine.CheckResult
+	Ops       int           // operations checked
+	Histories int           // partitions (keys) checked separately
+	Elapsed   time.Duration // time porcupine took
+	File      string        // the visualisation, written unless Verdict is Ok
+}
+
+// Linearizable reports whether the history was found linearizable.
+func (r Result) Linearizable() bool { return r.Verdict == porcupine.Ok }
+
+// VerdictString names the verdict: "linearizable", "not linearizable"
+// or "unknown (timed out)".
+func (r Result) VerdictString() string {
+	switch r.Verdict {
+	case porcupine.Ok:
+		return "linearizable"
+	case porcupine.Illegal:
+		return "not linearizable"
+	}
+	return "unknown (timed out)"
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// Check checks ops against m with porcupine.CheckOperationsVerbose, giving
+// up after timeout (Verdict Unknown). Unless the history is linearizable,
+// it writes porcupine's visualisation to <scenario>.html in tb.TempDir()
+// and, when RLKIT_RELIABILITY_OUT is set, there too, and logs the paths.
+// It also writes the history there as <scenario>.history (the operations
+// as a JSON array, for [Recorder.Add] to load again; not .json, which
+// names the scenario's reliability.Result in the same directory). It fails tb only if these cannot be
+// written; the caller asserts the verdict.
+func Check(tb testing.TB, scenario string, m porcupine.Model, ops []Op, timeout time.Duration) Result {
+	tb.Helper()
+	history := Operations(ops)
+	keys := map[string]bool{}
+	for _, op := range ops {
+		keys[op.Input.Key] = true
+	}
+	start := time.Now()
+	verdict, info := porcupine.CheckOperationsVerbose(m, history, timeout)
+	r := Result{Verdict: verdict, Ops: len(ops), Histories: len(keys), Elapsed: time.Since(start)}
+	tb.Logf("lincheck %s: %d operations, %d histories: %s in %v", scenario, r.Ops, r.Histories, r.VerdictString(), r.Elapsed.Round(time.Millisecond))
+	if verdict == porcupine.Ok {
+		return r
+	}
+	name := unsafeName.ReplaceAllString(scenario, "_") + ".html"
+	dirs := []string{tb.TempDir()}
+	if out := os.Getenv(reliability.EnvOut); out != "" {
+		dirs = append(dirs, out)
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			tb.Fatalf("lincheck: %v", err)
+		}
+		path := filepath.Join(dir, name)
+		if err := porcupine.VisualizePath(m, info, path); err != nil {
+			tb.Fatalf("lincheck: writing the visualisation: %v", err)
+		}
+		if r.File == "" {
+			r.File = path
+		}
+		b, err := json.Marshal(ops)
+		if err != nil {
+			tb.Fatalf("lincheck: %v", err)
+		}
+		// Not .json: reliability.Record writes <scenario>.json there.
+		hist := strings.TrimSuffix(path, ".html") + ".history"
+		if err := os.WriteFile(hist, b, 0o644); err != nil {
+			tb.Fatalf("lincheck: writing the history: %v", err)
+		}
+		tb.Logf("lincheck %s: visualisation in %s, history (JSON operations) in %s", scenario, path, hist)
+	}
+	return r
+}
