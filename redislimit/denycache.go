@@ -15,6 +15,13 @@ import (
 // few entries are sampled and expired ones dropped, and if none has expired
 // an arbitrary entry is dropped (forgetting only costs a round trip).
 //
+// Only denials with Remaining 0 are remembered. While nothing remains no
+// instance of the limiter can admit anything on the key, so nothing another
+// instance does (refunds and admin calls aside) can make the cached answer
+// stale before its span ends; a denial with some left (n larger than what
+// remains) could be followed by another instance's admission this cache
+// never sees, and is asked of Redis every time.
+//
 // An entry is written from a denial's RetryAfter, measured from the local
 // time read before the request was sent: the server decided later than
 // that, so the cache never denies past the moment the server would admit

@@ -241,7 +241,13 @@ func (l *Limiter) allowCached(ctx context.Context, g *generation, key string, n 
 		// What was cached for key predates this admission: a denial of a
 		// larger n now has a longer wait.
 		g.cache.invalidate(h, key)
-	} else if inOrder && cacheable {
+	} else if inOrder && cacheable && d.Remaining == 0 {
+		// Only a denial that leaves nothing is remembered: while nothing
+		// remains, no instance can admit anything on key, so the copy stays
+		// exactly what Redis would answer until the span ends. A denial
+		// with some left may be followed by another instance's admission
+		// that this one never sees (a cached Remaining of 1 after Redis
+		// said 0 elsewhere: TestDenyCacheLinearizable).
 		g.cache.put(h, key, n, local, g.cacheSpan(n, d), gen, d)
 	}
 	return d, nil

@@ -72,12 +72,11 @@ func linSeed(t *testing.T) uint64 {
 	return uint64(v)
 }
 
-// linLimiter returns a limiter of p on c that decides at clk's time,
-// without the deny cache (see TestDenyCacheLinearizable) unless opts turn
-// it on again.
+// linLimiter returns a limiter of p on c that decides at clk's time, with
+// the default options otherwise (the deny cache on).
 func linLimiter(t testing.TB, c redis.UniversalClient, p ratelimit.Policy, prefix string, clk *lincheck.Clock, opts ...Option) *Limiter {
 	t.Helper()
-	opts = append([]Option{WithClock(clk), WithClientTime(), WithPrefix(prefix), WithTimeout(10 * time.Second), WithDenyCache(0)}, opts...)
+	opts = append([]Option{WithClock(clk), WithClientTime(), WithPrefix(prefix), WithTimeout(10 * time.Second)}, opts...)
 	return mustNew(t, c, p, opts...)
 }
 
@@ -166,8 +165,8 @@ func TestProofLinearizableRedis(t *testing.T) {
 	reliability.Record(t, reliability.Result{
 		Group: "linearizability", Scenario: "linearizability-redis",
 		Title: "Redis single node, every algorithm, concurrent goroutines",
-		How: fmt.Sprintf("redis-server 7 on loopback; one redislimit.Limiter per algorithm (go-redis Client, batching on, "+
-			"deny cache off) deciding at a manual clock's time (WithClock + WithClientTime); %d goroutines, "+
+		How: fmt.Sprintf("redis-server 7 on loopback; one redislimit.Limiter per algorithm (go-redis Client, batching and deny cache on) "+
+			"deciding at a manual clock's time (WithClock + WithClientTime); %d goroutines, "+
 			"%d calls each per phase on %d keys (AllowN n=1..3, 10%% Peek), %d phases with seeded clock steps between them; "+
 			"checked against the in-memory limiter replayed, durations at Redis's microsecond", clients, reliability.Pick(2, 4), len(linKeys), phases),
 		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
@@ -212,7 +211,7 @@ func TestProofLinearizableRedisCluster(t *testing.T) {
 		Group: "linearizability", Scenario: "linearizability-cluster",
 		Title: "Redis Cluster (3 masters), every algorithm, keys in different slots",
 		How: fmt.Sprintf("three redis-server 7 cluster nodes on loopback (no replicas), go-redis ClusterClient; one redislimit.Limiter "+
-			"per algorithm (deny cache off) deciding at a manual clock's time; %d keys hashed to several nodes (one history each); %d goroutines, "+
+			"per algorithm (deny cache on) deciding at a manual clock's time; %d keys hashed to several nodes (one history each); %d goroutines, "+
 			"%d calls each per phase (AllowN n=1..3, 10%% Peek), %d phases with seeded clock steps between them", len(keys), clients, 2*reliability.Pick(2, 4), phases),
 		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
 	})
@@ -377,7 +376,7 @@ func TestProofLinearizableRedisProcesses(t *testing.T) {
 		Group: "linearizability", Scenario: "linearizability-redis-processes",
 		Title: "Redis single node, every algorithm, several processes",
 		How: fmt.Sprintf("redis-server 7 on loopback; %d worker processes (the test binary re-executed), each with its own go-redis "+
-			"Client and redislimit.Limiter (deny cache off) and %d goroutines; the parent moves every worker's manual clock to the "+
+			"Client and redislimit.Limiter (deny cache on) and %d goroutines; the parent moves every worker's manual clock to the "+
 			"phase's time, the workers run %d calls per goroutine on %d shared keys (AllowN n=1..3, 10%% Peek) and return their "+
 			"recorded calls as JSON; %d phases; the merged history checked against the in-memory limiter replayed",
 			procs, clients, reliability.Pick(2, 4), len(linKeys), phases),
@@ -386,18 +385,12 @@ func TestProofLinearizableRedisProcesses(t *testing.T) {
 }
 
 // TestDenyCacheLinearizable: with the deny cache on (the default), a
-// cached denial is answered with the Remaining (and RetryAfter,
-// ResetAfter) Redis returned when it was cached, although another
-// Limiter instance — or, on one instance, an admission whose reply is
-// still in flight while another call's denial is cached — has admitted
-// events since: a later call is told Remaining 1 after an earlier call
-// was told 0. The denials themselves stay right. It fails today, so it
-// runs only with RLKIT_KNOWN_DEFECTS=1; the proofs above run with the
-// deny cache off.
+// cached denial must say what Redis would, also when another Limiter
+// instance admits on the key, or when, on one instance, an admission's
+// reply is still in flight while another call's denial is cached. Before
+// the cache kept only denials with Remaining 0, a later call was told
+// Remaining 1 after an earlier one had been told 0 (both subtests failed).
 func TestDenyCacheLinearizable(t *testing.T) {
-	if os.Getenv("RLKIT_KNOWN_DEFECTS") != "1" {
-		t.Skip("known defect: the deny cache returns a stale Remaining after admissions it has not seen; set RLKIT_KNOWN_DEFECTS=1 to run")
-	}
 	t.Parallel()
 	_, c := startRedis(t)
 	t.Run("two-instances", func(t *testing.T) {

@@ -232,16 +232,21 @@ func WithClientTime() Option {
 // WithDenyCache sets how many denied keys the limiter remembers locally
 // (default [DefaultDenyCacheKeys]; 0 disables the cache). A request for n
 // events on a key whose last request for the same n was denied with
-// RetryAfter r is denied locally, without a round trip, until r has
-// passed or, sooner, until the remembered Remaining may have grown. The
+// nothing remaining (Remaining 0) and RetryAfter r is denied locally,
+// without a round trip, until r has passed or, sooner, until the quota may
+// have grown. Only such denials are remembered: while nothing remains, no
+// instance can admit anything on the key, so admissions elsewhere cannot
+// make the copy stale (a denial with some left, for an n larger than that,
+// is asked of Redis each time). The
 // local Decision's RetryAfter and ResetAfter count down from the
 // remembered ones. Any admission or refund on the key through this
 // limiter forgets what was remembered for it.
 //
 // This is exact — the Decision is the one the server would return — for
-// the token bucket, leaky bucket, fixed window and sliding log, as long as
-// no refund intervenes on another instance (the conformance tests run with
-// the cache on). The sliding counter is not cached: its RetryAfter is
+// the token bucket, leaky bucket, fixed window, sliding log and quota, as
+// long as no refund or admin call (Reset, Penalize) intervenes on another
+// instance: the conformance tests run with the cache on, and the
+// linearizability proofs check it with several instances on one key. The sliding counter is not cached: its RetryAfter is
 // documented as an estimate.
 func WithDenyCache(maxKeys int) Option {
 	return optionFunc(func(o *config) { o.cacheKeys = maxKeys })
