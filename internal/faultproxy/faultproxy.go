@@ -18,6 +18,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,18 @@ func (d Direction) String() string {
 	}
 	return "down"
 }
+
+// End is how a fault ends a connection.
+type End int32
+
+const (
+	// RST resets the connection (SO_LINGER 0): the client reads
+	// ECONNRESET.
+	RST End = iota
+	// FIN closes the connection: the client reads EOF (or an unexpected
+	// EOF in the middle of a reply).
+	FIN
+)
 
 // Faults are the faults applied to one direction of every connection.
 // The zero value forwards everything at once.
@@ -81,11 +94,14 @@ type Proxy struct {
 
 	faults [2]atomic.Pointer[Faults]
 
-	dropEvery atomic.Int64 // DropReplies: every n-th request, 0 off
-	requests  atomic.Int64 // requests counted for dropEvery
-	cutEvery  atomic.Int64 // CutReplies: every n-th reply, 0 off
-	cutKeep   atomic.Int64 // bytes of a cut reply forwarded
-	replies   atomic.Int64 // replies counted for cutEvery
+	dropEvery atomic.Int64           // DropReplies: every n-th request, 0 off
+	dropEnd   atomic.Int32           // DropReplies: how the connection ends
+	match     atomic.Pointer[[]byte] // MatchRequests: what DropReplies counts, nil all
+	requests  atomic.Int64           // requests counted for dropEvery
+	cutEvery  atomic.Int64           // CutReplies: every n-th reply, 0 off
+	cutKeep   atomic.Int64           // bytes of a cut reply forwarded
+	cutEnd    atomic.Int32           // CutReplies: how the connection ends
+	replies   atomic.Int64           // replies counted for cutEvery
 
 	accepted, dropped, cut atomic.Int64
 	bytes, chunks          [2]atomic.Int64
@@ -133,32 +149,48 @@ func (p *Proxy) Set(d Direction, f Faults) {
 }
 
 // Clear removes every fault: both directions' [Faults], [Proxy.DropReplies]
-// and [Proxy.CutReplies].
+// (and its [Proxy.MatchRequests]) and [Proxy.CutReplies].
 func (p *Proxy) Clear() {
 	p.Set(Up, Faults{})
 	p.Set(Down, Faults{})
-	p.DropReplies(0)
-	p.CutReplies(0, 0)
+	p.DropReplies(0, RST)
+	p.MatchRequests("")
+	p.CutReplies(0, 0, RST)
 }
 
 // DropReplies makes every n-th request chunk (counted over all
 // connections from this call on) lose its reply: the request is forwarded,
-// and when the server's reply starts to arrive the connection is reset
-// (RST) instead of forwarding it. The server has then executed the
-// request, and the client sees the connection reset without a reply. n <= 0
+// and when the server's reply starts to arrive the connection is ended as
+// end says instead of forwarding it. The server has then executed the
+// request, and the client sees the connection end without a reply. n <= 0
 // stops it.
-func (p *Proxy) DropReplies(n int) {
+func (p *Proxy) DropReplies(n int, end End) {
 	p.requests.Store(0)
+	p.dropEnd.Store(int32(end))
 	p.dropEvery.Store(int64(max(n, 0)))
+}
+
+// MatchRequests makes [Proxy.DropReplies] see only the request chunks
+// that contain substr (such as "evalsha", so that the connection set-up a
+// client sends after a reset is not dropped too); "" (the default) makes it
+// see every request.
+func (p *Proxy) MatchRequests(substr string) {
+	if substr == "" {
+		p.match.Store(nil)
+		return
+	}
+	b := []byte(substr)
+	p.match.Store(&b)
 }
 
 // CutReplies makes every n-th reply chunk (counted over all connections
 // from this call on) end the connection in its middle: its first keep
-// bytes (at most all but one) are forwarded, then the connection is reset.
-// n <= 0 stops it.
-func (p *Proxy) CutReplies(n, keep int) {
+// bytes (at most all but one) are forwarded, then the connection is ended
+// as end says. n <= 0 stops it.
+func (p *Proxy) CutReplies(n, keep int, end End) {
 	p.replies.Store(0)
 	p.cutKeep.Store(int64(max(keep, 0)))
+	p.cutEnd.Store(int32(end))
 	p.cutEvery.Store(int64(max(n, 0)))
 }
 
@@ -281,8 +313,8 @@ func (p *Proxy) pump(l *link, d Direction) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.chunks[d].Add(1)
-			if !p.forward(l, d, buf[:n], dst) {
-				l.close(true)
+			if ok, end := p.forward(l, d, buf[:n], dst); !ok {
+				l.close(end == RST)
 				return
 			}
 		}
@@ -294,16 +326,16 @@ func (p *Proxy) pump(l *link, d Direction) {
 }
 
 // forward applies d's faults to chunk b and writes what gets through to
-// dst; it returns false when the connection must be reset.
-func (p *Proxy) forward(l *link, d Direction, b []byte, dst net.Conn) bool {
+// dst; when the connection must end it returns false and how.
+func (p *Proxy) forward(l *link, d Direction, b []byte, dst net.Conn) (bool, End) {
 	f := p.faults[d].Load()
 	if f.BlackHole {
-		return true
+		return true, RST
 	}
 	if d == Down {
 		if l.dropArmed.Swap(false) {
 			p.dropped.Add(1)
-			return false
+			return false, End(p.dropEnd.Load())
 		}
 		if every := p.cutEvery.Load(); every > 0 && p.replies.Add(1)%every == 0 {
 			keep := min(int(p.cutKeep.Load()), len(b)-1)
@@ -311,20 +343,26 @@ func (p *Proxy) forward(l *link, d Direction, b []byte, dst net.Conn) bool {
 				p.write(l, d, dst, b[:keep], f.BytesPerSecond)
 			}
 			p.cut.Add(1)
-			return false
+			return false, End(p.cutEnd.Load())
 		}
 	}
 	if f.Latency > 0 && !p.sleep(l, f.Latency) {
-		return false
+		return false, RST
 	}
 	if d == Up {
 		// Armed before the request is written: its reply may come back
 		// before Write returns.
-		if every := p.dropEvery.Load(); every > 0 && p.requests.Add(1)%every == 0 {
+		if every := p.dropEvery.Load(); every > 0 && p.matches(b) && p.requests.Add(1)%every == 0 {
 			l.dropArmed.Store(true)
 		}
 	}
-	return p.write(l, d, dst, b, f.BytesPerSecond)
+	return p.write(l, d, dst, b, f.BytesPerSecond), RST
+}
+
+// matches reports whether request chunk b counts for DropReplies.
+func (p *Proxy) matches(b []byte) bool {
+	m := p.match.Load()
+	return m == nil || bytes.Contains(b, *m)
 }
 
 // write writes b to dst, paced to bps bytes per second when bps > 0.

@@ -160,9 +160,9 @@ func TestDropRepliesAfterExecution(t *testing.T) {
 	e := startEcho(t)
 	p := startProxy(t, e.ln.Addr().String())
 	c, r := dial(t, p)
-	p.DropReplies(1)
+	p.DropReplies(1, RST)
 	_, err := roundTrip(c, r, "once", 5*time.Second)
-	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) {
+	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("roundTrip with the reply dropped: err = %v, want connection reset", err)
 	}
 	if got := e.lines.Load(); got != 1 {
@@ -172,16 +172,26 @@ func TestDropRepliesAfterExecution(t *testing.T) {
 		t.Fatalf("Stats().Dropped = %d, want 1", s.Dropped)
 	}
 	// Every second request: the first passes.
-	p.DropReplies(2)
+	p.DropReplies(2, FIN)
 	c2, r2 := dial(t, p)
 	if got, err := roundTrip(c2, r2, "one", 5*time.Second); err != nil || got != "one" {
-		t.Fatalf("first request with DropReplies(2) = %q, %v; want it answered", got, err)
+		t.Fatalf("first request with DropReplies(2, FIN) = %q, %v; want it answered", got, err)
 	}
-	if _, err := roundTrip(c2, r2, "two", 5*time.Second); err == nil {
-		t.Fatalf("second request with DropReplies(2) answered, want a reset")
+	if _, err := roundTrip(c2, r2, "two", 5*time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("second request with DropReplies(2, FIN): err = %v, want EOF", err)
 	}
 	if got := e.lines.Load(); got != 3 {
 		t.Fatalf("server answered %d lines, want 3", got)
+	}
+	// Only the requests that match count.
+	p.DropReplies(1, RST)
+	p.MatchRequests("drop")
+	c3, r3 := dial(t, p)
+	if got, err := roundTrip(c3, r3, "keep", 5*time.Second); err != nil || got != "keep" {
+		t.Fatalf("unmatched request = %q, %v; want it answered", got, err)
+	}
+	if _, err := roundTrip(c3, r3, "drop me", 5*time.Second); err == nil {
+		t.Fatal("matched request answered, want a reset")
 	}
 }
 
@@ -189,7 +199,7 @@ func TestCutRepliesMidReply(t *testing.T) {
 	e := startEcho(t)
 	p := startProxy(t, e.ln.Addr().String())
 	c, r := dial(t, p)
-	p.CutReplies(1, 3)
+	p.CutReplies(1, 3, RST)
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Write([]byte("abcdefgh\n")); err != nil {
 		t.Fatal(err)
