@@ -79,8 +79,12 @@ type Stats struct {
 	Open     int      // connections open now
 	Bytes    [2]int64 // bytes forwarded, indexed by Direction
 	Chunks   [2]int64 // chunks read, indexed by Direction
-	Dropped  int64    // replies dropped by DropReplies (connections reset)
-	Cut      int64    // replies cut by CutReplies (connections reset)
+	Dropped  int64    // replies dropped by DropReplies (connections ended)
+	Cut      int64    // replies cut by CutReplies (connections ended)
+	// Matched counts the occurrences of the MatchRequests substring in
+	// the request chunks forwarded whole to the server (a request split
+	// over two chunks at that substring is not counted).
+	Matched int64
 }
 
 // Proxy forwards every connection accepted on its address to the target.
@@ -104,6 +108,7 @@ type Proxy struct {
 	replies   atomic.Int64           // replies counted for cutEvery
 
 	accepted, dropped, cut atomic.Int64
+	matched                atomic.Int64
 	bytes, chunks          [2]atomic.Int64
 
 	mu     sync.Mutex
@@ -212,7 +217,7 @@ func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
 	open := len(p.links)
 	p.mu.Unlock()
-	s := Stats{Accepted: p.accepted.Load(), Open: open, Dropped: p.dropped.Load(), Cut: p.cut.Load()}
+	s := Stats{Accepted: p.accepted.Load(), Open: open, Dropped: p.dropped.Load(), Cut: p.cut.Load(), Matched: p.matched.Load()}
 	for d := range s.Bytes {
 		s.Bytes[d] = p.bytes[d].Load()
 		s.Chunks[d] = p.chunks[d].Load()
@@ -356,7 +361,15 @@ func (p *Proxy) forward(l *link, d Direction, b []byte, dst net.Conn) (bool, End
 			l.dropArmed.Store(true)
 		}
 	}
-	return p.write(l, d, dst, b, f.BytesPerSecond), RST
+	if !p.write(l, d, dst, b, f.BytesPerSecond) {
+		return false, RST
+	}
+	if d == Up {
+		if m := p.match.Load(); m != nil {
+			p.matched.Add(int64(bytes.Count(b, *m)))
+		}
+	}
+	return true, RST
 }
 
 // matches reports whether request chunk b counts for DropReplies.
