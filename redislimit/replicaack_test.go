@@ -256,3 +256,40 @@ func TestReplicaAckCluster(t *testing.T) {
 		t.Fatalf("%d of 30 concurrent calls got ErrNotReplicated, want all", notRepl.Load())
 	}
 }
+
+// BenchmarkReplicaAck measures the cost of WithReplicaAck(1, 50ms) on a
+// loopback master with one replica: decisions without it ("none") and
+// with it ("ack"), one caller (latency per decision) and 64 goroutines
+// (decisions/s), the token bucket with a limit that always admits.
+func BenchmarkReplicaAck(b *testing.B) {
+	master, _ := startReplicated(b)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = c.Close() })
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "user" + strconv.Itoa(i)
+	}
+	p := benchPolicies()[0]
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{
+		{"none", nil},
+		{"ack", []Option{WithReplicaAck(1, 50*time.Millisecond)}},
+	} {
+		l := mustNew(b, c, p, append([]Option{WithPrefix(uniquePrefix(b)), WithTimeout(time.Second)}, mode.opts...)...)
+		b.Run(mode.name+"/serial", func(b *testing.B) {
+			ctx := bg()
+			i := 0
+			for b.Loop() {
+				if _, err := l.AllowN(ctx, keys[i%len(keys)], 1); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+		b.Run(mode.name+"/parallel", func(b *testing.B) {
+			benchParallel(b, l, keys)
+		})
+	}
+}
