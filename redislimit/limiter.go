@@ -467,6 +467,7 @@ func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, 
 	}
 	ok, probe, err := l.brk.allow(now)
 	if !ok {
+		reloadOnFailure(l.batch.client, err)
 		return err
 	}
 	c := getCall()
@@ -479,6 +480,7 @@ func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, 
 	}
 	callerDone := ctx.Err() != nil
 	if err != nil && !callerDone {
+		reloadOnFailure(l.batch.client, err)
 		err = l.cause(err)
 	}
 	if l.brk.cooldown != 0 {
