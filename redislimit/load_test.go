@@ -696,16 +696,20 @@ func TestLoadHarnessExact(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	spec := loadSpec{
-		Addr:       s.Addr(),
-		Algorithm:  "tokenbucket",
-		Limit:      3000,
-		Window:     time.Hour,
+		Addr:      s.Addr(),
+		Algorithm: "tokenbucket",
+		Limit:     3000,
+		Window:    time.Hour,
+		// A healthy server must decide every call: a timeout far above
+		// what a loaded two-CPU machine under -race needs (100ms is not).
+		Timeout:    5 * time.Second,
 		Failure:    "closed",
 		Prefix:     uniquePrefix(t),
 		Key:        "harness",
 		N:          1,
 		Goroutines: 8,
 		Duration:   1500 * time.Millisecond,
+		Pause:      100 * time.Microsecond,
 	}
 	st := runLoad(t, spec, 3, 0, nil)
 	t.Log(st)
