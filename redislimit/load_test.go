@@ -698,7 +698,7 @@ func TestLoadHarnessExact(t *testing.T) {
 	spec := loadSpec{
 		Addr:      s.Addr(),
 		Algorithm: "tokenbucket",
-		Limit:     3000,
+		Limit:     500, // small enough to be spent even on a slow, loaded machine
 		Window:    time.Hour,
 		// A healthy server must decide every call: a timeout far above
 		// what a loaded two-CPU machine under -race needs (100ms is not).
@@ -708,7 +708,7 @@ func TestLoadHarnessExact(t *testing.T) {
 		Key:        "harness",
 		N:          1,
 		Goroutines: 8,
-		Duration:   1500 * time.Millisecond,
+		Duration:   2 * time.Second,
 		Pause:      100 * time.Microsecond,
 	}
 	st := runLoad(t, spec, 3, 0, nil)
