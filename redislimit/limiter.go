@@ -460,7 +460,7 @@ func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string
 
 // run runs script on key with args through the batcher and the breaker,
 // and hands the reply to read.
-func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, keys []string, args []any, read func(*redis.Cmd) error) error {
+func (l *Limiter) run(ctx context.Context, g *generation, sc *script, keys []string, args []any, read func(*redis.Cmd) error) error {
 	var now int64
 	if l.brk.cooldown != 0 {
 		now = l.ts.Now()
@@ -471,7 +471,7 @@ func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, 
 		return err
 	}
 	c := getCall()
-	c.script = script
+	c.script = sc
 	c.keys = keys
 	c.args = args
 	if err = l.batch.do(ctx, c, l.timeout); err == nil {
