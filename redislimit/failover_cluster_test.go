@@ -249,8 +249,8 @@ func runClusterScenario(t *testing.T, sc clusterScenario) (st loadStats, promoti
 		// A kill takes 2 to 3 s to fail over (cluster-node-timeout, the
 		// replica's election) and each process up to a breaker cooldown
 		// more to find the new master; a second of quiet must follow.
-		Duration:   reliability.Pick(8*time.Second, 30*time.Second),
-		Pause:      time.Millisecond,
+		Duration: reliability.Pick(8*time.Second, 30*time.Second),
+		Pause:    time.Millisecond,
 	}
 	if !sc.kill {
 		spec.Duration = reliability.Pick(3*time.Second, 20*time.Second)
