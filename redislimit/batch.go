@@ -43,6 +43,8 @@ type call struct {
 	done   chan struct{} // buffered(1): the flusher never blocks on it
 	state  atomic.Uint32 // callQueued, callSent or callAbandoned
 	eval   bool          // the server said NOSCRIPT: send EVAL
+	ack    bool          // WithReplicaAck: the round trip must end with WAIT
+	acks   int           // with ack: the replicas WAIT counted, -1 when it failed
 	sc     scriptCmd     // cmd as go-redis gets it (see send)
 	argv   []any         // cmd's arguments, reused from call to call
 }
@@ -58,7 +60,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 func getCall() *call {
 	c := callPool.Get().(*call)
 	c.state.Store(callQueued)
-	c.eval = false
+	c.eval, c.ack, c.acks = false, false, 0
 	return c
 }
 
@@ -78,6 +80,11 @@ type batcher struct {
 	maxFlushers int
 	maxBatch    int
 	maxQueue    int
+
+	// WithReplicaAck; ackWant 0: off.
+	ackWant                int
+	ackReplicas, ackMillis any                  // WAIT's arguments, boxed once
+	cluster                *redis.ClusterClient // with ackWant on a Cluster: WAIT per master
 
 	mu      sync.Mutex
 	queue   []*call // guarded by mu

@@ -115,6 +115,10 @@ func (b *batcher) send(ctx context.Context, calls []*call) {
 
 // round sends calls once: one as a command, several in a pipeline.
 func (b *batcher) round(ctx context.Context, calls []*call) {
+	if b.ackWant > 0 && needsAck(calls) {
+		b.roundAck(ctx, calls)
+		return
+	}
 	if len(calls) == 1 {
 		_ = b.client.Process(ctx, calls[0].prepare(ctx)) // the error is the command's
 		return
@@ -184,7 +188,9 @@ func unexecuted(err error) bool {
 
 // unexecutedReplies are the error replies unexecuted retries. go-redis's
 // HasErrorPrefix drops an "ERR " first, hence "max number of clients".
+// MOVED and ASK reach the limiter only from a Cluster node's own client
+// (WithReplicaAck), which does not follow them.
 var unexecutedReplies = []string{
 	"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS",
-	"max number of clients",
+	"max number of clients", "MOVED", "ASK",
 }
