@@ -205,6 +205,10 @@ func TestTopologySuspect(t *testing.T) {
 	}
 }
 
+// init gives the load harness WithReplicaAck (its replicaAckOption stays
+// nil in builds without the option).
+func init() { replicaAckOption = WithReplicaAck }
+
 // clusterScenario is one failover scenario on a Cluster with replicas.
 type clusterScenario struct {
 	id, title string
