@@ -491,6 +491,7 @@ func (l *Limiter) runCall(ctx context.Context, g *generation, sc *script, keys [
 	}
 	ok, probe, err := l.brk.allow(now)
 	if !ok {
+		reloadOnFailure(l.batch.client, err)
 		return err
 	}
 	c := getCall()
@@ -506,6 +507,7 @@ func (l *Limiter) runCall(ctx context.Context, g *generation, sc *script, keys [
 	}
 	callerDone := ctx.Err() != nil
 	if err != nil && !callerDone {
+		reloadOnFailure(l.batch.client, err)
 		err = l.cause(err)
 	}
 	if l.brk.cooldown != 0 {
