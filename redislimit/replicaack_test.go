@@ -277,19 +277,42 @@ func BenchmarkReplicaAck(b *testing.B) {
 		{"none", nil},
 		{"ack", []Option{WithReplicaAck(1, 50*time.Millisecond)}},
 	} {
-		l := mustNew(b, c, p, append([]Option{WithPrefix(uniquePrefix(b)), WithTimeout(time.Second)}, mode.opts...)...)
+		l := mustNew(b, c, p, append([]Option{WithPrefix(uniquePrefix(b)), WithTimeout(time.Second), WithBreaker(0)}, mode.opts...)...)
 		b.Run(mode.name+"/serial", func(b *testing.B) {
 			ctx := bg()
-			i := 0
+			i, unacked := 0, 0
 			for b.Loop() {
-				if _, err := l.AllowN(ctx, keys[i%len(keys)], 1); err != nil {
+				if _, err := l.AllowN(ctx, keys[i%len(keys)], 1); errors.Is(err, ErrNotReplicated) {
+					unacked++ // the replica was late: a loaded machine
+				} else if err != nil {
 					b.Fatal(err)
 				}
 				i++
 			}
+			b.ReportMetric(float64(unacked)/float64(b.N), "unacked/op")
 		})
 		b.Run(mode.name+"/parallel", func(b *testing.B) {
-			benchParallel(b, l, keys)
+			var next, unacked, errs atomic.Int64
+			var first atomic.Value
+			b.SetParallelism(max(benchWorkers/runtimeGOMAXPROCS(), 1))
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := bg()
+				i := int(next.Add(7919))
+				for pb.Next() {
+					_, err := l.AllowN(ctx, keys[i%len(keys)], 1)
+					if errors.Is(err, ErrNotReplicated) {
+						unacked.Add(1)
+					} else if err != nil && errs.Add(1) == 1 {
+						first.Store(err)
+					}
+					i++
+				}
+			})
+			if n := errs.Load(); n > 0 {
+				b.Fatalf("%d errors, first: %v", n, first.Load())
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			b.ReportMetric(float64(unacked.Load())/float64(b.N), "unacked/op")
 		})
 	}
 }
