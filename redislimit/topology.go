@@ -1,0 +1,44 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Cluster client learns its topology (which node serves which slot) from
+// CLUSTER SLOTS, and reloads it when a node answers MOVED or READONLY, or
+// every ClusterStateReloadInterval (a minute by default). A master that
+// was killed answers nothing: without help the client would keep sending
+// its slots' calls to the dead address for up to that minute, long after a
+// replica took over. So a call on a Cluster client that fails for want of
+// Redis asks the client to reload (go-redis runs at most one reload at a
+// time, with 200 ms between them, in the background): once the promoted
+// replica is in CLUSTER SLOTS, the next call (the breaker's next probe)
+// reaches it.
+
+// reloadOnFailure asks client, when it is a Cluster client, to reload its
+// topology after a call failed with err (not the caller's cancellation).
+func reloadOnFailure(client redis.UniversalClient, err error) {
+	if c, ok := client.(*redis.ClusterClient); ok && topologySuspect(err) {
+		c.ReloadState(context.Background())
+	}
+}
+
+// topologySuspect reports whether a call's failure may come from a change
+// of the cluster's topology: Redis did not answer (a dead node, a timeout,
+// the open breaker), or answered that the cluster or the node cannot
+// serve the slot now. Other error replies (a script error) do not.
+func topologySuspect(err error) bool {
+	var re redis.Error
+	if errors.Is(err, ErrBreakerOpen) || !errors.As(err, &re) {
+		return true
+	}
+	for _, p := range []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
