@@ -98,8 +98,9 @@ func TestClusterFollowsFailover(t *testing.T) {
 
 	// recoverBy is how long after the promotion calls may still fail: the
 	// breaker's cooldown (a probe) plus a reload of the topology, with a
-	// margin for a loaded machine.
-	recoverBy := DefaultBreakerCooldown + 2*time.Second
+	// margin for a loaded machine (where a probe may time out and the
+	// breaker wait another cooldown).
+	recoverBy := 2*DefaultBreakerCooldown + 2*time.Second
 
 	var killedSlotMaster *redistest.Server
 	for _, kill := range []bool{true, false} {
@@ -252,8 +253,9 @@ func runClusterScenario(t *testing.T, sc clusterScenario) (st loadStats, promoti
 		Goroutines: clusterGoroutines,
 		// A kill takes 2 to 3 s to fail over (cluster-node-timeout, the
 		// replica's election) and each process up to a breaker cooldown
-		// more to find the new master; a second of quiet must follow.
-		Duration: reliability.Pick(8*time.Second, 30*time.Second),
+		// more to find the new master (more on a loaded machine, see
+		// checkFoundNewMaster); some quiet must follow.
+		Duration: reliability.Pick(9*time.Second, 30*time.Second),
 		Pause:    time.Millisecond,
 	}
 	if !sc.kill {
@@ -399,11 +401,14 @@ func checkClusterFailover(t *testing.T, st loadStats, quiet time.Duration) {
 }
 
 // checkFoundNewMaster asserts that calls stopped failing soon after the
-// promotion: within a breaker cooldown (the next probe, once the topology
-// was reloaded) and a margin for a loaded machine.
+// promotion: the topology is reloaded within a few hundred ms and the
+// breaker's next probe (within a cooldown) reaches the new master. On a
+// loaded machine running -race (seen: load average 20 on two CPUs) a probe
+// may time out and the breaker wait one more cooldown, hence the bound of
+// two cooldowns, a timeout and a second.
 func checkFoundNewMaster(t *testing.T, st loadStats, promotion time.Duration) {
 	t.Helper()
-	if bound := promotion + DefaultBreakerCooldown + 1500*time.Millisecond; st.Recovery > bound {
+	if bound := promotion + 2*DefaultBreakerCooldown + clusterTimeout + time.Second; st.Recovery > bound {
 		t.Errorf("calls failed until %v after the fault, the replica was promoted after %v: want recovery within %v", st.Recovery, promotion, bound)
 	}
 }
@@ -419,7 +424,7 @@ func TestProofClusterFailoverKill(t *testing.T) {
 	if st.Failed == 0 {
 		t.Error("no call failed: the key's master was killed under load")
 	}
-	checkClusterFailover(t, st, time.Second)
+	checkClusterFailover(t, st, 500*time.Millisecond)
 	checkFoundNewMaster(t, st, promotion)
 	// Lost writes are those of the last moments before the kill that the
 	// replica had not received: on loopback a small fraction of the limit.
@@ -460,5 +465,5 @@ func TestProofClusterFailoverKillReplicaAck(t *testing.T) {
 	if st.Over() != 0 {
 		t.Errorf("over-admission %d, want 0 with WithReplicaAck(1)", st.Over())
 	}
-	checkClusterFailover(t, st, time.Second)
+	checkClusterFailover(t, st, 500*time.Millisecond)
 }
