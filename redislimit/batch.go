@@ -134,6 +134,15 @@ func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error 
 		one := [1]*call{c}
 		b.send(rctx, one[:])
 		cancel()
+		if c.cmd.Err() != nil && ctx.Err() == nil {
+			// go-redis ends a read at ctx's deadline with the network's
+			// own timeout, which may come a moment before ctx says it is
+			// done: when the caller's deadline has passed, it is what
+			// ended the call, and the caller is told so.
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+				<-ctx.Done()
+			}
+		}
 		b.mu.Lock()
 		more := len(b.queue) > 0
 		if !more {

@@ -214,10 +214,50 @@
 // abandoned while in flight may still have been charged (see below).
 // Refunds ([Limiter.RefundN]) do not depend on ctx at all.
 //
-// A call that timed out may still have run on Redis, consuming its events;
-// so may a script go-redis retried after a lost reply (its MaxRetries): set
-// MaxRetries to -1 in the client options when exact accounting matters more
-// than riding out a dropped connection.
+// # Retries
+//
+// The limiter never lets go-redis retry a script: every script (decisions,
+// refunds, admin calls) is sent as a command whose NoRetry is true, which
+// Client, ClusterClient (commands and pipelines) and Ring honour, whatever
+// the client's MaxRetries; a ClusterClient still follows MOVED and ASK
+// (the script did not run there). A script whose reply was lost after its
+// request was written (a connection reset or closed, a read that timed
+// out) may have run, and running it again would charge its events twice.
+// Such a call gets the failure policy at once, and may have been charged:
+// a lost reply costs at most an under-admission (events charged that the
+// caller did not get), never an over-admission. So may a call that timed
+// out, or whose caller gave up, while its script was in flight.
+//
+// The limiter retries itself, within the call's timeout, after a short
+// backoff (a twentieth of the timeout, then a fifth) and at most 3 attempts
+// in all, only the errors that prove the script did not run: NOSCRIPT
+// (sent again at once as EVAL), a failed dial, go-redis's pool timeout,
+// and the error replies LOADING, READONLY, MASTERDOWN, CLUSTERDOWN,
+// TRYAGAIN, NOREPLICAS and "ERR max number of clients" (Redis 7 runs a
+// script without flags until its first write call, and fails there on a
+// replica, without enough replicas or while loading; the scripts read
+// before they write, so nothing was written). When the condition clears
+// in time, for example a replica promoted during a failover, the call
+// succeeds; otherwise the failure policy applies.
+//
+// # Replication
+//
+// Redis replicates asynchronously: a master that fails may not have passed
+// its latest writes to the replica promoted in its place, which then
+// admits again events the old master had admitted (at most the writes of
+// the replication lag). [WithReplicaAck](replicas, timeout) bounds that: each
+// round trip of decisions ends with WAIT replicas timeout-ms on the same
+// connection, in the same pipeline (on a Cluster, per master), and an
+// admission is returned only once replicas replicas acknowledged it.
+// Otherwise the call gets the failure policy, with an error wrapping
+// [ErrUnavailable] and [ErrNotReplicated]; denials are returned as they
+// are. Pair it with the server setting min-replicas-to-write (and
+// min-replicas-max-lag), which stops an isolated master from accepting
+// writes at all: the scripts then fail with NOREPLICAS at their first
+// write, before anything is written. Measured on a loopback master and
+// replica (BenchmarkReplicaAck), WithReplicaAck(1, 50ms) costs a lone
+// caller ACKCOST; while the replica is gone, every admitting round trip
+// waits the whole timeout.
 //
 // # Throughput
 //

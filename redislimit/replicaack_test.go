@@ -256,3 +256,135 @@ func TestReplicaAckCluster(t *testing.T) {
 		t.Fatalf("%d of 30 concurrent calls got ErrNotReplicated, want all", notRepl.Load())
 	}
 }
+
+// BenchmarkReplicaAck measures the cost of WithReplicaAck(1, 50ms) on a
+// loopback master with one replica: decisions without it ("none") and
+// with it ("ack"), one caller (latency per decision) and 64 goroutines
+// (decisions/s), the token bucket with a limit that always admits.
+func BenchmarkReplicaAck(b *testing.B) {
+	master, _ := startReplicated(b)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = c.Close() })
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "user" + strconv.Itoa(i)
+	}
+	p := benchPolicies()[0]
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{
+		{"none", nil},
+		{"ack", []Option{WithReplicaAck(1, 50*time.Millisecond)}},
+	} {
+		l := mustNew(b, c, p, append([]Option{WithPrefix(uniquePrefix(b)), WithTimeout(time.Second), WithBreaker(0)}, mode.opts...)...)
+		b.Run(mode.name+"/serial", func(b *testing.B) {
+			ctx := bg()
+			i, unacked := 0, 0
+			for b.Loop() {
+				if _, err := l.AllowN(ctx, keys[i%len(keys)], 1); errors.Is(err, ErrNotReplicated) {
+					unacked++ // the replica was late: a loaded machine
+				} else if err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(unacked)/float64(b.N), "unacked/op")
+		})
+		b.Run(mode.name+"/parallel", func(b *testing.B) {
+			var next, unacked, errs atomic.Int64
+			var first atomic.Value
+			b.SetParallelism(max(benchWorkers/runtimeGOMAXPROCS(), 1))
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := bg()
+				i := int(next.Add(7919))
+				for pb.Next() {
+					_, err := l.AllowN(ctx, keys[i%len(keys)], 1)
+					if errors.Is(err, ErrNotReplicated) {
+						unacked.Add(1)
+					} else if err != nil && errs.Add(1) == 1 {
+						first.Store(err)
+					}
+					i++
+				}
+			})
+			if n := errs.Load(); n > 0 {
+				b.Fatalf("%d errors, first: %v", n, first.Load())
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			b.ReportMetric(float64(unacked.Load())/float64(b.N), "unacked/op")
+		})
+	}
+}
+
+// TestReplicaAckClusterReplicas runs WithReplicaAck(1, 50ms) on a Cluster
+// of 3 masters with one replica each: admissions on every master are
+// acknowledged; with one master's replica stopped, admissions on that
+// master get ErrNotReplicated while those on the other masters are still
+// acknowledged, in the same pipelines: each master's WAIT counts its own
+// replicas.
+func TestReplicaAckClusterReplicas(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartClusterWithReplicas(t, 3, 1)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c, ratelimit.FixedWindowPolicy(100, time.Hour), WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailClosed),
+		WithDenyCache(0), WithBreaker(0), WithTimeout(time.Second), WithReplicaAck(1, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Keys and the master of each.
+	masterOf := map[string]string{}
+	var keys []string
+	for i := range 30 {
+		k := "user" + strconv.Itoa(i)
+		m, err := cl.MasterOf(l.Key(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masterOf[k] = m.Addr()
+		keys = append(keys, k)
+	}
+	allow := func() (acked, notRepl map[string]int) {
+		acked, notRepl = map[string]int{}, map[string]int{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := l.AllowN(ctx, k, 1)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil && d.Allowed:
+					acked[masterOf[k]]++
+				case errors.Is(err, ErrNotReplicated):
+					notRepl[masterOf[k]]++
+				default:
+					t.Errorf("AllowN(%s) = %+v, %v", k, d, err)
+				}
+			}()
+		}
+		wg.Wait()
+		return acked, notRepl
+	}
+	if acked, notRepl := allow(); len(notRepl) != 0 || len(acked) != 3 {
+		t.Fatalf("all replicas up: acknowledged per master %v, not replicated %v; want every master acknowledged", acked, notRepl)
+	}
+	victim, err := cl.MasterOf(l.Key(keys[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, err := cl.ReplicasOf(victim)
+	if err != nil || len(reps) != 1 {
+		t.Fatalf("ReplicasOf = %v, %v; want one", reps, err)
+	}
+	resume := stop(t, reps[0])
+	acked, notRepl := allow()
+	resume()
+	if notRepl[victim.Addr()] == 0 || acked[victim.Addr()] != 0 || len(notRepl) != 1 || len(acked) != 2 {
+		t.Fatalf("replica of %s stopped: acknowledged per master %v, not replicated %v; want only %s's not replicated", victim.Addr(), acked, notRepl, victim.Addr())
+	}
+}

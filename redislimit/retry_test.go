@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -337,6 +340,37 @@ func TestUnexecutedErrorsRetried(t *testing.T) {
 		}
 	})
 
+	// A master without its replicas under min-replicas-to-write refuses
+	// the scripts' first write with NOREPLICAS: every algorithm's decision
+	// is tried maxAttempts times and writes nothing (the scripts read
+	// before they write, and Redis 7 checks at each write call).
+	t.Run("NOREPLICAS writes nothing", func(t *testing.T) {
+		t.Parallel()
+		s := redistest.Start(t, redistest.WithArgs("--min-replicas-to-write", "1"))
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		for _, p := range policies() {
+			l, err := New(c, p, WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailClosed), WithBreaker(0), WithDenyCache(0), WithTimeout(200*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Peek(ctx, "k", 0); err != nil { // loads the script
+				t.Fatalf("%v: Peek = %v", p, err)
+			}
+			before := cmdCalls(t, s.Addr(), "evalsha")
+			d, err := l.AllowN(ctx, "k", 1)
+			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "NOREPLICAS") || d.Allowed {
+				t.Fatalf("%v: AllowN without replicas = %+v, %v; want FailClosed's denial and NOREPLICAS", p, d, err)
+			}
+			if got := cmdCalls(t, s.Addr(), "evalsha") - before; got != maxAttempts {
+				t.Fatalf("%v: EVALSHA ran %d times, want %d", p, got, maxAttempts)
+			}
+		}
+		if keys, err := s.Do("DBSIZE"); err != nil || keys != "0" {
+			t.Fatalf("DBSIZE = %s, %v; want 0: a refused script wrote something", keys, err)
+		}
+	})
+
 	t.Run("dial refused", func(t *testing.T) {
 		t.Parallel()
 		s := redistest.Start(t)
@@ -395,4 +429,48 @@ func (h promoteOnReadOnly) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 
 func (h promoteOnReadOnly) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// replyError is an error reply as go-redis returns one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// TestUnexecutedClassification lists which errors the limiter retries
+// (they prove the script did not run) and which it never retries (the
+// script may have run).
+func TestUnexecutedClassification(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, true},
+		{fmt.Errorf("wrapped: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), true},
+		{redis.ErrPoolTimeout, true},
+		{replyError("LOADING Redis is loading the dataset in memory"), true},
+		{replyError("READONLY You can't write against a read only replica. script: 544e, on @user_script:310."), true},
+		{replyError("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), true},
+		{replyError("CLUSTERDOWN The cluster is down"), true},
+		{replyError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{replyError("NOREPLICAS Not enough good replicas to write."), true},
+		{replyError("ERR max number of clients reached"), true},
+		{replyError("MOVED 3999 127.0.0.1:6381"), true},
+		{replyError("ASK 3999 127.0.0.1:6381"), true},
+		{replyError("ERR Error running script: user_script:1: oops"), false},
+		{replyError("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{replyError("BUSY Redis is busy running a script."), false},
+		{io.EOF, false},
+		{io.ErrUnexpectedEOF, false},
+		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false},
+		{&net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}, false},
+		{context.DeadlineExceeded, false},
+		{os.ErrDeadlineExceeded, false},
+		{errors.New("READONLY but not a reply"), false},
+	} {
+		if got := unexecuted(tc.err); got != tc.want {
+			t.Errorf("unexecuted(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
 }

@@ -79,8 +79,12 @@ type Stats struct {
 	Open     int      // connections open now
 	Bytes    [2]int64 // bytes forwarded, indexed by Direction
 	Chunks   [2]int64 // chunks read, indexed by Direction
-	Dropped  int64    // replies dropped by DropReplies (connections reset)
-	Cut      int64    // replies cut by CutReplies (connections reset)
+	Dropped  int64    // replies dropped by DropReplies (connections ended)
+	Cut      int64    // replies cut by CutReplies (connections ended)
+	// Matched counts the occurrences of the MatchRequests substring in
+	// the request bytes forwarded to the server (also across chunks),
+	// counted as each chunk starts to be written.
+	Matched int64
 }
 
 // Proxy forwards every connection accepted on its address to the target.
@@ -104,6 +108,7 @@ type Proxy struct {
 	replies   atomic.Int64           // replies counted for cutEvery
 
 	accepted, dropped, cut atomic.Int64
+	matched                atomic.Int64
 	bytes, chunks          [2]atomic.Int64
 
 	mu     sync.Mutex
@@ -115,6 +120,7 @@ type Proxy struct {
 type link struct {
 	client, server net.Conn
 	dropArmed      atomic.Bool   // the next reply chunk resets the connection
+	tail           []byte        // the end of the last request chunk, for Stats.Matched (up pump only)
 	done           chan struct{} // closed by close
 	once           sync.Once
 }
@@ -212,7 +218,7 @@ func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
 	open := len(p.links)
 	p.mu.Unlock()
-	s := Stats{Accepted: p.accepted.Load(), Open: open, Dropped: p.dropped.Load(), Cut: p.cut.Load()}
+	s := Stats{Accepted: p.accepted.Load(), Open: open, Dropped: p.dropped.Load(), Cut: p.cut.Load(), Matched: p.matched.Load()}
 	for d := range s.Bytes {
 		s.Bytes[d] = p.bytes[d].Load()
 		s.Chunks[d] = p.chunks[d].Load()
@@ -340,7 +346,7 @@ func (p *Proxy) forward(l *link, d Direction, b []byte, dst net.Conn) (bool, End
 		if every := p.cutEvery.Load(); every > 0 && p.replies.Add(1)%every == 0 {
 			keep := min(int(p.cutKeep.Load()), len(b)-1)
 			if keep > 0 {
-				p.write(l, d, dst, b[:keep], f.BytesPerSecond)
+				_, _ = p.write(l, d, dst, b[:keep], f.BytesPerSecond)
 			}
 			p.cut.Add(1)
 			return false, End(p.cutEnd.Load())
@@ -356,7 +362,28 @@ func (p *Proxy) forward(l *link, d Direction, b []byte, dst net.Conn) (bool, End
 			l.dropArmed.Store(true)
 		}
 	}
-	return p.write(l, d, dst, b, f.BytesPerSecond), RST
+	if d == Up {
+		// Counted before it is written: once written, the server may act
+		// on it before this goroutine runs again.
+		p.count(l, b)
+	}
+	_, ok := p.write(l, d, dst, b, f.BytesPerSecond)
+	return ok, RST
+}
+
+// count counts the MatchRequests substring in b, forwarded upstream on l,
+// with the end of l's previous chunk in front (an occurrence split
+// between two chunks counts once).
+func (p *Proxy) count(l *link, b []byte) {
+	m := p.match.Load()
+	if m == nil || len(*m) == 0 {
+		l.tail = l.tail[:0]
+		return
+	}
+	data := append(l.tail, b...)
+	p.matched.Add(int64(bytes.Count(data, *m)))
+	keep := min(len(*m)-1, len(data)) // too short to hold a whole occurrence
+	l.tail = append(l.tail[:0], data[len(data)-keep:]...)
 }
 
 // matches reports whether request chunk b counts for DropReplies.
@@ -365,29 +392,31 @@ func (p *Proxy) matches(b []byte) bool {
 	return m == nil || bytes.Contains(b, *m)
 }
 
-// write writes b to dst, paced to bps bytes per second when bps > 0.
-func (p *Proxy) write(l *link, d Direction, dst net.Conn, b []byte, bps int) bool {
+// write writes b to dst, paced to bps bytes per second when bps > 0; it
+// returns the bytes written and whether all were.
+func (p *Proxy) write(l *link, d Direction, dst net.Conn, b []byte, bps int) (int, bool) {
 	if bps <= 0 {
 		n, err := dst.Write(b)
 		p.bytes[d].Add(int64(n))
-		return err == nil
+		return n, err == nil
 	}
 	// Pieces of a tenth of a second's worth (at least one byte), each
 	// written once its share of the second has passed.
 	piece := max(bps/10, 1)
-	for len(b) > 0 {
-		k := min(piece, len(b))
+	written := 0
+	for written < len(b) {
+		k := min(piece, len(b)-written)
 		if !p.sleep(l, time.Duration(k)*time.Second/time.Duration(bps)) {
-			return false
+			return written, false
 		}
-		n, err := dst.Write(b[:k])
+		n, err := dst.Write(b[written : written+k])
 		p.bytes[d].Add(int64(n))
+		written += n
 		if err != nil {
-			return false
+			return written, false
 		}
-		b = b[k:]
 	}
-	return true
+	return written, true
 }
 
 // sleep waits d, or less when l or the proxy closes (then it returns

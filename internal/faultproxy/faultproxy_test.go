@@ -193,6 +193,9 @@ func TestDropRepliesAfterExecution(t *testing.T) {
 	if _, err := roundTrip(c3, r3, "drop me", 5*time.Second); err == nil {
 		t.Fatal("matched request answered, want a reset")
 	}
+	if s := p.Stats(); s.Matched != 1 {
+		t.Fatalf("Stats().Matched = %d, want 1", s.Matched)
+	}
 }
 
 func TestCutRepliesMidReply(t *testing.T) {
