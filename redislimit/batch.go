@@ -13,7 +13,8 @@ import (
 // Batching. One decision is one script run, but concurrent decisions share
 // round trips: a call is queued, and a flusher goroutine sends everything
 // queued as one pipeline of EVALSHAs (each script is still atomic on its
-// own; the pipeline only saves round trips and system calls). While a
+// own; the pipeline only saves round trips and system calls). Every path
+// sends through send (noretry.go): go-redis never retries a script. While a
 // pipeline is in flight, new calls queue up and go together in the next
 // one, so a lone caller pays one round trip and 64 concurrent callers share
 // a few.
@@ -35,12 +36,17 @@ import (
 
 // call is one script run waiting for a flusher.
 type call struct {
-	script *redis.Script
+	script *script
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd    // set by the flusher before done is signalled
 	done   chan struct{} // buffered(1): the flusher never blocks on it
 	state  atomic.Uint32 // callQueued, callSent or callAbandoned
+	eval   bool          // the server said NOSCRIPT: send EVAL
+	ack    bool          // WithReplicaAck: the round trip must end with WAIT
+	acks   int           // with ack: the replicas WAIT counted, -1 when it failed
+	sc     scriptCmd     // cmd as go-redis gets it (see send)
+	argv   []any         // cmd's arguments, reused from call to call
 }
 
 const (
@@ -54,12 +60,15 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 func getCall() *call {
 	c := callPool.Get().(*call)
 	c.state.Store(callQueued)
+	c.eval, c.ack, c.acks = false, false, 0
 	return c
 }
 
 // putCall recycles c; only calls whose done was received may be recycled.
 func putCall(c *call) {
-	c.script, c.keys, c.args, c.cmd = nil, nil, nil, nil
+	c.script, c.keys, c.args, c.cmd, c.sc.Cmd = nil, nil, nil, nil, nil
+	clear(c.argv) // holds the keys and arguments: let them go
+	c.argv = c.argv[:0]
 	callPool.Put(c)
 }
 
@@ -71,6 +80,11 @@ type batcher struct {
 	maxFlushers int
 	maxBatch    int
 	maxQueue    int
+
+	// WithReplicaAck; ackWant 0: off.
+	ackWant                int
+	ackReplicas, ackMillis any                  // WAIT's arguments, boxed once
+	cluster                *redis.ClusterClient // with ackWant on a Cluster: WAIT per master
 
 	mu      sync.Mutex
 	queue   []*call // guarded by mu
@@ -117,7 +131,8 @@ func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error 
 		b.mu.Unlock()
 		c.state.Store(callSent)
 		rctx, cancel := context.WithTimeout(ctx, timeout)
-		c.cmd = c.script.Run(rctx, b.client, c.keys, c.args...)
+		one := [1]*call{c}
+		b.send(rctx, one[:])
 		cancel()
 		b.mu.Lock()
 		more := len(b.queue) > 0
@@ -185,8 +200,8 @@ func (b *batcher) flush() {
 	}
 }
 
-// exec runs one batch: one script call on its own, several in a pipeline,
-// and again with EVAL those that found their script missing (NOSCRIPT).
+// exec runs one batch through send: one script call on its own, several in
+// a pipeline.
 func (b *batcher) exec(batch []*call) {
 	live := batch[:0]
 	for _, c := range batch {
@@ -198,28 +213,7 @@ func (b *batcher) exec(batch []*call) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	if len(live) == 1 {
-		c := live[0]
-		c.cmd = c.script.Run(ctx, b.client, c.keys, c.args...)
-	} else {
-		pipe := b.client.Pipeline()
-		for _, c := range live {
-			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are per command
-		var retry redis.Pipeliner
-		for _, c := range live {
-			if isNoScript(c.cmd.Err()) {
-				if retry == nil {
-					retry = b.client.Pipeline()
-				}
-				c.cmd = c.script.Eval(ctx, retry, c.keys, c.args...)
-			}
-		}
-		if retry != nil {
-			_, _ = retry.Exec(ctx)
-		}
-	}
+	b.send(ctx, live)
 	cancel()
 	for _, c := range live {
 		c.done <- struct{}{}

@@ -19,6 +19,11 @@ var (
 	// calls that a [Limiter] answered without trying Redis because a
 	// recent call found Redis unreachable (see [WithBreaker]).
 	ErrBreakerOpen = errors.New("ratelimit: breaker open")
+	// ErrNotReplicated is wrapped (with [ErrUnavailable]) by the error of
+	// a call that Redis admitted but whose write fewer replicas than
+	// [WithReplicaAck] asks for acknowledged in time: the failure policy
+	// decided instead.
+	ErrNotReplicated = errors.New("ratelimit: redis write not acknowledged by replicas")
 	// errNilContext is returned, with a denial, to a call given a nil
 	// context.
 	errNilContext = errors.New("ratelimit: nil context")
@@ -84,3 +89,18 @@ type scriptError struct{ values int }
 func (e *scriptError) Error() string {
 	return fmt.Sprintf("script returned %d values, want 4", e.values)
 }
+
+// notReplicatedError is the cause when a decision's write was acknowledged
+// by fewer replicas than WithReplicaAck asks for (acks -1: WAIT failed).
+type notReplicatedError struct {
+	acks, want int
+	timeout    time.Duration
+}
+
+func (e *notReplicatedError) Error() string {
+	if e.acks < 0 {
+		return fmt.Sprintf("write not acknowledged: WAIT %d failed", e.want)
+	}
+	return fmt.Sprintf("write acknowledged by %d of %d replicas within %v", e.acks, e.want, e.timeout)
+}
+func (e *notReplicatedError) Unwrap() error { return ErrNotReplicated }

@@ -46,6 +46,7 @@ type Limiter struct {
 	latest      atomic.Int64    // with client time: the latest decision time seen (local ns)
 	brk         breaker
 	batch       batcher
+	ackTimeout  time.Duration // WithReplicaAck's timeout, for errors
 }
 
 var _ ratelimit.KeyedLimiter = (*Limiter)(nil)
@@ -98,6 +99,16 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 			maxBatch:    defaultMaxBatch,
 			maxQueue:    defaultMaxQueue,
 		},
+	}
+	if cfg.ackSet {
+		if _, ok := client.(*redis.Ring); ok {
+			return nil, invalid("WithReplicaAck is not supported on a *redis.Ring (WAIT must run on the connection of each shard)")
+		}
+		l.ackTimeout = cfg.ackTimeout
+		l.batch.ackWant = cfg.ackReplicas
+		l.batch.ackReplicas = cfg.ackReplicas
+		l.batch.ackMillis = ackMillis(cfg.ackTimeout)
+		l.batch.cluster, _ = client.(*redis.ClusterClient)
 	}
 	// Oldest first, as the options give them, each named after those before
 	// it as SetPolicy would have named it; newest first in the chain.
@@ -439,12 +450,17 @@ func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any
 func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, bool, error) {
 	args := g.args(l, now, n, mode)
 	var v []int64
-	err := l.run(ctx, g, g.decideScript, g.keys(l, key), args, func(cmd *redis.Cmd) (err error) {
+	ack := mode == commit && l.batch.ackWant > 0
+	err := l.runCall(ctx, g, g.decideScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64Slice()
 		return err
 	})
 	if err != nil {
-		return ratelimit.Decision{}, false, err
+		var nr *notReplicatedError
+		if !errors.As(err, &nr) || len(v) != 4 || v[0] == 1 {
+			return ratelimit.Decision{}, false, err
+		}
+		// A denial wrote nothing: it stands, replicated or not.
 	}
 	if len(v) != 4 {
 		return ratelimit.Decision{}, false, &scriptError{values: len(v)}
@@ -460,7 +476,15 @@ func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string
 
 // run runs script on key with args through the batcher and the breaker,
 // and hands the reply to read.
-func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, keys []string, args []any, read func(*redis.Cmd) error) error {
+func (l *Limiter) run(ctx context.Context, g *generation, sc *script, keys []string, args []any, read func(*redis.Cmd) error) error {
+	return l.runCall(ctx, g, sc, keys, args, false, read)
+}
+
+// runCall is run; with ack (WithReplicaAck, a decision that may admit)
+// its round trip ends with WAIT, and when fewer replicas than asked
+// acknowledged, runCall returns a *notReplicatedError after read has
+// read the reply (which the breaker counts as a success: Redis answered).
+func (l *Limiter) runCall(ctx context.Context, g *generation, sc *script, keys []string, args []any, ack bool, read func(*redis.Cmd) error) error {
 	var now int64
 	if l.brk.cooldown != 0 {
 		now = l.ts.Now()
@@ -470,11 +494,14 @@ func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, 
 		return err
 	}
 	c := getCall()
-	c.script = script
+	c.script = sc
 	c.keys = keys
 	c.args = args
+	c.ack = ack
+	acks := 0
 	if err = l.batch.do(ctx, c, l.timeout); err == nil {
 		err = read(c.cmd)
+		acks = c.acks
 		putCall(c)
 	}
 	callerDone := ctx.Err() != nil
@@ -483,6 +510,9 @@ func (l *Limiter) run(ctx context.Context, g *generation, script *redis.Script, 
 	}
 	if l.brk.cooldown != 0 {
 		l.brk.done(l.ts.Now(), probe, err, callerDone)
+	}
+	if err == nil && ack && acks < l.batch.ackWant {
+		err = &notReplicatedError{acks: acks, want: l.batch.ackWant, timeout: l.ackTimeout}
 	}
 	return err
 }

@@ -45,7 +45,10 @@ type config struct {
 	observer     ratelimit.Observer
 	name         string
 	previous     []previous // WithPrevious, oldest first
-	err          error      // the first invalid option
+	ackReplicas  int        // WithReplicaAck: replicas, 0 off
+	ackTimeout   time.Duration
+	ackSet       bool
+	err          error // the first invalid option
 }
 
 type optionFunc func(*config)
@@ -100,6 +103,12 @@ func newConfig(opts []Option) (config, error) {
 		err = invalid("WithLocalFallback instances must be positive, got %d", cfg.instances)
 	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
 		err = invalid("WithFailurePolicy must be FailOpen, FailClosed or FailLocal, got %v", cfg.failure)
+	case cfg.ackSet && cfg.ackReplicas < 1:
+		err = invalid("WithReplicaAck replicas must be at least 1, got %d", cfg.ackReplicas)
+	case cfg.ackSet && cfg.ackTimeout <= 0:
+		err = invalid("WithReplicaAck timeout must be positive, got %v", cfg.ackTimeout)
+	case cfg.ackSet && ackMillis(cfg.ackTimeout)*int64(time.Millisecond) >= int64(cfg.timeout):
+		err = invalid("WithReplicaAck timeout (%v, in whole milliseconds for WAIT: %dms) must be shorter than WithTimeout (%v)", cfg.ackTimeout, ackMillis(cfg.ackTimeout), cfg.timeout)
 	}
 	return cfg, err
 }
@@ -278,3 +287,36 @@ func WithBreaker(cooldown time.Duration) Option {
 // DefaultBreakerCooldown is the breaker's cooldown unless [WithBreaker]
 // says otherwise.
 const DefaultBreakerCooldown = time.Second
+
+// WithReplicaAck makes every round trip of decisions wait until replicas
+// replicas have acknowledged its writes, at most timeout: the round trip
+// ends with Redis's WAIT replicas timeout-ms, in the same pipeline and on
+// the same connection as the scripts (no extra round trip, only the wait
+// for replication). When fewer replicas acknowledged in time, no
+// admission of that round trip is returned: each such call gets the
+// failure policy's Decision, with an error wrapping [ErrUnavailable] and
+// [ErrNotReplicated] (its events were charged on the master, and may or
+// may not survive a failover). Denials are returned as they are (they
+// write nothing), as are Peeks, refunds and admin calls.
+//
+// It bounds what a failover can lose: an admission is returned only once
+// replicas replicas hold it, so a replica promoted after the master fails
+// knows it (pair it with the server setting min-replicas-to-write, which
+// stops a master cut off from its replicas from admitting at all). It
+// costs each round trip the replication delay, and a round trip whose
+// replicas are gone the whole timeout. On a Redis Cluster the scripts are
+// grouped per master and each group's WAIT runs on that master's
+// connection.
+//
+// replicas must be at least 1, timeout positive and, rounded up to the
+// millisecond (WAIT's unit), shorter than [WithTimeout]'s. Not supported
+// on a [redis.Ring] (New returns an error).
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) { c.ackReplicas, c.ackTimeout, c.ackSet = replicas, timeout, true })
+}
+
+// ackMillis is d in whole milliseconds, rounded up: WAIT's timeout (whose
+// 0 would mean forever).
+func ackMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

@@ -7,7 +7,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
 )
 
@@ -31,7 +30,7 @@ type generation struct {
 	cache    *denyCache // nil: disabled
 	fallback *ratelimit.Keyed
 
-	decideScript, refundScript *redis.Script
+	decideScript, refundScript *script
 
 	// inflight counts the calls running under this generation; sealed,
 	// set by SetPolicy, makes new calls wait for the next generation, so

@@ -47,7 +47,10 @@ func (l *Limiter) cause(err error) error {
 	}
 	var te *timeoutError
 	if !errors.As(err, &te) {
-		if !errors.Is(err, context.DeadlineExceeded) {
+		// go-redis, which never retries a script (noretry.go), reports a
+		// read cut short by the deadline as the network's i/o timeout.
+		var ne net.Error
+		if !errors.Is(err, context.DeadlineExceeded) && (!errors.As(err, &ne) || !ne.Timeout()) {
 			return err
 		}
 		te = &timeoutError{l.timeout}

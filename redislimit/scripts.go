@@ -5,7 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
 )
@@ -13,7 +12,7 @@ import (
 // The Lua scripts, one decision script and one refund script per algorithm,
 // each with the shared prelude and its algorithm's state helpers in front
 // (only those: every helper is a closure made anew on every run). They are
-// package-level [redis.Script] values: EVALSHA first, EVAL when the server
+// package-level [redis.Script] values (wrapped, see noretry.go): EVALSHA first, EVAL when the server
 // answers NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
 var (
 	//go:embed lua/prelude.lua
@@ -74,16 +73,16 @@ var allHelpers = tbLua + lbLua + fwLua + slLua + scLua + qLua
 // their own algorithm's helpers, so the common case compiles and runs the
 // least Lua.
 type algoScripts struct {
-	decide, refund           *redis.Script
-	decideChain, refundChain *redis.Script
+	decide, refund           *script
+	decideChain, refundChain *script
 }
 
 func newAlgoScripts(helpers, decide, refund string) algoScripts {
 	return algoScripts{
-		decide:      redis.NewScript(preludeLua + helpers + noChainLua + decide),
-		refund:      redis.NewScript(preludeLua + helpers + noChainLua + refund),
-		decideChain: redis.NewScript(preludeLua + allHelpers + chainLua + decide),
-		refundChain: redis.NewScript(preludeLua + allHelpers + chainLua + refund),
+		decide:      newScript(preludeLua + helpers + noChainLua + decide),
+		refund:      newScript(preludeLua + helpers + noChainLua + refund),
+		decideChain: newScript(preludeLua + allHelpers + chainLua + decide),
+		refundChain: newScript(preludeLua + allHelpers + chainLua + refund),
 	}
 }
 
@@ -94,8 +93,8 @@ var (
 	slidingLogScripts     = newAlgoScripts(slLua, slidingLogLua, slidingLogRefundLua)
 	slidingCounterScripts = newAlgoScripts(scLua, slidingCounterLua, slidingCounterRefundLua)
 	quotaScripts          = newAlgoScripts(qLua, quotaLua, quotaRefundLua)
-	blockScript           = redis.NewScript(preludeLua + blockLua)
-	resetScript           = redis.NewScript(preludeLua + resetLua)
+	blockScript           = newScript(preludeLua + blockLua)
+	resetScript           = newScript(preludeLua + resetLua)
 )
 
 // maxExact is 2^53: Lua numbers are doubles, exact for integers below it.

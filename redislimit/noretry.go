@@ -1,0 +1,196 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Retries. A script whose reply was lost (the connection reset or closed,
+// a read timed out) may have run: sending it again could charge its events
+// twice, an over-count that a rate limiter must never make on its own. So
+// every script goes to go-redis as a scriptCmd, which go-redis never
+// retries (its Cmder.NoRetry; Client, ClusterClient and Ring honour it, for
+// commands and pipelines alike; a ClusterClient still follows MOVED and
+// ASK, which mean the script did not run there). The limiter retries
+// itself, within the call's timeout, only the errors that prove the
+// script did not run (unexecuted): then a lost reply costs at most an
+// under-admission (the events were charged, the caller got the failure
+// policy), never an over-admission.
+
+// maxAttempts bounds the sends of one script run, NOSCRIPT's EVAL aside.
+const maxAttempts = 3
+
+// script is a Lua script of this package: go-redis's Script (EVALSHA,
+// Load, ...) plus its hash and source boxed once as command arguments, so
+// that sending it boxes neither.
+type script struct {
+	*redis.Script
+	hash, src any
+}
+
+func newScript(src string) *script {
+	s := redis.NewScript(src)
+	return &script{Script: s, hash: s.Hash(), src: src}
+}
+
+// The command names, boxed once.
+var (
+	evalShaArg any = "evalsha"
+	evalArg    any = "eval"
+)
+
+// scriptCmd is one run of a script as a go-redis command that go-redis
+// never retries.
+type scriptCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command: its reply may have been
+// lost after the script ran.
+func (*scriptCmd) NoRetry() bool { return true }
+
+// prepare returns c's script run as a command: EVALSHA, or EVAL once the
+// server said NOSCRIPT (c.eval). It reuses c's argument slice and command
+// wrapper: the new *redis.Cmd is the only allocation besides the keys'.
+func (c *call) prepare(ctx context.Context) redis.Cmder {
+	a := c.argv[:0]
+	if c.eval {
+		a = append(a, evalArg, c.script.src)
+	} else {
+		a = append(a, evalShaArg, c.script.hash)
+	}
+	a = append(a, len(c.keys))
+	for _, k := range c.keys {
+		a = append(a, k)
+	}
+	a = append(a, c.args...)
+	c.argv = a
+	cmd := redis.NewCmd(ctx, a...)
+	if len(c.keys) > 0 {
+		cmd.SetFirstKeyPos(3) // for Cluster routing
+	}
+	c.cmd = cmd
+	c.sc.Cmd = cmd
+	return &c.sc
+}
+
+// send runs the scripts of calls on the client, one call as a command and
+// several as one pipeline, each as a command go-redis never retries; a
+// call whose script the server did not have (NOSCRIPT) is sent again at
+// once with EVAL, and one that failed with an error proving the script did
+// not run (see unexecuted) is sent again after a short backoff, at most
+// maxAttempts times in all and never after ctx is done. On return each
+// call's cmd holds its reply or its last error.
+func (b *batcher) send(ctx context.Context, calls []*call) {
+	pending := calls
+	for attempt := 1; ; {
+		b.round(ctx, pending)
+		var next []*call // allocated only when something failed
+		wait := false
+		for _, c := range pending {
+			switch err := c.cmd.Err(); {
+			case err == nil:
+			case !c.eval && isNoScript(err):
+				c.eval = true
+				next = append(next, c)
+			case attempt < maxAttempts && unexecuted(err):
+				wait = true
+				next = append(next, c)
+			}
+		}
+		if next == nil {
+			return
+		}
+		if wait {
+			attempt++
+			if !sleepCtx(ctx, retryBackoff(b.timeout, attempt)) {
+				return // each call keeps its last error
+			}
+		}
+		pending = next
+	}
+}
+
+// round sends calls once: one as a command, several in a pipeline.
+func (b *batcher) round(ctx context.Context, calls []*call) {
+	if b.ackWant > 0 && needsAck(calls) {
+		b.roundAck(ctx, calls)
+		return
+	}
+	if len(calls) == 1 {
+		_ = b.client.Process(ctx, calls[0].prepare(ctx)) // the error is the command's
+		return
+	}
+	pipe := b.client.Pipeline()
+	for _, c := range calls {
+		_ = pipe.Process(ctx, c.prepare(ctx)) // queues it
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+}
+
+// retryBackoff is the wait before attempt (2 or 3) of a call bounded by
+// timeout: a twentieth of it, then a fifth, so that three attempts and
+// their backoffs fit well within the timeout.
+func retryBackoff(timeout time.Duration, attempt int) time.Duration {
+	if attempt <= 2 {
+		return timeout / 20
+	}
+	return timeout / 5
+}
+
+// sleepCtx waits d unless ctx ends first (then it returns false); it does
+// not wait at all when ctx's deadline comes before d has passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// unexecuted reports whether err proves that the script did not run (so
+// that sending it again cannot charge twice): no connection could be had
+// (a failed dial, the pool's timeout), or an error reply that Redis gives
+// before running a script or at the script's first write, before anything
+// was written (the scripts read before they write, and on Redis 7 a script
+// without flags fails at its first write call on a replica, without
+// enough replicas, or while the server loads its data).
+//
+// A reply lost after the request was written (reset, EOF, a read timeout)
+// is not one of them: the script may have run.
+func unexecuted(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		return true
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range unexecutedReplies {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// unexecutedReplies are the error replies unexecuted retries. go-redis's
+// HasErrorPrefix drops an "ERR " first, hence "max number of clients".
+// MOVED and ASK reach the limiter only from a Cluster node's own client
+// (WithReplicaAck), which does not follow them.
+var unexecutedReplies = []string{
+	"LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS",
+	"max number of clients", "MOVED", "ASK",
+}
