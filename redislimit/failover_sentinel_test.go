@@ -45,6 +45,14 @@ type sentinelScenario struct {
 	failure    string   // loadSpec.Failure
 	replicaAck int      // WithReplicaAck replicas (0: off) ...
 	ackTimeout time.Duration
+	// cut > 0 cuts the replication links cut before the master is killed:
+	// the master stops serving SYNC and PSYNC (an ACL rule on its default
+	// user) and drops its replicas (CLIENT KILL TYPE replica), so they lag
+	// by the writes of that time at the kill, deterministically. The fault
+	// then starts at the cut. (Stopping the replicas with SIGSTOP does not
+	// do it: the kernel's socket buffers keep the stream, and a continued
+	// replica reads it all, even after the master's death.)
+	cut time.Duration
 }
 
 // sentinelRun is one run's figures.
@@ -108,9 +116,18 @@ func runSentinelFailover(t *testing.T, sc sentinelScenario, limit int) sentinelR
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+		var cutAt time.Time
+		if sc.cut > 0 {
+			cutAt = time.Now()
+			cutReplication(t, sn.Servers()[0])
+			time.Sleep(sc.cut)
+		}
 		_, at := sn.KillMaster(t)
 		sn.WaitFailover(t, master, 30*time.Second)
 		run.failover = time.Since(at)
+		if sc.cut > 0 {
+			return cutAt
+		}
 		return at
 	}
 	run.loadStats = runLoad(t, spec, failoverProcs, 0, fault)
@@ -121,6 +138,18 @@ func runSentinelFailover(t *testing.T, sc sentinelScenario, limit int) sentinelR
 			st.Admitted, limit, st.slotTable(0, time.Hour))
 	}
 	return run
+}
+
+// cutReplication makes master refuse SYNC and PSYNC and drops its
+// replicas: they stay disconnected (each retry fails) while clients go on.
+func cutReplication(t *testing.T, master *redistest.Server) {
+	t.Helper()
+	if _, err := master.Do("ACL", "SETUSER", "default", "-sync", "-psync"); err != nil {
+		t.Fatalf("ACL SETUSER on the master: %v", err)
+	}
+	if _, err := master.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatalf("CLIENT KILL TYPE replica on the master: %v", err)
+	}
 }
 
 // checkSentinelRun asserts what every failover run must show, whatever its
@@ -138,7 +167,7 @@ func checkSentinelRun(t *testing.T, sc sentinelScenario, run sentinelRun) {
 	// Every failure ends within the failover, plus the breaker's cooldown
 	// and a timeout (a replica-ack run also waits for the remaining
 	// replica to resync): a generous bound, far below the run.
-	if limit := run.failover + DefaultBreakerCooldown + 2*failoverTimeout + 5*time.Second; st.Recovery > limit {
+	if limit := sc.cut + run.failover + DefaultBreakerCooldown + 2*failoverTimeout + 5*time.Second; st.Recovery > limit {
 		t.Errorf("recovery %v, longer than the failover (%v) allows (%v): %s", st.Recovery, run.failover, limit, window)
 	}
 	// Exact again: the key was spent on the new master after the last
@@ -175,6 +204,10 @@ func recordSentinel(t *testing.T, sc sentinelScenario, limit int, runs []sentine
 		ack = fmt.Sprintf("WithReplicaAck(%d, %v)", sc.replicaAck, sc.ackTimeout)
 	}
 	failure := map[string]string{"closed": "FailClosed", "open": "FailOpen", "local": fmt.Sprintf("WithLocalFallback(%d)", failoverProcs)}[sc.failure]
+	cut := ""
+	if sc.cut > 0 {
+		cut = fmt.Sprintf("the replication links are cut (on the master: ACL SETUSER default -sync -psync, CLIENT KILL TYPE replica) %v before ", sc.cut)
+	}
 	args := "none"
 	if len(sc.dataArgs) > 0 {
 		args = strings.Join(sc.dataArgs, " ")
@@ -188,10 +221,10 @@ func recordSentinel(t *testing.T, sc sentinelScenario, limit int, runs []sentine
 			"%d processes x %d goroutines, each calling AllowN(key, 1) then sleeping %v, on redis.NewFailoverClient "+
 			"(ContextTimeoutEnabled, other options default); one key, token bucket burst %d refilling 1 event/hour "+
 			"(cannot refill during the run); limiter: %s, WithTimeout(%v), breaker default (%v), deny cache off, replica ack %s; "+
-			"the master is SIGKILLed once a third of the key is spent (read with Peek on the master), the run goes on "+
+			"%sthe master is SIGKILLed once a third of the key is spent (read with Peek on the master), the run goes on "+
 			"until %v after the key is spent on the new master (at most %v); %d run(s), figures of the worst",
 			sc.replicas, args, redistest.SentinelDownAfter.Milliseconds(), failoverProcs, failoverGoroutines, spec.Pause,
-			limit, failure, failoverTimeout, DefaultBreakerCooldown, ack, failoverFinal, spec.Duration, len(runs)),
+			limit, failure, failoverTimeout, DefaultBreakerCooldown, ack, cut, failoverFinal, spec.Duration, len(runs)),
 	})
 	for i, run := range runs {
 		r.Notes = append(r.Notes, fmt.Sprintf("run %d: over %d, admitted %d, failed %d calls (fallback %d, admitted by fallback %d) of %d, "+
@@ -268,9 +301,6 @@ func TestProofSentinelFailoverLocalFallback(t *testing.T) {
 // admitted beyond the limit. Two replicas, so that the new master still has
 // one to acknowledge its writes after the failover.
 func TestProofSentinelFailoverReplicaAck(t *testing.T) {
-	if replicaAckOption == nil {
-		t.Skip("WithReplicaAck is not in this build yet")
-	}
 	testSentinelFailover(t, sentinelScenario{
 		id:         "sentinel-kill-replica-ack",
 		title:      "Sentinel: master SIGKILLed under load, FailClosed, min-replicas-to-write 1 and WithReplicaAck(1)",
@@ -279,6 +309,47 @@ func TestProofSentinelFailoverReplicaAck(t *testing.T) {
 		failure:    "closed",
 		replicaAck: 1,
 		ackTimeout: 200 * time.Millisecond,
+	}, func(t *testing.T, run sentinelRun) {
+		if run.Over() != 0 {
+			t.Errorf("admitted %d events beyond the limit %d with WithReplicaAck(1): acknowledged writes were lost", run.Over(), sentinelLimit)
+		}
+	})
+}
+
+// TestProofSentinelFailoverLaggingReplica: the replication link is cut
+// 200ms before the master is killed, so the master admits for 200ms what
+// the replica never gets: the loss asynchronous replication allows, made
+// deterministic. Recorded, and
+// asserted to be there (else TestProofSentinelFailoverReplicaAckLagging,
+// which must show none, would prove nothing).
+func TestProofSentinelFailoverLaggingReplica(t *testing.T) {
+	testSentinelFailover(t, sentinelScenario{
+		id:       "sentinel-kill-lagging-replica",
+		title:    "Sentinel: replication cut 200ms, then master SIGKILLed, FailClosed",
+		replicas: 1,
+		failure:  "closed",
+		cut:      200 * time.Millisecond,
+	}, func(t *testing.T, run sentinelRun) {
+		if run.Over() == 0 {
+			t.Errorf("no over-admission although the replica missed 200ms of writes: the scenario does not reproduce the loss")
+		}
+	})
+}
+
+// TestProofSentinelFailoverReplicaAckLagging: as
+// TestProofSentinelFailoverLaggingReplica (both links cut) with
+// min-replicas-to-write 1 and WithReplicaAck(1): the admissions the
+// replicas did not acknowledge are not returned, so none is lost.
+func TestProofSentinelFailoverReplicaAckLagging(t *testing.T) {
+	testSentinelFailover(t, sentinelScenario{
+		id:         "sentinel-kill-lagging-replica-ack",
+		title:      "Sentinel: replication cut 200ms, then master SIGKILLed, FailClosed, min-replicas-to-write 1 and WithReplicaAck(1)",
+		replicas:   2,
+		dataArgs:   []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "5"},
+		failure:    "closed",
+		replicaAck: 1,
+		ackTimeout: 200 * time.Millisecond,
+		cut:        200 * time.Millisecond,
 	}, func(t *testing.T, run sentinelRun) {
 		if run.Over() != 0 {
 			t.Errorf("admitted %d events beyond the limit %d with WithReplicaAck(1): acknowledged writes were lost", run.Over(), sentinelLimit)

@@ -114,10 +114,6 @@ func (s loadSpec) policy() (ratelimit.Policy, error) {
 	return ratelimit.Policy{}, fmt.Errorf("ratelimit: load spec: unknown algorithm %q", s.Algorithm)
 }
 
-// replicaAckOption builds WithReplicaAck(replicas, timeout); nil until the
-// library has it (branch i12-retry).
-var replicaAckOption func(replicas int, timeout time.Duration) Option
-
 // options returns the spec's limiter options.
 func (s loadSpec) options() ([]Option, error) {
 	opts := []Option{WithPrefix(s.Prefix), WithLogger(nil)}
@@ -141,10 +137,7 @@ func (s loadSpec) options() ([]Option, error) {
 		opts = append(opts, WithDenyCache(0))
 	}
 	if s.ReplicaAck > 0 {
-		if replicaAckOption == nil {
-			return nil, errors.New("ratelimit: load spec: WithReplicaAck is not available in this build")
-		}
-		opts = append(opts, replicaAckOption(s.ReplicaAck, s.ReplicaAckTimeout))
+		opts = append(opts, WithReplicaAck(s.ReplicaAck, s.ReplicaAckTimeout))
 	}
 	return opts, nil
 }
