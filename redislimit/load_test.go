@@ -91,12 +91,16 @@ type loadSpec struct {
 	Prefix            string         `json:"prefix"`
 
 	// The load: Goroutines per process calling AllowN(ctx, Key, N) in a
-	// loop for Duration, sleeping Pause after each call (0: none).
+	// loop for Duration, sleeping Pause after each call (0: none). With
+	// DeniedFor > 0 a process stops sooner: DeniedFor after the first call
+	// Redis denied (in that process) ended, which on a key that cannot
+	// refill gives a final phase of that length after the key is spent.
 	Key        string        `json:"key"`
 	N          int           `json:"n"`
 	Goroutines int           `json:"goroutines"`
 	Duration   time.Duration `json:"duration"`
 	Pause      time.Duration `json:"pause,omitempty"`
+	DeniedFor  time.Duration `json:"denied_for,omitempty"`
 }
 
 // policy returns the spec's ratelimit.Policy.
@@ -109,10 +113,6 @@ func (s loadSpec) policy() (ratelimit.Policy, error) {
 	}
 	return ratelimit.Policy{}, fmt.Errorf("ratelimit: load spec: unknown algorithm %q", s.Algorithm)
 }
-
-// replicaAckOption builds WithReplicaAck(replicas, timeout); nil until the
-// library has it (branch i12-retry).
-var replicaAckOption func(replicas int, timeout time.Duration) Option
 
 // options returns the spec's limiter options.
 func (s loadSpec) options() ([]Option, error) {
@@ -137,10 +137,7 @@ func (s loadSpec) options() ([]Option, error) {
 		opts = append(opts, WithDenyCache(0))
 	}
 	if s.ReplicaAck > 0 {
-		if replicaAckOption == nil {
-			return nil, errors.New("ratelimit: load spec: WithReplicaAck is not available in this build")
-		}
-		opts = append(opts, replicaAckOption(s.ReplicaAck, s.ReplicaAckTimeout))
+		opts = append(opts, WithReplicaAck(s.ReplicaAck, s.ReplicaAckTimeout))
 	}
 	return opts, nil
 }
@@ -268,9 +265,11 @@ func latBucketMax(b int) int64 {
 
 // loadRecorder collects one child's calls. Safe for concurrent use.
 type loadRecorder struct {
-	start int64
-	mu    sync.Mutex
-	rep   loadReport
+	start     int64
+	deniedFor int64        // the spec's DeniedFor
+	stopAt    atomic.Int64 // the first denial's end + deniedFor; 0 before
+	mu        sync.Mutex
+	rep       loadReport
 }
 
 // record adds one call that started at s and ended at e (Unix ns).
@@ -312,6 +311,9 @@ func (rec *loadRecorder) record(s, e int64, n int, d ratelimit.Decision, err err
 	default:
 		r.Denied++
 		r.FirstDenyEnd = minTime(r.FirstDenyEnd, e)
+		if rec.deniedFor > 0 && r.Denied == 1 {
+			rec.stopAt.Store(e + rec.deniedFor)
+		}
 	}
 	i := int(max(s-rec.start, 0) / int64(loadSlot))
 	for len(r.Slots) <= i {
@@ -394,7 +396,7 @@ func workerLoad(raw, out string, control io.Reader, ready io.Writer) error {
 		close(orphaned)
 	}()
 
-	rec := &loadRecorder{start: start}
+	rec := &loadRecorder{start: start, deniedFor: int64(spec.DeniedFor)}
 	rec.rep.Start, rec.rep.Stop = start, stop
 	time.Sleep(time.Until(time.Unix(0, start)))
 	var wg sync.WaitGroup
@@ -405,7 +407,7 @@ func workerLoad(raw, out string, control io.Reader, ready io.Writer) error {
 			defer wg.Done()
 			for !quit.Load() {
 				s := time.Now()
-				if s.UnixNano() >= stop {
+				if at := s.UnixNano(); at >= stop || at >= rec.stopAt.Load() && rec.stopAt.Load() != 0 {
 					return
 				}
 				d, err := l.AllowN(context.Background(), spec.Key, spec.N)

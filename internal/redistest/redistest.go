@@ -45,6 +45,8 @@ import (
 const (
 	// installHint is the message given when a Redis binary is missing.
 	installHint = "not found in PATH; install with: apt-get install redis-server redis-tools"
+	// sentinelHint is the message given when redis-sentinel is missing.
+	sentinelHint = "not found in PATH; install with: apt-get install redis-sentinel"
 
 	startTimeout   = 10 * time.Second
 	clusterTimeout = 20 * time.Second
@@ -332,6 +334,9 @@ func requireBinaries(tb testing.TB, names ...string) {
 			continue
 		}
 		msg := name + " " + installHint
+		if name == "redis-sentinel" {
+			msg = name + " " + sentinelHint
+		}
 		if os.Getenv("CI") != "" {
 			tb.Fatal(msg)
 		}

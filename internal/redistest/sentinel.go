@@ -1,0 +1,364 @@
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Sentinel timings: short enough that a failover takes a second or two.
+const (
+	// SentinelDownAfter is the sentinels' down-after-milliseconds: how long
+	// the master must be unreachable before a sentinel deems it down.
+	SentinelDownAfter = 500 * time.Millisecond
+	// sentinelFailoverTimeout is the sentinels' failover-timeout; a
+	// sentinel that fails to get elected retries after twice this.
+	sentinelFailoverTimeout = 2 * time.Second
+	// sentinelSetupTimeout bounds StartSentinel's wait for the sentinels
+	// to find the replicas and each other (they announce themselves every
+	// 2 s on the master's hello channel).
+	sentinelSetupTimeout = 30 * time.Second
+)
+
+// SentinelOption configures [StartSentinel].
+type SentinelOption func(*sentinelOptions)
+
+type sentinelOptions struct {
+	replicas   int
+	masterArgs []string
+	dataArgs   []string
+}
+
+// SentinelReplicas sets the number of replicas (default 1).
+func SentinelReplicas(n int) SentinelOption {
+	return func(o *sentinelOptions) { o.replicas = n }
+}
+
+// SentinelMasterArgs appends redis-server arguments for the first master
+// only, for example SentinelMasterArgs("--min-replicas-to-write", "1").
+func SentinelMasterArgs(args ...string) SentinelOption {
+	return func(o *sentinelOptions) { o.masterArgs = append(o.masterArgs, args...) }
+}
+
+// SentinelDataArgs appends redis-server arguments for the master and every
+// replica (any of which may become the master).
+func SentinelDataArgs(args ...string) SentinelOption {
+	return func(o *sentinelOptions) { o.dataArgs = append(o.dataArgs, args...) }
+}
+
+// Sentinel is a Redis master, its replicas and three redis-sentinel
+// processes monitoring it, all on 127.0.0.1, started by [StartSentinel].
+// Its methods are safe for concurrent use.
+type Sentinel struct {
+	name      string
+	data      []*Server // the first master, then the replicas
+	sentinels []*sentinelProc
+}
+
+// StartSentinel starts a master, its replicas (one unless
+// [SentinelReplicas] says otherwise; each started with --replicaof the
+// master) and three redis-sentinel processes monitoring the master under
+// the name "rlkit" with quorum 2, down-after-milliseconds
+// [SentinelDownAfter], failover-timeout 2 s and parallel-syncs 1. It
+// returns once every replica is in sync and every sentinel knows the
+// master, every replica and the other two sentinels (so that a failover
+// can be authorized at once). Everything is killed when the test ends.
+//
+// Replication is diskless with no delay (repl-diskless-sync-delay 0), so
+// that replicas sync in milliseconds. It needs redis-server and
+// redis-sentinel in PATH (skip, or fail when CI is set) and ignores
+// REDIS_ADDR.
+func StartSentinel(tb testing.TB, opts ...SentinelOption) *Sentinel {
+	tb.Helper()
+	requireBinaries(tb, "redis-server", "redis-sentinel")
+	o := sentinelOptions{replicas: 1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.replicas < 0 {
+		tb.Fatalf("redistest: SentinelReplicas(%d): must not be negative", o.replicas)
+	}
+	data := append([]string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}, o.dataArgs...)
+	sn := &Sentinel{name: "rlkit"}
+	master := start(tb, append(append([]string(nil), data...), o.masterArgs...))
+	sn.data = append(sn.data, master)
+	host, port, _ := net.SplitHostPort(master.Addr())
+	for range o.replicas {
+		sn.data = append(sn.data, start(tb, append(append([]string(nil), data...), "--replicaof", host, port)))
+	}
+	for range 3 {
+		sn.sentinels = append(sn.sentinels, startSentinelProc(tb, sn.name, master.Addr()))
+	}
+
+	deadline := time.Now().Add(sentinelSetupTimeout)
+	var err error
+	for {
+		if err = sn.ready(master, o.replicas); err == nil {
+			return sn
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: sentinel setup not ready after %v: %v", sentinelSetupTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ready reports why the setup is not ready yet, or nil.
+func (sn *Sentinel) ready(master *Server, replicas int) error {
+	info, err := master.Do("INFO", "replication")
+	if err != nil {
+		return err
+	}
+	if got := infoField(info, "connected_slaves"); got != strconv.Itoa(replicas) {
+		return fmt.Errorf("master has %s connected replicas, want %d", got, replicas)
+	}
+	for i := range replicas {
+		if v := infoField(info, "slave"+strconv.Itoa(i)); !strings.Contains(v, "state=online") {
+			return fmt.Errorf("replica %d: %s", i, v)
+		}
+	}
+	for _, r := range sn.data[1:] {
+		info, err := r.Do("INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if got := infoField(info, "master_link_status"); got != "up" {
+			return fmt.Errorf("replica %s: master_link_status %s", r.Addr(), got)
+		}
+	}
+	for _, s := range sn.sentinels {
+		reply, err := do(s.addr, "SENTINEL", "MASTER", sn.name)
+		if err != nil {
+			return fmt.Errorf("sentinel %s: %v", s.addr, err)
+		}
+		m := pairs(reply)
+		if got := net.JoinHostPort(m["ip"], m["port"]); got != master.Addr() {
+			return fmt.Errorf("sentinel %s: master %s, want %s", s.addr, got, master.Addr())
+		}
+		if m["flags"] != "master" {
+			return fmt.Errorf("sentinel %s: master flags %q", s.addr, m["flags"])
+		}
+		if m["num-slaves"] != strconv.Itoa(replicas) || m["num-other-sentinels"] != "2" {
+			return fmt.Errorf("sentinel %s: %s replicas and %s other sentinels known, want %d and 2",
+				s.addr, m["num-slaves"], m["num-other-sentinels"], replicas)
+		}
+	}
+	return nil
+}
+
+// pairs reads a flat field, value, field, value... reply (as [Server.Do]
+// joins it) into a map.
+func pairs(reply string) map[string]string {
+	f := strings.Split(reply, "\n")
+	m := make(map[string]string, len(f)/2)
+	for i := 0; i+1 < len(f); i += 2 {
+		m[f[i]] = f[i+1]
+	}
+	return m
+}
+
+// MasterName returns the name the sentinels monitor the master under, for
+// go-redis's FailoverOptions.MasterName.
+func (sn *Sentinel) MasterName() string { return sn.name }
+
+// SentinelAddrs returns the sentinels' addresses, for
+// FailoverOptions.SentinelAddrs.
+func (sn *Sentinel) SentinelAddrs() []string {
+	addrs := make([]string, len(sn.sentinels))
+	for i, s := range sn.sentinels {
+		addrs[i] = s.addr
+	}
+	return addrs
+}
+
+// Servers returns the data servers: the first master, then the replicas
+// (whatever their roles are now).
+func (sn *Sentinel) Servers() []*Server {
+	return append([]*Server(nil), sn.data...)
+}
+
+// Master asks the sentinels, in turn until one answers, for the current
+// master's address.
+func (sn *Sentinel) Master() (string, error) {
+	var errs []error
+	for _, s := range sn.sentinels {
+		reply, err := do(s.addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sn.name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sentinel %s: %w", s.addr, err))
+			continue
+		}
+		host, port, ok := strings.Cut(reply, "\n")
+		if !ok {
+			errs = append(errs, fmt.Errorf("sentinel %s: GET-MASTER-ADDR-BY-NAME answered %q", s.addr, reply))
+			continue
+		}
+		return net.JoinHostPort(host, port), nil
+	}
+	return "", fmt.Errorf("redistest: no sentinel answered: %w", errors.Join(errs...))
+}
+
+// server returns the data server at addr, or nil.
+func (sn *Sentinel) server(addr string) *Server {
+	for _, s := range sn.data {
+		if s.Addr() == addr {
+			return s
+		}
+	}
+	return nil
+}
+
+// KillMaster sends SIGKILL to the current master (as the sentinels name it)
+// and waits until it has exited. It returns the killed server and the time
+// just before the signal.
+func (sn *Sentinel) KillMaster(tb testing.TB) (*Server, time.Time) {
+	tb.Helper()
+	addr, err := sn.Master()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := sn.server(addr)
+	if s == nil {
+		tb.Fatalf("redistest: the sentinels name %s as master, which is not one of ours", addr)
+	}
+	at := time.Now()
+	s.Kill()
+	return s, at
+}
+
+// WaitFailover waits until every sentinel that answers names a master other
+// than old and that master answers with role:master, then returns its
+// address. It fails tb after timeout.
+func (sn *Sentinel) WaitFailover(tb testing.TB, old string, timeout time.Duration) string {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		var addr string
+		if addr, err = sn.switched(old); err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: no failover away from %s after %v: %v", old, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// switched returns the new master if the failover away from old is done.
+func (sn *Sentinel) switched(old string) (string, error) {
+	var addr string
+	for _, s := range sn.sentinels {
+		reply, err := do(s.addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sn.name)
+		if err != nil {
+			continue // a sentinel may be down on purpose
+		}
+		host, port, _ := strings.Cut(reply, "\n")
+		got := net.JoinHostPort(host, port)
+		switch {
+		case got == old:
+			return "", fmt.Errorf("sentinel %s still names %s", s.addr, old)
+		case addr != "" && got != addr:
+			return "", fmt.Errorf("sentinels name %s and %s", addr, got)
+		}
+		addr = got
+	}
+	if addr == "" {
+		return "", errors.New("no sentinel answered")
+	}
+	info, err := do(addr, "INFO", "replication")
+	if err != nil {
+		return "", err
+	}
+	if role := infoField(info, "role"); role != "master" {
+		return "", fmt.Errorf("%s has role %s", addr, role)
+	}
+	return addr, nil
+}
+
+// sentinelProc is one redis-sentinel process.
+type sentinelProc struct {
+	addr string
+	port int
+	done chan struct{}
+	cmd  *exec.Cmd
+}
+
+// startSentinelProc starts a redis-sentinel monitoring master as name, on a
+// fresh port with its configuration in a fresh temporary directory, and
+// kills it when tb ends.
+func startSentinelProc(tb testing.TB, name, master string) *sentinelProc {
+	tb.Helper()
+	dir := tb.TempDir()
+	host, mport, _ := net.SplitHostPort(master)
+	var err error
+	for range startAttempts {
+		port, perr := reservePort()
+		if perr != nil {
+			tb.Fatalf("redistest: %v", perr)
+		}
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := strings.Join([]string{
+			"port " + strconv.Itoa(port),
+			"bind 127.0.0.1",
+			"protected-mode no",
+			"dir " + dir,
+			"logfile " + filepath.Join(dir, "sentinel.log"),
+			fmt.Sprintf("sentinel monitor %s %s %s 2", name, host, mport),
+			fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, SentinelDownAfter.Milliseconds()),
+			fmt.Sprintf("sentinel failover-timeout %s %d", name, sentinelFailoverTimeout.Milliseconds()),
+			fmt.Sprintf("sentinel parallel-syncs %s 1", name),
+			"",
+		}, "\n")
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		p := &sentinelProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port}
+		if err = p.launch(dir, conf); err == nil {
+			tb.Cleanup(func() {
+				p.stop()
+				releasePort(port)
+			})
+			return p
+		}
+		p.stop()
+		releasePort(port)
+	}
+	tb.Fatalf("redistest: redis-sentinel did not start after %d attempts: %v", startAttempts, err)
+	return nil
+}
+
+// launch starts the process and waits until it answers PING.
+func (p *sentinelProc) launch(dir, conf string) error {
+	cmd := exec.Command("redis-sentinel", conf)
+	cmd.Dir = dir
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting redis-sentinel: %w", err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	if err := waitPing(p.addr, p.done, startTimeout); err != nil {
+		return fmt.Errorf("%v\n%s", err, logTail(filepath.Join(dir, "sentinel.log"), 0))
+	}
+	return nil
+}
+
+// stop kills the process, if any, and waits until it has been reaped.
+func (p *sentinelProc) stop() {
+	if p.done == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	p.done = nil
+}
