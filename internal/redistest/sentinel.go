@@ -383,3 +383,61 @@ func (sn *Sentinel) Logs() string {
 	}
 	return b.String()
 }
+
+// WaitHealthy waits until the sentinels agree on a master that answers with
+// role:master and has at least replicas replicas online, and that has held
+// (same master) for stable; it returns that master and when the stable
+// period began. It fails tb after timeout. After a failover this is when
+// the setup can acknowledge writes again; it also sees a second failover
+// (a sentinel deeming the just-promoted master down) through to its end.
+func (sn *Sentinel) WaitHealthy(tb testing.TB, replicas int, stable, timeout time.Duration) (string, time.Time) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	var (
+		since time.Time
+		addr  string
+		err   error
+	)
+	for {
+		var got string
+		if got, err = sn.healthy(replicas); err != nil || got != addr {
+			since, addr = time.Time{}, got
+		}
+		if err == nil && since.IsZero() {
+			since = time.Now()
+		}
+		if err == nil && time.Since(since) >= stable {
+			return addr, since
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: sentinel setup not healthy for %v within %v: %v", stable, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// healthy returns the master if the setup is healthy now.
+func (sn *Sentinel) healthy(replicas int) (string, error) {
+	addr, err := sn.switched("")
+	if err != nil {
+		return "", err
+	}
+	info, err := do(addr, "INFO", "replication")
+	if err != nil {
+		return "", err
+	}
+	online := 0
+	for i := 0; ; i++ {
+		v := infoField(info, "slave"+strconv.Itoa(i))
+		if v == "" {
+			break
+		}
+		if strings.Contains(v, "state=online") {
+			online++
+		}
+	}
+	if online < replicas {
+		return "", fmt.Errorf("master %s has %d replicas online, want %d", addr, online, replicas)
+	}
+	return addr, nil
+}
