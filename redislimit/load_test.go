@@ -92,9 +92,10 @@ type loadSpec struct {
 
 	// The load: Goroutines per process calling AllowN(ctx, Key, N) in a
 	// loop for Duration, sleeping Pause after each call (0: none). With
-	// DeniedFor > 0 a process stops sooner: DeniedFor after the first call
-	// Redis denied (in that process) ended, which on a key that cannot
-	// refill gives a final phase of that length after the key is spent.
+	// DeniedFor > 0 a process stops sooner: DeniedFor after both the first
+	// call Redis denied and the last failed call (in that process) ended,
+	// which on a key that cannot refill gives a final phase of that length
+	// after the key is spent and the fault is over.
 	Key        string        `json:"key"`
 	N          int           `json:"n"`
 	Goroutines int           `json:"goroutines"`
@@ -267,7 +268,7 @@ func latBucketMax(b int) int64 {
 type loadRecorder struct {
 	start     int64
 	deniedFor int64        // the spec's DeniedFor
-	stopAt    atomic.Int64 // the first denial's end + deniedFor; 0 before
+	stopAt    atomic.Int64 // deniedFor after the first denial and the last failure; 0 before a denial
 	mu        sync.Mutex
 	rep       loadReport
 }
@@ -293,6 +294,9 @@ func (rec *loadRecorder) record(s, e int64, n int, d ratelimit.Decision, err err
 		}
 		r.FirstFailStart = minTime(r.FirstFailStart, s)
 		r.LastFailEnd = max(r.LastFailEnd, e)
+		if rec.deniedFor > 0 && r.Denied > 0 {
+			rec.stopAt.Store(max(rec.stopAt.Load(), e+rec.deniedFor))
+		}
 		text := err.Error()
 		if len(text) > 160 {
 			text = text[:160]
@@ -312,7 +316,7 @@ func (rec *loadRecorder) record(s, e int64, n int, d ratelimit.Decision, err err
 		r.Denied++
 		r.FirstDenyEnd = minTime(r.FirstDenyEnd, e)
 		if rec.deniedFor > 0 && r.Denied == 1 {
-			rec.stopAt.Store(e + rec.deniedFor)
+			rec.stopAt.Store(max(e, r.LastFailEnd) + rec.deniedFor)
 		}
 	}
 	i := int(max(s-rec.start, 0) / int64(loadSlot))

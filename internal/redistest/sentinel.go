@@ -16,8 +16,10 @@ import (
 // Sentinel timings: short enough that a failover takes a second or two.
 const (
 	// SentinelDownAfter is the sentinels' down-after-milliseconds: how long
-	// the master must be unreachable before a sentinel deems it down.
-	SentinelDownAfter = 500 * time.Millisecond
+	// the master must be unreachable before a sentinel deems it down. At
+	// 500ms a loaded two-CPU machine (four -race load processes) made a
+	// sentinel deem a just-promoted master down and fail over twice.
+	SentinelDownAfter = time.Second
 	// sentinelFailoverTimeout is the sentinels' failover-timeout; a
 	// sentinel that fails to get elected retries after twice this.
 	sentinelFailoverTimeout = 2 * time.Second
@@ -285,6 +287,7 @@ func (sn *Sentinel) switched(old string) (string, error) {
 // sentinelProc is one redis-sentinel process.
 type sentinelProc struct {
 	addr string
+	dir  string
 	port int
 	done chan struct{}
 	cmd  *exec.Cmd
@@ -319,7 +322,7 @@ func startSentinelProc(tb testing.TB, name, master string) *sentinelProc {
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
-		p := &sentinelProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port}
+		p := &sentinelProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port}
 		if err = p.launch(dir, conf); err == nil {
 			tb.Cleanup(func() {
 				p.stop()
@@ -361,4 +364,80 @@ func (p *sentinelProc) stop() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
 	p.done = nil
+}
+
+// Logs returns the end of every sentinel's log (at most 4 KiB each), for
+// the message of a failed failover test.
+func (sn *Sentinel) Logs() string {
+	var b strings.Builder
+	for _, s := range sn.sentinels {
+		data, err := os.ReadFile(filepath.Join(s.dir, "sentinel.log"))
+		if err != nil {
+			fmt.Fprintf(&b, "sentinel %s: %v\n", s.addr, err)
+			continue
+		}
+		if len(data) > 4096 {
+			data = data[len(data)-4096:]
+		}
+		fmt.Fprintf(&b, "sentinel %s:\n%s\n", s.addr, data)
+	}
+	return b.String()
+}
+
+// WaitHealthy waits until the sentinels agree on a master that answers with
+// role:master and has at least replicas replicas online, and that has held
+// (same master) for stable; it returns that master and when the stable
+// period began. It fails tb after timeout. After a failover this is when
+// the setup can acknowledge writes again; it also sees a second failover
+// (a sentinel deeming the just-promoted master down) through to its end.
+func (sn *Sentinel) WaitHealthy(tb testing.TB, replicas int, stable, timeout time.Duration) (string, time.Time) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	var (
+		since time.Time
+		addr  string
+		err   error
+	)
+	for {
+		var got string
+		if got, err = sn.healthy(replicas); err != nil || got != addr {
+			since, addr = time.Time{}, got
+		}
+		if err == nil && since.IsZero() {
+			since = time.Now()
+		}
+		if err == nil && time.Since(since) >= stable {
+			return addr, since
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: sentinel setup not healthy for %v within %v: %v", stable, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// healthy returns the master if the setup is healthy now.
+func (sn *Sentinel) healthy(replicas int) (string, error) {
+	addr, err := sn.switched("")
+	if err != nil {
+		return "", err
+	}
+	info, err := do(addr, "INFO", "replication")
+	if err != nil {
+		return "", err
+	}
+	online := 0
+	for i := 0; ; i++ {
+		v := infoField(info, "slave"+strconv.Itoa(i))
+		if v == "" {
+			break
+		}
+		if strings.Contains(v, "state=online") {
+			online++
+		}
+	}
+	if online < replicas {
+		return "", fmt.Errorf("master %s has %d replicas online, want %d", addr, online, replicas)
+	}
+	return addr, nil
 }

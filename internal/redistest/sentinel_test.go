@@ -62,6 +62,10 @@ func TestStartSentinel(t *testing.T) {
 	if got, err := sn.Master(); err != nil || got != next {
 		t.Errorf("Master() after failover = %s, %v; want %s", got, err, next)
 	}
+	// The other replica follows the new master (parallel-syncs).
+	if got, _ := sn.WaitHealthy(t, 1, time.Second, 20*time.Second); got != next {
+		t.Errorf("WaitHealthy = %s, want the new master %s", got, next)
+	}
 	nm := sn.server(next)
 	if got, err := nm.Do("GET", "k"); err != nil || got != "v" {
 		t.Errorf("GET k on the new master = %q, %v; want the acknowledged write", got, err)
