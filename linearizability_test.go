@@ -272,6 +272,6 @@ func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 		How: fmt.Sprintf("a token bucket wrapped to Peek, sleep 20µs, then AllowN ignoring its verdict and returning the Peek's Decision; "+
 			"32 goroutines x 2 calls per phase, %d phases; the same wrapper run by one goroutine passes the check", phases),
 		Ops: r.Ops, Histories: r.Histories, Verdict: "caught", Seed: int64(seed),
-		Notes: []string{fmt.Sprintf("caught on attempt %d; porcupine took %v; visualisation %s", attempts, r.Elapsed.Round(time.Millisecond), r.File)},
+		Notes: []string{fmt.Sprintf("caught on attempt %d; porcupine took %v", attempts, r.Elapsed.Round(time.Millisecond))},
 	})
 }

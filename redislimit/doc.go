@@ -255,13 +255,15 @@
 // min-replicas-max-lag), which stops an isolated master from accepting
 // writes at all: the scripts then fail with NOREPLICAS at their first
 // write, before anything is written. Measured on a loopback master and
-// replica (BenchmarkReplicaAck, a shared 2-CPU machine), WithReplicaAck(1,
-// 50ms) made a lone caller's decision about 1.3 times as long (the
-// replica's acknowledgement, about 70 µs more) and 64 concurrent callers'
-// decisions per second about 6% fewer (one WAIT covers a whole pipeline);
-// on a heavily loaded machine a few admissions in a thousand missed the
-// 50 ms. While the replica is gone, every admitting round trip waits the
-// whole timeout.
+// replica (BenchmarkReplicaAck, 6 runs on a quiet 2-CPU machine, medians),
+// WithReplicaAck(1, 50ms) made a lone caller's decision 1.35 times as long
+// (160 to 217 µs: the replica's acknowledgement) and gave 64 concurrent
+// callers 0.71 times the decisions per second (23.7k to 16.8k: one WAIT
+// covers a whole pipeline, but the next pipeline waits for it). On a
+// heavily loaded machine a few admissions in a thousand missed the 50 ms.
+// While no replica acknowledges, every admitting round trip waits the
+// whole timeout, and a master whose only replica was promoted away admits
+// nothing until a replica rejoins it: give it two replicas.
 //
 // # Throughput
 //

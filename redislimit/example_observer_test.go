@@ -100,3 +100,34 @@ func ExampleWithLogger() {
 	// Output:
 	// level=ERROR msg="ratelimit: redis unavailable" limit=login algorithm=fixedwindow suppressed=0
 }
+
+// ExampleWithReplicaAck asks for one replica's acknowledgement of every
+// admission. The examples' server has no replica, so the first call's
+// admission is never acknowledged: the caller gets the failure policy
+// (FailClosed, a denial) with ErrNotReplicated, although the master did
+// charge the event. The second call is Redis's own denial, returned as it
+// is. With a replica attached, both would be Redis's decisions.
+func ExampleWithReplicaAck() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	defer client.Close()
+
+	limiter, err := redislimit.New(client, ratelimit.FixedWindowPolicy(1, time.Hour),
+		redislimit.WithReplicaAck(1, 10*time.Millisecond),
+		redislimit.WithTimeout(500*time.Millisecond),
+		redislimit.WithFailurePolicy(redislimit.FailClosed),
+		redislimit.WithBreaker(0),
+		redislimit.WithLogger(nil),
+		redislimit.WithPrefix(fmt.Sprintf("example:%d:", time.Now().UnixNano())))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i := range 2 {
+		d, err := limiter.AllowN(context.Background(), "alice", 1)
+		fmt.Printf("call %d: allowed %t, remaining %d, not replicated %t\n",
+			i+1, d.Allowed, d.Remaining, errors.Is(err, redislimit.ErrNotReplicated))
+	}
+	// Output:
+	// call 1: allowed false, remaining 0, not replicated true
+	// call 2: allowed false, remaining 0, not replicated false
+}

@@ -251,6 +251,12 @@ func recordSentinel(t *testing.T, sc sentinelScenario, limit int, runs []sentine
 			sc.replicas, args, redistest.SentinelDownAfter.Milliseconds(), failoverProcs, failoverGoroutines, spec.Pause,
 			limit, failure, failoverTimeout, DefaultBreakerCooldown, ack, cut, failoverFinal, spec.Duration, len(runs)),
 	})
+	if sc.failure == "local" {
+		r.Notes = append(r.Notes, fmt.Sprintf("By design: during the failover each of the %d processes decides on its own "+
+			"in-memory share of the limit (limit/%d, fresh), so the fallbacks together may admit up to the limit again, "+
+			"whatever Redis had already admitted; WithLocalFallback trades that bound for availability. FailClosed admits nothing instead.",
+			failoverProcs, failoverProcs))
+	}
 	for i, run := range runs {
 		r.Notes = append(r.Notes, fmt.Sprintf("run %d: over %d, admitted %d, failed %d calls (fallback %d, admitted by fallback %d) of %d, "+
 			"recovery %v, sentinels switched %v after the kill (healthy, final master with its replicas, after %v), p50/p99/max %v/%v/%v, killed with %d spent",

@@ -188,7 +188,9 @@ func Render(w io.Writer, m Machine, ss []Scenario) {
 	p("closed or the local fallback). *Over-admission* is the events admitted beyond the key's limit,\n")
 	p("on a key that cannot refill during the run, in events and in %% of the limit. *Recovery* is\n")
 	p("the time from the start of the fault to the first moment after which every decision came from\n")
-	p("Redis. Latencies are per decision call during the fault.\n\n")
+	p("Redis. A network fault lasts a set time (its How says how long: 1 s in the short versions,\n")
+	p("15 s in the long ones), and its recovery includes that time; a failover's is the outage.\n")
+	p("Latencies are per decision call during the fault.\n\n")
 
 	p("## Summary\n\n")
 	Summary(w, ss, "")
