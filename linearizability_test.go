@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -81,22 +80,6 @@ func linRun(w lincheck.Workload, phases []time.Time, clk *lincheck.Clock, do fun
 	return rec.Ops()
 }
 
-// linStats accumulates the figures of one proof over its algorithms.
-type linStats struct {
-	mu        sync.Mutex
-	ops, hist int
-	notes     []string
-}
-
-func (s *linStats) add(name string, r lincheck.Result) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ops += r.Ops
-	s.hist += r.Histories
-	s.notes = append(s.notes, fmt.Sprintf("%s: %d ops in %d histories, %s, checked in %v",
-		name, r.Ops, r.Histories, r.VerdictString(), r.Elapsed.Round(time.Millisecond)))
-}
-
 // requireLinearizable checks ops and fails t unless porcupine finds them
 // linearizable, with the visualisation's path.
 func requireLinearizable(t *testing.T, scenario string, m porcupine.Model, ops []lincheck.Op) lincheck.Result {
@@ -135,7 +118,7 @@ func linShape(seed uint64, keys ...string) (lincheck.Workload, int) {
 func TestProofLinearizableMemory(t *testing.T) {
 	t.Parallel()
 	seed := linSeed(t)
-	var st linStats
+	var st lincheck.Stats
 	for _, algo := range linAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
@@ -151,7 +134,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 			})
 			m, err := lincheck.NewModel(p, linStart)
 			require.NoError(t, err)
-			st.add(algo.String(), requireLinearizable(t, "linearizability-memory-"+algo.String(), m, ops))
+			st.Add(algo.String(), requireLinearizable(t, "linearizability-memory-"+algo.String(), m, ops))
 		})
 	}
 	w, phases := linShape(seed)
@@ -161,7 +144,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 		How: fmt.Sprintf("one limiter per algorithm (%d algorithms) on a manual clock; %d goroutines released together, "+
 			"%d calls each per phase (AllowN n=1..%d, %d%% Peek), %d phases with the clock moved between them by seeded steps; "+
 			"checked with porcupine against the same policy's limiter replayed sequentially", len(linAlgorithms), w.Clients, w.PerPhase, w.MaxN, w.Peeks, phases),
-		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
+		Ops: st.Ops, Histories: st.Histories, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.Notes,
 	})
 }
 
@@ -171,7 +154,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 	t.Parallel()
 	seed := linSeed(t)
 	keys := []string{"alice", "bob", "carol", "dave", "erin", "frank"}
-	var st linStats
+	var st lincheck.Stats
 	for _, algo := range linAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
@@ -195,7 +178,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 			})
 			m, err := lincheck.NewModel(p, linStart)
 			require.NoError(t, err)
-			st.add(algo.String(), requireLinearizable(t, "linearizability-keyed-"+algo.String(), m, ops))
+			st.Add(algo.String(), requireLinearizable(t, "linearizability-keyed-"+algo.String(), m, ops))
 		})
 	}
 	w, phases := linShape(seed, keys...)
@@ -205,7 +188,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 		How: fmt.Sprintf("ratelimit.NewKeyed per algorithm on a manual clock, %d keys (one history each); %d goroutines released together, "+
 			"%d calls each per phase on random keys (AllowN n=1..%d, %d%% Peek), %d phases with seeded clock steps between them; "+
 			"each key checked with porcupine against a fresh limiter of the policy replayed", len(keys), w.Clients, 2*w.PerPhase, w.MaxN, w.Peeks, phases),
-		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
+		Ops: st.Ops, Histories: st.Histories, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.Notes,
 	})
 }
 

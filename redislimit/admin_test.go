@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/lincheck"
 	"github.com/stretchr/testify/require"
 )
 
@@ -252,13 +253,13 @@ func TestQuotaBoundaryFromServerClock(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	p := ratelimit.QuotaPolicy(5, ratelimit.Calendar{Unit: ratelimit.Daily})
-	lagging := &manualClock{t: time.Now().Add(-24 * time.Hour)}
+	lagging := lincheck.NewClock(time.Now().Add(-24 * time.Hour))
 	l := mustNew(t, c, p, WithClock(lagging), WithPrefix(uniquePrefix(t)))
 	d, err := l.AllowN(bg(), "k", 1)
 	require.NoError(t, err)
 	end := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 	require.InDelta(t, float64(time.Until(end)), float64(d.ResetAfter), float64(5*time.Second), "ResetAfter must point at the end of the server's day")
-	far := &manualClock{t: time.Now().Add(-10 * 24 * time.Hour)}
+	far := lincheck.NewClock(time.Now().Add(-10 * 24 * time.Hour))
 	l2 := mustNew(t, c, p, WithClock(far), WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailClosed))
 	d, err = l2.AllowN(bg(), "k", 1)
 	require.ErrorIs(t, err, ErrUnavailable)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/lincheck"
 )
 
 // The conformance suite drives the in-memory reference (ratelimit.Keyed)
@@ -44,7 +45,7 @@ func newPair(t *testing.T, c redis.UniversalClient, p ratelimit.Policy) *pair {
 // newPairAt is newPair with the clock at start (whole microseconds).
 func newPairAt(t *testing.T, c redis.UniversalClient, p ratelimit.Policy, start time.Time) *pair {
 	t.Helper()
-	mock := &manualClock{t: start}
+	mock := lincheck.NewClock(start)
 	mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
 	if err != nil {
 		t.Fatalf("NewKeyed(%v): %v", p, err)

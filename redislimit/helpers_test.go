@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/lincheck"
 	"github.com/rlkit/ratelimit/internal/redistest"
 )
 
@@ -38,38 +39,13 @@ func uniquePrefix(t testing.TB) string {
 // newMock returns a manual clock at a whole-microsecond time of today's
 // magnitude (Unix µs ~ 1.8e15).
 func newMock() *manualClock {
-	return &manualClock{t: time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC)}
+	return lincheck.NewClock(time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC))
 }
 
 // manualClock is a ratelimit.Clock that moves only when told, without the
-// millisecond sleep *clock.Mock takes on every move. It has no timers, so
-// it serves everything but WaitN.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *manualClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *manualClock) After(time.Duration) <-chan time.Time {
-	panic("manualClock has no timers")
-}
+// millisecond sleep *clock.Mock takes on every move: lincheck's, whose
+// After answers at once (nothing here waits on it).
+type manualClock = lincheck.Clock
 
 // roundUS rounds a duration up to a whole microsecond, keeping RetryNever.
 func roundUS(d time.Duration) time.Duration {

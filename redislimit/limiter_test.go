@@ -40,7 +40,7 @@ func TestNewValidation(t *testing.T) {
 		{"zero timeout", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithTimeout(0)}, "ratelimit: invalid configuration: redislimit.WithTimeout must be positive, got 0s"},
 		{"negative breaker", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithBreaker(-time.Second)}, "redislimit.WithBreaker must not be negative, got -1s"},
 		{"typed nil observer", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithObserver((ratelimit.ObserverFunc)(nil))}, "redislimit.WithObserver: observer is a nil ratelimit.ObserverFunc"},
-		{"typed nil clock", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithClock((*manualClock)(nil))}, "redislimit.WithClock: clock is a nil *redislimit.manualClock"},
+		{"typed nil clock", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithClock((*manualClock)(nil))}, "redislimit.WithClock: clock is a nil *lincheck.Clock"},
 		{"negative deny cache", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithDenyCache(-1)}, "WithDenyCache"},
 		{"no instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithLocalFallback(0)}, "WithLocalFallback"},
 		{"FailLocal without instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(FailLocal)}, "WithLocalFallback"},

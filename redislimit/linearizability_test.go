@@ -99,22 +99,6 @@ func linDo(l *Limiter) func(lincheck.Input) (ratelimit.Decision, error) {
 	}
 }
 
-// linStats accumulates the figures of one proof over its algorithms.
-type linStats struct {
-	mu        sync.Mutex
-	ops, hist int
-	notes     []string
-}
-
-func (s *linStats) add(name string, r lincheck.Result) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ops += r.Ops
-	s.hist += r.Histories
-	s.notes = append(s.notes, fmt.Sprintf("%s: %d ops in %d histories, %s, checked in %v",
-		name, r.Ops, r.Histories, r.VerdictString(), r.Elapsed.Round(time.Millisecond)))
-}
-
 // requireLinearizable checks ops of p and fails t unless porcupine finds
 // them linearizable (or any call failed), with the visualisation's path.
 func requireLinearizable(t *testing.T, scenario string, p ratelimit.Policy, ops []lincheck.Op) lincheck.Result {
@@ -147,7 +131,7 @@ func TestProofLinearizableRedis(t *testing.T) {
 	_, c := startRedis(t)
 	seed := linSeed(t)
 	clients, phases := reliability.Pick(32, 64), reliability.Pick(5, 30)
-	var st linStats
+	var st lincheck.Stats
 	for _, algo := range allAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
@@ -159,7 +143,7 @@ func TestProofLinearizableRedis(t *testing.T) {
 				clk.Set(at)
 				w.Run(&rec, k, 0, at, linDo(l))
 			}
-			st.add(algo.String(), requireLinearizable(t, "linearizability-redis-"+algo.String(), p, rec.Ops()))
+			st.Add(algo.String(), requireLinearizable(t, "linearizability-redis-"+algo.String(), p, rec.Ops()))
 		})
 	}
 	reliability.Record(t, reliability.Result{
@@ -169,7 +153,7 @@ func TestProofLinearizableRedis(t *testing.T) {
 			"deciding at a manual clock's time (WithClock + WithClientTime); %d goroutines, "+
 			"%d calls each per phase on %d keys (AllowN n=1..3, 10%% Peek), %d phases with seeded clock steps between them; "+
 			"checked against the in-memory limiter replayed, durations at Redis's microsecond", clients, reliability.Pick(2, 4), len(linKeys), phases),
-		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
+		Ops: st.Ops, Histories: st.Histories, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.Notes,
 	})
 }
 
@@ -183,7 +167,7 @@ func TestProofLinearizableRedisCluster(t *testing.T) {
 	seed := linSeed(t)
 	keys := []string{"alice", "bob", "carol", "dave", "erin", "frank"}
 	clients, phases := reliability.Pick(32, 64), reliability.Pick(5, 30)
-	var st linStats
+	var st lincheck.Stats
 	for _, algo := range allAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
@@ -203,7 +187,7 @@ func TestProofLinearizableRedisCluster(t *testing.T) {
 				clk.Set(at)
 				w.Run(&rec, k, 0, at, linDo(l))
 			}
-			st.add(fmt.Sprintf("%s (keys on %d nodes)", algo, len(nodes)),
+			st.Add(fmt.Sprintf("%s (keys on %d nodes)", algo, len(nodes)),
 				requireLinearizable(t, "linearizability-cluster-"+algo.String(), p, rec.Ops()))
 		})
 	}
@@ -213,7 +197,7 @@ func TestProofLinearizableRedisCluster(t *testing.T) {
 		How: fmt.Sprintf("three redis-server 7 cluster nodes on loopback (no replicas), go-redis ClusterClient; one redislimit.Limiter "+
 			"per algorithm (deny cache on) deciding at a manual clock's time; %d keys hashed to several nodes (one history each); %d goroutines, "+
 			"%d calls each per phase (AllowN n=1..3, 10%% Peek), %d phases with seeded clock steps between them", len(keys), clients, 2*reliability.Pick(2, 4), phases),
-		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
+		Ops: st.Ops, Histories: st.Histories, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.Notes,
 	})
 }
 
@@ -340,7 +324,7 @@ func TestProofLinearizableRedisProcesses(t *testing.T) {
 	procs, clients, phases := reliability.Pick(3, 6), reliability.Pick(12, 32), reliability.Pick(5, 30)
 	ctx, cancel := context.WithTimeout(context.Background(), reliability.Pick(2*time.Minute, 20*time.Minute))
 	t.Cleanup(cancel)
-	var st linStats
+	var st lincheck.Stats
 	for _, algo := range allAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
@@ -369,7 +353,7 @@ func TestProofLinearizableRedisProcesses(t *testing.T) {
 					all = append(all, results[i]...)
 				}
 			}
-			st.add(algo.String(), requireLinearizable(t, "linearizability-redis-processes-"+algo.String(), p, all))
+			st.Add(algo.String(), requireLinearizable(t, "linearizability-redis-processes-"+algo.String(), p, all))
 		})
 	}
 	reliability.Record(t, reliability.Result{
@@ -380,7 +364,7 @@ func TestProofLinearizableRedisProcesses(t *testing.T) {
 			"phase's time, the workers run %d calls per goroutine on %d shared keys (AllowN n=1..3, 10%% Peek) and return their "+
 			"recorded calls as JSON; %d phases; the merged history checked against the in-memory limiter replayed",
 			procs, clients, reliability.Pick(2, 4), len(linKeys), phases),
-		Ops: st.ops, Histories: st.hist, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.notes,
+		Ops: st.Ops, Histories: st.Histories, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.Notes,
 	})
 }
 

@@ -2,10 +2,12 @@ package lincheck
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +91,24 @@ func Check(tb testing.TB, scenario string, m porcupine.Model, ops []Op, timeout 
 		tb.Logf("lincheck %s: visualisation in %s, history (JSON operations) in %s", scenario, path, hist)
 	}
 	return r
+}
+
+// Stats sums the results of the checks of one proof (one per algorithm,
+// say) for its record. Add is safe for concurrent use; read the fields
+// once every Add has returned.
+type Stats struct {
+	mu        sync.Mutex
+	Ops       int      // operations checked
+	Histories int      // histories (partitions) checked
+	Notes     []string // one line per check
+}
+
+// Add counts r, the check of name.
+func (s *Stats) Add(name string, r Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Ops += r.Ops
+	s.Histories += r.Histories
+	s.Notes = append(s.Notes, fmt.Sprintf("%s: %d ops in %d histories, %s, checked in %v",
+		name, r.Ops, r.Histories, r.VerdictString(), r.Elapsed.Round(time.Millisecond)))
 }
