@@ -118,7 +118,31 @@ func putTimer(t *time.Timer) {
 // do runs c and waits for its reply, at most timeout and never after ctx is
 // done. On success c.cmd holds the reply (which may itself be an error
 // reply) and c may be recycled by the caller.
+//
+// A reply proving that the script did not run (see unexecuted) is retried
+// here, on the caller's goroutine, after a short backoff, at most
+// maxAttempts times in all and within timeout.
 func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error {
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		left := timeout - time.Since(start)
+		if attempt > 1 && left <= 0 {
+			return nil // c keeps its last error
+		}
+		if err := b.once(ctx, c, left); err != nil {
+			return err
+		}
+		if attempt == maxAttempts || !unexecuted(c.cmd.Err()) ||
+			!pause(ctx, retryBackoff(timeout, attempt+1), start.Add(timeout)) {
+			return nil
+		}
+		c.state.Store(callQueued)
+	}
+}
+
+// once sends c once (NOSCRIPT's EVAL aside) and waits for its reply, as do
+// says.
+func (b *batcher) once(ctx context.Context, c *call, timeout time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

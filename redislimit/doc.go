@@ -220,7 +220,11 @@
 // refunds, admin calls) is sent as a command whose NoRetry is true, which
 // Client, ClusterClient (commands and pipelines) and Ring honour, whatever
 // the client's MaxRetries; a ClusterClient still follows MOVED and ASK
-// (the script did not run there). A script whose reply was lost after its
+// (the script did not run there; with [WithReplicaAck] on a Cluster the
+// limiter sends to each master's own client and retries MOVED and ASK
+// itself, after asking for the topology to be reloaded, so for a moment
+// after a slot moved, up to a fifth of a second, such calls may get the
+// failure policy). A script whose reply was lost after its
 // request was written (a connection reset or closed, a read that timed
 // out) may have run, and running it again would charge its events twice.
 // Such a call gets the failure policy at once, and may have been charged:
@@ -233,9 +237,10 @@
 // in all, only the errors that prove the script did not run: NOSCRIPT
 // (sent again at once as EVAL), a failed dial, go-redis's pool timeout,
 // and the error replies LOADING, READONLY, MASTERDOWN, CLUSTERDOWN,
-// TRYAGAIN, NOREPLICAS and "ERR max number of clients" (Redis 7 runs a
-// script without flags until its first write call, and fails there on a
-// replica, without enough replicas or while loading; the scripts read
+// TRYAGAIN, NOREPLICAS and "ERR max number of clients" (LOADING,
+// MASTERDOWN, CLUSTERDOWN and TRYAGAIN refuse the script before it runs;
+// Redis 7 runs a script without flags until its first write call and fails
+// there on a replica or without enough replicas, and the scripts read
 // before they write, so nothing was written). When the condition clears
 // in time, for example a replica promoted during a failover, the call
 // succeeds; otherwise the failure policy applies.
@@ -253,8 +258,9 @@
 // [ErrUnavailable] and [ErrNotReplicated]; denials are returned as they
 // are. Pair it with the server setting min-replicas-to-write (and
 // min-replicas-max-lag), which stops an isolated master from accepting
-// writes at all: the scripts then fail with NOREPLICAS at their first
-// write, before anything is written. Measured on a loopback master and
+// writes at all: on Redis 7 the scripts then fail with NOREPLICAS at their
+// first write, before anything is written (older servers do not apply it
+// to scripts). Measured on a loopback master and
 // replica (BenchmarkReplicaAck, 6 runs on a quiet 2-CPU machine, medians),
 // WithReplicaAck(1, 50ms) made a lone caller's decision 1.35 times as long
 // (160 to 217 µs: the replica's acknowledgement) and gave 64 concurrent
@@ -262,8 +268,11 @@
 // covers a whole pipeline, but the next pipeline waits for it). On a
 // heavily loaded machine a few admissions in a thousand missed the 50 ms.
 // While no replica acknowledges, every admitting round trip waits the
-// whole timeout, and a master whose only replica was promoted away admits
-// nothing until a replica rejoins it: give it two replicas.
+// whole timeout and its admissions get the failure policy: under
+// FailClosed a master whose only replica was promoted away admits nothing
+// until a replica rejoins it (give it two replicas), under FailOpen they
+// are admitted with ErrNotReplicated, and under FailLocal the local
+// fallback decides.
 //
 // # Throughput
 //

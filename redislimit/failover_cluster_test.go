@@ -198,6 +198,8 @@ func TestTopologySuspect(t *testing.T) {
 		{reply("READONLY You can't write against a read only replica."), true},
 		{reply("ERR user_script:1: boom"), false},
 		{reply("NOSCRIPT No matching script"), false},
+		{errOverloaded, false},
+		{&scriptError{values: 3}, false},
 	} {
 		if got := topologySuspect(tc.err); got != tc.want {
 			t.Errorf("topologySuspect(%v) = %v, want %v", tc.err, got, tc.want)

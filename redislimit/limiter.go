@@ -44,6 +44,7 @@ type Limiter struct {
 	reportEvery time.Duration   // at most one report per reportEvery
 	reports     report.Throttle // paces the reports
 	latest      atomic.Int64    // with client time: the latest decision time seen (local ns)
+	reloaded    atomic.Int64    // Unix ns of the last Cluster topology reload asked for (topology.go)
 	brk         breaker
 	batch       batcher
 	ackTimeout  time.Duration // WithReplicaAck's timeout, for errors
@@ -101,8 +102,14 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		},
 	}
 	if cfg.ackSet {
-		if _, ok := client.(*redis.Ring); ok {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		case *redis.Ring:
 			return nil, invalid("WithReplicaAck is not supported on a *redis.Ring (WAIT must run on the connection of each shard)")
+		default:
+			// A wrapper could send the keyless WAIT on another connection
+			// than the scripts', where it would count nothing unreplicated.
+			return nil, invalid("WithReplicaAck needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection that ran the scripts), got %T", client)
 		}
 		l.ackTimeout = cfg.ackTimeout
 		l.batch.ackWant = cfg.ackReplicas
@@ -497,7 +504,7 @@ func (l *Limiter) runCall(ctx context.Context, g *generation, sc *script, keys [
 	}
 	ok, probe, err := l.brk.allow(now)
 	if !ok {
-		reloadOnFailure(l.batch.client, err)
+		l.reloadOnFailure(err)
 		return err
 	}
 	c := getCall()
@@ -513,7 +520,7 @@ func (l *Limiter) runCall(ctx context.Context, g *generation, sc *script, keys [
 	}
 	callerDone := ctx.Err() != nil
 	if err != nil && !callerDone {
-		reloadOnFailure(l.batch.client, err)
+		l.reloadOnFailure(err)
 		err = l.cause(err)
 	}
 	if l.brk.cooldown != 0 {

@@ -76,38 +76,26 @@ func (c *call) prepare(ctx context.Context) redis.Cmder {
 	return &c.sc
 }
 
-// send runs the scripts of calls on the client, one call as a command and
-// several as one pipeline, each as a command go-redis never retries; a
-// call whose script the server did not have (NOSCRIPT) is sent again at
-// once with EVAL, and one that failed with an error proving the script did
-// not run (see unexecuted) is sent again after a short backoff, at most
-// maxAttempts times in all and never after ctx is done. On return each
-// call's cmd holds its reply or its last error.
+// send runs the scripts of calls on the client once, one call as a
+// command and several as one pipeline, each as a command go-redis never
+// retries; a call whose script the server did not have (NOSCRIPT) is sent
+// again at once with EVAL. On return each call's cmd holds its reply or its
+// error. The retries of errors proving the script did not run are the
+// caller's (batcher.do), on its own goroutine, so that a call waiting to be
+// retried holds up neither the other calls of its batch nor a flusher.
 func (b *batcher) send(ctx context.Context, calls []*call) {
 	pending := calls
-	for attempt := 1; ; {
+	for {
 		b.round(ctx, pending)
-		var next []*call // allocated only when something failed
-		wait := false
+		var next []*call // allocated only when a script was missing
 		for _, c := range pending {
-			switch err := c.cmd.Err(); {
-			case err == nil:
-			case !c.eval && isNoScript(err):
+			if !c.eval && isNoScript(c.cmd.Err()) {
 				c.eval = true
-				next = append(next, c)
-			case attempt < maxAttempts && unexecuted(err):
-				wait = true
 				next = append(next, c)
 			}
 		}
 		if next == nil {
 			return
-		}
-		if wait {
-			attempt++
-			if !sleepCtx(ctx, retryBackoff(b.timeout, attempt)) {
-				return // each call keeps its last error
-			}
 		}
 		pending = next
 	}
@@ -140,10 +128,14 @@ func retryBackoff(timeout time.Duration, attempt int) time.Duration {
 	return timeout / 5
 }
 
-// sleepCtx waits d unless ctx ends first (then it returns false); it does
-// not wait at all when ctx's deadline comes before d has passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+// pause waits d unless ctx ends first (then it returns false); it does
+// not wait at all when ctx's deadline or deadline comes before d has
+// passed.
+func pause(ctx context.Context, d time.Duration, deadline time.Time) bool {
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	if time.Until(deadline) <= d {
 		return false
 	}
 	t := time.NewTimer(d)

@@ -107,6 +107,8 @@ func newConfig(opts []Option) (config, error) {
 		err = invalid("WithReplicaAck replicas must be at least 1, got %d", cfg.ackReplicas)
 	case cfg.ackSet && cfg.ackTimeout <= 0:
 		err = invalid("WithReplicaAck timeout must be positive, got %v", cfg.ackTimeout)
+	case cfg.ackSet && cfg.ackTimeout >= cfg.timeout:
+		err = invalid("WithReplicaAck timeout (%v) must be shorter than WithTimeout (%v)", cfg.ackTimeout, cfg.timeout)
 	case cfg.ackSet && ackMillis(cfg.ackTimeout)*int64(time.Millisecond) >= int64(cfg.timeout):
 		err = invalid("WithReplicaAck timeout (%v, in whole milliseconds for WAIT: %dms) must be shorter than WithTimeout (%v)", cfg.ackTimeout, ackMillis(cfg.ackTimeout), cfg.timeout)
 	}
@@ -314,8 +316,13 @@ const DefaultBreakerCooldown = time.Second
 // connection.
 //
 // replicas must be at least 1, timeout positive and, rounded up to the
-// millisecond (WAIT's unit), shorter than [WithTimeout]'s. Not supported
-// on a [redis.Ring] (New returns an error).
+// millisecond (WAIT's unit), shorter than [WithTimeout]'s. The client must
+// be a *redis.Client (standalone, or Sentinel's failover client) or a
+// *redis.ClusterClient: WAIT must run on the connection that ran the
+// scripts (New returns an error for a [redis.Ring] or another type).
+// Without ContextTimeoutEnabled, go-redis reads the replies within its
+// ReadTimeout (3 s by default): keep timeout below it, or a slow WAIT
+// becomes a read timeout.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.ackReplicas, c.ackTimeout, c.ackSet = replicas, timeout, true })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ func TestReplicaAckConfig(t *testing.T) {
 		{[]Option{WithReplicaAck(1, 0)}, "redislimit.WithReplicaAck timeout must be positive, got 0s"},
 		{[]Option{WithReplicaAck(1, -time.Second)}, "redislimit.WithReplicaAck timeout must be positive"},
 		{[]Option{WithReplicaAck(1, DefaultTimeout)}, "must be shorter than WithTimeout (100ms)"},
+		{[]Option{WithReplicaAck(1, math.MaxInt64)}, "WithReplicaAck timeout (2562047h47m16.854775807s) must be shorter than WithTimeout (100ms)"},
 		{[]Option{WithTimeout(20 * time.Millisecond), WithReplicaAck(1, 19500*time.Microsecond)}, "(19.5ms, in whole milliseconds for WAIT: 20ms) must be shorter than WithTimeout (20ms)"},
 	} {
 		_, err := New(c, p, tc.opts...)

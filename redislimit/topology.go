@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,16 +15,29 @@ import (
 // its slots' calls to the dead address for up to that minute, long after a
 // replica took over. So a call on a Cluster client that fails for want of
 // Redis asks the client to reload (go-redis runs at most one reload at a
-// time, with 200 ms between them, in the background): once the promoted
-// replica is in CLUSTER SLOTS, the next call (the breaker's next probe)
-// reaches it.
+// time in the background, and this package asks at most every
+// reloadEvery): once the promoted replica is in CLUSTER SLOTS, the next
+// call (the breaker's next probe) reaches it.
 
-// reloadOnFailure asks client, when it is a Cluster client, to reload its
-// topology after a call failed with err (not the caller's cancellation).
-func reloadOnFailure(client redis.UniversalClient, err error) {
-	if c, ok := client.(*redis.ClusterClient); ok && topologySuspect(err) {
-		c.ReloadState(context.Background())
+// reloadEvery is the least time between two reloads a Limiter asks for:
+// while Redis is away every call fails (the open breaker answers them at
+// once), and each would otherwise start a reload.
+const reloadEvery = 100 * time.Millisecond
+
+// reloadOnFailure asks the client, when it is a Cluster client, to reload
+// its topology after a call failed with err (not the caller's
+// cancellation), at most once per reloadEvery.
+func (l *Limiter) reloadOnFailure(err error) {
+	c, ok := l.batch.client.(*redis.ClusterClient)
+	if !ok || !topologySuspect(err) {
+		return
 	}
+	now := time.Now().UnixNano()
+	last := l.reloaded.Load()
+	if now-last < int64(reloadEvery) || !l.reloaded.CompareAndSwap(last, now) {
+		return
+	}
+	c.ReloadState(context.Background())
 }
 
 // topologySuspect reports whether a call's failure may come from a change
@@ -32,7 +46,11 @@ func reloadOnFailure(client redis.UniversalClient, err error) {
 // serve the slot now. Other error replies (a script error) do not.
 func topologySuspect(err error) bool {
 	var re redis.Error
-	if errors.Is(err, ErrBreakerOpen) || !errors.As(err, &re) {
+	var se *scriptError
+	switch {
+	case errors.Is(err, errOverloaded) || errors.As(err, &se):
+		return false // the limiter's own queue, a reply of the wrong shape
+	case errors.Is(err, ErrBreakerOpen) || !errors.As(err, &re):
 		return true
 	}
 	for _, p := range []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY"} {
