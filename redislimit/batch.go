@@ -129,7 +129,7 @@ func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error 
 		if attempt > 1 && left <= 0 {
 			return nil // c keeps its last error
 		}
-		if err := b.once(ctx, c, left); err != nil {
+		if err := b.once(ctx, c, left, timeout); err != nil {
 			return err
 		}
 		if attempt == maxAttempts || !unexecuted(c.cmd.Err()) ||
@@ -140,9 +140,9 @@ func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error 
 	}
 }
 
-// once sends c once (NOSCRIPT's EVAL aside) and waits for its reply, as do
-// says.
-func (b *batcher) once(ctx context.Context, c *call, timeout time.Duration) error {
+// once sends c once (NOSCRIPT's EVAL aside) and waits for its reply at most
+// wait, what is left of the call's timeout (which a timeout error names).
+func (b *batcher) once(ctx context.Context, c *call, wait, timeout time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func (b *batcher) once(ctx context.Context, c *call, timeout time.Duration) erro
 		b.running++
 		b.mu.Unlock()
 		c.state.Store(callSent)
-		rctx, cancel := context.WithTimeout(ctx, timeout)
+		rctx, cancel := context.WithTimeout(ctx, wait)
 		one := [1]*call{c}
 		b.send(rctx, one[:])
 		cancel()
@@ -192,7 +192,7 @@ func (b *batcher) once(ctx context.Context, c *call, timeout time.Duration) erro
 		go b.flush()
 	}
 
-	t := getTimer(timeout)
+	t := getTimer(wait)
 	select {
 	case <-c.done:
 		putTimer(t)
