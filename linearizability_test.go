@@ -3,9 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -52,20 +50,6 @@ func linPolicy(algo ratelimit.Algorithm) ratelimit.Policy {
 var linAlgorithms = []ratelimit.Algorithm{
 	ratelimit.TokenBucketAlgorithm, ratelimit.LeakyBucketAlgorithm, ratelimit.FixedWindowAlgorithm,
 	ratelimit.SlidingLogAlgorithm, ratelimit.SlidingCounterAlgorithm, ratelimit.QuotaAlgorithm,
-}
-
-// linSeed returns RLKIT_RELIABILITY_SEED when set, else a random seed,
-// logged.
-func linSeed(t *testing.T) uint64 {
-	t.Helper()
-	if s := os.Getenv(reliability.EnvSeed); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		require.NoError(t, err, "%s", reliability.EnvSeed)
-		return uint64(v)
-	}
-	v := rand.Int64()
-	t.Logf("seed %d (set %s=%d to repeat)", v, reliability.EnvSeed, v)
-	return uint64(v)
 }
 
 // linRun runs phases of w on the limiter behind do, which reads clk, and
@@ -117,7 +101,7 @@ func linShape(seed uint64, keys ...string) (lincheck.Workload, int) {
 // linearizable against its own sequential semantics.
 func TestProofLinearizableMemory(t *testing.T) {
 	t.Parallel()
-	seed := linSeed(t)
+	seed := reliability.Seed(t)
 	var st lincheck.Stats
 	for _, algo := range linAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
@@ -152,7 +136,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 // (each its own history), many goroutines.
 func TestProofLinearizableKeyed(t *testing.T) {
 	t.Parallel()
-	seed := linSeed(t)
+	seed := reliability.Seed(t)
 	keys := []string{"alice", "bob", "carol", "dave", "erin", "frank"}
 	var st lincheck.Stats
 	for _, algo := range linAlgorithms {
@@ -215,7 +199,7 @@ func (b racyBucket) AllowN(n int) ratelimit.Decision {
 // visualisation), while the same limiter called sequentially passes.
 func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 	t.Parallel()
-	seed := linSeed(t)
+	seed := reliability.Seed(t)
 	p := ratelimit.TokenBucketPolicy(ratelimit.Per(20, time.Second), 30)
 	phases := reliability.Pick(4, 20)
 	run := func(clients int) ([]lincheck.Op, porcupine.Model) {

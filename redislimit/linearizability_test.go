@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,20 +54,6 @@ func linPolicy(algo ratelimit.Algorithm) ratelimit.Policy {
 		return ratelimit.QuotaPolicy(40, ratelimit.Calendar{Unit: ratelimit.Daily, Location: mustZone("America/New_York")})
 	}
 	panic(fmt.Sprint("no policy for ", algo))
-}
-
-// linSeed returns RLKIT_RELIABILITY_SEED when set, else a random seed,
-// logged.
-func linSeed(t *testing.T) uint64 {
-	t.Helper()
-	if s := os.Getenv(reliability.EnvSeed); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		require.NoError(t, err, "%s", reliability.EnvSeed)
-		return uint64(v)
-	}
-	v := rand.Int64()
-	t.Logf("seed %d (set %s=%d to repeat)", v, reliability.EnvSeed, v)
-	return uint64(v)
 }
 
 // linLimiter returns a limiter of p on c that decides at clk's time, with
@@ -129,7 +113,7 @@ var linKeys = []string{"alice", "bob"}
 func TestProofLinearizableRedis(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	seed := linSeed(t)
+	seed := reliability.Seed(t)
 	clients, phases := reliability.Pick(32, 64), reliability.Pick(5, 30)
 	var st lincheck.Stats
 	for _, algo := range allAlgorithms {
@@ -164,7 +148,7 @@ func TestProofLinearizableRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	seed := linSeed(t)
+	seed := reliability.Seed(t)
 	keys := []string{"alice", "bob", "carol", "dave", "erin", "frank"}
 	clients, phases := reliability.Pick(32, 64), reliability.Pick(5, 30)
 	var st lincheck.Stats
@@ -320,7 +304,7 @@ func (w *linWorker) phase(ph linPhase) ([]lincheck.Op, error) {
 func TestProofLinearizableRedisProcesses(t *testing.T) {
 	t.Parallel()
 	srv, _ := startRedis(t)
-	seed := linSeed(t)
+	seed := reliability.Seed(t)
 	procs, clients, phases := reliability.Pick(3, 6), reliability.Pick(12, 32), reliability.Pick(5, 30)
 	ctx, cancel := context.WithTimeout(context.Background(), reliability.Pick(2*time.Minute, 20*time.Minute))
 	t.Cleanup(cancel)
@@ -398,7 +382,7 @@ func TestDenyCacheLinearizable(t *testing.T) {
 		requireLinearizable(t, "linearizability-denycache-two-instances", p, rec.Ops())
 	})
 	t.Run("one-instance", func(t *testing.T) {
-		seed := linSeed(t)
+		seed := reliability.Seed(t)
 		for _, algo := range allAlgorithms {
 			p := linPolicy(algo)
 			clk := lincheck.NewClock(linStart)

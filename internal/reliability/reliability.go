@@ -10,10 +10,12 @@ package reliability
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -114,4 +116,20 @@ func Percentiles(ds []time.Duration) (p50, p99, maxd time.Duration) {
 		return ds[i]
 	}
 	return at(0.50), at(0.99), ds[len(ds)-1]
+}
+
+// Seed returns the seed of a randomised scenario: RLKIT_RELIABILITY_SEED
+// when set, else a random one, logged with the way to repeat it.
+func Seed(tb testing.TB) uint64 {
+	tb.Helper()
+	if s := os.Getenv(EnvSeed); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			tb.Fatalf("reliability: %s=%q: %v", EnvSeed, s, err)
+		}
+		return uint64(v)
+	}
+	v := rand.Int64()
+	tb.Logf("seed %d (set %s=%d to repeat)", v, EnvSeed, v)
+	return uint64(v)
 }
