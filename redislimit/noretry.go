@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
 // Retries. A script whose reply was lost (the connection reset or closed,
@@ -129,23 +130,13 @@ func retryBackoff(timeout time.Duration, attempt int) time.Duration {
 }
 
 // pause waits d unless ctx ends first (then it returns false); it does
-// not wait at all when ctx's deadline or deadline comes before d has
+// not wait at all when deadline or ctx's deadline comes before d has
 // passed.
 func pause(ctx context.Context, d time.Duration, deadline time.Time) bool {
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	if time.Until(deadline) <= d {
+	if time.Until(deadline) <= d || timesrc.Outlasts(ctx, d) {
 		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return timesrc.Sleep(ctx, nil, d) == nil
 }
 
 // unexecuted reports whether err proves that the script did not run (so
