@@ -278,7 +278,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			exempt = true
 		}
 	}
-	req := limitset.Request[*http.Request]{R: r, Ctx: r.Context(), N: n, AllShadow: allShadow, Exempt: exempt}
+	// Field by field: a composite literal is built in a temporary and
+	// copied, which stalls on store forwarding.
+	var req limitset.Request[*http.Request]
+	req.R, req.Ctx, req.N, req.AllShadow, req.Exempt = r, r.Context(), n, allShadow, exempt
+	if exempt {
+		// Settled without a Verdict, which an exempt request would pay
+		// for zeroing.
+		if l := m.set.DecideExempt(&req); l != nil {
+			m.denied(w, r, listedDenial(l.Name))
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
 	var v limitset.Verdict[*http.Request]
 	switch m.set.Decide(&req, &v, m.shadowHeaders, func() []slog.Attr { return reportAttrs(r) }) {
 	case limitset.Admitted:

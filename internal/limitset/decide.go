@@ -115,19 +115,22 @@ func (v *Verdict[R]) Limit() string {
 	return v.Charges()[v.From].Entry.Name
 }
 
-// add appends c to the charges.
-func (v *Verdict[R]) add(c Charge[R]) {
+// slot adds a charge and returns it, to be filled in field by field (a
+// Charge literal would be built in a temporary and copied, which stalls
+// on store forwarding).
+func (v *Verdict[R]) slot() *Charge[R] {
 	if v.more == nil && v.n < MaxInline {
-		v.buf[v.n] = c
+		c := &v.buf[v.n]
 		v.n++
-		return
+		return c
 	}
 	if v.more == nil {
 		v.more = make([]Charge[R], MaxInline, 2*MaxInline)
 		copy(v.more, v.buf[:])
 	}
-	v.more = append(v.more, c)
+	v.more = append(v.more, Charge[R]{})
 	v.n++
+	return &v.more[len(v.more)-1]
 }
 
 // reset makes v ready for a new request.
@@ -168,7 +171,10 @@ type Charge[R any] struct {
 func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs func() []slog.Attr) Outcome {
 	v.reset(shadowFields)
 	if req.Exempt || req.N <= 0 {
-		return s.decideExempt(req, v)
+		if v.Listed = s.DecideExempt(req); v.Listed != nil {
+			return Listed
+		}
+		return Pass
 	}
 	if l := s.gather(req, v); l != nil {
 		v.Listed = l
@@ -208,10 +214,15 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 	return Admitted
 }
 
-// decideExempt settles a request exempt from every limit: refused when
-// the DeniedKeys of an enforced limit hold its key, else passed, and
-// reported to the observer as exempt by every limit.
-func (s *Set[R]) decideExempt(req *Request[R], v *Verdict[R]) Outcome {
+// DecideExempt settles a request exempt from every limit (req.Exempt or
+// req.N <= 0, whatever their values here), as Decide does without a
+// Verdict: it returns the enforced limit whose DeniedKeys hold the
+// request's key (its Listed outcome; reported to the observer as
+// ratelimit.OutcomeDenied), or nil when the request passes (reported as
+// exempt by every limit). With req.AllShadow no denylist refuses it.
+// Callers that settle exemptions themselves use it to keep a Verdict
+// off the exempt path.
+func (s *Set[R]) DecideExempt(req *Request[R]) *Entry[R] {
 	if s.deniedKeys && !req.AllShadow {
 		for i := range s.limits {
 			l := &s.limits[i]
@@ -219,18 +230,17 @@ func (s *Set[R]) decideExempt(req *Request[R], v *Verdict[R]) Outcome {
 				continue
 			}
 			if key, ok := l.Key(req.R); ok && l.deniedKeys.has(key) {
-				v.Listed = l
 				if s.cfg.Observer != nil {
 					s.observe(req.Ctx, l, ratelimit.OutcomeDenied, req.N)
 				}
-				return Listed
+				return l
 			}
 		}
 	}
 	if s.cfg.Observer != nil {
 		s.ObserveAll(req.Ctx, ratelimit.OutcomeExempt, req.N)
 	}
-	return Pass
+	return nil
 }
 
 // gather adds to v the limits that apply to req, enforced ones first, and
@@ -274,11 +284,11 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 			if len(key) > MaxKeyLen {
 				key = DigestKey(key)
 			}
-			c := Charge[R]{Entry: l, Limiter: l.Limiter, Key: key, listed: listed}
+			c := v.slot()
+			c.Entry, c.Limiter, c.Key, c.err, c.listed = l, l.Limiter, key, nil, listed
 			if l.tiered != nil && !listed {
 				_, c.Limiter, c.err = l.tiered.Tier(req.Ctx, key)
 			}
-			v.add(c)
 		}
 		if pass == 0 {
 			v.Enforced = v.n
