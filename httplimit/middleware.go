@@ -260,7 +260,11 @@ func OverrideFrom(ctx context.Context) (Override, bool) {
 // "sha256:" and the hex SHA-256 of the key, so that clients cannot make the
 // limiter store arbitrarily large keys; the digest is the same in every
 // process, so Redis limiters shared by several servers agree.
-const MaxKeyLen = limitset.MaxKeyLen
+const MaxKeyLen = 128
+
+// The limit set digests keys longer than MaxKeyLen: this fails to compile
+// if its bound differs.
+var _ = [1]struct{}{}[MaxKeyLen-limitset.MaxKeyLen]
 
 // serve runs a request through the limits: its cost and the client
 // networks here, the decision in the limit set, then the rate-limit

@@ -156,11 +156,10 @@ type Charge[R any] struct {
 // then the enforced limits all or nothing (ratelimit.AllowAll; a
 // *ratelimit.Tiered resolved once to the request's tier), then, when
 // they admit, the shadow limits (their limiters called with a context
-// marked as shadow). Limiter errors are reported through cfg.Logger,
+// marked as shadow). Limiter errors are reported through Config.Logger,
 // paced, with attrs (nil: none) added to each report (such as the
-// method); never the key. With compete (shadowFields, or when no
-// enforced limit applies) a more restrictive shadow Decision becomes the
-// one to report.
+// method); never the key. With shadowFields, or when no enforced limit
+// applies, a more restrictive shadow Decision becomes the one to report.
 //
 // Exemptions and denylists are settled before any limiter is asked: a
 // request exempt from every limit (req.Exempt, req.N <= 0) passes

@@ -269,6 +269,35 @@ func TestDecideOutcomes(t *testing.T) {
 	assert.Empty(t, rec.records())
 }
 
+// TestDecideExempt: DecideExempt settles an exempt request as Decide
+// does, without a Verdict: an enforced limit's DeniedKeys refuse it, a
+// shadow limit's do not, nor any with AllShadow; otherwise every limit
+// reports it exempt.
+func TestDecideExempt(t *testing.T) {
+	t.Parallel()
+	lim := newKeyed(t, 1, nil)
+	s, ev, _, _ := setup(t,
+		Limit[*call]{Name: "api", Key: byKey, Limiter: lim, DeniedKeys: []string{"bad"}},
+		Limit[*call]{Name: "trial", Key: byUser, Limiter: lim, Shadow: true, DeniedKeys: []string{"bad"}})
+	req := &Request[*call]{R: &call{key: "bad"}, Ctx: context.Background(), N: 2, Exempt: true}
+	l := s.DecideExempt(req)
+	require.NotNil(t, l)
+	assert.Equal(t, "api", l.Name)
+	assert.Equal(t, []ratelimit.Event{deniedEvent("api", ratelimit.OutcomeDenied, 2)}, ev.take())
+
+	req.AllShadow = true
+	assert.Nil(t, s.DecideExempt(req), "every limit in shadow mode")
+	assert.Len(t, ev.take(), 2, "exempt from both limits")
+	req.AllShadow = false
+	req.R = &call{key: "ok", user: "bad"}
+	assert.Nil(t, s.DecideExempt(req), "a shadow limit's denied key")
+	got := ev.take()
+	require.Len(t, got, 2, "one exemption per limit")
+	assert.Equal(t, ratelimit.OutcomeExempt, got[0].Outcome)
+	assert.Equal(t, "trial", got[1].Limit)
+	assert.Equal(t, 1, peekRemaining(t, lim, "ok"), "an exempt request was charged")
+}
+
 func deniedEvent(name string, o ratelimit.Outcome, n int) ratelimit.Event {
 	return ratelimit.Event{Limit: name, Home: ratelimit.HomeNone, Outcome: o, N: n, Algorithm: ratelimit.FixedWindowAlgorithm,
 		Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Err: errDenied}
