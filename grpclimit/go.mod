@@ -5,6 +5,7 @@ go 1.25.0
 replace github.com/rlkit/ratelimit => ../
 
 require (
+	github.com/benbjohnson/clock v1.3.5
 	github.com/rlkit/ratelimit v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0

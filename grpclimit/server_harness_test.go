@@ -105,12 +105,25 @@ func serveBufconn(t testing.TB, svc *testService, ic *grpclimit.Interceptor) tes
 	return serveOn(t, svc, ic, lis, "passthrough:///bufconn", dial)
 }
 
+// serveOpts is serve with the server options given.
+func serveOpts(t testing.TB, svc *testService, opts []grpc.ServerOption) testgrpc.TestServiceClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	return serveListener(t, svc, opts, lis, lis.Addr().String(), nil)
+}
+
 func serveOn(t testing.TB, svc *testService, ic *grpclimit.Interceptor, lis net.Listener, target string, dial grpc.DialOption) testgrpc.TestServiceClient {
 	t.Helper()
 	var opts []grpc.ServerOption
 	if ic != nil {
 		opts = append(opts, grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream()))
 	}
+	return serveListener(t, svc, opts, lis, target, dial)
+}
+
+func serveListener(t testing.TB, svc *testService, opts []grpc.ServerOption, lis net.Listener, target string, dial grpc.DialOption) testgrpc.TestServiceClient {
+	t.Helper()
 	srv := grpc.NewServer(opts...)
 	testgrpc.RegisterTestServiceServer(srv, svc)
 	done := make(chan struct{})
