@@ -243,7 +243,7 @@ func (i *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerSt
 	case limitset.Pass:
 		return nil
 	case limitset.Admitted:
-		if i.fields != NoFields && v.From >= 0 && (v.From < v.Enforced || i.shadowFields) {
+		if i.fields != NoFields && v.From >= 0 && (!v.Shadow() || i.shadowFields) {
 			i.setFields(ctx, ss, i.calls, &v, false)
 		}
 		return nil
@@ -277,9 +277,7 @@ func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, set *
 // deny answers a call (or message) an enforced limit refused.
 func (i *Interceptor) deny(ctx context.Context, method string, v *limitset.Verdict[call], message bool) error {
 	d := Denial{Method: method, Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Message: message, Err: v.Err}
-	if v.From >= 0 {
-		d.Limit = v.Charges[v.From].Entry.Name
-	}
+	d.Limit = v.Limit()
 	if !d.Never {
 		d.RetryAfter = time.Duration(limitset.RetryAfterSeconds(v.Dec)) * time.Second
 	}

@@ -94,9 +94,10 @@ func TestExactCountsUnderConcurrentClients(t *testing.T) {
 	t.Parallel()
 	const quota, clients, each = 50, 8, 25
 	for _, tc := range []struct {
-		name string
-		two  bool
-	}{{"one limit", false}, {"two limits", true}} {
+		name    string
+		two     bool
+		bufconn bool
+	}{{"one limit", false, false}, {"two limits", true, false}, {"bufconn", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			mock := newMock(epoch)
@@ -105,7 +106,11 @@ func TestExactCountsUnderConcurrentClients(t *testing.T) {
 				limits = append(limits, grpclimit.Limit{Name: "service", Key: grpclimit.KeyByService(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1000, time.Minute), mock)})
 			}
 			svc := &testService{}
-			c := serve(t, svc, newIC(t, limits, grpclimit.WithClock(mock)))
+			ic := newIC(t, limits, grpclimit.WithClock(mock))
+			c := serve(t, svc, ic)
+			if tc.bufconn {
+				c = serveBufconn(t, svc, ic)
+			}
 			var ok, exhausted, other atomic.Int64
 			var wg sync.WaitGroup
 			for g := 0; g < clients; g++ {
