@@ -7,14 +7,17 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/rlkit/ratelimit"
@@ -175,6 +178,17 @@ func TestIPResolverErrors(t *testing.T) {
 	// A nil option is ignored.
 	_, err := grpclimit.NewIPResolver(nil)
 	assert.NoError(t, err)
+
+	// Options of other constructors are refused, and resolver options by
+	// them.
+	_, err = grpclimit.NewIPResolver(grpclimit.WithFields(grpclimit.NoFields))
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	assert.EqualError(t, err, "ratelimit: invalid configuration: grpclimit.WithFields applies to New, not NewIPResolver")
+	lim, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute))
+	require.NoError(t, err)
+	_, err = grpclimit.New([]grpclimit.Limit{{Name: "ip", Key: grpclimit.KeyByPeer(), Limiter: lim}}, grpclimit.TrustedProxies("10.0.0.0/8"))
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	assert.EqualError(t, err, "ratelimit: invalid configuration: grpclimit.TrustedProxies applies to NewIPResolver, not New")
 }
 
 // TestIPResolverKeyAllocs: keying a peer whose network was seen before
@@ -378,4 +392,39 @@ func parseHop(s string) (netip.Addr, bool) {
 	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
 	a, err := netip.ParseAddr(s)
 	return a.WithZone("").Unmap(), err == nil
+}
+
+// TestIPResolverLimitsBehindProxy: a limit keyed by a resolver that trusts
+// the loopback proxy gives each forwarded client its own quota, and a
+// client that forges hops to the left of its address stays on its quota.
+func TestIPResolverLimitsBehindProxy(t *testing.T) {
+	t.Parallel()
+	res := mustResolver(t, grpclimit.TrustedProxies("127.0.0.0/8"))
+	lim, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Hour))
+	require.NoError(t, err)
+	ic, err := grpclimit.New([]grpclimit.Limit{{Name: "ip", Key: res.Key, Limiter: lim}})
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()))
+	testpb.RegisterTestServiceServer(srv, keyServer{key: res.Key})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	c := testpb.NewTestServiceClient(conn)
+
+	call := func(xff string) codes.Code {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", xff)
+		_, err := c.EmptyCall(ctx, &testpb.Empty{})
+		return status.Code(err)
+	}
+	assert.Equal(t, codes.OK, call("198.51.100.9"))
+	assert.Equal(t, codes.OK, call("1.1.1.1, 198.51.100.9"))
+	assert.Equal(t, codes.ResourceExhausted, call("2.2.2.2, 198.51.100.9"), "forged hops dodged the limit")
+	assert.Equal(t, codes.OK, call("198.51.100.10"), "another client shares the first one's quota")
+	assert.Equal(t, codes.OK, call("2001:db8:1:2::1"))
+	assert.Equal(t, codes.OK, call("2001:db8:1:2::2"))
+	assert.Equal(t, codes.ResourceExhausted, call("2001:db8:1:2::3"), "an IPv6 client escaped its /64")
 }
