@@ -409,7 +409,12 @@ func ParseNode(s string) (a netip.Addr, text string, ok bool) {
 	if a.Is4() {
 		return a, host, true
 	}
-	return Normalize(a), "", true
+	// Normalize, by hand: the call would not be inlined.
+	a = a.WithZone("")
+	if a.Is4In6() {
+		return a.Unmap(), "", true
+	}
+	return a, "", true
 }
 
 // Normalize returns a as client addresses are compared and keyed:
