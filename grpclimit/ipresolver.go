@@ -160,7 +160,7 @@ func (res *IPResolver) resolve(ctx context.Context) (netip.Addr, string, bool) {
 	if !ok {
 		return netip.Addr{}, "", false
 	}
-	if !res.core.Trusts(a) {
+	if !res.core.Proxied() || !res.core.Trusts(a) {
 		return a, "", true
 	}
 	for _, m := range res.metadata {

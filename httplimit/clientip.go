@@ -166,7 +166,7 @@ func (res *IPResolver) resolve(r *http.Request) (netip.Addr, string, bool) {
 	if !ok {
 		return netip.Addr{}, "", false
 	}
-	if !res.core.Trusts(a) {
+	if !res.core.Proxied() || !res.core.Trusts(a) {
 		return a, text, true
 	}
 	for _, h := range res.headers {

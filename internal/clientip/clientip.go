@@ -189,6 +189,11 @@ func InNetworks(ps []netip.Prefix, a netip.Addr) bool {
 	return false
 }
 
+// Proxied reports whether r trusts any proxy at all: when it does not,
+// callers skip [Resolver.Trusts] and forwarded values altogether (checked
+// first, the common case returns without spilling the peer's address).
+func (r *Resolver) Proxied() bool { return len(r.trusted) != 0 }
+
 // Trusts reports whether a (unmapped, no zone) is a trusted proxy's.
 func (r *Resolver) Trusts(a netip.Addr) bool {
 	return InNetworks(r.trusted, a)
