@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/httplimit"
 )
 
 func mustResolver(t testing.TB, opts ...grpclimit.Option) *grpclimit.IPResolver {
@@ -320,7 +322,8 @@ func TestIPResolverOverGRPCIPv6(t *testing.T) {
 
 // FuzzIPResolverMetadata: no metadata panics the resolver; the client
 // address is the peer's unless the peer is trusted, and otherwise always
-// an address written somewhere in the metadata the call carries.
+// an address written somewhere in the metadata the call carries; and
+// httplimit, given the same peer and values as headers, agrees.
 func FuzzIPResolverMetadata(f *testing.F) {
 	f.Add([]byte{10, 0, 0, 1}, "1.1.1.1, 198.51.100.9", `for="[2001:db8::1]:80", for=unknown`, "203.0.113.1", false)
 	f.Add([]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, "garbage,,, ", `for="\`, " ", true)
@@ -345,6 +348,23 @@ func FuzzIPResolverMetadata(f *testing.F) {
 			k, kok := res.Key(ctx, "/m")
 			if !kok || k == "" {
 				t.Fatalf("Key = %q, %v", k, kok)
+			}
+			// httplimit, given the same peer and the same values as
+			// headers, finds the same client and key.
+			hres, err := httplimit.NewIPResolver(httplimit.TrustedProxies(trusted...), httplimit.ProxyHeaders(names...))
+			require.NoError(t, err)
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = ""
+			if peerOK {
+				r.RemoteAddr = netip.AddrPortFrom(peerIP, 1).String()
+			}
+			r.Header["X-Forwarded-For"] = []string{xff}
+			r.Header["Forwarded"] = []string{forwarded}
+			r.Header["X-Real-Ip"] = []string{realIP}
+			ha, hok := hres.ClientIP(r)
+			hk, _ := hres.Key(r)
+			if ha != a || hok != ok || hk != k {
+				t.Fatalf("%v: grpclimit finds %v, %v, key %q; httplimit %v, %v, key %q", names, a, ok, k, ha, hok, hk)
 			}
 			if ok != peerOK {
 				t.Fatalf("peer %v (%v): ClientIP = %v, %v", ip, peerOK, a, ok)
