@@ -8,6 +8,7 @@ package pausemap
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/errs"
@@ -23,9 +24,17 @@ const SweepAbove = 64
 // paused. A Map is safe for concurrent use; it must not be copied after
 // first use.
 type Map struct {
+	held atomic.Int64 // len(pauses), readable without mu
+
 	mu     sync.Mutex
 	pauses map[string]time.Time // guarded by mu; no call of a key is sent before its time
 }
+
+// Idle reports whether no key holds a pause, ended or not, without taking
+// the lock: a caller on its hot path checks it before building a key. A
+// pause found ended by [Map.Wait] is dropped, so a client whose pauses
+// have all been waited out is idle again.
+func (m *Map) Idle() bool { return m.held.Load() == 0 }
 
 // Pause pauses key until now+d, unless it is already paused until later.
 // A d <= 0 changes nothing. Callers cap d (a server's hint is not trusted
@@ -49,6 +58,17 @@ func (m *Map) Pause(key string, now time.Time, d time.Duration) {
 	}
 	if until.After(m.pauses[key]) {
 		m.pauses[key] = until
+	}
+	m.held.Store(int64(len(m.pauses)))
+}
+
+// forget drops key's pause if it is still the one that ended at until.
+func (m *Map) forget(key string, until time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if u, ok := m.pauses[key]; ok && u.Equal(until) {
+		delete(m.pauses, key)
+		m.held.Store(int64(len(m.pauses)))
 	}
 }
 
@@ -92,8 +112,16 @@ func Left(until, now time.Time) time.Duration {
 // is waited for too.
 func (m *Map) Wait(ctx context.Context, src *timesrc.Source, key string, deadline error) error {
 	for {
-		d := Left(m.Until(key), src.Time())
+		if m.Idle() {
+			return ctx.Err()
+		}
+		until := m.Until(key)
+		if until.IsZero() {
+			return ctx.Err()
+		}
+		d := Left(until, src.Time())
 		if d <= 0 {
+			m.forget(key, until)
 			return ctx.Err()
 		}
 		if timesrc.Outlasts(ctx, d) {

@@ -93,8 +93,27 @@ func TestWait(t *testing.T) {
 		t.Fatalf("Wait returned %v before the extended pause ended", err)
 	default:
 	}
+	assert.False(t, m.Idle(), "a map holding a pause")
 	tc.Add(10 * time.Second)
 	require.NoError(t, <-done)
+	assert.True(t, m.Idle(), "a pause waited out is dropped")
+	assert.True(t, m.Until("k").IsZero())
+}
+
+// TestForgetKeepsNewerPause: a pause found ended is dropped only if no
+// newer pause replaced it meanwhile.
+func TestForgetKeepsNewerPause(t *testing.T) {
+	t.Parallel()
+	var m Map
+	now := time.Unix(1000, 0)
+	m.Pause("k", now, time.Second)
+	ended := m.Until("k")
+	m.Pause("k", now, time.Hour)
+	m.forget("k", ended)
+	assert.Equal(t, now.Add(time.Hour), m.Until("k"))
+	assert.False(t, m.Idle())
+	m.forget("k", now.Add(time.Hour))
+	assert.True(t, m.Idle())
 }
 
 func TestWaitDeadline(t *testing.T) {
