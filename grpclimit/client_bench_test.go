@@ -43,7 +43,9 @@ func BenchmarkClientUnary(b *testing.B) {
 		{"nolimiter", func(*testing.B) (*Client, error) { return NewClient(nil) }},
 		{"limiter", func(b *testing.B) (*Client, error) { return NewClient(bucket(b)) }},
 		{"limiter-bymethod", func(b *testing.B) (*Client, error) { return NewClient(bucket(b), WithPauseScope(PauseByMethod)) }},
-		{"keyed", func(b *testing.B) (*Client, error) { return NewKeyedClient(keyed(b), byMethod, WithPauseScope(PauseByKey)) }},
+		{"keyed", func(b *testing.B) (*Client, error) {
+			return NewKeyedClient(keyed(b), byMethod, WithPauseScope(PauseByKey))
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			c, err := bc.make(b)

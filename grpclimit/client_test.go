@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
@@ -611,4 +612,82 @@ func TestClientOptions(t *testing.T) {
 	_, err = NewKeyedClient(kl, byTenant, WithPauseScope(PauseByKey), WithRetries(1), WithMaxRetryWait(0), WithMaxPause(time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, "PauseByKey", PauseByKey.String())
+}
+
+// TestClientPauseDuringLimiterWait: a pause that begins while a call waits
+// for the limiter is waited for too, or refuses the call at once when it
+// outlasts the deadline.
+func TestClientPauseDuringLimiterWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration
+	}{{"waits", 0}, {"outlasts deadline", 10 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			svc, addr := startServer(t)
+			clk := newTimerClock()
+			c := newTestClient(t, newBucket(t, ratelimit.Per(1, 2*time.Second), 1, clk), nil, nil, clk)
+			require.NoError(t, c.setCost(func(_ context.Context, method string) int {
+				if method == methodEmpty {
+					return 0 // not limited: it brings the pause
+				}
+				return 1
+			}))
+			client, _ := dial(t, addr, c)
+			_, err := client.UnaryCall(context.Background(), unaryReq)
+			require.NoError(t, err)
+
+			ctx := context.Background()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			done := callAsync(ctx, client)
+			assert.Equal(t, 2*time.Second, clk.nextTimer(t), "waiting for the limiter")
+			svc.answer(denial(time.Minute))
+			_, err = client.EmptyCall(context.Background(), &grpc_testing.Empty{})
+			require.Equal(t, codes.ResourceExhausted, status.Code(err))
+			clk.Add(2 * time.Second)
+			if tc.deadline > 0 {
+				assertNotSent(t, <-done, codes.DeadlineExceeded, ErrPauseDeadline, context.DeadlineExceeded)
+				assert.Equal(t, 1, svc.count(methodUnary))
+				return
+			}
+			assert.Equal(t, 58*time.Second, clk.nextTimer(t), "then for the rest of the pause")
+			pending(t, done, "UnaryCall during the pause")
+			clk.Add(58 * time.Second)
+			require.NoError(t, <-done)
+			assert.Equal(t, 2, svc.count(methodUnary))
+		})
+	}
+}
+
+// TestClientStreamDirect drives the stream interceptor with fake
+// streamers: a denial from NewStream itself pauses the target, and a
+// keyed client without a key does not create the stream.
+func TestClientStreamDirect(t *testing.T) {
+	t.Parallel()
+	clk := newTimerClock()
+	c := newTestClient(t, nil, nil, nil, clk)
+	streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		return nil, denial(9 * time.Second)
+	}
+	cs, err := c.Stream()(context.Background(), &grpc.StreamDesc{}, nil, methodDuplex, streamer)
+	assert.Nil(t, cs)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Equal(t, 9*time.Second, c.PausedFor("", methodDuplex), "the target of a nil conn is empty")
+
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 5), ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	keyed := newTestClient(t, nil, kl, byTenant, clk)
+	created := false
+	_, err = keyed.Stream()(context.Background(), &grpc.StreamDesc{}, nil, methodDuplex, func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		created = true
+		return nil, nil
+	})
+	assertNotSent(t, err, codes.InvalidArgument, ErrNoKey)
+	assert.False(t, created, "a stream without a key is not created")
+	assert.Equal(t, time.Duration(0), keyed.PausedForKey("a"), "PausedForKey of a client not paused by key")
 }
