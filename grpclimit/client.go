@@ -169,8 +169,8 @@ func (c *Client) pausedFor(scope string) time.Duration {
 // methodScope is the pause key of method on target under PauseByMethod.
 func methodScope(target, method string) string { return target + "\x00" + method }
 
-// call is one call going through the interceptors.
-type call struct {
+// outCall is one call going through the interceptors.
+type outCall struct {
 	ctx    context.Context
 	target string
 	method string
@@ -181,8 +181,8 @@ type call struct {
 }
 
 // start reads what a call needs from its context: its key and cost.
-func (c *Client) start(ctx context.Context, cc *grpc.ClientConn, method string) (call, error) {
-	cl := call{ctx: ctx, method: method, n: 1}
+func (c *Client) start(ctx context.Context, cc *grpc.ClientConn, method string) (outCall, error) {
+	cl := outCall{ctx: ctx, method: method, n: 1}
 	if cc != nil {
 		cl.target = cc.Target()
 	}
@@ -200,7 +200,7 @@ func (c *Client) start(ctx context.Context, cc *grpc.ClientConn, method string) 
 }
 
 // scopeKey returns the call's pause key, building it once.
-func (c *Client) scopeKey(cl *call) string {
+func (c *Client) scopeKey(cl *outCall) string {
 	if !cl.built {
 		switch c.scope {
 		case PauseByMethod:
@@ -219,7 +219,7 @@ func (c *Client) scopeKey(cl *call) string {
 // then for any pause that began meanwhile. It returns a status error
 // (notSent) when the call must not be sent, including when its context is
 // done even though the limiter admitted it.
-func (c *Client) ready(cl *call) error {
+func (c *Client) ready(cl *outCall) error {
 	if err := c.waitPause(cl); err != nil {
 		return notSent(err)
 	}
@@ -234,7 +234,7 @@ func (c *Client) ready(cl *call) error {
 	return nil
 }
 
-func (c *Client) waitPause(cl *call) error {
+func (c *Client) waitPause(cl *outCall) error {
 	if c.pauses.Idle() {
 		return cl.ctx.Err()
 	}
@@ -243,7 +243,7 @@ func (c *Client) waitPause(cl *call) error {
 
 // obey pauses the call's scope when err is a ResourceExhausted answer with
 // a RetryInfo, and returns the pause (capped) and whether there was one.
-func (c *Client) obey(cl *call, err error) (time.Duration, bool) {
+func (c *Client) obey(cl *outCall, err error) (time.Duration, bool) {
 	d, ok := serverPause(err)
 	if !ok {
 		return 0, false
@@ -314,7 +314,7 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 type clientStream struct {
 	grpc.ClientStream
 	c      *Client
-	cl     call
+	cl     outCall
 	obeyed atomic.Bool // the stream's pause has been taken: a stream ends once
 }
 

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
 var clientEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -75,19 +74,17 @@ func (c *timerClock) noTimer(t *testing.T) {
 
 // newTestClient is NewClient (or NewKeyedClient when key is not nil, with
 // a keyed limiter klim) on the clock clk.
-// TODO(i13-server merge): pass WithClock(clk) instead of setClock.
 func newTestClient(t *testing.T, lim ratelimit.Limiter, klim ratelimit.KeyedLimiter, key KeyFunc, clk ratelimit.Clock, opts ...Option) *Client {
 	t.Helper()
 	var c *Client
 	var err error
+	opts = append([]Option{WithClock(clk)}, opts...)
 	if key != nil {
 		c, err = NewKeyedClient(klim, key, opts...)
 	} else {
 		c, err = NewClient(lim, opts...)
 	}
 	require.NoError(t, err)
-	require.NoError(t, c.setClock(clk))
-	c.ts = timesrc.New(clk)
 	return c
 }
 

@@ -91,7 +91,7 @@ func TestClientRefusals(t *testing.T) {
 	svc, addr := startServer(t)
 	clk := newTimerClock()
 	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
-	c := newTestClient(t, lim, nil, nil, clk)
+	c := newTestClient(t, lim, nil, nil, clk, WithCost(nil))
 	tc, _ := dial(t, addr, c)
 	require.True(t, lim.AllowN(2).Allowed, "drain the bucket")
 
@@ -126,8 +126,7 @@ func TestClientCostExceedsLimit(t *testing.T) {
 	svc, addr := startServer(t)
 	clk := newTimerClock()
 	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
-	c := newTestClient(t, lim, nil, nil, clk)
-	require.NoError(t, c.setCost(func(_ context.Context, method string) int {
+	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string) int {
 		if method == methodEmpty {
 			return 0
 		}
@@ -603,8 +602,10 @@ func TestClientOptions(t *testing.T) {
 		assert.ErrorIs(t, tc.err, ratelimit.ErrInvalidConfig, tc.name)
 		assert.Contains(t, tc.err.Error(), "ratelimit: invalid configuration: "+tc.want, tc.name)
 	}
+	_, err = NewClient(tb, WithClock((*timerClock)(nil)))
+	assert.ErrorContains(t, err, "grpclimit.WithClock: clock is a nil *grpclimit.timerClock")
 	var c Client
-	assert.Error(t, c.setClock((*timerClock)(nil)), "a typed nil clock")
+	assert.Error(t, c.setClock((*timerClock)(nil)), "setClock checks for a typed nil on its own")
 
 	c1, err := NewClient((*ratelimit.TokenBucket)(nil), nil, WithPauseScope(PauseByMethod), WithPauseHook(nil))
 	require.NoError(t, err, "a typed nil limiter and a nil option")
@@ -627,8 +628,7 @@ func TestClientPauseDuringLimiterWait(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
 			clk := newTimerClock()
-			c := newTestClient(t, newBucket(t, ratelimit.Per(1, 2*time.Second), 1, clk), nil, nil, clk)
-			require.NoError(t, c.setCost(func(_ context.Context, method string) int {
+			c := newTestClient(t, newBucket(t, ratelimit.Per(1, 2*time.Second), 1, clk), nil, nil, clk, WithCost(func(_ context.Context, method string) int {
 				if method == methodEmpty {
 					return 0 // not limited: it brings the pause
 				}
