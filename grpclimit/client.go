@@ -288,9 +288,11 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 
 // Stream returns the stream client interceptor: it waits for the limiter
 // and any pause before creating a stream, and pauses the stream's scope
-// when the server ends it with ResourceExhausted and a RetryInfo, as seen
-// by NewStream, Header, SendMsg, RecvMsg or CloseSend (once per stream).
-// Streams are never retried. Install it with
+// when the server ends it with ResourceExhausted and a RetryInfo (once per
+// stream), as the stream reports it: grpc-go returns a stream's status
+// from RecvMsg (CloseAndRecv, Recv), and from NewStream, Header, SendMsg
+// or CloseSend only in some cases; every one of them is watched. Streams
+// are never retried. Install it with
 // grpc.WithChainStreamInterceptor(c.Stream()).
 func (c *Client) Stream() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
