@@ -1,4 +1,312 @@
 package grpclimit
 
-// Interceptor holds the server interceptors; built by the server helper.
-type Interceptor struct{}
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/limitset"
+	"github.com/rlkit/ratelimit/internal/report"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Limit is one limit a call must pass: a keyed limiter and the key function
+// choosing what to charge, such as 1,000 calls a minute per API key, or 10
+// a minute per peer on /pkg.Auth/Login.
+type Limit struct {
+	// Name identifies the limit in the ratelimit-policy and ratelimit
+	// fields, in the QuotaFailure of a denial, in error reports and in the
+	// observer's Events, such as "api" or "login". Printable ASCII;
+	// "default" if empty; unique among the Limits of one Interceptor.
+	Name string
+	// Key picks the key to charge; a call it does not apply to is not
+	// charged in this limit. Required.
+	Key KeyFunc
+	// Limiter holds the limit: a *ratelimit.Keyed, a Redis limiter, or any
+	// KeyedLimiter. Required.
+	//
+	// For tiers (free, pro, ...) use a *ratelimit.Tiered: the interceptor
+	// calls its tier function once per call, with the call's context (where
+	// an authentication interceptor can have stored the plan), and charges
+	// the call in that tier's limiter. An unknown tier is the Tiered's
+	// error: the call is denied and the error reported, never let through
+	// unlimited.
+	Limiter ratelimit.KeyedLimiter
+	// Window is the window reported as w in ratelimit-policy. When zero it
+	// is taken from the limiter's Policy method (which ratelimit.Keyed
+	// has), through the call's tier for a ratelimit.Tiered, on each call,
+	// at the time of the interceptor's clock. Without a Policy method, w is
+	// omitted.
+	Window time.Duration
+	// Shadow makes the limit report without enforcing: calls are charged
+	// and served even when the limit denies them. The limiter is called
+	// with a context marked as shadow, so that its [ratelimit.Observer]
+	// reports such a denial as [ratelimit.OutcomeShadow]. Use it to roll a
+	// new limit out safely. Shadow limits are consulted only for calls the
+	// enforced limits admit.
+	Shadow bool
+	// ExemptKeys are keys this limit never charges, such as the API keys
+	// of internal services: a call whose key is one of them passes this
+	// limit uncharged, as if Key had not applied to it, except that the
+	// interceptor's observer ([WithObserver]) sees it as exempt. Keys are
+	// compared as Key returns them. [New] copies the list.
+	ExemptKeys []string
+	// DeniedKeys are keys this limit always refuses, compared as
+	// ExemptKeys are. A call whose key is one of them is charged nowhere
+	// and answered through the denied handler with a [Denial] whose Err is
+	// [ErrDenied] ([DeniedError]: codes.PermissionDenied), whatever
+	// exempts it otherwise (a cost <= 0). A key may not be in both lists.
+	// In shadow mode such a call is served, not charged in this limit, and
+	// the denial only reported to the interceptor's observer.
+	DeniedKeys []string
+	// Messages makes the limit charge the messages clients send on streams
+	// instead of calls: each message the stream's handler receives, at the
+	// cost [WithMessageCost] gives it (default 1). Unary calls and stream
+	// creation are not charged in such a limit. Its keys are computed from
+	// the stream's context and method, for each message.
+	Messages bool
+}
+
+// Interceptor holds unary and stream server interceptors that limit the
+// calls, and optionally the stream messages, a gRPC server serves. Create
+// one with [New]; the zero value is not usable. An Interceptor is safe for
+// concurrent use, and one Interceptor may serve any number of servers.
+type Interceptor struct {
+	calls        *limitset.Set[call] // the call limits; nil when none
+	msgs         *limitset.Set[call] // the Messages limits; nil when none
+	fields       FieldSet
+	shadowFields bool
+	denied       func(ctx context.Context, d Denial) error
+	cost         func(ctx context.Context, method string) int
+	msgCost      func(ctx context.Context, method string, msg any) int
+	logger       report.Logger
+	reportEvery  time.Duration
+	observer     ratelimit.Observer
+	clock        ratelimit.Clock
+}
+
+// call is what the limits decide on: one call, or one message of a
+// stream.
+type call struct {
+	ctx    context.Context
+	method string
+}
+
+// DefaultErrorReportInterval is how often, at most, the interceptor
+// reports the errors of one limit unless [WithErrorReportInterval] says
+// otherwise.
+const DefaultErrorReportInterval = 10 * time.Second
+
+// New returns server interceptors enforcing limits, all or nothing: a call
+// is charged in every limit that applies to it only if every one admits
+// it. Limits with [Limit.Messages] charge stream messages instead, all or
+// nothing among themselves. The options that apply are [WithCost],
+// [WithMessageCost], [WithFields], [WithShadowFields],
+// [WithDeniedHandler], [WithLogger], [WithErrorReportInterval],
+// [WithObserver] and [WithClock].
+//
+// Exemptions and denylists are settled before any limiter is asked: a call
+// of cost <= 0 is served uncharged unless the [Limit.DeniedKeys] of an
+// enforced limit hold its key; else each limit refuses the keys of its
+// DeniedKeys and lets the keys of its [Limit.ExemptKeys] through
+// uncharged. Denial always beats exemption.
+//
+// It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
+// empty, a Limit has no Key or no Limiter, a negative Window, a name that
+// is not printable ASCII or the name of another Limit ("default" counts as
+// the name of a Limit without one), an ExemptKeys entry that is also in
+// its DeniedKeys, and for an invalid option or one that does not apply to
+// New.
+func New(limits []Limit, opts ...Option) (*Interceptor, error) {
+	i := &Interceptor{fields: AllFields, reportEvery: DefaultErrorReportInterval}
+	if err := applyOptions(&config{to: forServer, s: i}, opts); err != nil {
+		return nil, err
+	}
+	if i.denied == nil {
+		i.denied = deniedError
+	}
+	if len(limits) == 0 {
+		return nil, configError("grpclimit.New: limits must not be empty, got %d", len(limits))
+	}
+	names := make(map[string]bool, len(limits))
+	var calls, msgs []limitset.Limit[call]
+	for _, l := range limits {
+		name := l.Name
+		if name == "" {
+			name = "default"
+		}
+		if names[name] {
+			return nil, configError("grpclimit.Limit.Name must be unique, got %q twice", name)
+		}
+		names[name] = true
+		sl := limitset.Limit[call]{
+			Name:       l.Name,
+			Key:        callKey(l.Key),
+			Limiter:    l.Limiter,
+			Window:     l.Window,
+			Shadow:     l.Shadow,
+			ExemptKeys: l.ExemptKeys,
+			DeniedKeys: l.DeniedKeys,
+		}
+		if l.Messages {
+			msgs = append(msgs, sl)
+		} else {
+			calls = append(calls, sl)
+		}
+	}
+	cfg := limitset.Config{
+		Pkg:         "grpclimit",
+		Observer:    i.observer,
+		Clock:       i.clock,
+		Logger:      i.logger,
+		ReportEvery: i.reportEvery,
+		DeniedErr:   ErrDenied,
+	}
+	var err error
+	if len(calls) > 0 {
+		if i.calls, err = limitset.New(cfg, calls); err != nil {
+			return nil, err
+		}
+	}
+	if len(msgs) > 0 {
+		if i.msgs, err = limitset.New(cfg, msgs); err != nil {
+			return nil, err
+		}
+	}
+	return i, nil
+}
+
+// callKey adapts a KeyFunc to the limit set; nil stays nil, for New to
+// refuse.
+func callKey(k KeyFunc) func(c call) (string, bool) {
+	if k == nil {
+		return nil
+	}
+	return func(c call) (string, bool) { return k(c.ctx, c.method) }
+}
+
+// Unary returns the unary server interceptor, for grpc.UnaryInterceptor or
+// grpc.ChainUnaryInterceptor. It charges each call in the limits that
+// apply to it before calling the handler; a denied call ends with the
+// denied handler's error ([DeniedError] by default) without reaching the
+// handler. The rate-limit fields ([WithFields]) are set as response header
+// metadata on admitted and denied calls alike.
+func (i *Interceptor) Unary() grpc.UnaryServerInterceptor { return i.unary }
+
+func (i *Interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if i.calls != nil {
+		if err := i.admit(ctx, info.FullMethod, nil); err != nil {
+			return nil, err
+		}
+	}
+	return handler(ctx, req)
+}
+
+// Stream returns the stream server interceptor, for grpc.StreamInterceptor
+// or grpc.ChainStreamInterceptor. It charges the creation of each stream
+// like a unary call, in the limits without [Limit.Messages]; with limits
+// that have it, each message the handler receives (RecvMsg) is charged in
+// them, and a denied message makes RecvMsg return the denial error: the
+// message is dropped, and a handler that returns that error ends the
+// stream with it.
+func (i *Interceptor) Stream() grpc.StreamServerInterceptor { return i.stream }
+
+func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if i.calls != nil {
+		if err := i.admit(ss.Context(), info.FullMethod, ss); err != nil {
+			return err
+		}
+	}
+	if i.msgs != nil {
+		ss = &limitedStream{ServerStream: ss, i: i, method: info.FullMethod}
+	}
+	return handler(srv, ss)
+}
+
+// admit decides a call (a unary call when ss is nil, else a stream's
+// creation) in the call limits: nil to serve it, else the error to end it
+// with.
+func (i *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerStream) error {
+	n := 1
+	if i.cost != nil {
+		n = i.cost(ctx, method)
+	}
+	req := limitset.Request[call]{R: call{ctx: ctx, method: method}, Ctx: ctx, N: n}
+	var v limitset.Verdict[call]
+	switch i.calls.Decide(&req, &v, i.shadowFields, func() []slog.Attr {
+		return []slog.Attr{slog.String("method", method)}
+	}) {
+	case limitset.Pass:
+		return nil
+	case limitset.Admitted:
+		if i.fields != NoFields && v.From >= 0 && (!v.Shadow() || i.shadowFields) {
+			i.setFields(ctx, ss, i.calls, &v, false)
+		}
+		return nil
+	case limitset.Denied:
+		i.setFields(ctx, ss, i.calls, &v, false)
+		return i.deny(ctx, method, &v, false)
+	case limitset.Listed:
+		return i.denyListed(ctx, method, &v, false)
+	}
+	return ctxError(ctx)
+}
+
+// setFields sends the rate-limit fields of v: as header metadata, or as
+// trailer metadata for a stream message (the header may be sent already).
+func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, set *limitset.Set[call], v *limitset.Verdict[call], trailer bool) {
+	md := make(metadata.MD, 6)
+	set.WriteFields(md, &grpcNames, limitset.FieldSet(i.fields), v)
+	if len(md) == 0 {
+		return
+	}
+	switch {
+	case trailer:
+		ss.SetTrailer(md)
+	case ss != nil:
+		_ = ss.SetHeader(md)
+	default:
+		_ = grpc.SetHeader(ctx, md)
+	}
+}
+
+// deny answers a call (or message) an enforced limit refused.
+func (i *Interceptor) deny(ctx context.Context, method string, v *limitset.Verdict[call], message bool) error {
+	d := Denial{Method: method, Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Message: message, Err: v.Err}
+	d.Limit = v.Limit()
+	if !d.Never {
+		d.RetryAfter = time.Duration(limitset.RetryAfterSeconds(v.Dec)) * time.Second
+	}
+	return i.answer(ctx, d)
+}
+
+// denyListed answers a call (or message) a limit's DeniedKeys refused.
+func (i *Interceptor) denyListed(ctx context.Context, method string, v *limitset.Verdict[call], message bool) error {
+	d := Denial{Method: method, Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Never: true, Message: message, Err: ErrDenied}
+	if v.Listed != nil {
+		d.Limit = v.Listed.Name
+	}
+	return i.answer(ctx, d)
+}
+
+// answer returns the denied handler's error for d; a handler returning nil
+// gets the default one, so that a denied call is never served by mistake.
+func (i *Interceptor) answer(ctx context.Context, d Denial) error {
+	if err := i.denied(ctx, d); err != nil {
+		return err
+	}
+	return DeniedError(d)
+}
+
+// ctxError is the status of a call whose context ended before the limiters
+// answered: Canceled or DeadlineExceeded.
+func ctxError(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Canceled, "ratelimit: call canceled before the limiters answered")
+}

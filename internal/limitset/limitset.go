@@ -9,26 +9,35 @@
 //
 // R is the request type (*http.Request, or grpclimit's call description).
 // Nothing here allocates on the path of an admitted request with up to
-// MaxInline limits.
+// MaxInline limits, beyond what the limiters and the fields' values need.
 package limitset
 
 import (
-	"context"
-	"log/slog"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/rlkit/ratelimit/internal/report"
+	"github.com/rlkit/ratelimit/internal/timesrc"
+	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // MaxInline is how many applying limits a request can have before the
-// decision allocates to track them; callers size their Charge buffers
-// with it.
+// decision allocates to track them (a Verdict holds that many inline).
 const MaxInline = 4
 
 // MaxKeyLen is the longest key passed to a limiter; a longer one is
 // replaced by "sha256:" and its hex SHA-256 (the same in every process).
 const MaxKeyLen = 128
+
+// DigestKey returns the key passed to limiters in place of key when key
+// is longer than MaxKeyLen: "sha256:" and the hex SHA-256 of key.
+func DigestKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
 
 // Limit is one limit a request must pass, as the public packages define
 // it (httplimit.Limit, grpclimit.Limit), with the key function of R.
@@ -53,7 +62,7 @@ type Config struct {
 	// Clock times the rate-limit fields and error reports; nil: real time.
 	Clock ratelimit.Clock
 	// Logger and ReportEvery pace error reports, at most one per limit
-	// per ReportEvery.
+	// per ReportEvery (<= 0: every error is reported).
 	Logger      report.Logger
 	ReportEvery time.Duration
 	// DeniedErr is the package's sentinel for a denylist refusal
@@ -64,13 +73,33 @@ type Config struct {
 
 // Set is a validated list of limits. Safe for concurrent use.
 type Set[R any] struct {
-	// filled in by New
+	cfg         Config
+	ts          timesrc.Source
+	limits      []Entry[R]
+	hasShadow   bool            // some limit is in shadow mode
+	deniedKeys  bool            // some limit has DeniedKeys
+	anyReporter report.Throttle // for errors of no known limit
 }
 
 // Entry is one limit of a Set, ready to serve.
 type Entry[R any] struct {
 	Limit[R]
-	// more, unexported
+	tiered *ratelimit.Tiered // Limiter, when it is one
+	ph     policyHolder      // Limiter, when it tells its policy and is not a Tiered
+	sfName []byte            // Name as an RFC 8941 String
+	consts constCache
+	wins   windowCache
+	rep    report.Throttle
+
+	exemptKeys keySet // ExemptKeys; nil when none
+	deniedKeys keySet // DeniedKeys; nil when none
+	lists      bool   // exemptKeys or deniedKeys is set
+}
+
+// policyHolder is implemented by limiters that can say which policy they
+// run, such as *ratelimit.Keyed.
+type policyHolder interface {
+	Policy() ratelimit.Policy
 }
 
 // New validates limits and returns their Set. It returns an error
@@ -78,142 +107,122 @@ type Entry[R any] struct {
 // empty, a Limit has no Key or no Limiter (a typed nil counts as none), a
 // negative Window, a name that is not printable ASCII or repeats another
 // ("default" for an empty name), or an ExemptKeys entry also in its
-// DeniedKeys (the message names the index, never the key).
+// DeniedKeys (the message names the index, never the key). It copies the
+// limits and their key lists.
 func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
-	panic("limitset: not built yet")
+	pkg := cfg.Pkg
+	if len(limits) == 0 {
+		return nil, configError("%s.New: limits must not be empty, got %d", pkg, len(limits))
+	}
+	s := &Set[R]{cfg: cfg, ts: timesrc.New(cfg.Clock), limits: make([]Entry[R], len(limits))}
+	names := make(map[string]bool, len(limits))
+	for i, l := range limits {
+		if l.Name == "" {
+			l.Name = "default"
+		}
+		if !ValidName(l.Name) {
+			return nil, configError("%s.Limit.Name must be printable ASCII, got %q", pkg, l.Name)
+		}
+		if names[l.Name] {
+			return nil, configError("%s.Limit.Name must be unique, got %q twice", pkg, l.Name)
+		}
+		names[l.Name] = true
+		if l.Key == nil {
+			return nil, configError("%s.Limit.Key of limit %q must not be nil, got nil", pkg, l.Name)
+		}
+		if l.Limiter == nil || typednil.Is(l.Limiter) {
+			return nil, configError("%s.Limit.Limiter of limit %q must not be nil, got %T", pkg, l.Name, l.Limiter)
+		}
+		if l.Window < 0 {
+			return nil, configError("%s.Limit.Window of limit %q must not be negative, got %v", pkg, l.Name, l.Window)
+		}
+		e := &s.limits[i]
+		e.Limit = l
+		e.ExemptKeys = append([]string(nil), l.ExemptKeys...)
+		e.DeniedKeys = append([]string(nil), l.DeniedKeys...)
+		e.tiered, _ = l.Limiter.(*ratelimit.Tiered)
+		if e.tiered == nil {
+			e.ph, _ = l.Limiter.(policyHolder)
+		}
+		e.sfName = appendSFString(nil, l.Name)
+		if err := e.checkKeyLists(pkg); err != nil {
+			return nil, err
+		}
+		s.hasShadow = s.hasShadow || l.Shadow
+		s.deniedKeys = s.deniedKeys || e.deniedKeys != nil
+	}
+	return s, nil
 }
 
-// Limits returns the Set's entries, in the order given to New.
-func (s *Set[R]) Limits() []Entry[R] { panic("limitset: not built yet") }
+// Limits returns the Set's entries, in the order given to New. The
+// caller must not change them.
+func (s *Set[R]) Limits() []Entry[R] { return s.limits }
 
-// Request is one request to decide.
-type Request[R any] struct {
-	R   R
-	Ctx context.Context
-	// N is the request's cost; N <= 0 makes it exempt from every limit.
-	N int
-	// AllShadow treats every limit as in shadow mode (an override).
-	AllShadow bool
-	// Exempt makes the request exempt from every limit (an exempt
-	// network, an override); the DeniedKeys of enforced limits still
-	// refuse it.
-	Exempt bool
+// Now returns the time on the Set's clock (Config.Clock), in Unix
+// nanoseconds.
+func (s *Set[R]) Now() int64 { return s.ts.Now() }
+
+// configError builds a configuration error; format names the package and
+// the argument.
+func configError(format string, args ...any) error {
+	return errs.Config(ratelimit.ErrInvalidConfig, format, args...)
 }
 
-// Outcome is what Decide settled for a request.
-type Outcome uint8
-
-const (
-	// Pass: no limit applies, or the request is exempt; serve it without
-	// rate-limit fields (exemptions were reported to the observer).
-	Pass Outcome = iota
-	// Admitted: serve it; Verdict.From >= 0 says which Decision to
-	// report in the fields (WriteFields).
-	Admitted
-	// Denied: an enforced limit refused it (or failed closed, with
-	// Verdict.Err); answer with the denial (WriteFields sets Retry-After
-	// and, unless Verdict.Failed, the quota fields).
-	Denied
-	// Listed: a denylist (a limit's DeniedKeys) refused it; Verdict.Listed
-	// names the limit. Answer "forbidden", no rate-limit fields. Reported
-	// to the observer as OutcomeDenied.
-	Listed
-	// Canceled: the request's context ended before the limiters could
-	// decide; its error is the caller's: neither admit it nor report it.
-	Canceled
-)
-
-// Verdict is the decision for one request and where it came from. Its
-// zero value is ready for Decide; Decide resets it.
-type Verdict[R any] struct {
-	// Dec is the Decision to report: the denying limit's, else the most
-	// restrictive of the applying ones.
-	Dec ratelimit.Decision
-	// From is the index in Charges of Dec's limit; -1 when none.
-	From int
-	// Failed: Dec came with an error (a failure policy's Decision, an
-	// unknown tier): no quota was measured, report no quota fields.
-	Failed bool
-	// Err is the enforced limits' error, if any (already reported).
-	Err error
-	// Listed is the limit whose DeniedKeys refused the request (Listed
-	// outcome); nil otherwise.
-	Listed *Entry[R]
-	// Charges are the limits that applied, enforced ones first;
-	// Enforced of them are enforced, the rest shadow.
-	Charges  []Charge[R]
-	Enforced int
-
-	buf [MaxInline]Charge[R]
+// ValidName reports whether name can be a limit's name, sent as an RFC
+// 8941 String in the RateLimit fields: printable ASCII only.
+func ValidName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
-// Charge is one limit applying to one request.
-type Charge[R any] struct {
-	Entry   *Entry[R]
-	Limiter ratelimit.KeyedLimiter // Entry's limiter, or the request's tier of it
-	Key     string
-	// unexported: err, listed
+// appendSFString appends s as an RFC 8941 String ("..." with \ and "
+// escaped). s has been checked by ValidName.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
 }
 
-// Decide runs the limits over one request: exemptions and denylists,
-// then the enforced limits all or nothing (ratelimit.AllowAll; a
-// *ratelimit.Tiered resolved once to the request's tier), then, when
-// they admit, the shadow limits (their limiters called with a context
-// marked as shadow). Limiter errors are reported through cfg.Logger,
-// paced, with attrs added to each report (such as the method); never
-// the key. With compete (shadow headers, or when no enforced limit
-// applies) a more restrictive shadow Decision becomes the one to report.
-func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs func() []slog.Attr) Outcome {
-	panic("limitset: not built yet")
+// keySet is a set of keys; nil is empty.
+type keySet map[string]struct{}
+
+// newKeySet returns the set of keys, nil when there are none.
+func newKeySet(keys []string) keySet {
+	if len(keys) == 0 {
+		return nil
+	}
+	s := make(keySet, len(keys))
+	for _, k := range keys {
+		s[k] = struct{}{}
+	}
+	return s
 }
 
-// FieldSet selects the rate-limit fields to write (httplimit.HeaderSet
-// and grpclimit's set convert to it).
-type FieldSet uint8
-
-// The field sets; Retry-After is written on every denial that can be
-// retried, whatever the set.
-const (
-	XRateLimitFields FieldSet = 1 << iota
-	IETFFields
-	NoFields  FieldSet = 0
-	AllFields          = XRateLimitFields | IETFFields
-)
-
-// FieldNames are the keys the fields are stored under.
-type FieldNames struct {
-	XLimit, XRemaining, XReset, Policy, RateLimit, RetryAfter string
+// has reports whether s holds key.
+func (s keySet) has(key string) bool {
+	_, ok := s[key]
+	return ok
 }
 
-// HTTPNames are the canonical http.Header keys; GRPCNames gRPC metadata's
-// lower-case keys ("x-ratelimit-limit", "ratelimit-policy", "ratelimit",
-// "retry-after", ...).
-var (
-	HTTPNames = FieldNames{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit", "Retry-After"}
-	GRPCNames = FieldNames{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy", "ratelimit", "retry-after"}
-)
-
-// WriteFields sets on h the fields of set for v's Decision (as the
-// middleware writes them: X-RateLimit-Reset in Unix seconds rounded up,
-// RateLimit-Policy with the limit's window at the Set's clock now,
-// Retry-After on a retryable denial), under names. A Failed verdict
-// writes only Retry-After. A shadow limit's denial is reported as an
-// admission. It does nothing when v.From < 0. Beyond cached constant
-// values it allocates one string and one []string backing array.
-func (s *Set[R]) WriteFields(h map[string][]string, names *FieldNames, set FieldSet, v *Verdict[R]) {
-	panic("limitset: not built yet")
-}
-
-// RetryAfterSeconds returns the Retry-After value, in seconds, for a
-// denied Decision: RetryAfter rounded up to a whole second, and at least
-// 1. It returns 0 for an admitted Decision and for one that can never
-// succeed (ratelimit.RetryNever).
-func RetryAfterSeconds(d ratelimit.Decision) int64 { panic("limitset: not built yet") }
-
-// ObserveAll reports to the observer, for every limit, that the request
-// was let through as exempt (ratelimit.OutcomeExempt) or refused by a
-// denylist (ratelimit.OutcomeDenied); for a denied client network. No-op
-// without an observer.
-func (s *Set[R]) ObserveAll(ctx context.Context, o ratelimit.Outcome, n int) {
-	panic("limitset: not built yet")
+// checkKeyLists builds e's key sets, refusing ExemptKeys that repeat
+// DeniedKeys. The message names the index, never the key (keys may be
+// secret).
+func (e *Entry[R]) checkKeyLists(pkg string) error {
+	e.exemptKeys, e.deniedKeys = newKeySet(e.ExemptKeys), newKeySet(e.DeniedKeys)
+	for i, k := range e.ExemptKeys {
+		if e.deniedKeys.has(k) {
+			return configError("%s.Limit.ExemptKeys of limit %q must not repeat a key of its DeniedKeys, got one at index %d", pkg, e.Name, i)
+		}
+	}
+	e.lists = e.exemptKeys != nil || e.deniedKeys != nil
+	return nil
 }

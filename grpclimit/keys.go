@@ -1,0 +1,164 @@
+package grpclimit
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// KeyFunc picks the key a call is charged under in one [Limit], such as an
+// API key, a client address, a user ID or the method. method is the call's
+// full method name, "/pkg.Service/Method". It reports ok == false when the
+// limit does not apply to the call (no API key, not the limited method):
+// the call is then not charged in that limit.
+//
+// Keys are compared as strings. Each Limit should have a limiter of its own
+// (or, on Redis, a key prefix of its own), so keys of different limits never
+// collide. A KeyFunc must be safe for concurrent use.
+type KeyFunc func(ctx context.Context, method string) (key string, ok bool)
+
+// MetadataAPIKey is the incoming metadata key [KeyByAPIKey] reads.
+const MetadataAPIKey = "x-api-key"
+
+// KeyByMethod keys calls by their full method name, such as
+// "/pkg.Service/Method", so that each method has its own quota shared by
+// every client. It allocates nothing.
+func KeyByMethod() KeyFunc {
+	return func(_ context.Context, method string) (string, bool) {
+		return method, true
+	}
+}
+
+// KeyByService keys calls by their service, such as "pkg.Service" for the
+// method "/pkg.Service/Method". A method name without a service (not of the
+// form "/service/method") is not charged. It allocates nothing.
+func KeyByService() KeyFunc {
+	return func(_ context.Context, method string) (string, bool) {
+		return serviceOf(method)
+	}
+}
+
+// serviceOf returns the service of a full method name.
+func serviceOf(method string) (string, bool) {
+	method = strings.TrimPrefix(method, "/")
+	i := strings.LastIndexByte(method, '/')
+	if i <= 0 {
+		return "", false
+	}
+	return method[:i], true
+}
+
+// KeyByMetadata keys calls by the first non-empty value of the named
+// incoming metadata (a request header), such as "x-tenant". The name is
+// matched as gRPC stores metadata keys, in lower case. Calls without it are
+// not charged.
+//
+// Metadata is whatever the client says it is: a client that can invent
+// values can spread its calls over as many keys as it likes. Key by
+// metadata only once its value has been authenticated (an API key checked
+// by an earlier interceptor), or add a limit keyed by peer ([KeyByPeer]) as
+// well.
+func KeyByMetadata(name string) KeyFunc {
+	name = strings.ToLower(name)
+	return func(ctx context.Context, _ string) (string, bool) {
+		for _, v := range metadata.ValueFromIncomingContext(ctx, name) {
+			if v != "" {
+				return v, true
+			}
+		}
+		return "", false
+	}
+}
+
+// KeyByAPIKey keys calls by the x-api-key metadata ([MetadataAPIKey]); see
+// [KeyByMetadata].
+func KeyByAPIKey() KeyFunc { return KeyByMetadata(MetadataAPIKey) }
+
+// KeyByUser keys calls by the user that user finds in the call's context
+// (set by an authentication interceptor that runs earlier). Calls for which
+// user reports false, or an empty ID, are not charged.
+func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
+	return func(ctx context.Context, _ string) (string, bool) {
+		id, ok := user(ctx)
+		if !ok || id == "" {
+			return "", false
+		}
+		return id, true
+	}
+}
+
+// When applies key only to calls for which match reports true, such as
+// [IsMethod]("/pkg.Auth/Login").
+func When(match func(ctx context.Context, method string) bool, key KeyFunc) KeyFunc {
+	return func(ctx context.Context, method string) (string, bool) {
+		if !match(ctx, method) {
+			return "", false
+		}
+		return key(ctx, method)
+	}
+}
+
+// IsMethod reports whether a call is to the method fullMethod, written as
+// gRPC names it: "/pkg.Service/Method". It allocates nothing.
+func IsMethod(fullMethod string) func(ctx context.Context, method string) bool {
+	return func(_ context.Context, method string) bool {
+		return method == fullMethod
+	}
+}
+
+// IsService reports whether a call is to a method of service, such as
+// "pkg.Service" (a leading "/" is ignored). It allocates nothing.
+func IsService(service string) func(ctx context.Context, method string) bool {
+	service = strings.TrimPrefix(service, "/")
+	return func(_ context.Context, method string) bool {
+		s, ok := serviceOf(method)
+		return ok && s == service
+	}
+}
+
+// FirstOf keys a call by the first of keys that applies to it, such as the
+// API key if there is one and else the peer address.
+func FirstOf(keys ...KeyFunc) KeyFunc {
+	keys = append([]KeyFunc(nil), keys...)
+	return func(ctx context.Context, method string) (string, bool) {
+		for _, k := range keys {
+			if s, ok := k(ctx, method); ok {
+				return s, true
+			}
+		}
+		return "", false
+	}
+}
+
+// Combine keys a call by all of keys together, such as user and method, so
+// that each combination has its own quota. It applies only when each of
+// keys applies. The parts are joined with '|', and a '|' or '\' inside a
+// part is escaped with '\', so distinct combinations never share a key (the
+// same keys as httplimit's Combine).
+func Combine(keys ...KeyFunc) KeyFunc {
+	keys = append([]KeyFunc(nil), keys...)
+	return func(ctx context.Context, method string) (string, bool) {
+		var b strings.Builder
+		for i, k := range keys {
+			s, ok := k(ctx, method)
+			if !ok {
+				return "", false
+			}
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			if !strings.ContainsAny(s, `|\`) {
+				b.WriteString(s)
+				continue
+			}
+			for j := 0; j < len(s); j++ {
+				if s[j] == '|' || s[j] == '\\' {
+					b.WriteByte('\\')
+				}
+				b.WriteByte(s[j])
+			}
+		}
+		return b.String(), true
+	}
+}

@@ -1,0 +1,160 @@
+package grpclimit
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/report"
+	"github.com/rlkit/ratelimit/internal/typednil"
+)
+
+// WithCost sets each call's cost, default 1: for the server interceptors
+// the n charged in every limit that applies to the call (for instance the
+// size of a batch), for a client the n it waits for in its limiter. method
+// is the call's full method name. A cost <= 0 exempts the call from the
+// limiters (a server still refuses the keys of [Limit.DeniedKeys]; a
+// client still honours the pauses servers ask for). A cost above a
+// limit's capacity can never succeed: the server denies it without
+// RetryInfo. A nil cost restores the default. For [New], [NewClient] and
+// [NewKeyedClient].
+func WithCost(cost func(ctx context.Context, method string) int) Option {
+	return option{"WithCost", forServer | forClient, func(cfg *config) error {
+		switch cfg.to {
+		case forClient:
+			return cfg.c.setCost(cost)
+		default:
+			cfg.s.cost = cost
+			return nil
+		}
+	}}
+}
+
+// WithClock makes the interceptors read time from c instead of the real
+// clock, such as a fake clock in tests: the server interceptors compute
+// x-ratelimit-reset and pace their error reports on it, a client times the
+// pauses servers ask for. Limiters have their own clocks
+// ([ratelimit.WithClock]). A nil c selects the real clock; a typed nil is
+// an error. For [New], [NewClient] and [NewKeyedClient].
+func WithClock(c ratelimit.Clock) Option {
+	return option{"WithClock", forServer | forClient, func(cfg *config) error {
+		if c != nil && typednil.Is(c) {
+			return configError("grpclimit.WithClock: clock is a nil %T", c)
+		}
+		switch cfg.to {
+		case forClient:
+			return cfg.c.setClock(c)
+		default:
+			cfg.s.clock = c
+			return nil
+		}
+	}}
+}
+
+// WithMessageCost sets the cost of each message a stream's handler
+// receives, charged in the limits with [Limit.Messages] (default 1), such
+// as the number of items a message carries. msg is the received message.
+// A cost <= 0 exempts the message. A nil cost restores the default. For
+// [New].
+func WithMessageCost(cost func(ctx context.Context, method string, msg any) int) Option {
+	return option{"WithMessageCost", forServer, func(cfg *config) error {
+		cfg.s.msgCost = cost
+		return nil
+	}}
+}
+
+// WithFields chooses which rate-limit fields the server interceptors send
+// as response header metadata (default [AllFields]); retry-after is sent on
+// every denial that can be retried, whatever the set. For [New].
+func WithFields(set FieldSet) Option {
+	return option{"WithFields", forServer, func(cfg *config) error {
+		if set&^AllFields != 0 {
+			return configError("grpclimit.WithFields: unknown field set, got %#x", uint8(set))
+		}
+		cfg.s.fields = set
+		return nil
+	}}
+}
+
+// WithShadowFields lets limits in shadow mode take part in the rate-limit
+// fields (when one of them is the most restrictive), so that clients see
+// them before they are enforced. Off by default: a shadow limit changes
+// nothing a client can see. For [New].
+func WithShadowFields(on bool) Option {
+	return option{"WithShadowFields", forServer, func(cfg *config) error {
+		cfg.s.shadowFields = on
+		return nil
+	}}
+}
+
+// WithDeniedHandler replaces [DeniedError] as the server interceptors'
+// answer to a denied call or stream message: the error the call (or
+// RecvMsg) returns, such as a status in the service's own format. A
+// handler returning nil gets DeniedError's answer: a denied call is never
+// served. A nil h restores DeniedError. Never put [Denial.Err]'s text in
+// the answer: it is the limiter's. For [New].
+func WithDeniedHandler(h func(ctx context.Context, d Denial) error) Option {
+	return option{"WithDeniedHandler", forServer, func(cfg *config) error {
+		cfg.s.denied = h
+		return nil
+	}}
+}
+
+// WithLogger sends the server interceptors' error reports to l instead of
+// [slog.Default] (read when a report is made); a nil l turns them off.
+//
+// A report is made when a limiter answers with an error (a Redis backend
+// down, a key cap reached, an unknown tier): the call is then treated as
+// the limiter's Decision says, since limiters carry their own failure
+// policy. The interceptors report at most once per limit per
+// [WithErrorReportInterval], at level Error, with the message "ratelimit:
+// limiter error" and these attributes: "limit", "error", "suppressed" (how
+// many errors of the limit went unreported since the previous report),
+// "method" (the full method name) and, for a stream message, "message"
+// (true). Reports never hold the key or the peer's address. A call whose
+// own context ended is not reported. For [New].
+func WithLogger(l *slog.Logger) Option {
+	return option{"WithLogger", forServer, func(cfg *config) error {
+		cfg.s.logger = report.To(l)
+		return nil
+	}}
+}
+
+// WithErrorReportInterval sets how often, at most, the server interceptors
+// report errors of one limit to their logger ([WithLogger]); default
+// [DefaultErrorReportInterval]. d <= 0 reports every error. For [New].
+func WithErrorReportInterval(d time.Duration) Option {
+	return option{"WithErrorReportInterval", forServer, func(cfg *config) error {
+		cfg.s.reportEvery = max(d, 0)
+		return nil
+	}}
+}
+
+// WithObserver makes the server interceptors report to o the decisions
+// they take without asking a limiter (the limiters report their own
+// decisions to their own observers, [ratelimit.WithObserver]). Each Event
+// has Home [ratelimit.HomeNone], Limit the [Limit]'s Name, N the call's
+// (or message's) cost and Latency 0:
+//
+//   - a call of cost <= 0: one Event per Limit of the set it was exempt
+//     from, with Outcome [ratelimit.OutcomeExempt];
+//   - a call whose key a Limit exempts ([Limit.ExemptKeys]): one such
+//     Event, for that Limit;
+//   - a call refused by a denylist ([Limit.DeniedKeys]): Outcome
+//     [ratelimit.OutcomeDenied] and Err [ErrDenied];
+//   - a key in the DeniedKeys of a limit in shadow mode: the same Event
+//     with Outcome [ratelimit.OutcomeShadow], when the enforced limits
+//     admit the call.
+//
+// A nil o reports nothing (the default); a typed nil is an error. For
+// [New].
+func WithObserver(o ratelimit.Observer) Option {
+	return option{"WithObserver", forServer, func(cfg *config) error {
+		if o != nil && typednil.Is(o) {
+			return configError("grpclimit.WithObserver: observer is a nil %T", o)
+		}
+		cfg.s.observer = o
+		return nil
+	}}
+}
