@@ -10,6 +10,7 @@ require (
 	github.com/juju/ratelimit v1.0.2
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/rlkit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/rlkit/ratelimit/grpclimit v0.0.0-00010101000000-000000000000
 	github.com/rlkit/ratelimit/redislimit v0.0.0-00010101000000-000000000000
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/ulule/limiter/v3 v3.11.2
