@@ -76,8 +76,8 @@ type Limit struct {
 // one with [New]; the zero value is not usable. An Interceptor is safe for
 // concurrent use, and one Interceptor may serve any number of servers.
 type Interceptor struct {
-	calls        *limitset.Set[call] // the call limits; nil when none
-	msgs         *limitset.Set[call] // the Messages limits; nil when none
+	calls        *limitset.Set[inCall] // the call limits; nil when none
+	msgs         *limitset.Set[inCall] // the Messages limits; nil when none
 	fields       FieldSet
 	shadowFields bool
 	denied       func(ctx context.Context, d Denial) error
@@ -89,9 +89,9 @@ type Interceptor struct {
 	clock        ratelimit.Clock
 }
 
-// call is what the limits decide on: one call, or one message of a
+// inCall is what the limits decide on: one call, or one message of a
 // stream.
-type call struct {
+type inCall struct {
 	ctx    context.Context
 	method string
 }
@@ -133,7 +133,7 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 		return nil, configError("grpclimit.New: limits must not be empty, got %d", len(limits))
 	}
 	names := make(map[string]bool, len(limits))
-	var calls, msgs []limitset.Limit[call]
+	var calls, msgs []limitset.Limit[inCall]
 	for _, l := range limits {
 		name := l.Name
 		if name == "" {
@@ -143,7 +143,7 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 			return nil, configError("grpclimit.Limit.Name must be unique, got %q twice", name)
 		}
 		names[name] = true
-		sl := limitset.Limit[call]{
+		sl := limitset.Limit[inCall]{
 			Name:       l.Name,
 			Key:        callKey(l.Key),
 			Limiter:    l.Limiter,
@@ -182,11 +182,11 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 
 // callKey adapts a KeyFunc to the limit set; nil stays nil, for New to
 // refuse.
-func callKey(k KeyFunc) func(c call) (string, bool) {
+func callKey(k KeyFunc) func(c inCall) (string, bool) {
 	if k == nil {
 		return nil
 	}
-	return func(c call) (string, bool) { return k(c.ctx, c.method) }
+	return func(c inCall) (string, bool) { return k(c.ctx, c.method) }
 }
 
 // Unary returns the unary server interceptor, for grpc.UnaryInterceptor or
@@ -235,8 +235,8 @@ func (i *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerSt
 	if i.cost != nil {
 		n = i.cost(ctx, method)
 	}
-	req := limitset.Request[call]{R: call{ctx: ctx, method: method}, Ctx: ctx, N: n}
-	var v limitset.Verdict[call]
+	req := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n}
+	var v limitset.Verdict[inCall]
 	switch i.calls.Decide(&req, &v, i.shadowFields, func() []slog.Attr {
 		return []slog.Attr{slog.String("method", method)}
 	}) {
@@ -258,7 +258,7 @@ func (i *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerSt
 
 // setFields sends the rate-limit fields of v: as header metadata, or as
 // trailer metadata for a stream message (the header may be sent already).
-func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, set *limitset.Set[call], v *limitset.Verdict[call], trailer bool) {
+func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, set *limitset.Set[inCall], v *limitset.Verdict[inCall], trailer bool) {
 	md := make(metadata.MD, 6)
 	set.WriteFields(md, &grpcNames, limitset.FieldSet(i.fields), v)
 	if len(md) == 0 {
@@ -275,7 +275,7 @@ func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, set *
 }
 
 // deny answers a call (or message) an enforced limit refused.
-func (i *Interceptor) deny(ctx context.Context, method string, v *limitset.Verdict[call], message bool) error {
+func (i *Interceptor) deny(ctx context.Context, method string, v *limitset.Verdict[inCall], message bool) error {
 	d := Denial{Method: method, Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Message: message, Err: v.Err}
 	d.Limit = v.Limit()
 	if !d.Never {
@@ -285,7 +285,7 @@ func (i *Interceptor) deny(ctx context.Context, method string, v *limitset.Verdi
 }
 
 // denyListed answers a call (or message) a limit's DeniedKeys refused.
-func (i *Interceptor) denyListed(ctx context.Context, method string, v *limitset.Verdict[call], message bool) error {
+func (i *Interceptor) denyListed(ctx context.Context, method string, v *limitset.Verdict[inCall], message bool) error {
 	d := Denial{Method: method, Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Never: true, Message: message, Err: ErrDenied}
 	if v.Listed != nil {
 		d.Limit = v.Listed.Name

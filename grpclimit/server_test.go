@@ -192,7 +192,7 @@ func TestUnaryFieldsAndDenial(t *testing.T) {
 func TestFieldSets(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		set               grpclimit.FieldSet
+		set              grpclimit.FieldSet
 		admitted, denied fields
 	}{
 		{grpclimit.XRateLimitFields, fields{limit: "1", remaining: "0", reset: "1767225660"}, fields{limit: "1", remaining: "0", reset: "1767225660", retry: "60"}},

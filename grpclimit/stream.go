@@ -33,8 +33,8 @@ func (i *Interceptor) admitMessage(ss grpc.ServerStream, method string, m any) e
 	if i.msgCost != nil {
 		n = i.msgCost(ctx, method, m)
 	}
-	req := limitset.Request[call]{R: call{ctx: ctx, method: method}, Ctx: ctx, N: n}
-	var v limitset.Verdict[call]
+	req := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n}
+	var v limitset.Verdict[inCall]
 	switch i.msgs.Decide(&req, &v, i.shadowFields, func() []slog.Attr {
 		return []slog.Attr{slog.String("method", method), slog.Bool("message", true)}
 	}) {
