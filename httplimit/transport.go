@@ -6,11 +6,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/pausemap"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
@@ -59,14 +58,8 @@ type Transport struct {
 	maxRetry time.Duration
 	maxPause time.Duration
 	onPause  func(r *http.Request, resp *http.Response, d time.Duration)
-
-	mu     sync.Mutex
-	pauses map[string]time.Time // guarded by mu; no request of a key is sent before its time
+	pauses   pausemap.Map // no request of a key is sent before its time
 }
-
-// sweepPauses is the number of paused keys above which adding a pause
-// first drops the pauses that have ended.
-const sweepPauses = 64
 
 type retrySafeKey struct{}
 
@@ -148,18 +141,7 @@ func newTransport(base http.RoundTripper, wait func(context.Context, string, int
 // the server's request; 0 if they are not. For a transport from
 // [NewKeyedTransport] it is the longest pause of any key.
 func (t *Transport) PausedFor() time.Duration {
-	t.mu.Lock()
-	var until time.Time
-	for _, u := range t.pauses {
-		if u.After(until) {
-			until = u
-		}
-	}
-	t.mu.Unlock()
-	if until.IsZero() {
-		return 0
-	}
-	return max(until.Sub(t.now()), 0)
+	return pausemap.Left(t.pauses.Latest(), t.now())
 }
 
 // PausedForKey returns how long requests of key are paused from now, for a
@@ -169,17 +151,7 @@ func (t *Transport) PausedForKey(key string) time.Duration {
 	if t.key == nil {
 		key = ""
 	}
-	until := t.pausedUntil(key)
-	if until.IsZero() {
-		return 0
-	}
-	return max(until.Sub(t.now()), 0)
-}
-
-func (t *Transport) pausedUntil(key string) time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.pauses[key]
+	return pausemap.Left(t.pauses.Until(key), t.now())
 }
 
 func (t *Transport) now() time.Time { return t.ts.Time() }
@@ -251,46 +223,10 @@ func (t *Transport) ready(ctx context.Context, key string, n int) error {
 	return nil
 }
 
-func (t *Transport) pause(key string, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	now := t.now()
-	until := now.Add(d)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.pauses == nil {
-		t.pauses = make(map[string]time.Time)
-	}
-	if _, ok := t.pauses[key]; !ok && len(t.pauses) >= sweepPauses {
-		for k, u := range t.pauses {
-			if !u.After(now) {
-				delete(t.pauses, k)
-			}
-		}
-	}
-	if until.After(t.pauses[key]) {
-		t.pauses[key] = until
-	}
-}
+func (t *Transport) pause(key string, d time.Duration) { t.pauses.Pause(key, t.now(), d) }
 
 func (t *Transport) waitPause(ctx context.Context, key string) error {
-	for {
-		until := t.pausedUntil(key)
-		if until.IsZero() {
-			return ctx.Err()
-		}
-		d := until.Sub(t.now())
-		if d <= 0 {
-			return ctx.Err()
-		}
-		if timesrc.Outlasts(ctx, d) {
-			return errs.Deadline(ErrPauseDeadline, d)
-		}
-		if err := t.ts.Sleep(ctx, d); err != nil {
-			return err
-		}
-	}
+	return t.pauses.Wait(ctx, &t.ts, key, ErrPauseDeadline)
 }
 
 // replayable reports whether req's body can be sent again.

@@ -1,0 +1,85 @@
+package grpclimit
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/rlkit/ratelimit"
+)
+
+// startLimitedServer serves a testService behind this package's server
+// interceptors on loopback TCP until the test ends.
+func startLimitedServer(t *testing.T, limits []Limit, opts ...Option) (*testService, string) {
+	t.Helper()
+	in, err := New(limits, opts...)
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &testService{}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()), grpc.StreamInterceptor(in.Stream()))
+	grpc_testing.RegisterTestServiceServer(srv, svc)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	return svc, lis.Addr().String()
+}
+
+// TestClientObeysServer: the client interceptors against this package's
+// server interceptors: a denial's RetryInfo pauses the client for exactly
+// the window's rest and a marked call is retried once it has passed; a
+// cost that can never fit (no RetryInfo) is neither paused for nor
+// retried.
+func TestClientObeysServer(t *testing.T) {
+	t.Parallel()
+	clk := newTimerClock()
+	kl, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	svc, addr := startLimitedServer(t, []Limit{{Name: "api", Key: KeyByMethod(), Limiter: kl}},
+		WithClock(clk),
+		WithCost(func(_ context.Context, method string) int {
+			if method == methodEmpty {
+				return 3 // above the limit: never fits
+			}
+			return 1
+		}))
+	var pauses []time.Duration
+	c := newTestClient(t, nil, nil, nil, clk, WithRetries(1), WithMaxRetryWait(2*time.Minute),
+		WithPauseHook(func(_ context.Context, _ string, d time.Duration) { pauses = append(pauses, d) }))
+	client, conn := dial(t, addr, c)
+	ctx := MarkRetrySafe(context.Background())
+
+	for range 2 {
+		_, err := client.UnaryCall(ctx, unaryReq)
+		require.NoError(t, err)
+	}
+	clk.Add(15 * time.Second)
+	done := callAsync(ctx, client)
+	assert.Equal(t, 45*time.Second, clk.nextTimer(t), "the retry waits for the rest of the window")
+	pending(t, done, "the retried call during the pause")
+	assert.Equal(t, []time.Duration{45 * time.Second}, pauses)
+	assert.Equal(t, 45*time.Second, c.PausedFor(conn.Target(), ""))
+	clk.Add(45 * time.Second)
+	require.NoError(t, <-done, "the retry after the pause is admitted")
+	assert.Equal(t, 3, svc.count(methodUnary), "the denied attempt never reached the handler")
+
+	_, err = client.EmptyCall(ctx, &grpc_testing.Empty{})
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Len(t, pauses, 1, "a denial without RetryInfo does not pause")
+	assert.Equal(t, 0, svc.count(methodEmpty))
+	clk.noTimer(t)
+}

@@ -1,0 +1,107 @@
+package grpclimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// PauseScope says which calls a server's pause holds back ([WithPauseScope]).
+type PauseScope uint8
+
+const (
+	// PauseByTarget pauses every call to the target (the connection's
+	// server or load-balanced service) that asked for the pause. The
+	// default.
+	PauseByTarget PauseScope = iota
+	// PauseByMethod pauses only the calls of the method that was answered
+	// with the pause, on that target: other methods, and the same method
+	// on other targets, go on.
+	PauseByMethod
+	// PauseByKey pauses the calls of the limiter key ([NewKeyedClient]'s
+	// [KeyFunc]) of the call that was answered with the pause, whatever
+	// their target. Only for [NewKeyedClient].
+	PauseByKey
+)
+
+// String returns the scope's name, as in "PauseByMethod".
+func (s PauseScope) String() string {
+	switch s {
+	case PauseByTarget:
+		return "PauseByTarget"
+	case PauseByMethod:
+		return "PauseByMethod"
+	case PauseByKey:
+		return "PauseByKey"
+	}
+	return fmt.Sprintf("PauseScope(%d)", uint8(s))
+}
+
+// WithRetries sets how many times a client retries a call its server
+// answered with codes.ResourceExhausted and a RetryInfo (default 0: never),
+// waiting for the announced pause and for the limiter before each retry.
+// Only calls whose context is marked with [MarkRetrySafe] are retried. For
+// [NewClient] and [NewKeyedClient]; streams are never retried.
+func WithRetries(n int) Option {
+	return option{"WithRetries", forClient, func(cfg *config) error {
+		if n < 0 {
+			return configError("grpclimit.WithRetries must not be negative, got %d", n)
+		}
+		cfg.c.retries = n
+		return nil
+	}}
+}
+
+// WithMaxRetryWait sets the longest pause after which a client still
+// retries a call (default one minute). A longer pause is honoured by later
+// calls, but the answer that asked for it is returned to the caller. For
+// [NewClient] and [NewKeyedClient].
+func WithMaxRetryWait(d time.Duration) Option {
+	return option{"WithMaxRetryWait", forClient, func(cfg *config) error {
+		if d < 0 {
+			return configError("grpclimit.WithMaxRetryWait must not be negative, got %v", d)
+		}
+		cfg.c.maxRetry = d
+		return nil
+	}}
+}
+
+// WithMaxPause caps the pause a single answer can impose on a client
+// (default one hour), so that a wrong or hostile RetryInfo cannot stop the
+// client for days. When the cap has passed, the next call goes out, and a
+// server still refusing asks for another pause. For [NewClient] and
+// [NewKeyedClient].
+func WithMaxPause(d time.Duration) Option {
+	return option{"WithMaxPause", forClient, func(cfg *config) error {
+		if d <= 0 {
+			return configError("grpclimit.WithMaxPause must be positive, got %v", d)
+		}
+		cfg.c.maxPause = d
+		return nil
+	}}
+}
+
+// WithPauseScope chooses which calls a server's pause holds back:
+// [PauseByTarget] (the default), [PauseByMethod] or, for [NewKeyedClient]
+// only, [PauseByKey]. For [NewClient] and [NewKeyedClient].
+func WithPauseScope(s PauseScope) Option {
+	return option{"WithPauseScope", forClient, func(cfg *config) error {
+		if s > PauseByKey {
+			return configError("grpclimit.WithPauseScope: unknown scope, got %v", s)
+		}
+		cfg.c.scope = s
+		return nil
+	}}
+}
+
+// WithPauseHook makes a client report each pause a server asks for, with
+// the context and full method name of the call that was answered, and the
+// pause after the cap ([WithMaxPause]). The hook observes: it is called
+// synchronously, on the call's goroutine, and must be quick. For
+// [NewClient] and [NewKeyedClient].
+func WithPauseHook(hook func(ctx context.Context, method string, d time.Duration)) Option {
+	return option{"WithPauseHook", forClient, func(cfg *config) error {
+		cfg.c.onPause = hook
+		return nil
+	}}
+}
