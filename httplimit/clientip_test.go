@@ -176,33 +176,6 @@ func FuzzClientIP(f *testing.F) {
 	})
 }
 
-// FuzzParseNode: parseNode never panics and agrees with netip on what it
-// accepts.
-func FuzzParseNode(f *testing.F) {
-	for _, s := range []string{"1.2.3.4", "1.2.3.4:80", "[::1]:80", "::1", "[::1", "1.2.3.4:", "[fe80::1%eth0]:1", ":80",
-		"01.2.3.4", "1.2.3.256", "1.2.3.4.5", "1.2.3", "1.2.3.4:x", "255.255.255.255:65535", "1.2.3.4:8:9", "1.2.3.4444"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		a, text, ok := parseNode(s)
-		if !ok {
-			return
-		}
-		if !a.IsValid() || a.Zone() != "" || a.Is4In6() {
-			t.Fatalf("parseNode(%q) = %v", s, a)
-		}
-		if text != "" && (!a.Is4() || text != a.String()) {
-			t.Fatalf("parseNode(%q) text %q for %v", s, text, a)
-		}
-		// The IPv4 fast path agrees with netip.
-		if a2, n, ok := parseIPv4Prefix(s); ok {
-			if want, err := netip.ParseAddr(s[:n]); err != nil || want != a2 {
-				t.Fatalf("parseIPv4Prefix(%q) = %v, netip says %v, %v", s, a2, want, err)
-			}
-		}
-	})
-}
-
 // FuzzParseRetryAfter: no panic, never negative.
 func FuzzParseRetryAfter(f *testing.F) {
 	for _, s := range []string{"120", "0", "Wed, 21 Oct 2026 07:28:00 GMT", "99999999999999999999", "-1", "1.5"} {
