@@ -3,7 +3,10 @@
 // free key, 100 for a pro one. It starts the server on a loopback port,
 // calls it as two API keys, prints what a grpcurl -v user would see (the
 // status, the rate-limit header metadata and, for the denied call, the
-// decoded RetryInfo and QuotaFailure details), and exits:
+// decoded RetryInfo and QuotaFailure details), then calls it through
+// grpclimit's client interceptors: once paced by a local limiter, which
+// refuses a call before sending it, and once with no limiter, obeying the
+// server's RetryInfo. Then it exits:
 //
 //	go run ./examples/grpc
 //
@@ -29,6 +32,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -62,6 +66,8 @@ const (
 var apiKeys = map[string]string{
 	"key-alice": "free",
 	"key-bob":   "pro",
+	"key-carol": "free",
+	"key-dave":  "free",
 }
 
 // start is the mock clock's time when the program starts.
@@ -70,7 +76,7 @@ var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // newServer returns the gRPC server: an authentication interceptor that
 // refuses unknown API keys, then grpclimit's interceptor charging each call
 // to its API key in the key's tier.
-func newServer(clk ratelimit.Clock) (*grpc.Server, error) {
+func newServer(clk ratelimit.Clock, g *greeter) (*grpc.Server, error) {
 	free, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(2), 2),
 		ratelimit.WithClock(clk), ratelimit.WithMaxKeys(100_000))
 	if err != nil {
@@ -96,7 +102,7 @@ func newServer(clk ratelimit.Clock) (*grpc.Server, error) {
 		grpc.ChainUnaryInterceptor(authenticate, limits.Unary()),
 		grpc.ChainStreamInterceptor(limits.Stream()),
 	)
-	srv.RegisterService(&greeterDesc, greeter{})
+	srv.RegisterService(&greeterDesc, g)
 	return srv, nil
 }
 
@@ -111,11 +117,25 @@ func authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler
 	return handler(ctx, req)
 }
 
-// greeter implements the service.
-type greeter struct{}
+// greeter implements the service. It counts the calls it serves per API
+// key, so that the demo can show which calls never reached it.
+type greeter struct {
+	mu     sync.Mutex
+	served map[string]int
+}
 
-func (greeter) hello(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+func (g *greeter) hello(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	g.mu.Lock()
+	g.served[md.Get(grpclimit.MetadataAPIKey)[0]]++
+	g.mu.Unlock()
 	return wrapperspb.String("hello, " + in.GetValue()), nil
+}
+
+func (g *greeter) servedFor(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.served[key]
 }
 
 // greeterDesc describes the service to grpc.Server, as protoc-gen-go-grpc
@@ -131,7 +151,7 @@ var greeterDesc = grpc.ServiceDesc{
 				return nil, err
 			}
 			h := func(ctx context.Context, req any) (any, error) {
-				return srv.(greeter).hello(ctx, req.(*wrapperspb.StringValue))
+				return srv.(*greeter).hello(ctx, req.(*wrapperspb.StringValue))
 			}
 			if icpt == nil {
 				return h(ctx, in)
@@ -147,7 +167,8 @@ var greeterDesc = grpc.ServiceDesc{
 func run(ctx context.Context, out io.Writer) error {
 	clk := clock.NewMock()
 	clk.Set(start)
-	srv, err := newServer(clk)
+	g := &greeter{served: map[string]int{}}
+	srv, err := newServer(clk, g)
 	if err != nil {
 		return err
 	}
@@ -190,6 +211,79 @@ func run(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(out, "\n== call %d: %s as %s (%s)\n", i+1, strings.TrimPrefix(helloMethod, "/"), c.key, apiKeys[c.key])
 		if err := call(ctx, out, cc, c.key, c.name); err != nil {
 			return err
+		}
+	}
+	return clientDemo(ctx, out, clk, g, ln.Addr().String())
+}
+
+// clientDemo calls the server through grpclimit's client interceptors, on
+// the same mock clock, printing one line per call.
+func clientDemo(ctx context.Context, out io.Writer, clk *clock.Mock, g *greeter, addr string) error {
+	// 1. Paced by a local limiter that matches the free plan: the client
+	// refuses a call it would have to wait for longer than the call's
+	// deadline, at once and without sending it.
+	local, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(2), 2, ratelimit.WithClock(clk))
+	if err != nil {
+		return err
+	}
+	paced, err := grpclimit.NewClient(local, grpclimit.WithClock(clk))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\n== key-carol (free) through grpclimit.NewClient with a local limiter of 2 calls a minute; 5 s deadlines")
+	if err := clientCalls(ctx, out, addr, paced, "key-carol", 1, 3); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "the server served %d of key-carol's calls\n", g.servedFor("key-carol"))
+
+	// 2. No local limiter: the client learns from the server's RetryInfo
+	// and holds back every call to the server until the delay has passed.
+	obey, err := grpclimit.NewClient(nil, grpclimit.WithClock(clk),
+		grpclimit.WithPauseHook(func(_ context.Context, method string, d time.Duration) {
+			fmt.Fprintf(out, "  (pause hook: the server asks to hold calls back for %v after %s)\n", d, method)
+		}))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\n== key-dave (free) through grpclimit.NewClient(nil), which obeys the server's RetryInfo; 5 s deadlines")
+	if err := clientCalls(ctx, out, addr, obey, "key-dave", 1, 4); err != nil {
+		return err
+	}
+	clk.Add(30 * time.Second)
+	fmt.Fprintln(out, "(30s later)")
+	if err := clientCalls(ctx, out, addr, obey, "key-dave", 5, 5); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "the server served %d of key-dave's calls\n", g.servedFor("key-dave"))
+	return nil
+}
+
+// clientCalls makes Hello calls number from to to as key through a
+// connection using c's interceptors, each with a 5 s deadline, and prints
+// one line per call.
+func clientCalls(ctx context.Context, out io.Writer, addr string, c *grpclimit.Client, key string, from, to int) error {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(c.Unary()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx = metadata.AppendToOutgoingContext(ctx, grpclimit.MetadataAPIKey, key)
+	for i := from; i <= to; i++ {
+		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var header metadata.MD
+		err := cc.Invoke(callCtx, helloMethod, wrapperspb.String(key), new(wrapperspb.StringValue), grpc.Header(&header))
+		cancel()
+		fmt.Fprintf(out, "call %d: ", i)
+		switch {
+		case err == nil:
+			fmt.Fprintf(out, "OK, x-ratelimit-remaining: %s\n", strings.Join(header.Get("x-ratelimit-remaining"), ","))
+		case errors.Is(err, ratelimit.ErrDeadline):
+			fmt.Fprintf(out, "%v, not sent: the local limiter's wait outlasts the deadline\n", status.Code(err))
+		case errors.Is(err, grpclimit.ErrPauseDeadline):
+			fmt.Fprintf(out, "%v, not sent: the server's pause outlasts the deadline\n", status.Code(err))
+		default:
+			fmt.Fprintf(out, "%v: %s\n", status.Code(err), status.Convert(err).Message())
 		}
 	}
 	return nil
