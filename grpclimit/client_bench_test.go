@@ -64,3 +64,29 @@ func BenchmarkClientUnary(b *testing.B) {
 		})
 	}
 }
+
+// TestClientUnaryAllocs holds the unary client interceptor to no
+// allocation per call when nothing is paused, for every pause scope.
+func TestClientUnaryAllocs(t *testing.T) {
+	conn, err := grpc.NewClient("passthrough:///allocs", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range []PauseScope{PauseByTarget, PauseByMethod} {
+		c, err := NewClient(tb, WithPauseScope(scope))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unary := c.Unary()
+		ctx := context.Background()
+		if a := testing.AllocsPerRun(1000, func() { _ = unary(ctx, methodUnary, nil, nil, conn, invoker) }); a != 0 {
+			t.Errorf("%v: %v allocations per call, want 0", scope, a)
+		}
+	}
+}
