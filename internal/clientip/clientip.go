@@ -191,7 +191,7 @@ func InNetworks(ps []netip.Prefix, a netip.Addr) bool {
 
 // Trusts reports whether a (unmapped, no zone) is a trusted proxy's.
 func (r *Resolver) Trusts(a netip.Addr) bool {
-	return len(r.trusted) != 0 && InNetworks(r.trusted, a)
+	return InNetworks(r.trusted, a)
 }
 
 // Walk returns the client's address given the peer's (peer, unmapped, no
