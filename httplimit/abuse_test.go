@@ -20,6 +20,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -575,7 +576,7 @@ func FuzzRateLimitFields(f *testing.F) {
 		if strings.Join(joined, ",") != raw {
 			t.Fatalf("cutTopLevel(%q, ',') lost bytes: %q", raw, joined)
 		}
-		if checkPolicyName(name) != nil || limit < 0 || remaining < 0 {
+		if !limitset.ValidName(name) || limit < 0 || remaining < 0 {
 			return
 		}
 		// Round trip: what the middleware writes, the transport reads.
@@ -588,7 +589,7 @@ func FuzzRateLimitFields(f *testing.F) {
 			}
 		}
 		h := http.Header{}
-		writeHeaders(h, AllHeaders, &headerState{d: dec, name: appendSFString(nil, name), now: epoch.UnixNano()})
+		limitset.WriteDecision(h, &limitset.HTTPNames, limitset.AllFields, dec, name, 0, epoch.UnixNano())
 		d, ok := ParseRateLimitReset(h.Values(HeaderRateLimit))
 		switch {
 		case dec.Allowed || dec.RetryAfter == ratelimit.RetryNever:

@@ -121,41 +121,6 @@ func WithObserver(o ratelimit.Observer) Option {
 	}}
 }
 
-// keySet is a set of keys; nil is empty.
-type keySet map[string]struct{}
-
-// newKeySet returns the set of keys, nil when there are none.
-func newKeySet(keys []string) keySet {
-	if len(keys) == 0 {
-		return nil
-	}
-	s := make(keySet, len(keys))
-	for _, k := range keys {
-		s[k] = struct{}{}
-	}
-	return s
-}
-
-// has reports whether s holds key.
-func (s keySet) has(key string) bool {
-	_, ok := s[key]
-	return ok
-}
-
-// checkKeyLists builds l's key sets, refusing ExemptKeys that repeat
-// DeniedKeys. The message names the index, never the key (keys may be
-// secret).
-func (l *limit) checkKeyLists() error {
-	l.exemptKeys, l.deniedKeys = newKeySet(l.ExemptKeys), newKeySet(l.DeniedKeys)
-	for i, k := range l.ExemptKeys {
-		if l.deniedKeys.has(k) {
-			return configError("httplimit.Limit.ExemptKeys of limit %q must not repeat a key of its DeniedKeys, got one at index %d", l.Name, i)
-		}
-	}
-	l.lists = l.exemptKeys != nil || l.deniedKeys != nil
-	return nil
-}
-
 // netVerdict is what the client networks say of a request.
 type netVerdict uint8
 
@@ -178,66 +143,4 @@ func (m *Middleware) matchNetwork(r *http.Request) netVerdict {
 		return netExempt
 	}
 	return netNone
-}
-
-// serveExempt serves a request exempt from every limit, unless the
-// DeniedKeys of an enforced limit refuse it.
-func (m *Middleware) serveExempt(w http.ResponseWriter, r *http.Request, n int, allShadow bool, next http.Handler) {
-	if m.deniedKeys && !allShadow {
-		for i := range m.limits {
-			l := &m.limits[i]
-			if l.deniedKeys == nil || l.Shadow {
-				continue
-			}
-			if key, ok := l.Key(r); ok && l.deniedKeys.has(key) {
-				m.denyListed(w, r, n, l)
-				return
-			}
-		}
-	}
-	if m.observer != nil {
-		m.observeAll(r, ratelimit.OutcomeExempt, n)
-	}
-	next.ServeHTTP(w, r)
-}
-
-// denyListed answers a request a denylist refused: l's DeniedKeys, or the
-// denied networks when l is nil.
-func (m *Middleware) denyListed(w http.ResponseWriter, r *http.Request, n int, l *limit) {
-	den := Denial{Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Never: true, Err: ErrDenied}
-	switch {
-	case l != nil:
-		den.Limit = l.Name
-		if m.observer != nil {
-			m.observe(r, l, ratelimit.OutcomeDenied, n)
-		}
-	case m.observer != nil:
-		m.observeAll(r, ratelimit.OutcomeDenied, n)
-	}
-	m.denied(w, r, den)
-}
-
-// observeAll reports r to m.observer for every limit, with outcome o, as
-// observe does; m.observer is not nil.
-func (m *Middleware) observeAll(r *http.Request, o ratelimit.Outcome, n int) {
-	for i := range m.limits {
-		m.observe(r, &m.limits[i], o, n)
-	}
-}
-
-// observe reports to m.observer that l let r through as exempt
-// (OutcomeExempt) or refused it by its denylist (OutcomeDenied, or
-// OutcomeShadow in shadow mode); m.observer is not nil.
-func (m *Middleware) observe(r *http.Request, l *limit, o ratelimit.Outcome, n int) {
-	e := ratelimit.Event{Limit: l.Name, Home: ratelimit.HomeNone, Outcome: o, N: n}
-	if l.ph != nil {
-		e.Algorithm = l.ph.Policy().Algorithm
-	}
-	if o == ratelimit.OutcomeExempt {
-		e.Decision.Allowed = true
-	} else {
-		e.Decision.RetryAfter = ratelimit.RetryNever
-		e.Err = ErrDenied
-	}
-	m.observer.Observe(r.Context(), e)
 }

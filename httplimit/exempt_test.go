@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/limitset"
 )
 
 // loopback serves h on a real loopback server for the test's lifetime.
@@ -326,7 +327,7 @@ func TestExemptKeysCompareTheRawKey(t *testing.T) {
 		want   []int
 	}{
 		{"raw key", long, []int{200, 200, 200}},
-		{"digest", digestKey(long), []int{200, 429, 429}},
+		{"digest", limitset.DigestKey(long), []int{200, 429, 429}},
 	} {
 		lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)
 		srv := loopback(t, newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim, ExemptKeys: []string{c.exempt}}}, WithClock(mock)).Handler(okHandler))

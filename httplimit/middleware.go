@@ -2,20 +2,17 @@ package httplimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"time"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/observe"
+	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/rlkit/ratelimit/internal/report"
-	"github.com/rlkit/ratelimit/internal/timesrc"
-	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // Limit is one limit a request must pass: a keyed limiter and the key
@@ -155,46 +152,23 @@ func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 // [New]; the zero value is not usable. A Middleware is safe for concurrent
 // use, and one Middleware may wrap any number of handlers.
 type Middleware struct {
-	limits        []limit
+	set           *limitset.Set[*http.Request] // the limits, ready to serve
 	headers       HeaderSet
 	denied        DeniedHandler
 	cost          func(r *http.Request) int
 	logger        report.Logger
 	shadowHeaders bool
 	inContext     bool // WithDecisionInContext
-	clock         ratelimit.Clock
-	ts            timesrc.Source
-	hasShadow     bool // some limit is in shadow mode
-	reportEvery   time.Duration
-	anyReporter   report.Throttle // for errors of no known limit
+	// clock, logger, reportEvery and observer are the options' values,
+	// handed to the limit set by New.
+	clock       ratelimit.Clock
+	reportEvery time.Duration
 
 	resolver   *IPResolver    // finds the client address the networks match
 	exemptNets []netip.Prefix // ExemptNetworks, ExemptPrefixes
 	deniedNets []netip.Prefix // DeniedNetworks, DeniedPrefixes
 	hasNets    bool           // some network is exempt or denied
-	deniedKeys bool           // some limit has DeniedKeys
 	observer   ratelimit.Observer
-}
-
-// limit is a Limit ready to serve.
-type limit struct {
-	Limit
-	tiered *ratelimit.Tiered // Limiter, when it is one
-	ph     policyHolder      // Limiter, when it tells its policy and is not a Tiered
-	sfName []byte            // Name as an RFC 8941 String
-	consts constCache
-	wins   windowCache
-	rep    *report.Throttle
-
-	exemptKeys keySet // ExemptKeys; nil when none
-	deniedKeys keySet // DeniedKeys; nil when none
-	lists      bool   // exemptKeys or deniedKeys is set
-}
-
-// policyHolder is implemented by limiters that can say which policy they
-// run, such as *ratelimit.Keyed.
-type policyHolder interface {
-	Policy() ratelimit.Policy
 }
 
 // New returns a middleware enforcing limits, all or nothing: a request is
@@ -227,44 +201,17 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	if m.denied == nil {
 		m.denied = WriteDenied
 	}
-	m.ts = timesrc.New(m.clock)
-	if len(limits) == 0 {
-		return nil, configError("httplimit.New: limits must not be empty, got %d", len(limits))
+	ls := make([]limitset.Limit[*http.Request], len(limits))
+	for i, l := range limits {
+		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Window: l.Window,
+			Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
 	}
-	names := make(map[string]bool, len(limits))
-	for _, l := range limits {
-		if l.Name == "" {
-			l.Name = "default"
-		}
-		if err := checkPolicyName(l.Name); err != nil {
-			return nil, err
-		}
-		if names[l.Name] {
-			return nil, configError("httplimit.Limit.Name must be unique, got %q twice", l.Name)
-		}
-		names[l.Name] = true
-		if l.Key == nil {
-			return nil, configError("httplimit.Limit.Key of limit %q must not be nil, got nil", l.Name)
-		}
-		if l.Limiter == nil || typednil.Is(l.Limiter) {
-			return nil, configError("httplimit.Limit.Limiter of limit %q must not be nil, got %T", l.Name, l.Limiter)
-		}
-		if l.Window < 0 {
-			return nil, configError("httplimit.Limit.Window of limit %q must not be negative, got %v", l.Name, l.Window)
-		}
-		tiered, _ := l.Limiter.(*ratelimit.Tiered)
-		var ph policyHolder
-		if tiered == nil {
-			ph, _ = l.Limiter.(policyHolder)
-		}
-		m.limits = append(m.limits, limit{Limit: l, tiered: tiered, ph: ph, sfName: appendSFString(nil, l.Name), rep: new(report.Throttle)})
-		nl := &m.limits[len(m.limits)-1]
-		if err := nl.checkKeyLists(); err != nil {
-			return nil, err
-		}
-		m.hasShadow = m.hasShadow || l.Shadow
-		m.deniedKeys = m.deniedKeys || nl.deniedKeys != nil
+	set, err := limitset.New(limitset.Config{Pkg: "httplimit", Observer: m.observer, Clock: m.clock,
+		Logger: m.logger, ReportEvery: m.reportEvery, DeniedErr: ErrDenied}, ls)
+	if err != nil {
+		return nil, err
 	}
+	m.set = set
 	m.hasNets = len(m.exemptNets)+len(m.deniedNets) > 0
 	if m.resolver == nil {
 		m.resolver = defaultResolver
@@ -313,94 +260,50 @@ func OverrideFrom(ctx context.Context) (Override, bool) {
 // "sha256:" and the hex SHA-256 of the key, so that clients cannot make the
 // limiter store arbitrarily large keys; the digest is the same in every
 // process, so Redis limiters shared by several servers agree.
-const MaxKeyLen = 128
+const MaxKeyLen = limitset.MaxKeyLen
 
-func digestKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// charge is one limit applying to one request.
-type charge struct {
-	l       *limit
-	limiter ratelimit.KeyedLimiter // l.Limiter, or the request's tier of it
-	key     string
-	// err is why the limit cannot decide: the tier could not be resolved
-	// (deny with it).
-	err error
-	// listed is set for a limit in shadow mode whose DeniedKeys hold key:
-	// its denial is reported, nothing charged.
-	listed bool
-}
-
-// verdict is what the limits decided for one request: the Decision to
-// report and where it came from.
-type verdict struct {
-	dec    ratelimit.Decision
-	from   int   // index in the charges of dec; -1 when none
-	denied bool  // an enforced limit refused the request
-	failed bool  // dec came with an error: a failure policy's, not measured
-	err    error // the enforced limits' error
-}
-
-// maxInline is how many applying limits a request can have before the
-// middleware allocates to track them.
-const maxInline = 4
-
-// serve runs the six phases of a request: its cost, the limits that apply,
-// the enforced decision, the shadow limits, the rate-limit fields, and the
-// handler or the denial. Each phase past the first is called only when it
-// has work, so that a request with one limit and no headers pays no call
-// it does not need.
+// serve runs a request through the limits: its cost and the client
+// networks here, the decision in the limit set, then the rate-limit
+// fields, and the handler or the denial. A request with one limit and no
+// headers pays no call it does not need.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	n, allShadow, exempt := m.requestCost(r)
 	if m.hasNets {
 		switch m.matchNetwork(r) {
 		case netDenied:
-			m.denyListed(w, r, n, nil)
+			m.set.ObserveAll(r.Context(), ratelimit.OutcomeDenied, n)
+			m.denied(w, r, listedDenial(""))
 			return
 		case netExempt:
 			exempt = true
 		}
 	}
-	if exempt {
-		m.serveExempt(w, r, n, allShadow, next)
-		return
-	}
-	var buf [maxInline]charge
-	charges, enforced, listed := m.gather(r, n, allShadow, buf[:0])
-	if listed != nil {
-		m.denyListed(w, r, n, listed)
-		return
-	}
-	if len(charges) == 0 {
+	req := limitset.Request[*http.Request]{R: r, Ctx: r.Context(), N: n, AllShadow: allShadow, Exempt: exempt}
+	var v limitset.Verdict[*http.Request]
+	switch m.set.Decide(&req, &v, m.shadowHeaders, func() []slog.Attr { return reportAttrs(r) }) {
+	case limitset.Admitted:
+		if m.headers != NoHeaders {
+			m.set.WriteFields(w.Header(), &limitset.HTTPNames, limitset.FieldSet(m.headers), &v)
+		}
+		if m.inContext && v.From >= 0 {
+			r = withResult(r, Result{Limit: v.Limit(), Decision: v.Dec, Shadow: v.Shadow()})
+		}
 		next.ServeHTTP(w, r)
-		return
-	}
-	v := verdict{from: -1}
-	if enforced > 0 && !m.enforce(r, n, charges[:enforced], &v) {
+	case limitset.Pass:
+		next.ServeHTTP(w, r)
+	case limitset.Denied:
+		m.set.WriteFields(w.Header(), &limitset.HTTPNames, limitset.FieldSet(m.headers), &v)
+		m.deny(w, r, &v)
+	case limitset.Listed:
+		m.denied(w, r, listedDenial(v.Listed.Name))
+	case limitset.Canceled:
 		// The request's context ended before the limiters could decide
 		// (the client went away, a deadline passed): its error is not a
 		// backend failure, and whatever Decision came with it was not made
 		// on the request's merits. Neither admit it free nor charge the
 		// failure to the backend.
 		w.WriteHeader(http.StatusServiceUnavailable)
-		return
 	}
-	if !v.denied && enforced < len(charges) {
-		m.shadow(r, n, charges, enforced, &v)
-	}
-	if v.from >= 0 && (m.headers != NoHeaders || v.denied) && (v.from < enforced || m.shadowHeaders) {
-		m.writeFields(w.Header(), charges, enforced, &v)
-	}
-	if !v.denied {
-		if m.inContext && v.from >= 0 {
-			r = withResult(r, Result{Limit: charges[v.from].l.Name, Decision: v.dec, Shadow: v.from >= enforced})
-		}
-		next.ServeHTTP(w, r)
-		return
-	}
-	m.deny(w, r, charges, &v)
 }
 
 // requestCost returns the request's cost and its Override's verdict:
@@ -420,188 +323,18 @@ func (m *Middleware) requestCost(r *http.Request) (n int, allShadow, exempt bool
 	return n, false, n <= 0
 }
 
-// gather appends to cs the limits that apply to r, enforced ones first,
-// and returns them with the number of enforced ones. It resolves each
-// *ratelimit.Tiered to the request's tier, calling its tier function once.
-// It leaves out the limits whose ExemptKeys hold the request's key, and
-// stops at the first enforced limit whose DeniedKeys hold it, returning
-// that limit. The exemptions are reported to the observer only when no
-// denylist refuses the request: denial beats exemption.
-func (m *Middleware) gather(r *http.Request, n int, allShadow bool, cs []charge) ([]charge, int, *limit) {
-	passes := 1
-	if m.hasShadow || allShadow {
-		passes = 2
-	}
-	var exemptBuf [maxInline]*limit
-	exempt := exemptBuf[:0] // with an observer: the limits to report as exempt
-	enforced := 0
-	for pass := 0; pass < passes; pass++ {
-		for i := range m.limits {
-			l := &m.limits[i]
-			if (l.Shadow || allShadow) != (pass == 1) {
-				continue
-			}
-			key, ok := l.Key(r)
-			if !ok {
-				continue
-			}
-			listed := false
-			if l.lists {
-				if l.deniedKeys.has(key) {
-					if pass == 0 {
-						return cs, len(cs), l
-					}
-					listed = true // reported when the shadow limits are
-				} else if l.exemptKeys.has(key) {
-					if m.observer != nil {
-						exempt = append(exempt, l)
-					}
-					continue
-				}
-			}
-			if len(key) > MaxKeyLen {
-				key = digestKey(key)
-			}
-			c := charge{l: l, limiter: l.Limiter, key: key, listed: listed}
-			if l.tiered != nil && !listed {
-				_, c.limiter, c.err = l.tiered.Tier(r.Context(), key)
-			}
-			cs = append(cs, c)
-		}
-		if pass == 0 {
-			enforced = len(cs)
-		}
-	}
-	for _, l := range exempt {
-		m.observe(r, l, ratelimit.OutcomeExempt, n)
-	}
-	return cs, enforced, nil
-}
-
-// enforce charges n in every enforced limit cs, all or nothing, and
-// records the outcome in v. It returns false when the request's context
-// ended before the limiters could decide.
-func (m *Middleware) enforce(r *http.Request, n int, cs []charge, v *verdict) bool {
-	ctx := r.Context()
-	var errAt int
-	v.dec, v.from, errAt, v.err = allowAll(ctx, n, cs)
-	v.denied = !v.dec.Allowed
-	if v.err != nil {
-		if ctx.Err() != nil {
-			return false
-		}
-		m.report(r, cs, errAt, v.err)
-		v.failed = true
-	}
-	return true
-}
-
-// allowAll charges n in every limit of cs, all or nothing, and returns the
-// Decision to report, its index in cs, and with an error the index of the
-// limit to report it under.
-func allowAll(ctx context.Context, n int, cs []charge) (ratelimit.Decision, int, int, error) {
-	for i := range cs {
-		if cs[i].err != nil { // a tier that could not be resolved: deny
-			return ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, i, i, cs[i].err
-		}
-	}
-	if len(cs) == 1 {
-		// One limit: AllowN directly, which is AllowAll's result for one
-		// dimension without the bookkeeping.
-		d, err := cs[0].limiter.AllowN(ctx, cs[0].key, n)
-		return d, 0, 0, err
-	}
-	var buf [maxInline]ratelimit.Dimension
-	dims := buf[:0]
-	for _, c := range cs {
-		// The resolved tier, not the Tiered: its tier function ran once.
-		dims = append(dims, ratelimit.Dimension{Name: c.l.Name, Limiter: c.limiter, Key: c.key})
-	}
-	md, err := ratelimit.AllowAll(ctx, n, dims...)
-	return md.Decision, md.Index, md.Index, err
-}
-
-// shadow charges n in the shadow limits, cs[enforced:], reporting their
-// errors. Their limiters see a context marked as shadow, for their
-// observers. With shadow headers, or when no enforced limit applies, a
-// shadow limit more restrictive than v's Decision takes its place.
-func (m *Middleware) shadow(r *http.Request, n int, cs []charge, enforced int, v *verdict) {
-	ctx := r.Context()
-	sctx := observe.WithShadow(ctx)
-	compete := m.shadowHeaders || enforced == 0
-	for i := enforced; i < len(cs); i++ {
-		c := &cs[i]
-		if c.listed { // its DeniedKeys would refuse the request
-			if m.observer != nil {
-				m.observe(r, c.l, ratelimit.OutcomeShadow, n)
-			}
-			continue
-		}
-		d, err := ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, c.err
-		if err == nil {
-			d, err = c.limiter.AllowN(sctx, c.key, n)
-		}
-		if err != nil && ctx.Err() == nil {
-			m.report(r, cs, i, err)
-		}
-		if compete && err == nil && (v.from < 0 || v.failed || moreRestrictive(d, v.dec)) {
-			v.dec, v.from, v.failed = d, i, false
-		}
-	}
-}
-
-// moreRestrictive reports whether a should be reported rather than b.
-func moreRestrictive(a, b ratelimit.Decision) bool {
-	if a.Allowed != b.Allowed {
-		return !a.Allowed
-	}
-	return a.Remaining < b.Remaining
-}
-
-// writeFields sets the rate-limit fields for v's Decision on h.
-func (m *Middleware) writeFields(h http.Header, cs []charge, enforced int, v *verdict) {
-	set := m.headers
-	if v.failed {
-		set = NoHeaders // no quota was measured: only Retry-After
-	}
-	c := &cs[v.from]
-	st := headerState{d: v.dec, name: c.l.sfName, consts: &c.l.consts}
-	if v.from >= enforced && !st.d.Allowed { // reported, not enforced
-		st.d.Allowed, st.d.RetryAfter = true, 0
-	}
-	st.now = m.ts.Now()
-	if set&IETFHeaders != 0 {
-		st.window = c.window(st.now)
-	}
-	writeHeaders(h, set, &st)
-}
-
-// window returns the window to report for c's limit at now (Unix
-// nanoseconds): its Window, or else the window of its limiter's (or
-// tier's) policy as it is now (a calendar quota's period has its own
-// length: a day of 23 hours, a month of 28 days); 0 if unknown.
-func (c *charge) window(now int64) time.Duration {
-	if c.l.Window > 0 {
-		return c.l.Window
-	}
-	ph := c.l.ph
-	if c.l.tiered != nil {
-		ph, _ = c.limiter.(policyHolder)
-	}
-	if ph == nil {
-		return 0
-	}
-	return c.l.wins.windowAt(ph.Policy(), now)
-}
-
 // deny answers a request an enforced limit refused.
-func (m *Middleware) deny(w http.ResponseWriter, r *http.Request, cs []charge, v *verdict) {
-	den := Denial{Decision: v.dec, Never: v.dec.RetryAfter == ratelimit.RetryNever, Err: v.err}
-	if v.from >= 0 {
-		den.Limit = cs[v.from].l.Name
-	}
+func (m *Middleware) deny(w http.ResponseWriter, r *http.Request, v *limitset.Verdict[*http.Request]) {
+	den := Denial{Limit: v.Limit(), Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Err: v.Err}
 	if !den.Never {
-		den.RetryAfter = RetryAfterSeconds(v.dec)
+		den.RetryAfter = RetryAfterSeconds(v.Dec)
 	}
 	m.denied(w, r, den)
+}
+
+// listedDenial is the Denial of a request a denylist refused: the
+// DeniedKeys of the limit named limit, or a denied network when limit is
+// "".
+func listedDenial(limit string) Denial {
+	return Denial{Limit: limit, Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Never: true, Err: ErrDenied}
 }

@@ -276,12 +276,3 @@ func TestSFParser(t *testing.T) {
 		}
 	}
 }
-
-func TestSmallIntStrings(t *testing.T) {
-	t.Parallel()
-	for i := range smallInts {
-		if got := smallIntString(i); got != strconv.Itoa(i) {
-			t.Fatalf("smallIntString(%d) = %q", i, got)
-		}
-	}
-}

@@ -8,8 +8,28 @@
 // canonical names, gRPC metadata's lower-case ones).
 //
 // R is the request type (*http.Request, or grpclimit's call description).
-// Nothing here allocates on the path of an admitted request with up to
-// MaxInline limits, beyond what the limiters and the fields' values need.
+// Deciding an admitted request with up to MaxInline limits allocates
+// nothing of its own (ratelimit.AllowAll's bookkeeping for several
+// enforced limits, and the context marking shadow calls, aside);
+// WriteFields allocates the fields' values, as it documents.
+//
+// A typical caller, per request:
+//
+//	req := limitset.Request[R]{R: r, Ctx: ctx, N: cost}
+//	var v limitset.Verdict[R] // on the stack: pass its address
+//	switch set.Decide(&req, &v, shadowFields, attrs) {
+//	case limitset.Admitted:
+//		set.WriteFields(h, &limitset.GRPCNames, fields, &v) // then serve
+//	case limitset.Pass:
+//		// serve
+//	case limitset.Denied:
+//		set.WriteFields(h, &limitset.GRPCNames, fields, &v)
+//		// refuse: v.Limit(), v.Dec, RetryAfterSeconds(v.Dec), v.Err
+//	case limitset.Listed:
+//		// forbid: v.Listed.Name
+//	case limitset.Canceled:
+//		// the caller's ctx.Err()
+//	}
 package limitset
 
 import (
