@@ -5,9 +5,10 @@
 //
 // Suites: BenchmarkAllow (one limiter; compare_test.go), BenchmarkKeyed
 // (per-key limiting in memory, with bytes per key; keyed_test.go),
-// BenchmarkRedis (redis_test.go) and BenchmarkHTTP (middleware;
-// http_test.go). Each file says what is measured and why the configurations
-// compare.
+// BenchmarkRedis (redis_test.go), BenchmarkHTTP (middleware;
+// http_test.go), BenchmarkGRPCUnary and BenchmarkGRPCBufconn (server
+// interceptors, called directly and over bufconn; grpc_test.go). Each file
+// says what is measured and why the configurations compare.
 //
 // Run ./run.sh for every suite in rounds; it writes RESULTS.md with medians,
 // ratios ours/theirs (cmd/benchratio) and benchstat's summary. README.md

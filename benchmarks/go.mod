@@ -1,6 +1,6 @@
 module github.com/rlkit/ratelimit/benchmarks
 
-go 1.24.0
+go 1.25.0
 
 replace github.com/rlkit/ratelimit => ../
 
@@ -10,24 +10,36 @@ require (
 	github.com/juju/ratelimit v1.0.2
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/rlkit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/rlkit/ratelimit/grpclimit v0.0.0-00010101000000-000000000000
 	github.com/rlkit/ratelimit/redislimit v0.0.0-00010101000000-000000000000
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/goleak v1.3.0
 	go.uber.org/ratelimit v0.3.1
 	golang.org/x/time v0.14.0
+	google.golang.org/protobuf v1.36.11
+)
+
+require (
+	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800 // indirect
 )
 
 require (
 	github.com/benbjohnson/clock v1.3.5 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	google.golang.org/grpc v1.84.0
 	gopkg.in/check.v1 v1.0.0-20201130134442-10cb98267c6c // indirect
 )
 
 replace github.com/rlkit/ratelimit/redislimit => ../redislimit
+
+replace github.com/rlkit/ratelimit/grpclimit => ../grpclimit

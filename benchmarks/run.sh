@@ -2,20 +2,22 @@
 # Runs every side-by-side suite of this module in rounds, then writes
 # RESULTS.md (medians, ratios ours/theirs, benchstat) and prints the ratios.
 #
-#   ./run.sh                                # everything: 5 rounds, -benchtime=1s (about 20 min)
+#   ./run.sh                                # everything: 5 rounds, -benchtime=1s (about 25 min)
 #   QUICK=1 ./run.sh                        # 1 round, 200ms: checks the script (a few minutes)
 #   SUITES=Keyed LIBS='ratelimit-tokenbucket|sethvargo' ./run.sh
 #
 # Suites are BenchmarkAllow (run with -cpu=1,2), BenchmarkKeyed,
-# BenchmarkRedis and BenchmarkHTTP (run with -cpu=2). The Redis suite runs
-# against a redis-server this script starts on a free loopback port and stops
-# on exit; without redis-server (apt-get install redis-server redis-tools) it
-# is skipped and RESULTS.md says so.
+# BenchmarkRedis, BenchmarkHTTP, BenchmarkGRPCUnary and BenchmarkGRPCBufconn
+# (run with -cpu=2). For the suites with a "bare" baseline (HTTP, gRPC) it
+# also reports what each middleware adds to bare, round by round. The Redis
+# suite runs against a redis-server this script starts on a free loopback
+# port and stops on exit; without redis-server (apt-get install redis-server
+# redis-tools) it is skipped and RESULTS.md says so.
 #
 # Environment:
 #   COUNT      rounds (5); each round runs every suite once (-count=1)
 #   BENCHTIME  -benchtime (1s)
-#   SUITES     suites to run ("Allow Keyed Redis HTTP")
+#   SUITES     suites to run ("Allow Keyed Redis HTTP GRPCUnary GRPCBufconn")
 #   LIBS       regexp of libraries to run within each suite (all)
 #   CPU        -cpu for every suite (default: 1,2 for Allow, 2 for the others)
 #   RESULTS    Markdown report to write (RESULTS.md; with QUICK=1 a file in
@@ -32,12 +34,15 @@ if [ -n "${QUICK:-}" ]; then
 fi
 COUNT=${COUNT:-5}
 BENCHTIME=${BENCHTIME:-1s}
-SUITES=${SUITES:-Allow Keyed Redis HTTP}
+SUITES=${SUITES:-Allow Keyed Redis HTTP GRPCUnary GRPCBufconn}
 LIBS=${LIBS:-}
 RESULTS=${RESULTS:-RESULTS.md}
 mkdir -p results
 OUT=${OUT:-results/$(date -u +%Y%m%dT%H%M%SZ).txt}
-# -mod=mod lets go.sum follow the root module's requirements (replace ../).
+# This module as its go.mod says, not the repository's go.work (which
+# refuses -mod=mod); -mod=mod lets go.sum follow the requirements of the
+# modules it replaces with ../ (the root module, redislimit, grpclimit).
+export GOWORK=off
 export GOFLAGS="${GOFLAGS:-} -mod=mod"
 
 START=$(date +%s)
@@ -187,12 +192,22 @@ for m in "${METRICS[@]}"; do
 	echo "== ours / theirs, $m (medians, same run)"
 	"$TMP/benchratio" -metric "$m" "$OUT"
 done
+# Added costs: the suites with a bare baseline (a handler alone).
+ADDED_METRICS=()
+if grep -q '^Benchmark[A-Za-z]*/bare/' "$OUT"; then
+	ADDED_METRICS=(ns/op cpu-ns/op allocs/op)
+fi
+for m in "${ADDED_METRICS[@]}"; do
+	echo
+	echo "== added to bare, $m (per-round differences, same run)"
+	"$TMP/benchratio" -minus bare -metric "$m" "$OUT"
+done
 
 # --- RESULTS.md
 cmd="./run.sh"
 for v in COUNT BENCHTIME SUITES LIBS CPU; do
 	case "$v=${!v:-}" in
-	COUNT=5 | BENCHTIME=1s | "SUITES=Allow Keyed Redis HTTP" | LIBS= | CPU=) ;;
+	COUNT=5 | BENCHTIME=1s | "SUITES=Allow Keyed Redis HTTP GRPCUnary GRPCBufconn" | LIBS= | CPU=) ;;
 	*) cmd="$v='${!v}' $cmd" ;;
 	esac
 done
@@ -242,6 +257,21 @@ done
 		echo "### $m"
 		"$TMP/benchratio" -md -metric "$m" "$OUT"
 	done
+	if [ ${#ADDED_METRICS[@]} -gt 0 ]; then
+		echo
+		echo "## Added cost over bare"
+		echo
+		echo "For the suites with a \`bare\` baseline (the handler alone): what each middleware or"
+		echo "interceptor adds to it. Each round's bare sample is subtracted from the same round's"
+		echo "sample (taken seconds apart); the number is the median of those differences, \`range\`"
+		echo "their smallest and largest, which shows how far noise reaches: an added cost inside"
+		echo "bare's own noise is not resolved. Ratios are ours / theirs of the added costs."
+		for m in "${ADDED_METRICS[@]}"; do
+			echo
+			echo "### $m added"
+			"$TMP/benchratio" -md -minus bare -metric "$m" "$OUT"
+		done
+	fi
 	echo
 	echo "## Medians"
 	"$TMP/benchratio" -md -medians "$OUT"

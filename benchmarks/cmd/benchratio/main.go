@@ -8,6 +8,7 @@
 //
 //	benchratio [-metric ns/op] [-base libs] [-rows regexp] [-target specs] [-max specs] [-md] results.txt...
 //	benchratio -medians [-md] results.txt...
+//	benchratio -minus bare [-metric ns/op] [-target specs] [-max specs] [-md] results.txt...
 //
 // Names must have the form Benchmark<Group>/<library>/<mode>[-<procs>], as
 // BenchmarkAllow/xtimerate/serial-2 or BenchmarkKeyed/sethvargo/1Mkeys/serial-2
@@ -32,6 +33,16 @@
 // "<our library>/<mode>", e.g. ^ratelimit-tokenbucket/1Mkeys/. Without the
 // flags, the targets of the issues apply for the metric chosen (see
 // defaultTargets); -target= and -max= turn them off.
+//
+// -minus names a baseline library, such as "bare" (a handler without
+// middleware): in the groups that have it, every library's metric becomes
+// what it adds to that baseline, and the ratios compare added costs. The
+// added cost is taken round by round: the i-th sample of a benchmark minus
+// the i-th sample of the baseline in the same group, mode and GOMAXPROCS
+// (the same round of run.sh, seconds apart), and the median of those
+// differences is printed with their range over the rounds, which says how
+// far noise goes. With -minus the targets of the issues on added costs
+// apply (see addedTargets).
 //
 // -medians prints instead one table per group of every benchmark's medians
 // in every unit it reports. -md prints Markdown tables instead of aligned
@@ -64,6 +75,16 @@ var defaultTargets = map[string]struct{ ratio, max string }{
 	"allocs/op": {max: "Allow=0,Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=0"},
 }
 
+// addedTargets are the targets applied with -minus, by metric: issue 13's
+// gRPC server interceptor adds at most 0.5x what go-grpc-middleware's
+// ratelimit interceptor over x/time/rate adds, like for like (no metadata),
+// and allocates nothing when called directly.
+var addedTargets = map[string]struct{ ratio, max string }{
+	"ns/op":     {ratio: "GRPCUnary/grpcmw-xtimerate@^ratelimit-grpclimit-nofields/=0.5"},
+	"cpu-ns/op": {ratio: "GRPCUnary/grpcmw-xtimerate@^ratelimit-grpclimit-nofields/=0.5"},
+	"allocs/op": {max: "GRPCUnary@^ratelimit-grpclimit-nofields/=0"},
+}
+
 const keyedTarget = "Keyed/sethvargo@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)"
 
 type key struct {
@@ -77,6 +98,7 @@ type results struct {
 	samples map[key]map[string][]float64
 	order   []key
 	units   map[string][]string // by group, in order of first appearance
+	spread  map[key]string      // after subtract: "min..max" of each benchmark's differences
 }
 
 // target is one bound: on ours/base when base is set, on ours otherwise.
@@ -101,14 +123,19 @@ func main() {
 	rowsRE := flag.String("rows", "", "regexp: only our benchmarks whose name (BenchmarkGroup/library/mode) matches")
 	md := flag.Bool("md", false, "print Markdown tables")
 	medians := flag.Bool("medians", false, "print every benchmark's medians in every unit instead of ratios")
+	minus := flag.String("minus", "", "baseline library (such as bare) to subtract, round by round, before taking ratios")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	defaults := defaultTargets
+	if *minus != "" {
+		defaults = addedTargets
+	}
 	if !set["target"] {
-		*ratioSpec = defaultTargets[*metric].ratio
+		*ratioSpec = defaults[*metric].ratio
 	}
 	if !set["max"] {
-		*maxSpec = defaultTargets[*metric].max
+		*maxSpec = defaults[*metric].max
 	}
 	targets := append(parseTargets(*ratioSpec, true), parseTargets(*maxSpec, false)...)
 
@@ -137,8 +164,15 @@ func main() {
 	if err != nil {
 		fatalf("bad -rows: %v", err)
 	}
+	note := "medians"
+	if *minus != "" {
+		if !r.subtract(*minus, *metric) {
+			fatalf("no group has both %q and another library reporting %s", *minus, *metric)
+		}
+		note = "added to " + *minus + " (medians of the per-round differences, range min..max)"
+	}
 	checked, misses := r.printRatios(t, *metric, rows, bases, strings.Split(*exclude, ","), targets)
-	fmt.Printf("\n%s, medians of %s; ratio = ours/baseline", *metric, r.countNote())
+	fmt.Printf("\n%s %s, %s; ratio = ours/baseline", *metric, note, r.countNote())
 	if checked > 0 {
 		fmt.Printf("; targets: %s; %d checked, %d missed", specs(targets), checked, misses)
 	}
@@ -290,6 +324,9 @@ func (r *results) printRatios(t *table, metric string, rowsRE *regexp.Regexp, on
 			continue
 		}
 		head := []string{g, "procs", metric}
+		if r.spread != nil {
+			head = append(head, "range")
+		}
 		for _, b := range bases {
 			head = append(head, b, "ratio")
 		}
@@ -297,9 +334,12 @@ func (r *results) printRatios(t *table, metric string, rowsRE *regexp.Regexp, on
 		for _, k := range rows {
 			ours := median(r.samples[k][metric])
 			row := []string{k.lib + "/" + k.mode, k.procs, formatValue(ours) + check(k, "", ours)}
+			if r.spread != nil {
+				row = append(row, r.spread[k])
+			}
 			for _, b := range bases {
 				s := r.samples[key{k.group, b, k.mode, k.procs}][metric]
-				if len(s) == 0 {
+				if len(s) == 0 || r.spread != nil && r.spread[key{k.group, b, k.mode, k.procs}] == "" {
 					row = append(row, "-", "-")
 					continue
 				}
@@ -310,6 +350,8 @@ func (r *results) printRatios(t *table, metric string, rowsRE *regexp.Regexp, on
 					ratio = "="
 				case m == 0:
 					ratio = "inf"
+				case m < 0 && r.spread != nil:
+					ratio = "n/a" // the baseline's added cost is below the noise
 				}
 				row = append(row, formatValue(m), ratio+check(k, b, ours/m))
 			}
@@ -318,6 +360,37 @@ func (r *results) printRatios(t *table, metric string, rowsRE *regexp.Regexp, on
 		t.end()
 	}
 	return checked, misses
+}
+
+// subtract replaces, in every group that has the library base, each other
+// library's samples of metric by their differences to base's: round by
+// round (the i-th sample minus the i-th) when both have as many samples,
+// else every sample minus base's median. Benchmarks of groups without base,
+// and base itself, are dropped. It records each difference's range in
+// r.spread and reports whether anything is left.
+func (r *results) subtract(base, metric string) bool {
+	r.spread = map[key]string{}
+	var order []key
+	for _, k := range r.order {
+		b, ok := r.samples[key{k.group, base, k.mode, k.procs}]
+		s := r.samples[k][metric]
+		if k.lib == base || !ok || len(b[metric]) == 0 || len(s) == 0 {
+			continue
+		}
+		d := make([]float64, len(s))
+		for i, v := range s {
+			if len(s) == len(b[metric]) {
+				d[i] = v - b[metric][i]
+			} else {
+				d[i] = v - median(b[metric])
+			}
+		}
+		r.samples[k] = map[string][]float64{metric: d}
+		r.spread[k] = formatValue(slices.Min(d)) + ".." + formatValue(slices.Max(d))
+		order = append(order, k)
+	}
+	r.order = order
+	return len(order) > 0
 }
 
 // printMedians prints, per group, every benchmark's median in every unit
