@@ -74,9 +74,42 @@
 //
 // # Client IP
 //
-// (Resolver section: [IPResolver] and [KeyByPeer].)
+// [KeyByPeer] keys calls by the address of the connection's peer, as
+// peer.FromContext gives it: IPv4 clients one by one, IPv6 clients by /64
+// network, since a single host commonly holds a whole /64. Calls whose peer
+// is not an IP address (a Unix socket, an in-memory bufconn listener) share
+// the key "unknown": they are limited together rather than not at all.
+//
+// Behind a reverse proxy (Envoy, a cloud load balancer) every call comes
+// from the proxy. Name the proxies in an [IPResolver] ([NewIPResolver] with
+// [TrustedProxies] or [TrustedPrefixes]) and use its [IPResolver.Key] as the
+// Limit's key. When the peer is a trusted proxy, the resolver reads the
+// incoming metadata the proxies write ([ProxyMetadata]: x-forwarded-for by
+// default, forwarded as RFC 7239 defines it, or x-real-ip) from right to
+// left, skipping trusted proxies' addresses, and takes the first address
+// that is not one. What the client wrote to its left is never read, and
+// metadata from an untrusted peer is ignored: a client cannot pick its own
+// key by sending x-forwarded-for. These are httplimit's rules, from one
+// implementation, so an HTTP and a gRPC server behind the same proxies key
+// the same client the same way.
 //
 // # Client
 //
-// (Client section: [NewClient] and [NewKeyedClient].)
+// [NewClient] and [NewKeyedClient] build client interceptors,
+// [Client.Unary] and [Client.Stream], for clients of rate-limited gRPC
+// services. Each call first waits for the client's limiter (refused at
+// once when the wait would outlast its deadline), then for any pause a
+// server asked for. A server answering codes.ResourceExhausted with an
+// errdetails.RetryInfo pauses the calls of that answer's scope
+// ([WithPauseScope]: the target by default, or the method, or the limiter
+// key) for the RetryDelay, capped by [WithMaxPause] (1 h); a hint that is
+// missing, negative or invalid pauses nothing. Calls whose context carries
+// [MarkRetrySafe] are retried after the pause, up to [WithRetries] times;
+// gRPC methods say nothing about idempotency, so no other call is. A
+// ResourceExhausted without RetryInfo (a cost that can never fit) is
+// neither paused for nor retried. Streams are paused for, never retried.
+// A call the client does not send fails with a gRPC status error
+// (Canceled, DeadlineExceeded, ResourceExhausted) that also matches its
+// cause with errors.Is: context.DeadlineExceeded, [ErrPauseDeadline],
+// [ratelimit.ErrDeadline], [ratelimit.ErrExceedsLimit], ...
 package grpclimit
