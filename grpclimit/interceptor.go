@@ -116,11 +116,11 @@ const DefaultErrorReportInterval = 10 * time.Second
 // uncharged. Denial always beats exemption.
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
-// empty, a Limit has no Key or no Limiter, a negative Window, a name that
-// is not printable ASCII or the name of another Limit ("default" counts as
-// the name of a Limit without one), an ExemptKeys entry that is also in
-// its DeniedKeys, and for an invalid option or one that does not apply to
-// New.
+// empty, a Limit has no Key (or a key helper given nothing to key by, such
+// as KeyByUser(nil)) or no Limiter, a negative Window, a name that is not
+// printable ASCII or the name of another Limit ("default" counts as the
+// name of a Limit without one), an ExemptKeys entry that is also in its
+// DeniedKeys, and for an invalid option or one that does not apply to New.
 func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{fields: AllFields, reportEvery: DefaultErrorReportInterval}
 	if err := applyOptions(&config{to: forServer, s: i}, opts); err != nil {
@@ -143,6 +143,9 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 			return nil, configError("grpclimit.Limit.Name must be unique, got %q twice", name)
 		}
 		names[name] = true
+		if l.Key != nil && isInvalid(l.Key) {
+			return nil, configError("grpclimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function, an empty metadata name or no keys (KeyByUser, KeyByMetadata, When, FirstOf, Combine)", name)
+		}
 		sl := limitset.Limit[inCall]{
 			Name:       l.Name,
 			Key:        callKey(l.Key),

@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"reflect"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
@@ -60,6 +61,9 @@ func serviceOf(method string) (string, bool) {
 // by an earlier interceptor), or add a limit keyed by peer ([KeyByPeer]) as
 // well.
 func KeyByMetadata(name string) KeyFunc {
+	if name == "" {
+		return invalidKey
+	}
 	name = strings.ToLower(name)
 	return func(ctx context.Context, _ string) (string, bool) {
 		for _, v := range metadata.ValueFromIncomingContext(ctx, name) {
@@ -79,6 +83,9 @@ func KeyByAPIKey() KeyFunc { return KeyByMetadata(MetadataAPIKey) }
 // (set by an authentication interceptor that runs earlier). Calls for which
 // user reports false, or an empty ID, are not charged.
 func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
+	if user == nil {
+		return invalidKey
+	}
 	return func(ctx context.Context, _ string) (string, bool) {
 		id, ok := user(ctx)
 		if !ok || id == "" {
@@ -91,6 +98,9 @@ func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
 // When applies key only to calls for which match reports true, such as
 // [IsMethod]("/pkg.Auth/Login").
 func When(match func(ctx context.Context, method string) bool, key KeyFunc) KeyFunc {
+	if match == nil || isInvalid(key) {
+		return invalidKey
+	}
 	return func(ctx context.Context, method string) (string, bool) {
 		if !match(ctx, method) {
 			return "", false
@@ -120,6 +130,9 @@ func IsService(service string) func(ctx context.Context, method string) bool {
 // FirstOf keys a call by the first of keys that applies to it, such as the
 // API key if there is one and else the peer address.
 func FirstOf(keys ...KeyFunc) KeyFunc {
+	if anyInvalid(keys) {
+		return invalidKey
+	}
 	keys = append([]KeyFunc(nil), keys...)
 	return func(ctx context.Context, method string) (string, bool) {
 		for _, k := range keys {
@@ -137,6 +150,9 @@ func FirstOf(keys ...KeyFunc) KeyFunc {
 // part is escaped with '\', so distinct combinations never share a key (the
 // same keys as httplimit's Combine).
 func Combine(keys ...KeyFunc) KeyFunc {
+	if anyInvalid(keys) {
+		return invalidKey
+	}
 	keys = append([]KeyFunc(nil), keys...)
 	return func(ctx context.Context, method string) (string, bool) {
 		var b strings.Builder
@@ -161,4 +177,33 @@ func Combine(keys ...KeyFunc) KeyFunc {
 		}
 		return b.String(), true
 	}
+}
+
+// invalidKey is what a key helper returns when it is given nothing to key
+// by: a nil function, an empty metadata name, no keys at all. [New] refuses
+// a Limit whose Key is one (When, FirstOf and Combine pass it up), so the
+// mistake shows at start-up, not as a panic on the first call, which would
+// take the whole server down. Hidden from New inside a KeyFunc of the
+// caller's own, it keys every call alike: they are limited together, never
+// let through uncharged.
+func invalidKey(context.Context, string) (string, bool) { return "", true }
+
+var invalidKeyPC = reflect.ValueOf(invalidKey).Pointer()
+
+// isInvalid reports whether k is nil or [invalidKey].
+func isInvalid(k KeyFunc) bool {
+	return k == nil || reflect.ValueOf(k).Pointer() == invalidKeyPC
+}
+
+// anyInvalid reports whether keys is empty or holds an invalid KeyFunc.
+func anyInvalid(keys []KeyFunc) bool {
+	if len(keys) == 0 {
+		return true
+	}
+	for _, k := range keys {
+		if isInvalid(k) {
+			return true
+		}
+	}
+	return false
 }

@@ -52,7 +52,6 @@ func TestKeyFuncs(t *testing.T) {
 		{"first of: api key", grpclimit.FirstOf(grpclimit.KeyByAPIKey(), grpclimit.KeyByMethod()), withMD("x-api-key", "k1"), m, "k1", true},
 		{"first of: method", grpclimit.FirstOf(grpclimit.KeyByAPIKey(), grpclimit.KeyByMethod()), bg, m, m, true},
 		{"first of: none", grpclimit.FirstOf(grpclimit.KeyByAPIKey()), bg, m, "", false},
-		{"first of: empty", grpclimit.FirstOf(), bg, m, "", false},
 		{"when method", grpclimit.When(grpclimit.IsMethod(m), grpclimit.KeyByAPIKey()), withMD("x-api-key", "k1"), m, "k1", true},
 		{"when other method", grpclimit.When(grpclimit.IsMethod(m), grpclimit.KeyByAPIKey()), withMD("x-api-key", "k1"), "/pkg.Svc/Put", "", false},
 		{"when service", grpclimit.When(grpclimit.IsService("pkg.Svc"), grpclimit.KeyByMethod()), bg, "/pkg.Svc/Put", "/pkg.Svc/Put", true},

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"strings"
 )
 
@@ -16,21 +17,25 @@ import (
 // collide. A KeyFunc must be safe for concurrent use.
 type KeyFunc func(r *http.Request) (key string, ok bool)
 
-// KeyByHeader keys requests by the value of the named header. Requests
-// without it (or with an empty value) are not charged.
+// KeyByHeader keys requests by the first non-empty value of the named
+// header. Requests without one are not charged.
 //
 // A header is whatever the client says it is: a client that can invent
 // values can spread its traffic over as many keys as it likes. Key by a
 // header only once its value has been authenticated (an API key checked by
 // an earlier middleware), or add a limit keyed by client address as well.
 func KeyByHeader(name string) KeyFunc {
+	if name == "" {
+		return invalidKey
+	}
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, bool) {
-		v := r.Header[name]
-		if len(v) == 0 || v[0] == "" {
-			return "", false
+		for _, v := range r.Header[name] {
+			if v != "" {
+				return v, true
+			}
 		}
-		return v[0], true
+		return "", false
 	}
 }
 
@@ -51,6 +56,9 @@ var defaultResolver, _ = NewIPResolver()
 // context (set by an authentication middleware that runs earlier).
 // Requests for which user reports false (anonymous) are not charged.
 func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
+	if user == nil {
+		return invalidKey
+	}
 	return func(r *http.Request) (string, bool) {
 		id, ok := user(r.Context())
 		if !ok || id == "" {
@@ -89,6 +97,9 @@ func KeyByRoute() KeyFunc {
 // r.Pattern). Requests the mux has no pattern for are keyed "" (one shared
 // key for all of them).
 func KeyByMuxRoute(mux *http.ServeMux) KeyFunc {
+	if mux == nil {
+		return invalidKey
+	}
 	return func(r *http.Request) (string, bool) {
 		if routePattern(r) != "" {
 			return routePattern(r), true
@@ -101,6 +112,9 @@ func KeyByMuxRoute(mux *http.ServeMux) KeyFunc {
 // When applies key only to requests for which match reports true, such as
 // [IsRoute]("POST /login").
 func When(match func(r *http.Request) bool, key KeyFunc) KeyFunc {
+	if match == nil || reflect.ValueOf(match).Pointer() == invalidMatchPC || isInvalid(key) {
+		return invalidKey
+	}
 	return func(r *http.Request) (string, bool) {
 		if !match(r) {
 			return "", false
@@ -145,6 +159,9 @@ func IsRoute(route string) func(r *http.Request) bool {
 // served by a GET pattern, subtrees and precedence all count as the mux
 // decides.
 func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
+	if mux == nil {
+		return invalidMatch
+	}
 	return func(r *http.Request) bool {
 		if routePattern(r) != "" {
 			return routePattern(r) == route
@@ -157,6 +174,9 @@ func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
 // FirstOf keys a request by the first of keys that applies to it, such as
 // the API key if there is one and else the client address.
 func FirstOf(keys ...KeyFunc) KeyFunc {
+	if anyInvalid(keys) {
+		return invalidKey
+	}
 	keys = append([]KeyFunc(nil), keys...)
 	return func(r *http.Request) (string, bool) {
 		for _, k := range keys {
@@ -173,6 +193,9 @@ func FirstOf(keys ...KeyFunc) KeyFunc {
 // keys applies. The parts are joined with '|', and a '|' or '\' inside a
 // part is escaped with '\', so distinct combinations never share a key.
 func Combine(keys ...KeyFunc) KeyFunc {
+	if anyInvalid(keys) {
+		return invalidKey
+	}
 	keys = append([]KeyFunc(nil), keys...)
 	return func(r *http.Request) (string, bool) {
 		var b strings.Builder
@@ -197,4 +220,40 @@ func Combine(keys ...KeyFunc) KeyFunc {
 		}
 		return b.String(), true
 	}
+}
+
+// invalidKey is what a key helper returns when it is given nothing to key
+// by: a nil function or mux, an empty header name, no keys at all. [New]
+// refuses a Limit whose Key is one (When, FirstOf and Combine pass it up),
+// so the mistake shows at start-up rather than as a panic on every
+// request. Hidden from New inside a KeyFunc of the caller's own, it keys
+// every request alike: they are limited together, never let through
+// uncharged.
+func invalidKey(*http.Request) (string, bool) { return "", true }
+
+// invalidMatch is what IsMuxRoute returns for a nil mux: it matches every
+// request (charged, never let through), and When turns it into invalidKey.
+func invalidMatch(*http.Request) bool { return true }
+
+var (
+	invalidKeyPC   = reflect.ValueOf(invalidKey).Pointer()
+	invalidMatchPC = reflect.ValueOf(invalidMatch).Pointer()
+)
+
+// isInvalid reports whether k is nil or [invalidKey].
+func isInvalid(k KeyFunc) bool {
+	return k == nil || reflect.ValueOf(k).Pointer() == invalidKeyPC
+}
+
+// anyInvalid reports whether keys is empty or holds an invalid KeyFunc.
+func anyInvalid(keys []KeyFunc) bool {
+	if len(keys) == 0 {
+		return true
+	}
+	for _, k := range keys {
+		if isInvalid(k) {
+			return true
+		}
+	}
+	return false
 }

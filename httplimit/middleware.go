@@ -188,11 +188,12 @@ type Middleware struct {
 // [Limit.ExemptKeys] through uncharged. Denial always beats exemption.
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
-// empty, a Limit has no Key or no Limiter, a negative Window, a name that
-// is not printable ASCII or the name of another Limit ("default" counts as
-// the name of a Limit without one), an ExemptKeys entry that is also in
-// its DeniedKeys, and for an invalid option or one that does not apply to
-// a middleware.
+// empty, a Limit has no Key (or a key helper given nothing to key by, such
+// as KeyByUser(nil)) or no Limiter, a negative Window, a name that is not
+// printable ASCII or the name of another Limit ("default" counts as the
+// name of a Limit without one), an ExemptKeys entry that is also in its
+// DeniedKeys, and for an invalid option or one that does not apply to a
+// middleware.
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: DefaultErrorReportInterval}
 	if err := applyOptions(&config{to: forMiddleware, m: m}, opts); err != nil {
@@ -203,6 +204,13 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	}
 	ls := make([]limitset.Limit[*http.Request], len(limits))
 	for i, l := range limits {
+		if l.Key != nil && isInvalid(l.Key) {
+			name := l.Name
+			if name == "" {
+				name = "default"
+			}
+			return nil, configError("httplimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function or mux, an empty header name or no keys (KeyByUser, KeyByHeader, KeyByMuxRoute, When, FirstOf, Combine)", name)
+		}
 		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Window: l.Window,
 			Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
 	}

@@ -1,0 +1,58 @@
+package grpclimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+)
+
+// TestKeyHelpersRefuseNil: a key helper given a nil function or an empty
+// metadata name used to pass New and panic on the first call, which takes
+// the whole gRPC server down (grpc-go does not recover handler panics).
+// New now refuses it with an error, and a broken key that New cannot see
+// (inside a KeyFunc of the caller's own) keys every call alike: limited
+// together, never a panic, never uncharged.
+func TestKeyHelpersRefuseNil(t *testing.T) {
+	method := grpclimit.KeyByMethod()
+	broken := map[string]grpclimit.KeyFunc{
+		"KeyByUser(nil)":           grpclimit.KeyByUser(nil),
+		"KeyByMetadata(\"\")":      grpclimit.KeyByMetadata(""),
+		"When(nil, method)":        grpclimit.When(nil, method),
+		"When(IsMethod, nil)":      grpclimit.When(grpclimit.IsMethod(mUnary), nil),
+		"FirstOf(nil)":             grpclimit.FirstOf(nil),
+		"FirstOf()":                grpclimit.FirstOf(),
+		"Combine(nil, method)":     grpclimit.Combine(nil, method),
+		"Combine()":                grpclimit.Combine(),
+		"Combine(KeyByUser(nil))":  grpclimit.Combine(method, grpclimit.KeyByUser(nil)),
+		"FirstOf(When(nil,...))":   grpclimit.FirstOf(grpclimit.When(nil, method)),
+		"When(m, KeyByMetadata())": grpclimit.When(grpclimit.IsMethod(mUnary), grpclimit.KeyByMetadata("")),
+	}
+	for name, k := range broken {
+		t.Run(name, func(t *testing.T) {
+			lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(epoch))
+			_, err := grpclimit.New([]grpclimit.Limit{{Name: "u", Key: k, Limiter: lim}})
+			require.Error(t, err, "New accepted a Limit whose key helper was given nil")
+			assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
+			assert.Contains(t, err.Error(), `ratelimit: invalid configuration: grpclimit.Limit.Key of limit "u"`)
+
+			// Hidden from New in a closure of the caller's own: every call
+			// shares one key, so the second is denied.
+			hidden := func(ctx context.Context, m string) (string, bool) { return k(ctx, m) }
+			ic := newIC(t, []grpclimit.Limit{{Name: "u", Key: hidden, Limiter: lim}})
+			call := func() error {
+				_, err := ic.Unary()(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: mUnary},
+					func(context.Context, any) (any, error) { return nil, nil })
+				return err
+			}
+			require.NotPanics(t, func() { assert.NoError(t, call(), "first call") })
+			assert.Error(t, call(), "second call: a broken key must limit, not let through")
+		})
+	}
+}
