@@ -72,14 +72,18 @@ func retrySafe(ctx context.Context) bool {
 }
 
 // NewClient returns client interceptors that wait for lim before each
-// call; a nil lim waits for nothing but the pauses servers ask for. The
+// call; a nil lim waits for nothing but the pauses servers ask for (a typed
+// nil, such as a nil *ratelimit.TokenBucket, is a mistake and an error). The
 // options that apply are [WithCost], [WithClock], [WithRetries],
 // [WithMaxRetryWait], [WithMaxPause], [WithPauseScope] (not
 // [PauseByKey]) and [WithPauseHook]; any other, or an invalid one, is an
 // error wrapping [ratelimit.ErrInvalidConfig].
 func NewClient(lim ratelimit.Limiter, opts ...Option) (*Client, error) {
+	if lim != nil && typednil.Is(lim) {
+		return nil, configError("grpclimit.NewClient: the limiter is a nil %T; pass nil for no limiter", lim)
+	}
 	var wait func(context.Context, string, int) error
-	if lim != nil && !typednil.Is(lim) {
+	if lim != nil {
 		wait = func(ctx context.Context, _ string, n int) error { return lim.WaitN(ctx, n) }
 	}
 	return newClient("NewClient", wait, nil, opts)
@@ -103,8 +107,8 @@ func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*C
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("grpclimit.NewKeyedClient: the limiter must not be nil, got %T", lim)
 	}
-	if key == nil {
-		return nil, configError("grpclimit.NewKeyedClient: the key function must not be nil, got nil")
+	if isInvalid(key) {
+		return nil, configError("grpclimit.NewKeyedClient: the key function must not be nil or a key helper given nothing to key by (such as KeyByUser(nil))")
 	}
 	wait := func(ctx context.Context, k string, n int) error { return lim.WaitN(ctx, k, n) }
 	return newClient("NewKeyedClient", wait, key, opts)

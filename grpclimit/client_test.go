@@ -607,9 +607,9 @@ func TestClientOptions(t *testing.T) {
 	var c Client
 	assert.Error(t, c.setClock((*timerClock)(nil)), "setClock checks for a typed nil on its own")
 
-	c1, err := NewClient((*ratelimit.TokenBucket)(nil), nil, WithPauseScope(PauseByMethod), WithPauseHook(nil))
-	require.NoError(t, err, "a typed nil limiter and a nil option")
-	assert.Nil(t, c1.wait, "a typed nil limiter is no limiter")
+	c1, err := NewClient(nil, nil, WithPauseScope(PauseByMethod), WithPauseHook(nil))
+	require.NoError(t, err, "a nil limiter and a nil option")
+	assert.Nil(t, c1.wait, "a nil limiter is no limiter")
 	_, err = NewKeyedClient(kl, byTenant, WithPauseScope(PauseByKey), WithRetries(1), WithMaxRetryWait(0), WithMaxPause(time.Second))
 	require.NoError(t, err)
 	assert.Equal(t, "PauseByKey", PauseByKey.String())

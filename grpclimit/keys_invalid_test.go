@@ -56,3 +56,22 @@ func TestKeyHelpersRefuseNil(t *testing.T) {
 		})
 	}
 }
+
+// TestClientRefusesTypedNilAndInvalidKeys: a typed nil limiter used to be
+// taken for "no limiter" (every call sent unlimited), and a key helper
+// given nothing to key by went unnoticed. Both are configuration errors.
+func TestClientRefusesTypedNilAndInvalidKeys(t *testing.T) {
+	var tb *ratelimit.TokenBucket
+	_, err := grpclimit.NewClient(tb)
+	require.Error(t, err, "NewClient(typed nil)")
+	assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
+	assert.Contains(t, err.Error(), "grpclimit.NewClient: the limiter is a nil *ratelimit.TokenBucket")
+
+	_, err = grpclimit.NewClient(nil)
+	assert.NoError(t, err, "an untyped nil limiter is documented: obey the server alone")
+
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(epoch))
+	_, err = grpclimit.NewKeyedClient(lim, grpclimit.KeyByUser(nil))
+	require.Error(t, err, "NewKeyedClient(KeyByUser(nil))")
+	assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
+}

@@ -68,3 +68,23 @@ func TestKeyByHeaderFirstNonEmpty(t *testing.T) {
 	assert.Equal(t, "secret", k)
 	assert.True(t, ok)
 }
+
+// TestTransportRefusesTypedNilAndInvalidKeys: a typed nil limiter used to
+// be taken for "no limiter" (every request sent unlimited), and a key
+// helper given nothing to key by went unnoticed. Both are configuration
+// errors.
+func TestTransportRefusesTypedNilAndInvalidKeys(t *testing.T) {
+	var tb *ratelimit.TokenBucket
+	_, err := NewTransport(nil, tb)
+	require.Error(t, err, "NewTransport(typed nil)")
+	assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
+	assert.Contains(t, err.Error(), "httplimit.NewTransport: the limiter is a nil *ratelimit.TokenBucket")
+
+	_, err = NewTransport(nil, nil)
+	assert.NoError(t, err, "an untyped nil limiter is documented: obey the server alone")
+
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), nil)
+	_, err = NewKeyedTransport(nil, lim, KeyByUser(nil))
+	require.Error(t, err, "NewKeyedTransport(KeyByUser(nil))")
+	assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
+}

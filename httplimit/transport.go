@@ -88,13 +88,17 @@ func retrySafe(req *http.Request) bool {
 
 // NewTransport returns a transport sending requests through base
 // (http.DefaultTransport if nil) after waiting for lim. A nil lim waits for
-// nothing but the pauses servers ask for. The options that apply are
-// [WithClock], [WithCost], [WithRetries], [WithMaxRetryWait],
-// [WithMaxPause] and [WithPauseHook]; any other is an error wrapping
-// [ratelimit.ErrInvalidConfig].
+// nothing but the pauses servers ask for; a typed nil (a nil
+// *ratelimit.TokenBucket, say) is a mistake, not "no limiter", and an
+// error. The options that apply are [WithClock], [WithCost],
+// [WithRetries], [WithMaxRetryWait], [WithMaxPause] and [WithPauseHook];
+// any other is an error wrapping [ratelimit.ErrInvalidConfig].
 func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option) (*Transport, error) {
+	if lim != nil && typednil.Is(lim) {
+		return nil, configError("httplimit.NewTransport: the limiter is a nil %T; pass nil for no limiter", lim)
+	}
 	var wait func(context.Context, string, int) error
-	if lim != nil && !typednil.Is(lim) {
+	if lim != nil {
 		wait = func(ctx context.Context, _ string, n int) error { return lim.WaitN(ctx, n) }
 	}
 	return newTransport(base, wait, nil, opts)
@@ -118,8 +122,8 @@ func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key K
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("httplimit.NewKeyedTransport: the limiter must not be nil, got %T", lim)
 	}
-	if key == nil {
-		return nil, configError("httplimit.NewKeyedTransport: the key function must not be nil, got nil")
+	if isInvalid(key) {
+		return nil, configError("httplimit.NewKeyedTransport: the key function must not be nil or a key helper given nothing to key by (such as KeyByUser(nil))")
 	}
 	wait := func(ctx context.Context, k string, n int) error { return lim.WaitN(ctx, k, n) }
 	return newTransport(base, wait, key, opts)
