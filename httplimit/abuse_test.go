@@ -20,6 +20,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/clientip"
 	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -570,7 +571,7 @@ func FuzzRateLimitFields(f *testing.F) {
 		var joined []string
 		for rest, more := raw, true; more; {
 			var part string
-			part, rest, more = cutTopLevel(rest, ',')
+			part, rest, more = clientip.CutTopLevel(rest, ',')
 			joined = append(joined, part)
 		}
 		if strings.Join(joined, ",") != raw {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/clientip"
 	"github.com/rlkit/ratelimit/internal/pausemap"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
@@ -367,13 +368,13 @@ func ParseRateLimitReset(lines []string) (time.Duration, bool) {
 	for _, line := range lines {
 		for rest, more := line, true; more; {
 			var item string
-			item, rest, more = cutTopLevel(rest, ',')
+			item, rest, more = clientip.CutTopLevel(rest, ',')
 			var t time.Duration
 			hasT, exhausted := false, false
-			_, params, hasParams := cutTopLevel(item, ';') // skip the item's value (the policy name)
+			_, params, hasParams := clientip.CutTopLevel(item, ';') // skip the item's value (the policy name)
 			for hasParams {
 				var param string
-				param, params, hasParams = cutTopLevel(params, ';')
+				param, params, hasParams = clientip.CutTopLevel(params, ';')
 				k, v, ok := strings.Cut(strings.TrimSpace(param), "=")
 				if !ok {
 					continue
@@ -393,24 +394,6 @@ func ParseRateLimitReset(lines []string) (time.Duration, bool) {
 		}
 	}
 	return best, found
-}
-
-// cutTopLevel slices s around the first sep outside RFC 8941 Strings,
-// returning the text before and after it; found is false, and before is
-// all of s, when there is none.
-func cutTopLevel(s string, sep byte) (before, after string, found bool) {
-	quoted := false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case !quoted && c == sep:
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 var _ http.RoundTripper = (*Transport)(nil)

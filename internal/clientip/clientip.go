@@ -344,7 +344,7 @@ func escapedAt(s string, j int) bool {
 func ForwardedFor(elem string) string {
 	for elem != "" {
 		var pair string
-		pair, elem, _ = cutTopLevel(elem, ';')
+		pair, elem, _ = CutTopLevel(elem, ';')
 		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
 			continue
@@ -361,10 +361,12 @@ func ForwardedFor(elem string) string {
 	return ""
 }
 
-// cutTopLevel cuts s around the first sep outside a quoted string (with
-// backslash quoted-pairs inside). httplimit's transport has the same
-// splitter for the header fields it reads.
-func cutTopLevel(s string, sep byte) (before, after string, found bool) {
+// CutTopLevel cuts s around the first sep outside a quoted string (with
+// backslash quoted-pairs inside: RFC 7230 quoted-string, RFC 8941 String),
+// returning the text before and after it; found is false, and before is
+// all of s, when there is none. httplimit's transport splits the RateLimit
+// fields it reads with it too.
+func CutTopLevel(s string, sep byte) (before, after string, found bool) {
 	quoted := false
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
