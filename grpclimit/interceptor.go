@@ -214,8 +214,10 @@ func (i *Interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 // like a unary call, in the limits without [Limit.Messages]; with limits
 // that have it, each message the handler receives (RecvMsg) is charged in
 // them, and a denied message makes RecvMsg return the denial error: the
-// message is dropped, and a handler that returns that error ends the
-// stream with it.
+// message is dropped (RecvMsg resets it), and a handler that returns that
+// error ends the stream with it. When the last message a handler received
+// was denied, the denial's fields are set as the stream's trailer when the
+// handler returns, once however many messages it skipped.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor { return i.stream }
 
 func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -224,10 +226,13 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			return err
 		}
 	}
-	if i.msgs != nil {
-		ss = &limitedStream{ServerStream: ss, i: i, method: info.FullMethod}
+	if i.msgs == nil {
+		return handler(srv, ss)
 	}
-	return handler(srv, ss)
+	ls := &limitedStream{ServerStream: ss, i: i, method: info.FullMethod}
+	err := handler(srv, ls)
+	ls.setTrailer()
+	return err
 }
 
 // admit decides a call (a unary call when ss is nil, else a stream's
@@ -247,11 +252,11 @@ func (i *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerSt
 		return nil
 	case limitset.Admitted:
 		if i.fields != NoFields && v.From >= 0 && (!v.Shadow() || i.shadowFields) {
-			i.setFields(ctx, ss, i.calls, &v, false)
+			i.setFields(ctx, ss, i.calls, &v)
 		}
 		return nil
 	case limitset.Denied:
-		i.setFields(ctx, ss, i.calls, &v, false)
+		i.setFields(ctx, ss, i.calls, &v)
 		return i.deny(ctx, method, &v, false)
 	case limitset.Listed:
 		return i.denyListed(ctx, method, &v, false)
@@ -259,17 +264,14 @@ func (i *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerSt
 	return ctxError(ctx)
 }
 
-// setFields sends the rate-limit fields of v: as header metadata, or as
-// trailer metadata for a stream message (the header may be sent already).
-func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, set *limitset.Set[inCall], v *limitset.Verdict[inCall], trailer bool) {
+// setFields sends the rate-limit fields of v as header metadata.
+func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, set *limitset.Set[inCall], v *limitset.Verdict[inCall]) {
 	md := make(metadata.MD, 6)
 	set.WriteFields(md, &grpcNames, limitset.FieldSet(i.fields), v)
 	if len(md) == 0 {
 		return
 	}
 	switch {
-	case trailer:
-		ss.SetTrailer(md)
 	case ss != nil:
 		_ = ss.SetHeader(md)
 	default:

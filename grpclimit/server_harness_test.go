@@ -11,8 +11,10 @@ import (
 	"github.com/rlkit/ratelimit/grpclimit"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 )
 
@@ -24,6 +26,12 @@ type testService struct {
 	received atomic.Int64 // stream messages the handlers received
 	// unaryErr, when set, is the error UnaryCall returns.
 	unaryErr func(ctx context.Context) error
+	// keepOnDenial makes StreamingInputCall count a ResourceExhausted
+	// receive in dropped and go on receiving, as a handler that skips
+	// denied messages does; leaked counts the denied messages whose
+	// payload was still in the message RecvMsg filled.
+	keepOnDenial    bool
+	dropped, leaked atomic.Int64
 }
 
 func (s *testService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
@@ -43,16 +51,25 @@ func (s *testService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Emp
 
 // StreamingInputCall counts the messages it receives until the client
 // closes its side, and answers their number; a receive error ends the
-// stream with that error.
+// stream with that error. It receives with RecvMsg into one message, as
+// handlers that reuse a message do.
 func (s *testService) StreamingInputCall(stream testgrpc.TestService_StreamingInputCallServer) error {
 	s.served.Add(1)
 	var n int32
+	m := new(testgrpc.StreamingInputCallRequest)
 	for {
-		_, err := stream.Recv()
+		err := stream.RecvMsg(m)
 		if errors.Is(err, io.EOF) {
 			return stream.SendAndClose(&testgrpc.StreamingInputCallResponse{AggregatedPayloadSize: n})
 		}
 		if err != nil {
+			if s.keepOnDenial && status.Code(err) == codes.ResourceExhausted {
+				s.dropped.Add(1)
+				if m.GetPayload() != nil {
+					s.leaked.Add(1)
+				}
+				continue
+			}
 			return err
 		}
 		n++

@@ -30,7 +30,7 @@ func sendInput(t *testing.T, c testgrpc.TestServiceClient, key string, n int) in
 	s, err := c.StreamingInputCall(ctx)
 	require.NoError(t, err)
 	for i := 0; i < n; i++ {
-		if err := s.Send(&testgrpc.StreamingInputCallRequest{}); err != nil {
+		if err := s.Send(&testgrpc.StreamingInputCallRequest{Payload: &testgrpc.Payload{Body: []byte("item")}}); err != nil {
 			break // the server ended the stream: CloseAndRecv has its status
 		}
 	}
@@ -176,4 +176,51 @@ func TestStreamRecvErrorsPassThrough(t *testing.T) {
 	d, err := msgs.Peek(context.Background(), mInput, 0)
 	require.NoError(t, err)
 	assert.Equal(t, 2, d.Remaining, "io.EOF was charged")
+}
+
+// TestStreamDeniedMessagesTrailerOnce: a handler that skips denied
+// messages and keeps receiving gets the denial's fields in its trailer
+// once, however many messages are denied: each denial appending its own
+// fields grew the trailer without bound, past the client's header limit.
+// A denied message is not left in the message RecvMsg was given.
+func TestStreamDeniedMessagesTrailerOnce(t *testing.T) {
+	t.Parallel()
+	mock := newMock(epoch)
+	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
+	svc := &testService{keepOnDenial: true}
+	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))
+	const sent = 2000
+	in := sendInput(t, c, "k1", sent)
+	require.NoError(t, in.err, "the handler skipped the denied messages")
+	assert.Equal(t, int32(2), in.n)
+	assert.Equal(t, int64(sent-2), svc.dropped.Load())
+	assert.Zero(t, svc.leaked.Load(), "a denied message was left decoded in the handler's message")
+	for _, name := range []string{"ratelimit-policy", "ratelimit", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after"} {
+		assert.Equal(t, 1, len(in.trailer.Get(name)), "values of trailer field %s", name)
+	}
+	assert.Equal(t, "60", fieldsOf(in.trailer).retry)
+}
+
+// TestStreamTrailerOnlyForLastDenial: a handler that skipped a denied
+// message and then received admitted ones ends without the denial's
+// fields in its trailer: they no longer describe the stream's quota.
+func TestStreamTrailerOnlyForLastDenial(t *testing.T) {
+	t.Parallel()
+	mock := newMock(epoch)
+	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
+	svc := &testService{keepOnDenial: true}
+	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))
+	s, err := c.StreamingInputCall(withKey(context.Background(), "k1"))
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		require.NoError(t, s.Send(&testgrpc.StreamingInputCallRequest{}))
+	}
+	require.Eventually(t, func() bool { return svc.dropped.Load() == 1 }, 10*time.Second, time.Millisecond, "the third message is denied")
+	mock.Add(time.Minute)
+	require.NoError(t, s.Send(&testgrpc.StreamingInputCallRequest{}))
+	resp, err := s.CloseAndRecv()
+	require.NoError(t, err)
+	assert.Equal(t, int32(3), resp.GetAggregatedPayloadSize())
+	assert.Empty(t, s.Trailer().Get("retry-after"), "a stale denial's fields in the trailer")
+	assert.Empty(t, s.Trailer().Get("ratelimit"))
 }
