@@ -42,10 +42,10 @@ import (
 // usable. A Client is safe for concurrent use, and one Client may serve
 // several connections: pauses belong to each connection's target.
 type Client struct {
-	wait     func(ctx context.Context, key string, n int) error // nil: no limiter
-	key      KeyFunc                                            // nil: one key, ""
-	cost     func(ctx context.Context, method string) int       // nil: 1
-	clock    ratelimit.Clock                                    // nil: the real clock
+	wait     func(ctx context.Context, key string, n int) error    // nil: no limiter
+	key      KeyFunc                                               // nil: one key, ""
+	cost     func(ctx context.Context, method string, req any) int // nil: 1
+	clock    ratelimit.Clock                                       // nil: the real clock
 	ts       timesrc.Source
 	retries  int
 	maxRetry time.Duration
@@ -127,7 +127,7 @@ func newClient(name string, wait func(context.Context, string, int) error, key K
 }
 
 // setCost is the client side of WithCost: nil restores the default cost 1.
-func (c *Client) setCost(cost func(ctx context.Context, method string) int) error {
+func (c *Client) setCost(cost func(ctx context.Context, method string, req any) int) error {
 	c.cost = cost
 	return nil
 }
@@ -184,8 +184,9 @@ type outCall struct {
 	built  bool   // scope is built
 }
 
-// start reads what a call needs from its context: its key and cost.
-func (c *Client) start(ctx context.Context, cc *grpc.ClientConn, method string) (outCall, error) {
+// start reads what a call needs from its context: its key and cost. req is
+// the unary call's request, nil for a stream.
+func (c *Client) start(ctx context.Context, cc *grpc.ClientConn, method string, req any) (outCall, error) {
 	cl := outCall{ctx: ctx, method: method, n: 1}
 	if cc != nil {
 		cl.target = cc.Target()
@@ -198,7 +199,7 @@ func (c *Client) start(ctx context.Context, cc *grpc.ClientConn, method string) 
 		cl.key = k
 	}
 	if c.cost != nil {
-		cl.n = c.cost(ctx, method)
+		cl.n = c.cost(ctx, method, req)
 	}
 	return cl, nil
 }
@@ -270,7 +271,7 @@ func (c *Client) obey(cl *outCall, err error) (time.Duration, bool) {
 // grpc.WithChainUnaryInterceptor(c.Unary()).
 func (c *Client) Unary() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		cl, err := c.start(ctx, cc, method)
+		cl, err := c.start(ctx, cc, method, req)
 		if err != nil {
 			return err
 		}
@@ -300,7 +301,7 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 // grpc.WithChainStreamInterceptor(c.Stream()).
 func (c *Client) Stream() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		cl, err := c.start(ctx, cc, method)
+		cl, err := c.start(ctx, cc, method, nil)
 		if err != nil {
 			return nil, err
 		}

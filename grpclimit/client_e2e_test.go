@@ -51,7 +51,7 @@ func TestClientObeysServer(t *testing.T) {
 	require.NoError(t, err)
 	svc, addr := startLimitedServer(t, []Limit{{Name: "api", Key: KeyByMethod(), Limiter: kl}},
 		WithClock(clk),
-		WithCost(func(_ context.Context, method string) int {
+		WithCost(func(_ context.Context, method string, _ any) int {
 			if method == methodEmpty {
 				return 3 // above the limit: never fits
 			}

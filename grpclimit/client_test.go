@@ -126,7 +126,7 @@ func TestClientCostExceedsLimit(t *testing.T) {
 	svc, addr := startServer(t)
 	clk := newTimerClock()
 	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
-	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string) int {
+	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, _ any) int {
 		if method == methodEmpty {
 			return 0
 		}
@@ -141,6 +141,33 @@ func TestClientCostExceedsLimit(t *testing.T) {
 		require.NoError(t, err, "a call of cost 0 is not limited")
 	}
 	assert.Equal(t, 2, lim.AllowN(0).Remaining, "a cost-0 call must not be charged")
+}
+
+// TestClientCostFromRequest: WithCost is given a unary call's request,
+// so a batch waits for its size; a stream's creation is priced with a nil
+// request.
+func TestClientCostFromRequest(t *testing.T) {
+	t.Parallel()
+	_, addr := startServer(t)
+	clk := newTimerClock()
+	lim := newBucket(t, ratelimit.PerHour(1), 10, clk)
+	var streamReq []any
+	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, req any) int {
+		if r, ok := req.(*grpc_testing.SimpleRequest); ok {
+			return int(r.GetResponseSize())
+		}
+		streamReq = append(streamReq, req)
+		return 1
+	}))
+	tc, _ := dial(t, addr, c)
+	_, err := tc.UnaryCall(context.Background(), &grpc_testing.SimpleRequest{ResponseSize: 4})
+	require.NoError(t, err)
+	assert.Equal(t, 6, lim.AllowN(0).Remaining, "a batch of 4 waits for 4")
+	s, err := tc.FullDuplexCall(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, s.CloseSend())
+	assert.Equal(t, []any{nil}, streamReq, "a stream's creation has no request")
+	assert.Equal(t, 5, lim.AllowN(0).Remaining)
 }
 
 // TestClientPauseByTarget: a denial with RetryInfo pauses every call to
@@ -628,7 +655,7 @@ func TestClientPauseDuringLimiterWait(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
 			clk := newTimerClock()
-			c := newTestClient(t, newBucket(t, ratelimit.Per(1, 2*time.Second), 1, clk), nil, nil, clk, WithCost(func(_ context.Context, method string) int {
+			c := newTestClient(t, newBucket(t, ratelimit.Per(1, 2*time.Second), 1, clk), nil, nil, clk, WithCost(func(_ context.Context, method string, _ any) int {
 				if method == methodEmpty {
 					return 0 // not limited: it brings the pause
 				}

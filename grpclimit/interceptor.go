@@ -81,7 +81,7 @@ type Interceptor struct {
 	fields       FieldSet
 	shadowFields bool
 	denied       func(ctx context.Context, d Denial) error
-	cost         func(ctx context.Context, method string) int
+	cost         func(ctx context.Context, method string, req any) int
 	msgCost      func(ctx context.Context, method string, msg any) int
 	logger       report.Logger
 	reportEvery  time.Duration
@@ -202,7 +202,7 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor { return i.unary }
 
 func (i *Interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if i.calls != nil {
-		if err := i.admit(ctx, info.FullMethod, nil); err != nil {
+		if err := i.admit(ctx, info.FullMethod, req, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -222,7 +222,7 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor { return i.stream }
 
 func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if i.calls != nil {
-		if err := i.admit(ss.Context(), info.FullMethod, ss); err != nil {
+		if err := i.admit(ss.Context(), info.FullMethod, nil, ss); err != nil {
 			return err
 		}
 	}
@@ -235,17 +235,17 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	return err
 }
 
-// admit decides a call (a unary call when ss is nil, else a stream's
-// creation) in the call limits: nil to serve it, else the error to end it
-// with.
-func (i *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerStream) error {
+// admit decides a call (a unary call and its request when ss is nil, else
+// a stream's creation) in the call limits: nil to serve it, else the error
+// to end it with.
+func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc.ServerStream) error {
 	n := 1
 	if i.cost != nil {
-		n = i.cost(ctx, method)
+		n = i.cost(ctx, method, req)
 	}
-	req := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n}
+	call := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n}
 	var v limitset.Verdict[inCall]
-	switch i.calls.Decide(&req, &v, i.shadowFields, func() []slog.Attr {
+	switch i.calls.Decide(&call, &v, i.shadowFields, func() []slog.Attr {
 		return []slog.Attr{slog.String("method", method)}
 	}) {
 	case limitset.Pass:

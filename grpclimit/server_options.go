@@ -11,15 +11,17 @@ import (
 )
 
 // WithCost sets each call's cost, default 1: for the server interceptors
-// the n charged in every limit that applies to the call (for instance the
-// size of a batch), for a client the n it waits for in its limiter. method
-// is the call's full method name. A cost <= 0 exempts the call from the
-// limiters (a server still refuses the keys of [Limit.DeniedKeys]; a
-// client still honours the pauses servers ask for). A cost above a
-// limit's capacity can never succeed: the server denies it without
-// RetryInfo. A nil cost restores the default. For [New], [NewClient] and
-// [NewKeyedClient].
-func WithCost(cost func(ctx context.Context, method string) int) Option {
+// the n charged in every limit that applies to the call, for a client the
+// n it waits for in its limiter. method is the call's full method name;
+// req is a unary call's request (on a server as decoded, on a client as
+// about to be sent), so that a batch can cost its size, and nil for the
+// creation of a stream ([WithMessageCost] prices a stream's messages). A
+// cost <= 0 exempts the call from the limiters (a server still refuses
+// the keys of [Limit.DeniedKeys]; a client still honours the pauses
+// servers ask for). A cost above a limit's capacity can never succeed:
+// the server denies it without RetryInfo. A nil cost restores the
+// default. For [New], [NewClient] and [NewKeyedClient].
+func WithCost(cost func(ctx context.Context, method string, req any) int) Option {
 	return option{"WithCost", forServer | forClient, func(cfg *config) error {
 		switch cfg.to {
 		case forClient:

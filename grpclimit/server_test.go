@@ -379,7 +379,7 @@ func TestExemptAndDeniedKeys(t *testing.T) {
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{{
 		Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: lim,
 		ExemptKeys: []string{"internal"}, DeniedKeys: []string{"leaked"},
-	}}, grpclimit.WithClock(mock), grpclimit.WithObserver(&obs), grpclimit.WithCost(func(ctx context.Context, _ string) int {
+	}}, grpclimit.WithClock(mock), grpclimit.WithObserver(&obs), grpclimit.WithCost(func(ctx context.Context, _ string, _ any) int {
 		if v := metadata.ValueFromIncomingContext(ctx, "x-free"); len(v) > 0 {
 			return 0
 		}
@@ -598,4 +598,34 @@ func TestNewErrors(t *testing.T) {
 		assert.Contains(t, err.Error(), c.want, c.name)
 		assert.True(t, strings.HasPrefix(err.Error(), "ratelimit: "), "%s: %v", c.name, err)
 	}
+}
+
+// TestCostFromRequest: WithCost is given a unary call's request, so a
+// batch costs its size; a stream's creation is priced with a nil request.
+func TestCostFromRequest(t *testing.T) {
+	t.Parallel()
+	mock := newMock(epoch)
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)
+	var streamReq atomic.Value
+	c := serve(t, &testService{}, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: lim}},
+		grpclimit.WithClock(mock),
+		grpclimit.WithCost(func(_ context.Context, method string, req any) int {
+			if method == mInput {
+				streamReq.Store(fmt.Sprintf("%T", req))
+				return 1
+			}
+			return int(req.(*testgrpc.SimpleRequest).GetResponseSize())
+		})))
+	ctx := withKey(context.Background(), "k1")
+	var hdr metadata.MD
+	_, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 4}, grpc.Header(&hdr))
+	require.NoError(t, err)
+	assert.Equal(t, "6", fieldsOf(hdr).remaining, "a batch of 4 costs 4")
+	_, err = c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 7})
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "a batch of 7 does not fit in 6")
+	require.NoError(t, sendInput(t, c, "k1", 1).err)
+	assert.Equal(t, "<nil>", streamReq.Load(), "a stream's creation has no request")
+	_, err = c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 5}, grpc.Header(&hdr))
+	require.NoError(t, err)
+	assert.Equal(t, "0", fieldsOf(hdr).remaining)
 }
