@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+
+	"github.com/rlkit/ratelimit/internal/limitset"
 )
 
 // KeyFunc picks the key a request is charged under in one [Limit], such as
@@ -204,19 +206,7 @@ func Combine(keys ...KeyFunc) KeyFunc {
 			if !ok {
 				return "", false
 			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			if !strings.ContainsAny(s, `|\`) {
-				b.WriteString(s)
-				continue
-			}
-			for j := 0; j < len(s); j++ {
-				if s[j] == '|' || s[j] == '\\' {
-					b.WriteByte('\\')
-				}
-				b.WriteByte(s[j])
-			}
+			limitset.AppendKeyPart(&b, i, s)
 		}
 		return b.String(), true
 	}
