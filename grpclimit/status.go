@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/limitset"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -71,15 +72,7 @@ func DeniedError(d Denial) error {
 	if errors.Is(d.Err, ErrDenied) {
 		return errPermissionDenied
 	}
-	var msg string
-	switch {
-	case d.Never && d.Decision.Limit > 0:
-		msg = fmt.Sprintf("request cost exceeds rate limit %q (quota %d): it can never succeed, do not retry", d.Limit, d.Decision.Limit)
-	case d.Never:
-		msg = fmt.Sprintf("request refused by rate limit %q: it can never succeed, do not retry", d.Limit)
-	default:
-		msg = fmt.Sprintf("rate limit %q exceeded, retry in %d s", d.Limit, int64(d.RetryAfter/time.Second))
-	}
+	msg := limitset.DenialMessage(d.Limit, d.Never, d.Decision.Limit, int64(d.RetryAfter/time.Second))
 	st := status.New(codes.ResourceExhausted, msg)
 	details := make([]protoadapt.MessageV1, 0, 2)
 	if !d.Never && d.RetryAfter > 0 {

@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -127,15 +126,7 @@ func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 	w.WriteHeader(http.StatusTooManyRequests)
 	b := make([]byte, 0, 160)
 	b = append(b, `{"error":"Too Many Requests","message":`...)
-	var msg string
-	switch {
-	case d.Never && d.Decision.Limit > 0:
-		msg = fmt.Sprintf("request cost exceeds rate limit %q (quota %d): it can never succeed, do not retry", d.Limit, d.Decision.Limit)
-	case d.Never:
-		msg = fmt.Sprintf("request refused by rate limit %q: it can never succeed, do not retry", d.Limit)
-	default:
-		msg = fmt.Sprintf("rate limit %q exceeded, retry in %d s", d.Limit, d.RetryAfter)
-	}
+	msg := limitset.DenialMessage(d.Limit, d.Never, d.Decision.Limit, d.RetryAfter)
 	b = strconv.AppendQuote(b, msg) // ASCII names: a valid JSON string
 	if d.Never {
 		b = append(b, `,"retryNever":true}`...)

@@ -35,6 +35,7 @@ package limitset
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -245,4 +246,19 @@ func (e *Entry[R]) checkKeyLists(pkg string) error {
 	}
 	e.lists = e.exemptKeys != nil || e.deniedKeys != nil
 	return nil
+}
+
+// DenialMessage is the message of a denial by the limit named limit, the
+// same in httplimit's 429 body and grpclimit's status: never when the
+// request can never succeed (quota, when positive, is the limit it
+// exceeds), else retrySecs is the announced wait in seconds.
+func DenialMessage(limit string, never bool, quota int, retrySecs int64) string {
+	switch {
+	case never && quota > 0:
+		return fmt.Sprintf("request cost exceeds rate limit %q (quota %d): it can never succeed, do not retry", limit, quota)
+	case never:
+		return fmt.Sprintf("request refused by rate limit %q: it can never succeed, do not retry", limit)
+	default:
+		return fmt.Sprintf("rate limit %q exceeded, retry in %d s", limit, retrySecs)
+	}
 }
