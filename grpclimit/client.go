@@ -126,21 +126,6 @@ func newClient(name string, wait func(context.Context, string, int) error, key K
 	return c, nil
 }
 
-// setCost is the client side of WithCost: nil restores the default cost 1.
-func (c *Client) setCost(cost func(ctx context.Context, method string, req any) int) error {
-	c.cost = cost
-	return nil
-}
-
-// setClock is the client side of WithClock: nil restores the real clock.
-func (c *Client) setClock(clk ratelimit.Clock) error {
-	if clk != nil && typednil.Is(clk) {
-		return configError("grpclimit.WithClock: clock is a nil %T", clk)
-	}
-	c.clock = clk
-	return nil
-}
-
 // PausedFor returns how long, from now, calls of method to target (the
 // string a connection was created with, as grpc.ClientConn.Target
 // returns it) are paused at a server's request; 0 if they are not. Under

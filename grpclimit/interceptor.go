@@ -252,11 +252,11 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc
 		return nil
 	case limitset.Admitted:
 		if i.fields != NoFields && v.From >= 0 && (!v.Shadow() || i.shadowFields) {
-			i.setFields(ctx, ss, i.calls, &v)
+			i.setFields(ctx, ss, &v)
 		}
 		return nil
 	case limitset.Denied:
-		i.setFields(ctx, ss, i.calls, &v)
+		i.setFields(ctx, ss, &v)
 		return i.deny(ctx, method, &v, false)
 	case limitset.Listed:
 		return i.denyListed(ctx, method, &v, false)
@@ -264,17 +264,17 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc
 	return ctxError(ctx)
 }
 
-// setFields sends the rate-limit fields of v as header metadata.
-func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, set *limitset.Set[inCall], v *limitset.Verdict[inCall]) {
+// setFields sends the rate-limit fields of v, a verdict of the call
+// limits, as header metadata.
+func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, v *limitset.Verdict[inCall]) {
 	md := make(metadata.MD, 6)
-	set.WriteFields(md, &grpcNames, limitset.FieldSet(i.fields), v)
+	i.calls.WriteFields(md, &grpcNames, limitset.FieldSet(i.fields), v)
 	if len(md) == 0 {
 		return
 	}
-	switch {
-	case ss != nil:
+	if ss != nil {
 		_ = ss.SetHeader(md)
-	default:
+	} else {
 		_ = grpc.SetHeader(ctx, md)
 	}
 }

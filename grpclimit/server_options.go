@@ -23,13 +23,12 @@ import (
 // default. For [New], [NewClient] and [NewKeyedClient].
 func WithCost(cost func(ctx context.Context, method string, req any) int) Option {
 	return option{"WithCost", forServer | forClient, func(cfg *config) error {
-		switch cfg.to {
-		case forClient:
-			return cfg.c.setCost(cost)
-		default:
+		if cfg.to == forClient {
+			cfg.c.cost = cost
+		} else {
 			cfg.s.cost = cost
-			return nil
 		}
+		return nil
 	}}
 }
 
@@ -44,13 +43,12 @@ func WithClock(c ratelimit.Clock) Option {
 		if c != nil && typednil.Is(c) {
 			return configError("grpclimit.WithClock: clock is a nil %T", c)
 		}
-		switch cfg.to {
-		case forClient:
-			return cfg.c.setClock(c)
-		default:
+		if cfg.to == forClient {
+			cfg.c.clock = c
+		} else {
 			cfg.s.clock = c
-			return nil
 		}
+		return nil
 	}}
 }
 
