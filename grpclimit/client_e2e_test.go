@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/timerclock"
 )
 
 // startLimitedServer serves a testService behind this package's server
@@ -46,7 +47,7 @@ func startLimitedServer(t *testing.T, limits []Limit, opts ...Option) (*testServ
 // retried.
 func TestClientObeysServer(t *testing.T) {
 	t.Parallel()
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	kl, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	svc, addr := startLimitedServer(t, []Limit{{Name: "api", Key: KeyByMethod(), Limiter: kl}},
@@ -69,7 +70,7 @@ func TestClientObeysServer(t *testing.T) {
 	}
 	clk.Add(15 * time.Second)
 	done := callAsync(ctx, client)
-	assert.Equal(t, 45*time.Second, clk.nextTimer(t), "the retry waits for the rest of the window")
+	assert.Equal(t, 45*time.Second, clk.Next(t), "the retry waits for the rest of the window")
 	pending(t, done, "the retried call during the pause")
 	assert.Equal(t, []time.Duration{45 * time.Second}, pauses)
 	assert.Equal(t, 45*time.Second, c.PausedFor(conn.Target(), ""))
@@ -81,5 +82,5 @@ func TestClientObeysServer(t *testing.T) {
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Len(t, pauses, 1, "a denial without RetryInfo does not pause")
 	assert.Equal(t, 0, svc.count(methodEmpty))
-	clk.noTimer(t)
+	clk.None(t)
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -30,47 +29,6 @@ const (
 	methodInput  = "/grpc.testing.TestService/StreamingInputCall"
 	methodDuplex = "/grpc.testing.TestService/FullDuplexCall"
 )
-
-// timerClock is a mock clock that announces every timer it starts, so a
-// test knows when a call has begun to wait and for how long.
-type timerClock struct {
-	*clock.Mock
-	timers chan time.Duration
-}
-
-func newTimerClock() *timerClock {
-	m := clock.NewMock()
-	m.Set(clientEpoch)
-	return &timerClock{Mock: m, timers: make(chan time.Duration, 64)}
-}
-
-func (c *timerClock) After(d time.Duration) <-chan time.Time {
-	ch := c.Mock.After(d)
-	c.timers <- d
-	return ch
-}
-
-// nextTimer returns the duration of the next timer started on c.
-func (c *timerClock) nextTimer(t *testing.T) time.Duration {
-	t.Helper()
-	select {
-	case d := <-c.timers:
-		return d
-	case <-time.After(10 * time.Second):
-		t.Fatal("no timer started")
-		return 0
-	}
-}
-
-// noTimer fails when a timer has been started on c.
-func (c *timerClock) noTimer(t *testing.T) {
-	t.Helper()
-	select {
-	case d := <-c.timers:
-		t.Fatalf("a timer of %v started, want none", d)
-	default:
-	}
-}
 
 // newTestClient is NewClient (or NewKeyedClient when key is not nil, with
 // a keyed limiter klim) on the clock clk.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/timerclock"
 )
 
 var unaryReq = &grpc_testing.SimpleRequest{}
@@ -66,17 +67,17 @@ func newBucket(t *testing.T, r ratelimit.Rate, capacity int, clk ratelimit.Clock
 func TestClientWaitsForLimiter(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	c := newTestClient(t, newBucket(t, ratelimit.Per(1, 10*time.Second), 1, clk), nil, nil, clk)
 	tc, _ := dial(t, addr, c)
 	ctx := context.Background()
 
 	_, err := tc.UnaryCall(ctx, unaryReq)
 	require.NoError(t, err)
-	clk.noTimer(t)
+	clk.None(t)
 
 	done := callAsync(ctx, tc)
-	assert.Equal(t, 10*time.Second, clk.nextTimer(t), "the second call waits for the next token")
+	assert.Equal(t, 10*time.Second, clk.Next(t), "the second call waits for the next token")
 	pending(t, done, "UnaryCall before the token")
 	assert.Equal(t, 1, svc.count(methodUnary), "calls sent before the token")
 	clk.Add(10 * time.Second)
@@ -89,7 +90,7 @@ func TestClientWaitsForLimiter(t *testing.T) {
 func TestClientRefusals(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(nil))
 	tc, _ := dial(t, addr, c)
@@ -100,12 +101,12 @@ func TestClientRefusals(t *testing.T) {
 		defer cancel()
 		_, err := tc.UnaryCall(ctx, unaryReq)
 		assertNotSent(t, err, codes.DeadlineExceeded, ratelimit.ErrDeadline, context.DeadlineExceeded)
-		clk.noTimer(t)
+		clk.None(t)
 	})
 	t.Run("canceled while waiting", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := callAsync(ctx, tc)
-		clk.nextTimer(t)
+		clk.Next(t)
 		cancel()
 		assertNotSent(t, <-done, codes.Canceled, context.Canceled)
 	})
@@ -124,7 +125,7 @@ func TestClientRefusals(t *testing.T) {
 func TestClientCostExceedsLimit(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, _ any) int {
 		if method == methodEmpty {
@@ -149,7 +150,7 @@ func TestClientCostExceedsLimit(t *testing.T) {
 func TestClientCostFromRequest(t *testing.T) {
 	t.Parallel()
 	_, addr := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	lim := newBucket(t, ratelimit.PerHour(1), 10, clk)
 	var streamReq []any
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, req any) int {
@@ -177,7 +178,7 @@ func TestClientPauseByTarget(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	other, addr2 := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	var hooked []time.Duration
 	c := newTestClient(t, nil, nil, nil, clk, WithRetries(3), WithPauseHook(func(_ context.Context, method string, d time.Duration) {
 		assert.Equal(t, methodUnary, method)
@@ -197,14 +198,14 @@ func TestClientPauseByTarget(t *testing.T) {
 	_, err = tc2.UnaryCall(context.Background(), unaryReq)
 	require.NoError(t, err, "another target is not paused")
 	assert.Equal(t, 1, other.count(methodUnary))
-	clk.noTimer(t)
+	clk.None(t)
 
 	done := make(chan error, 1)
 	go func() {
 		_, err := tc.EmptyCall(context.Background(), &grpc_testing.Empty{})
 		done <- err
 	}()
-	assert.Equal(t, 7*time.Second, clk.nextTimer(t), "another method of the target waits for the pause")
+	assert.Equal(t, 7*time.Second, clk.Next(t), "another method of the target waits for the pause")
 	pending(t, done, "EmptyCall during the pause")
 	clk.Add(7 * time.Second)
 	require.NoError(t, <-done)
@@ -218,7 +219,7 @@ func TestClientPauseByMethod(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	other, addr2 := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk, WithPauseScope(PauseByMethod))
 	tc, conn := dial(t, addr, c)
 	tc2, conn2 := dial(t, addr2, c)
@@ -234,11 +235,11 @@ func TestClientPauseByMethod(t *testing.T) {
 	require.NoError(t, err, "another method is not paused")
 	_, err = tc2.UnaryCall(context.Background(), unaryReq)
 	require.NoError(t, err, "the same method on another target is not paused")
-	clk.noTimer(t)
+	clk.None(t)
 	assert.Equal(t, 1, other.count(methodUnary))
 
 	done := callAsync(context.Background(), tc)
-	assert.Equal(t, 5*time.Second, clk.nextTimer(t))
+	assert.Equal(t, 5*time.Second, clk.Next(t))
 	pending(t, done, "UnaryCall during its pause")
 	clk.Add(5 * time.Second)
 	require.NoError(t, <-done)
@@ -257,7 +258,7 @@ func byTenant(ctx context.Context, _ string) (string, bool) {
 func TestClientPauseByKey(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	c := newTestClient(t, nil, kl, byTenant, clk, WithPauseScope(PauseByKey))
@@ -274,9 +275,9 @@ func TestClientPauseByKey(t *testing.T) {
 
 	_, err = tc.UnaryCall(b, unaryReq)
 	require.NoError(t, err, "key b is not paused")
-	clk.noTimer(t)
+	clk.None(t)
 	done := callAsync(a, tc)
-	assert.Equal(t, 3*time.Second, clk.nextTimer(t))
+	assert.Equal(t, 3*time.Second, clk.Next(t))
 	clk.Add(3 * time.Second)
 	require.NoError(t, <-done)
 
@@ -296,7 +297,7 @@ func TestClientPauseByKey(t *testing.T) {
 func TestClientCapsPause(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	var hooked time.Duration
 	c := newTestClient(t, nil, nil, nil, clk, WithMaxPause(time.Minute), WithPauseHook(func(_ context.Context, _ string, d time.Duration) { hooked = d }))
 	tc, conn := dial(t, addr, c)
@@ -307,7 +308,7 @@ func TestClientCapsPause(t *testing.T) {
 	assert.Equal(t, time.Minute, hooked)
 
 	done := callAsync(context.Background(), tc)
-	assert.Equal(t, time.Minute, clk.nextTimer(t))
+	assert.Equal(t, time.Minute, clk.Next(t))
 	clk.Add(time.Minute)
 	require.NoError(t, <-done)
 }
@@ -339,7 +340,7 @@ func TestClientRetries(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
-			clk := newTimerClock()
+			clk := timerclock.New(clientEpoch)
 			c := newTestClient(t, nil, nil, nil, clk, tc.opts...)
 			client, _ := dial(t, addr, c)
 			svc.answer(tc.answers...)
@@ -354,11 +355,11 @@ func TestClientRetries(t *testing.T) {
 			}
 			done := callAsync(ctx, client)
 			for _, w := range tc.waits {
-				assert.Equal(t, w, clk.nextTimer(t), "retry waits for the pause")
+				assert.Equal(t, w, clk.Next(t), "retry waits for the pause")
 				clk.Add(w)
 			}
 			err := <-done
-			clk.noTimer(t)
+			clk.None(t)
 			assert.Equal(t, tc.wantCode, status.Code(err), "UnaryCall error %v", err)
 			assert.Equal(t, tc.wantCalls, svc.count(methodUnary), "calls reaching the server")
 		})
@@ -391,7 +392,7 @@ func TestClientHostileRetryInfo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
-			clk := newTimerClock()
+			clk := timerclock.New(clientEpoch)
 			c := newTestClient(t, nil, nil, nil, clk, WithMaxPause(maxPause), WithRetries(1), WithMaxRetryWait(0))
 			client, conn := dial(t, addr, c)
 			svc.answer(tc.err)
@@ -405,7 +406,7 @@ func TestClientHostileRetryInfo(t *testing.T) {
 				assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 			}
 			assert.Equal(t, wantCalls, svc.count(methodUnary))
-			clk.noTimer(t)
+			clk.None(t)
 		})
 	}
 }
@@ -415,7 +416,7 @@ func TestClientHostileRetryInfo(t *testing.T) {
 func TestClientPauseDeadline(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk)
 	tc, _ := dial(t, addr, c)
 	svc.answer(denial(time.Hour))
@@ -429,7 +430,7 @@ func TestClientPauseDeadline(t *testing.T) {
 	stream, err := tc.FullDuplexCall(ctx)
 	assert.Nil(t, stream)
 	assertNotSent(t, err, codes.DeadlineExceeded, ErrPauseDeadline, context.DeadlineExceeded)
-	clk.noTimer(t)
+	clk.None(t)
 	assert.Equal(t, 1, svc.count(methodUnary))
 	assert.Equal(t, 0, svc.count(methodDuplex))
 }
@@ -442,7 +443,7 @@ func TestClientStreamPause(t *testing.T) {
 	t.Run("client streaming, CloseAndRecv", func(t *testing.T) {
 		t.Parallel()
 		svc, addr := startServer(t)
-		clk := newTimerClock()
+		clk := timerclock.New(clientEpoch)
 		c := newTestClient(t, nil, nil, nil, clk, WithRetries(3))
 		tc, conn := dial(t, addr, c)
 		svc.answer(denial(4 * time.Second))
@@ -462,7 +463,7 @@ func TestClientStreamPause(t *testing.T) {
 			}
 			done <- err
 		}()
-		assert.Equal(t, 4*time.Second, clk.nextTimer(t), "the next stream waits for the pause")
+		assert.Equal(t, 4*time.Second, clk.Next(t), "the next stream waits for the pause")
 		pending(t, done, "StreamingInputCall during the pause")
 		assert.Equal(t, 1, svc.count(methodInput))
 		clk.Add(4 * time.Second)
@@ -472,7 +473,7 @@ func TestClientStreamPause(t *testing.T) {
 	t.Run("bidi, Recv", func(t *testing.T) {
 		t.Parallel()
 		svc, addr := startServer(t)
-		clk := newTimerClock()
+		clk := timerclock.New(clientEpoch)
 		c := newTestClient(t, nil, nil, nil, clk, WithPauseScope(PauseByMethod))
 		tc, conn := dial(t, addr, c)
 		svc.answer(denial(6 * time.Second))
@@ -489,7 +490,7 @@ func TestClientStreamPause(t *testing.T) {
 	t.Run("Header, then RecvMsg", func(t *testing.T) {
 		t.Parallel()
 		svc, addr := startServer(t)
-		clk := newTimerClock()
+		clk := timerclock.New(clientEpoch)
 		c := newTestClient(t, nil, nil, nil, clk)
 		tc, conn := dial(t, addr, c)
 		svc.answer(denial(2 * time.Second))
@@ -507,7 +508,7 @@ func TestClientStreamPause(t *testing.T) {
 	t.Run("limiter", func(t *testing.T) {
 		t.Parallel()
 		svc, addr := startServer(t)
-		clk := newTimerClock()
+		clk := timerclock.New(clientEpoch)
 		c := newTestClient(t, newBucket(t, ratelimit.Per(1, 8*time.Second), 1, clk), nil, nil, clk)
 		tc, _ := dial(t, addr, c)
 		for i := range 2 {
@@ -529,7 +530,7 @@ func TestClientStreamPause(t *testing.T) {
 				done <- err
 			}()
 			if i == 1 {
-				assert.Equal(t, 8*time.Second, clk.nextTimer(t), "the second stream waits for the limiter")
+				assert.Equal(t, 8*time.Second, clk.Next(t), "the second stream waits for the limiter")
 				pending(t, done, "FullDuplexCall before the token")
 				clk.Add(8 * time.Second)
 			}
@@ -545,7 +546,7 @@ func TestClientStreamPause(t *testing.T) {
 func TestClientConcurrent(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	const capacity, callers = 10, 40
 	c := newTestClient(t, newBucket(t, ratelimit.PerHour(1), capacity, clk), nil, nil, clk, WithPauseScope(PauseByMethod))
 	tc, conn := dial(t, addr, c)
@@ -587,7 +588,7 @@ func TestClientConcurrent(t *testing.T) {
 	go func() {
 		for {
 			select {
-			case d := <-clk.timers:
+			case d := <-clk.Timers:
 				clk.Add(d)
 			case <-ctx.Done():
 				return
@@ -629,8 +630,8 @@ func TestClientOptions(t *testing.T) {
 		assert.ErrorIs(t, tc.err, ratelimit.ErrInvalidConfig, tc.name)
 		assert.Contains(t, tc.err.Error(), "ratelimit: invalid configuration: "+tc.want, tc.name)
 	}
-	_, err = NewClient(tb, WithClock((*timerClock)(nil)))
-	assert.ErrorContains(t, err, "grpclimit.WithClock: clock is a nil *grpclimit.timerClock")
+	_, err = NewClient(tb, WithClock((*timerclock.Clock)(nil)))
+	assert.ErrorContains(t, err, "grpclimit.WithClock: clock is a nil *timerclock.Clock")
 
 	c1, err := NewClient(nil, nil, WithPauseScope(PauseByMethod), WithPauseHook(nil))
 	require.NoError(t, err, "a nil limiter and a nil option")
@@ -652,7 +653,7 @@ func TestClientPauseDuringLimiterWait(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
-			clk := newTimerClock()
+			clk := timerclock.New(clientEpoch)
 			c := newTestClient(t, newBucket(t, ratelimit.Per(1, 2*time.Second), 1, clk), nil, nil, clk, WithCost(func(_ context.Context, method string, _ any) int {
 				if method == methodEmpty {
 					return 0 // not limited: it brings the pause
@@ -670,7 +671,7 @@ func TestClientPauseDuringLimiterWait(t *testing.T) {
 				defer cancel()
 			}
 			done := callAsync(ctx, client)
-			assert.Equal(t, 2*time.Second, clk.nextTimer(t), "waiting for the limiter")
+			assert.Equal(t, 2*time.Second, clk.Next(t), "waiting for the limiter")
 			svc.answer(denial(time.Minute))
 			_, err = client.EmptyCall(context.Background(), &grpc_testing.Empty{})
 			require.Equal(t, codes.ResourceExhausted, status.Code(err))
@@ -680,7 +681,7 @@ func TestClientPauseDuringLimiterWait(t *testing.T) {
 				assert.Equal(t, 1, svc.count(methodUnary))
 				return
 			}
-			assert.Equal(t, 58*time.Second, clk.nextTimer(t), "then for the rest of the pause")
+			assert.Equal(t, 58*time.Second, clk.Next(t), "then for the rest of the pause")
 			pending(t, done, "UnaryCall during the pause")
 			clk.Add(58 * time.Second)
 			require.NoError(t, <-done)
@@ -694,7 +695,7 @@ func TestClientPauseDuringLimiterWait(t *testing.T) {
 // keyed client without a key does not create the stream.
 func TestClientStreamDirect(t *testing.T) {
 	t.Parallel()
-	clk := newTimerClock()
+	clk := timerclock.New(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk)
 	streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
 		return nil, denial(9 * time.Second)

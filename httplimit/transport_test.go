@@ -16,37 +16,10 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/timerclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// timerClock is a mock clock that announces every timer it starts, so a
-// test knows when the transport has begun to pause and for how long.
-type timerClock struct {
-	*clock.Mock
-	timers chan time.Duration
-}
-
-func newTimerClock(t *testing.T) *timerClock {
-	return &timerClock{Mock: newMock(t, epoch), timers: make(chan time.Duration, 16)}
-}
-
-func (c *timerClock) After(d time.Duration) <-chan time.Time {
-	ch := c.Mock.After(d)
-	c.timers <- d
-	return ch
-}
-
-func (c *timerClock) nextTimer(t *testing.T) time.Duration {
-	t.Helper()
-	select {
-	case d := <-c.timers:
-		return d
-	case <-time.After(5 * time.Second):
-		t.Fatal("no timer started")
-		return 0
-	}
-}
 
 // scripted is a loopback server answering from a script of responses.
 type scripted struct {
@@ -138,14 +111,14 @@ func TestTransportPausesExactly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, srv := startScripted(t, answer(429, tc.hdr...))
-			clk := newTimerClock(t)
+			clk := timerclock.New(epoch)
 			tr, err := NewTransport(nil, nil, WithRetries(2), WithClock(clk))
 			if err != nil {
 				t.Fatal(err)
 			}
 			req, _ := http.NewRequest("GET", srv.URL, nil)
 			done := roundTrip(tr, req)
-			if d := clk.nextTimer(t); d != tc.want {
+			if d := clk.Next(t); d != tc.want {
 				t.Fatalf("paused %v, want %v", d, tc.want)
 			}
 			if got := tr.PausedFor(); got != tc.want {
@@ -170,7 +143,7 @@ func TestTransportPausesExactly(t *testing.T) {
 func TestTransportPausesAll(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(503, HeaderRetryAfter, "10"))
-	clk := newTimerClock(t)
+	clk := timerclock.New(epoch)
 	tr, _ := NewTransport(nil, nil, WithClock(clk))
 	req, _ := http.NewRequest("GET", srv.URL, nil)
 	r := <-roundTrip(tr, req) // no retries: the 503 comes back
@@ -179,7 +152,7 @@ func TestTransportPausesAll(t *testing.T) {
 	}
 	req2, _ := http.NewRequest("GET", srv.URL+"/other", nil)
 	done := roundTrip(tr, req2)
-	if d := clk.nextTimer(t); d != 10*time.Second {
+	if d := clk.Next(t); d != 10*time.Second {
 		t.Fatalf("second request paused %v, want 10s", d)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -199,7 +172,7 @@ type onlyReader struct{ io.Reader }
 func TestTransportRetriesOnlyReplayable(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "1"))
-	clk := newTimerClock(t)
+	clk := timerclock.New(epoch)
 	tr, _ := NewTransport(nil, nil, WithRetries(3), WithClock(clk))
 
 	// A POST with a streaming body: not replayable, so the 429 comes back.
@@ -211,10 +184,10 @@ func TestTransportRetriesOnlyReplayable(t *testing.T) {
 	// replayed after the pause.
 	req, _ = http.NewRequestWithContext(MarkRetrySafe(context.Background()), "POST", srv.URL, strings.NewReader("payload"))
 	done := roundTrip(tr, req)
-	clk.nextTimer(t) // the pause left by the first 429
+	clk.Next(t) // the pause left by the first 429
 	clk.Add(time.Second)
 	waitHits(t, s, 2)
-	clk.nextTimer(t) // the second 429's pause
+	clk.Next(t) // the second 429's pause
 	clk.Add(time.Second)
 	r := <-done
 	if r.err != nil || r.resp.StatusCode != 200 || s.hits.Load() != 3 {
@@ -232,11 +205,11 @@ func TestTransportRetriesOnlyReplayable(t *testing.T) {
 func TestTransportRetryBound(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "3600"))
-	clk := newTimerClock(t)
+	clk := timerclock.New(epoch)
 	tr, _ := NewTransport(nil, nil, WithRetries(1), WithClock(clk))
 	req, _ := http.NewRequest("GET", srv.URL, nil)
 	done := roundTrip(tr, req)
-	clk.nextTimer(t)
+	clk.Next(t)
 	clk.Add(time.Second)
 	if r := <-done; r.err != nil || r.resp.StatusCode != 429 || s.hits.Load() != 2 {
 		t.Fatalf("bound: %v %v, %d hits", r.resp, r.err, s.hits.Load())
@@ -270,7 +243,7 @@ func TestTransportRetryBound(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	req, _ = http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 	done = roundTrip(tr, req)
-	clk.nextTimer(t)
+	clk.Next(t)
 	cancel()
 	if r := <-done; !errors.Is(r.err, context.Canceled) {
 		t.Errorf("cancel: err %v", r.err)
@@ -284,7 +257,7 @@ func TestTransportRetryBound(t *testing.T) {
 func TestTransportLimiter(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t)
-	clk := newTimerClock(t)
+	clk := timerclock.New(epoch)
 	lim, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Second), 2, ratelimit.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +271,7 @@ func TestTransportLimiter(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", srv.URL, nil)
 	done := roundTrip(tr, req)
-	if d := clk.nextTimer(t); d != time.Second {
+	if d := clk.Next(t); d != time.Second {
 		t.Fatalf("limiter wait %v, want 1s", d)
 	}
 	time.Sleep(10 * time.Millisecond)
@@ -391,7 +364,7 @@ func TestTransportPauseOnlyFromExhausted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, srv := startScripted(t, answer(429, tc.hdr...))
-			clk := newTimerClock(t)
+			clk := timerclock.New(epoch)
 			tr, err := NewTransport(nil, nil, WithClock(clk))
 			require.NoError(t, err)
 			req, _ := http.NewRequest("GET", srv.URL, nil)
@@ -410,7 +383,7 @@ func TestKeyedTransportPausePerKey(t *testing.T) {
 	t.Parallel()
 	sa, srvA := startScripted(t, answer(429, HeaderRetryAfter, "60"))
 	sb, srvB := startScripted(t)
-	clk := newTimerClock(t)
+	clk := timerclock.New(epoch)
 	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clk)
 	tr, err := NewKeyedTransport(nil, kl, func(r *http.Request) (string, bool) { return r.URL.Host, true }, WithClock(clk))
 	require.NoError(t, err)
@@ -429,7 +402,7 @@ func TestKeyedTransportPausePerKey(t *testing.T) {
 	case r := <-roundTrip(tr, req):
 		require.NoError(t, r.err)
 		assert.Equal(t, 200, r.resp.StatusCode)
-	case d := <-clk.timers:
+	case d := <-clk.Timers:
 		t.Fatalf("host B paused %v by host A's 429", d)
 	case <-time.After(5 * time.Second):
 		t.Fatal("host B's request did not complete")
@@ -439,7 +412,7 @@ func TestKeyedTransportPausePerKey(t *testing.T) {
 	// Host A is still paused.
 	req, _ = http.NewRequest("GET", srvA.URL, nil)
 	done := roundTrip(tr, req)
-	assert.Equal(t, time.Minute, clk.nextTimer(t))
+	assert.Equal(t, time.Minute, clk.Next(t))
 	clk.Add(time.Minute)
 	r = <-done
 	require.NoError(t, r.err)
@@ -468,7 +441,7 @@ func TestTransportRetriesOnlyIdempotent(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/safe=%v/%s", tc.method, tc.safe, tc.idem), func(t *testing.T) {
 			t.Parallel()
 			s, srv := startScripted(t, answer(503, HeaderRetryAfter, "1"))
-			clk := newTimerClock(t)
+			clk := timerclock.New(epoch)
 			tr, err := NewTransport(nil, nil, WithRetries(3), WithClock(clk))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -481,7 +454,7 @@ func TestTransportRetriesOnlyIdempotent(t *testing.T) {
 			}
 			done := roundTrip(tr, req)
 			if tc.retry {
-				clk.nextTimer(t)
+				clk.Next(t)
 				clk.Add(time.Second)
 			}
 			r := <-done

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rlkit/ratelimit/internal/timerclock"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
@@ -75,7 +75,7 @@ func TestSweep(t *testing.T) {
 
 func TestWait(t *testing.T) {
 	t.Parallel()
-	tc := newTimerClock()
+	tc := timerclock.New(time.Unix(1_000_000, 0))
 	src := timesrc.New(tc)
 	var m Map
 	ctx := context.Background()
@@ -84,10 +84,10 @@ func TestWait(t *testing.T) {
 	m.Pause("k", tc.Now(), 10*time.Second)
 	done := make(chan error, 1)
 	go func() { done <- m.Wait(ctx, &src, "k", errPause) }()
-	assert.Equal(t, 10*time.Second, tc.nextTimer(t))
+	assert.Equal(t, 10*time.Second, tc.Next(t))
 	m.Pause("k", tc.Now(), 20*time.Second) // extended while waiting
 	tc.Add(10 * time.Second)
-	assert.Equal(t, 10*time.Second, tc.nextTimer(t), "Wait must wait for the rest of the extended pause")
+	assert.Equal(t, 10*time.Second, tc.Next(t), "Wait must wait for the rest of the extended pause")
 	select {
 	case err := <-done:
 		t.Fatalf("Wait returned %v before the extended pause ended", err)
@@ -118,7 +118,7 @@ func TestForgetKeepsNewerPause(t *testing.T) {
 
 func TestWaitDeadline(t *testing.T) {
 	t.Parallel()
-	tc := newTimerClock()
+	tc := timerclock.New(time.Unix(1_000_000, 0))
 	src := timesrc.New(tc)
 	var m Map
 	m.Pause("k", tc.Now(), time.Hour)
@@ -128,7 +128,7 @@ func TestWaitDeadline(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, errPause)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Empty(t, tc.timers, "a refused wait must not sleep")
+	assert.Empty(t, tc.Timers, "a refused wait must not sleep")
 
 	canceled, cancel2 := context.WithCancel(context.Background())
 	cancel2()
@@ -155,34 +155,4 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	assert.False(t, m.Latest().IsZero())
-}
-
-// timerClock is a mock clock that announces every timer it starts, so a
-// test knows when a waiter has begun to sleep and for how long.
-type timerClock struct {
-	*clock.Mock
-	timers chan time.Duration
-}
-
-func newTimerClock() *timerClock {
-	m := clock.NewMock()
-	m.Set(time.Unix(1_000_000, 0))
-	return &timerClock{Mock: m, timers: make(chan time.Duration, 16)}
-}
-
-func (c *timerClock) After(d time.Duration) <-chan time.Time {
-	ch := c.Mock.After(d)
-	c.timers <- d
-	return ch
-}
-
-func (c *timerClock) nextTimer(t *testing.T) time.Duration {
-	t.Helper()
-	select {
-	case d := <-c.timers:
-		return d
-	case <-time.After(5 * time.Second):
-		t.Fatal("no timer started")
-		return 0
-	}
 }
