@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -23,21 +22,7 @@ func startLimitedServer(t *testing.T, limits []Limit, opts ...Option) (*testServ
 	t.Helper()
 	in, err := New(limits, opts...)
 	require.NoError(t, err)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	svc := &testService{}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(in.Unary()), grpc.StreamInterceptor(in.Stream()))
-	grpc_testing.RegisterTestServiceServer(srv, svc)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return svc, lis.Addr().String()
+	return startServer(t, grpc.UnaryInterceptor(in.Unary()), grpc.StreamInterceptor(in.Stream()))
 }
 
 // TestClientObeysServer: the client interceptors against this package's

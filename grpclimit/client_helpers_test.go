@@ -138,12 +138,12 @@ func (s *testService) FullDuplexCall(stream grpc.BidiStreamingServer[grpc_testin
 }
 
 // startServer serves a testService on loopback TCP until the test ends.
-func startServer(t *testing.T) (*testService, string) {
+func startServer(t *testing.T, opts ...grpc.ServerOption) (*testService, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	svc := &testService{}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	grpc_testing.RegisterTestServiceServer(srv, svc)
 	done := make(chan struct{})
 	go func() {
