@@ -31,12 +31,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/reliability"
 )
 
 // Config is the command line.
@@ -184,9 +185,6 @@ func readmeLink(readme, report string) (string, error) {
 	return filepath.ToSlash(rel), nil
 }
 
-// unsafeName is internal/reliability's rule for a scenario's file name.
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-
 // VisualisationDir is the directory next to the report where the HTML visualisations go:
 // docs/reliability.md -> docs/reliability.
 func VisualisationDir(report string) string {
@@ -206,7 +204,7 @@ func copyVisualisations(results, report string, ss []Scenario) error {
 	}
 	found, _ := filepath.Glob(filepath.Join(results, "*.html"))
 	for i := range ss {
-		name := unsafeName.ReplaceAllString(ss[i].Scenario, "_") + ".html"
+		name := reliability.FileName(ss[i].Scenario, ".html")
 		src := filepath.Join(results, name)
 		b, err := os.ReadFile(src)
 		if errors.Is(err, os.ErrNotExist) {

@@ -1,12 +1,11 @@
 package lincheck
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,8 +38,6 @@ func (r Result) VerdictString() string {
 	return "unknown (timed out)"
 }
 
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-
 // Check checks ops against m with porcupine.CheckOperationsVerbose, giving
 // up after timeout (Verdict Unknown). Unless the history is linearizable,
 // it writes porcupine's visualisation to <scenario>.html in tb.TempDir()
@@ -63,7 +60,14 @@ func Check(tb testing.TB, scenario string, m porcupine.Model, ops []Op, timeout 
 	if verdict == porcupine.Ok {
 		return r
 	}
-	name := unsafeName.ReplaceAllString(scenario, "_") + ".html"
+	var html bytes.Buffer
+	if err := porcupine.Visualize(m, info, &html); err != nil {
+		tb.Fatalf("lincheck: rendering the visualisation: %v", err)
+	}
+	b, err := json.Marshal(ops)
+	if err != nil {
+		tb.Fatalf("lincheck: %v", err)
+	}
 	dirs := []string{tb.TempDir()}
 	if out := os.Getenv(reliability.EnvOut); out != "" {
 		dirs = append(dirs, out)
@@ -72,19 +76,15 @@ func Check(tb testing.TB, scenario string, m porcupine.Model, ops []Op, timeout 
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			tb.Fatalf("lincheck: %v", err)
 		}
-		path := filepath.Join(dir, name)
-		if err := porcupine.VisualizePath(m, info, path); err != nil {
+		path := filepath.Join(dir, reliability.FileName(scenario, ".html"))
+		if err := os.WriteFile(path, html.Bytes(), 0o644); err != nil {
 			tb.Fatalf("lincheck: writing the visualisation: %v", err)
 		}
 		if r.File == "" {
 			r.File = path
 		}
-		b, err := json.Marshal(ops)
-		if err != nil {
-			tb.Fatalf("lincheck: %v", err)
-		}
 		// Not .json: reliability.Record writes <scenario>.json there.
-		hist := strings.TrimSuffix(path, ".html") + ".history"
+		hist := filepath.Join(dir, reliability.FileName(scenario, ".history"))
 		if err := os.WriteFile(hist, b, 0o644); err != nil {
 			tb.Fatalf("lincheck: writing the history: %v", err)
 		}

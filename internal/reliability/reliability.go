@@ -76,6 +76,14 @@ func Pick[T any](short, long T) T {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
+// FileName is the name of a scenario's file with extension ext (such as
+// ".json"): the scenario with every run of characters other than
+// letters, digits, '.', '_' and '-' replaced by '_'. Record, lincheck's
+// visualisations and cmd/reliability all name files this way.
+func FileName(scenario, ext string) string {
+	return unsafeName.ReplaceAllString(scenario, "_") + ext
+}
+
 // Record logs r on tb and, when RLKIT_RELIABILITY_OUT is set, writes it there as
 // <scenario>.json. It fills Test from tb and Long from the environment.
 func Record(tb testing.TB, r Result) {
@@ -96,7 +104,7 @@ func Record(tb testing.TB, r Result) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatalf("reliability: %v", err)
 	}
-	name := filepath.Join(dir, unsafeName.ReplaceAllString(r.Scenario, "_")+".json")
+	name := filepath.Join(dir, FileName(r.Scenario, ".json"))
 	if err := os.WriteFile(name, append(b, '\n'), 0o644); err != nil {
 		tb.Fatalf("reliability: %v", err)
 	}
