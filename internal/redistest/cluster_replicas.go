@@ -1,10 +1,8 @@
 package redistest
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,14 +54,7 @@ func StartClusterWithReplicas(tb testing.TB, masters, replicasPerMaster int, opt
 		c.nodes = append(c.nodes, start(tb, args))
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), replicasTimeout)
-	defer cancel()
-	create := append([]string{"--cluster", "create"}, c.Addrs()...)
-	create = append(create, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
-	out, err := exec.CommandContext(ctx, "redis-cli", create...).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "All 16384 slots covered") {
-		tb.Fatalf("redistest: redis-cli --cluster create failed: %v\n%s", err, out)
-	}
+	c.create(tb, replicasPerMaster, replicasTimeout)
 	if err := c.waitHealthy(time.Now().Add(replicasTimeout), masters, replicasPerMaster); err != nil {
 		tb.Fatalf("redistest: cluster of %d masters and %d replicas each not ready after %v: %v", masters, replicasPerMaster, replicasTimeout, err)
 	}

@@ -285,16 +285,7 @@ func StartCluster(tb testing.TB) *Cluster {
 			"--cluster-config-file", "nodes.conf",
 		}))
 	}
-	addrs := c.Addrs()
-
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
-	defer cancel()
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("All 16384 slots covered")) {
-		tb.Fatalf("redistest: redis-cli --cluster create failed: %v\n%s", err, out)
-	}
+	c.create(tb, 0, clusterTimeout)
 
 	deadline := time.Now().Add(clusterTimeout)
 	for _, n := range c.nodes {
@@ -310,6 +301,21 @@ func StartCluster(tb testing.TB) *Cluster {
 		}
 	}
 	return c
+}
+
+// create makes a cluster of c's nodes with redis-cli --cluster create,
+// replicas replicas per master, and fails tb unless every slot is covered
+// within timeout.
+func (c *Cluster) create(tb testing.TB, replicas int, timeout time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("All 16384 slots covered")) {
+		tb.Fatalf("redistest: redis-cli --cluster create failed: %v\n%s", err, out)
+	}
 }
 
 // Addrs returns the addresses of the cluster's nodes.
