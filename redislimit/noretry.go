@@ -149,7 +149,13 @@ func pause(ctx context.Context, d time.Duration, deadline time.Time) bool {
 //
 // A reply lost after the request was written (reset, EOF, a read timeout)
 // is not one of them: the script may have run.
+//
+// A nil err (the common case, asked after every call) returns at once:
+// the errors.As targets below live on the heap.
 func unexecuted(err error) bool {
+	if err == nil {
+		return false
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
@@ -157,11 +163,13 @@ func unexecuted(err error) bool {
 	if errors.Is(err, redis.ErrPoolTimeout) {
 		return true
 	}
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	for _, p := range unexecutedReplies {
+	return isReply(err) && hasReplyPrefix(err, unexecutedReplies)
+}
+
+// hasReplyPrefix reports whether the error reply err starts with one of
+// prefixes (as go-redis's HasErrorPrefix compares them).
+func hasReplyPrefix(err error, prefixes []string) bool {
+	for _, p := range prefixes {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}

@@ -45,18 +45,16 @@ func (l *Limiter) reloadOnFailure(err error) {
 // the open breaker), or answered that the cluster or the node cannot
 // serve the slot now. Other error replies (a script error) do not.
 func topologySuspect(err error) bool {
-	var re redis.Error
 	var se *scriptError
 	switch {
 	case errors.Is(err, errOverloaded) || errors.As(err, &se):
 		return false // the limiter's own queue, a reply of the wrong shape
-	case errors.Is(err, ErrBreakerOpen) || !errors.As(err, &re):
-		return true
+	case !isReply(err):
+		return true // no answer, or the open breaker (ErrBreakerOpen is not a reply)
 	}
-	for _, p := range []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY"} {
-		if redis.HasErrorPrefix(err, p) {
-			return true
-		}
-	}
-	return false
+	return hasReplyPrefix(err, topologyReplies)
 }
+
+// topologyReplies are the error replies topologySuspect blames on a
+// change of the cluster's topology.
+var topologyReplies = []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY"}
