@@ -56,12 +56,12 @@ type denyShard struct {
 }
 
 type denyEntry struct {
-	n         int   // the denied request's n; only requests for exactly n hit
-	sent      int64 // local ns at which the denial was decided (at the earliest)
-	until     int64 // local ns at which the request may be admitted
-	holds     int64 // local ns until which remaining holds (<= until)
-	resetAt   int64 // local ns at which the key's quota is full (lower bound)
-	remaining int   // Remaining of the denial
+	n       int   // the denied request's n; only requests for exactly n hit
+	sent    int64 // local ns at which the denial was decided (at the earliest)
+	until   int64 // local ns at which the request may be admitted
+	holds   int64 // local ns until which nothing remains (<= until)
+	resetAt int64 // local ns at which the key's quota is full (lower bound)
+	// No Remaining: only denials with Remaining 0 are cached.
 }
 
 func newDenyCache(maxKeys int) *denyCache {
@@ -103,13 +103,13 @@ func (c *denyCache) get(h uint64, key string, n int, now int64, limit int) (rate
 	}
 	return ratelimit.Decision{
 		Limit:      limit,
-		Remaining:  e.remaining,
 		RetryAfter: time.Duration(e.until - now),
 		ResetAfter: time.Duration(max(e.resetAt-now, 0)),
 	}, gen, true
 }
 
-// put records that n events for key were denied with d, decided no
+// put records that n events for key were denied with d (its Remaining 0:
+// the caller caches no other denial), decided no
 // earlier than the local time sent. gen is what get returned before the
 // request was sent: if an admission or a refund on key (or on a key
 // sharing its counter) happened since, the denial may predate it, and is
@@ -159,12 +159,11 @@ func (c *denyCache) put(h uint64, key string, n int, sent, span int64, gen uint6
 		}
 	}
 	sh.m[key] = denyEntry{
-		n:         n,
-		sent:      sent,
-		until:     sent + int64(d.RetryAfter),
-		holds:     sent + min(span, int64(d.RetryAfter)),
-		resetAt:   sent + int64(d.ResetAfter),
-		remaining: d.Remaining,
+		n:       n,
+		sent:    sent,
+		until:   sent + int64(d.RetryAfter),
+		holds:   sent + min(span, int64(d.RetryAfter)),
+		resetAt: sent + int64(d.ResetAfter),
 	}
 }
 
