@@ -29,12 +29,14 @@ const reloadEvery = 100 * time.Millisecond
 // cancellation), at most once per reloadEvery.
 func (l *Limiter) reloadOnFailure(err error) {
 	c, ok := l.batch.client.(*redis.ClusterClient)
-	if !ok || !topologySuspect(err) {
+	if !ok {
 		return
 	}
+	// The clock first: while the breaker is open every call fails here,
+	// and topologySuspect allocates.
 	now := time.Now().UnixNano()
 	last := l.reloaded.Load()
-	if now-last < int64(reloadEvery) || !l.reloaded.CompareAndSwap(last, now) {
+	if now-last < int64(reloadEvery) || !topologySuspect(err) || !l.reloaded.CompareAndSwap(last, now) {
 		return
 	}
 	c.ReloadState(context.Background())
