@@ -203,14 +203,20 @@ func (p *Proxy) CutReplies(n, keep int, end End) {
 // ResetAll resets every open connection now (RST to the client).
 func (p *Proxy) ResetAll() {
 	p.mu.Lock()
-	ls := make([]*link, 0, len(p.links))
-	for l := range p.links {
-		ls = append(ls, l)
-	}
+	ls := p.openLinks()
 	p.mu.Unlock()
 	for _, l := range ls {
 		l.close(true)
 	}
+}
+
+// openLinks returns the open connections; p.mu is held.
+func (p *Proxy) openLinks() []*link {
+	ls := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		ls = append(ls, l)
+	}
+	return ls
 }
 
 // Stats returns the proxy's counts.
@@ -238,10 +244,7 @@ func (p *Proxy) Close() error {
 	}
 	p.closed = true
 	close(p.done)
-	ls := make([]*link, 0, len(p.links))
-	for l := range p.links {
-		ls = append(ls, l)
-	}
+	ls := p.openLinks()
 	p.mu.Unlock()
 	err := p.ln.Close()
 	for _, l := range ls {
@@ -346,7 +349,7 @@ func (p *Proxy) forward(l *link, d Direction, b []byte, dst net.Conn) (bool, End
 		if every := p.cutEvery.Load(); every > 0 && p.replies.Add(1)%every == 0 {
 			keep := min(int(p.cutKeep.Load()), len(b)-1)
 			if keep > 0 {
-				_, _ = p.write(l, d, dst, b[:keep], f.BytesPerSecond)
+				p.write(l, d, dst, b[:keep], f.BytesPerSecond)
 			}
 			p.cut.Add(1)
 			return false, End(p.cutEnd.Load())
@@ -356,19 +359,15 @@ func (p *Proxy) forward(l *link, d Direction, b []byte, dst net.Conn) (bool, End
 		return false, RST
 	}
 	if d == Up {
-		// Armed before the request is written: its reply may come back
-		// before Write returns.
+		// Armed and counted before the request is written: its reply may
+		// come back before Write returns, and the server may act on it
+		// before this goroutine runs again.
 		if every := p.dropEvery.Load(); every > 0 && p.matches(b) && p.requests.Add(1)%every == 0 {
 			l.dropArmed.Store(true)
 		}
-	}
-	if d == Up {
-		// Counted before it is written: once written, the server may act
-		// on it before this goroutine runs again.
 		p.count(l, b)
 	}
-	_, ok := p.write(l, d, dst, b, f.BytesPerSecond)
-	return ok, RST
+	return p.write(l, d, dst, b, f.BytesPerSecond), RST
 }
 
 // count counts the MatchRequests substring in b, forwarded upstream on l,
@@ -393,12 +392,12 @@ func (p *Proxy) matches(b []byte) bool {
 }
 
 // write writes b to dst, paced to bps bytes per second when bps > 0; it
-// returns the bytes written and whether all were.
-func (p *Proxy) write(l *link, d Direction, dst net.Conn, b []byte, bps int) (int, bool) {
+// reports whether all of b was written.
+func (p *Proxy) write(l *link, d Direction, dst net.Conn, b []byte, bps int) bool {
 	if bps <= 0 {
 		n, err := dst.Write(b)
 		p.bytes[d].Add(int64(n))
-		return n, err == nil
+		return err == nil
 	}
 	// Pieces of a tenth of a second's worth (at least one byte), each
 	// written once its share of the second has passed.
@@ -407,16 +406,16 @@ func (p *Proxy) write(l *link, d Direction, dst net.Conn, b []byte, bps int) (in
 	for written < len(b) {
 		k := min(piece, len(b)-written)
 		if !p.sleep(l, time.Duration(k)*time.Second/time.Duration(bps)) {
-			return written, false
+			return false
 		}
 		n, err := dst.Write(b[written : written+k])
 		p.bytes[d].Add(int64(n))
 		written += n
 		if err != nil {
-			return written, false
+			return false
 		}
 	}
-	return written, true
+	return true
 }
 
 // sleep waits d, or less when l or the proxy closes (then it returns
