@@ -377,12 +377,16 @@ func (r *results) subtract(base, metric string) bool {
 		if k.lib == base || !ok || len(b[metric]) == 0 || len(s) == 0 {
 			continue
 		}
+		bs := b[metric]
 		d := make([]float64, len(s))
-		for i, v := range s {
-			if len(s) == len(b[metric]) {
-				d[i] = v - b[metric][i]
-			} else {
-				d[i] = v - median(b[metric])
+		if len(s) == len(bs) {
+			for i, v := range s {
+				d[i] = v - bs[i]
+			}
+		} else {
+			m := median(bs)
+			for i, v := range s {
+				d[i] = v - m
 			}
 		}
 		r.samples[k] = map[string][]float64{metric: d}
