@@ -346,7 +346,7 @@ func Reproduce(s Scenario) string {
 	}
 	pkgs := s.Packages
 	if len(pkgs) == 0 {
-		pkgs = []string{"./...", "./redislimit/..."}
+		pkgs = proofPackages
 	}
 	parts := strings.Split(s.Test, "/")
 	for i, x := range parts {

@@ -127,9 +127,13 @@ type RunOptions struct {
 // and redislimit modules: without -race (the figures must be the real speed), one package at a
 // time (so that scenarios of two packages do not share the CPUs).
 func TestArgs(o RunOptions) []string {
-	return []string{"test", "-json", "-count=1", "-p=1", "-timeout=" + o.Timeout, "-run", "^TestProof", "-v",
-		"./...", "./redislimit/..."}
+	return append([]string{"test", "-json", "-count=1", "-p=1", "-timeout=" + o.Timeout, "-run", "^TestProof", "-v"},
+		proofPackages...)
 }
+
+// proofPackages are the packages whose TestProof tests the report runs, as
+// go test patterns from the repository's root.
+var proofPackages = []string{"./...", "./redislimit/..."}
 
 // TestEnv returns the environment of that go command: the workspace of the root, and the
 // reliability variables (set or removed as the options say).
