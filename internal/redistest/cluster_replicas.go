@@ -188,6 +188,11 @@ func (c *Cluster) MasterOf(key string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c.masterOfSlot(slot)
+}
+
+// masterOfSlot is MasterOf for a slot already known.
+func (c *Cluster) masterOfSlot(slot int) (*Server, error) {
 	for _, n := range c.live() {
 		view, err := n.clusterView()
 		if err != nil {
@@ -262,7 +267,7 @@ func (c *Cluster) WaitPromoted(tb testing.TB, key string, old *Server, timeout t
 		tb.Fatal(err)
 	}
 	for {
-		m, err := c.MasterOf(key)
+		m, err := c.masterOfSlot(slot)
 		if err == nil && m == old {
 			err = fmt.Errorf("%s is still master of slot %d", old.Addr(), slot)
 		}

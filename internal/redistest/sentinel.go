@@ -191,19 +191,27 @@ func (sn *Sentinel) Servers() []*Server {
 func (sn *Sentinel) Master() (string, error) {
 	var errs []error
 	for _, s := range sn.sentinels {
-		reply, err := do(s.addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sn.name)
+		addr, err := sn.masterOf(s.addr)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("sentinel %s: %w", s.addr, err))
+			errs = append(errs, err)
 			continue
 		}
-		host, port, ok := strings.Cut(reply, "\n")
-		if !ok {
-			errs = append(errs, fmt.Errorf("sentinel %s: GET-MASTER-ADDR-BY-NAME answered %q", s.addr, reply))
-			continue
-		}
-		return net.JoinHostPort(host, port), nil
+		return addr, nil
 	}
 	return "", fmt.Errorf("redistest: no sentinel answered: %w", errors.Join(errs...))
+}
+
+// masterOf asks the sentinel at addr for the current master's address.
+func (sn *Sentinel) masterOf(addr string) (string, error) {
+	reply, err := do(addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sn.name)
+	if err != nil {
+		return "", fmt.Errorf("sentinel %s: %w", addr, err)
+	}
+	host, port, ok := strings.Cut(reply, "\n")
+	if !ok {
+		return "", fmt.Errorf("sentinel %s: GET-MASTER-ADDR-BY-NAME answered %q", addr, reply)
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // server returns the data server at addr, or nil.
@@ -257,12 +265,10 @@ func (sn *Sentinel) WaitFailover(tb testing.TB, old string, timeout time.Duratio
 func (sn *Sentinel) switched(old string) (string, error) {
 	var addr string
 	for _, s := range sn.sentinels {
-		reply, err := do(s.addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sn.name)
+		got, err := sn.masterOf(s.addr)
 		if err != nil {
 			continue // a sentinel may be down on purpose
 		}
-		host, port, _ := strings.Cut(reply, "\n")
-		got := net.JoinHostPort(host, port)
 		switch {
 		case got == old:
 			return "", fmt.Errorf("sentinel %s still names %s", s.addr, old)
