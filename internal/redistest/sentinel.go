@@ -294,7 +294,6 @@ func (sn *Sentinel) switched(old string) (string, error) {
 type sentinelProc struct {
 	addr string
 	dir  string
-	port int
 	done chan struct{}
 	cmd  *exec.Cmd
 }
@@ -328,7 +327,7 @@ func startSentinelProc(tb testing.TB, name, master string) *sentinelProc {
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
-		p := &sentinelProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port}
+		p := &sentinelProc{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
 		if err = p.launch(dir, conf); err == nil {
 			tb.Cleanup(func() {
 				p.stop()
