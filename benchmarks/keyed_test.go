@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/benchkeys"
 	"github.com/sethvargo/go-limiter/memorystore"
 	ulule "github.com/ulule/limiter/v3"
 	ululemem "github.com/ulule/limiter/v3/drivers/store/memory"
@@ -18,9 +20,20 @@ import (
 )
 
 // BenchmarkKeyed compares per-key limiting in memory, in the shapes of the
-// root package's BenchmarkKeyed: one hot key, and round-robin over 1,000,000
-// distinct 10-byte keys, serial and parallel, on the real clock. Names are
-// BenchmarkKeyed/<library>/{hotkey,1Mkeys}/{serial,parallel}:
+// root package's BenchmarkKeyed, serial and parallel, on the real clock.
+// Names are BenchmarkKeyed/<library>/<mode>/{serial,parallel}, the modes:
+//
+//	hotkey    one key, the same string constant on every call
+//	1Mkeys    round-robin over 1,000,000 distinct 10-byte keys ("k000004711")
+//	          in the order they were inserted, passing the very strings the
+//	          limiter stored (the old measure: it walks each store in
+//	          allocation order and never copies a key's bytes into cache)
+//	1Mrandom  real traffic: 1,000,000 distinct keys of 14 to 24 bytes
+//	          ("tenant-42/user:004711", internal/benchkeys) inserted in a
+//	          shuffled order, looked up in random order with bytes that are
+//	          hot in cache and are not the stored string
+//
+// and the libraries:
 //
 //	ratelimit-<algorithm>  this module's Keyed.Allow, all five algorithms
 //	sethvargo              github.com/sethvargo/go-limiter memorystore Take
@@ -28,6 +41,25 @@ import (
 //	                       (drivers/store/memory), Limiter.Get
 //	xtimerate-syncmap      a naive baseline: one golang.org/x/time/rate
 //	                       Limiter per key in a sync.Map
+//
+// In 1Mrandom each goroutine draws the index of its next key from its own
+// small generator (benchkeys.Rand: no million-entry index or key slice, which
+// would add a cache miss of its own to every lookup and push every ratio
+// towards 1) and writes that key's bytes into its own scratch buffer, as a
+// server parses a key from a request; choosing and writing a key costs about
+// 6 ns (benchkeys.BenchmarkLookupKey), the same for every library. The key
+// is passed as a string over the scratch buffer (benchkeys.Buf.Lookup), so
+// the lookup allocates nothing that the library does not. That string
+// changes with the next lookup, which is sound only because no library keeps
+// the string of a key it already holds: ours and ulule copy a key's bytes
+// whenever they store one (ulule stores "limiter:"+key), and sethvargo and
+// xtimerate-syncmap store the caller's string only on a key's first use, in
+// a Go map or sync.Map, and every key looked up was inserted by the fill and
+// is not forgotten during the run. After each run the number of keys held is
+// checked to be unchanged: ours by Keyed.Len, sethvargo by the length of its
+// map (read by reflection), xtimerate-syncmap by a count of its stores;
+// ulule cannot tell, and needs no check as it never keeps the caller's
+// string.
 //
 // Every limiter admits (nearly) every call, and no key is forgotten while
 // the benchmark runs, so the 1M-key runs really hold and look up a million
@@ -53,13 +85,15 @@ import (
 //     cleanup every 30s of counters expired, i.e. an hour after first use).
 //   - xtimerate-syncmap: rate.Every(5s) with a burst of 2e8, like ours.
 //
-// The 1M-key runs report bytes/key: the live heap after inserting every key
-// into a fresh limiter, minus the live heap before, divided by the number of
-// keys (runtime.GC before each reading). Each key is inserted as a freshly
-// allocated string, as a server would pass one taken from a request, so a
-// library that keeps the caller's string is charged for it as one that
-// copies it is. In parallel mode the limiter is filled once and reused for
-// the rounds the benchmark framework runs to size b.N.
+// The 1M-key runs (1Mkeys and 1Mrandom) report bytes/key: the live heap
+// after inserting every key into a fresh limiter, minus the live heap
+// before, divided by the number of keys (runtime.GC before each reading).
+// Each key is inserted as a freshly allocated string, as a server would pass
+// one taken from a request, so a library that keeps the caller's string is
+// charged for it as one that copies it is; 1Mrandom's keys are longer than
+// 1Mkeys' (19 bytes on average, against 10). In parallel mode the limiter is
+// filled once and reused for the rounds the benchmark framework runs to size
+// b.N.
 //
 // Each run also reports admit/op (fraction of calls admitted) and cpu-ns/op
 // (process CPU time per call; see report in compare_test.go). Modes run
@@ -74,6 +108,8 @@ func BenchmarkKeyed(b *testing.B) {
 		{"hotkey/parallel", benchKeyedHotParallel},
 		{"1Mkeys/serial", benchKeyedManySerial},
 		{"1Mkeys/parallel", benchKeyedManyParallel},
+		{"1Mrandom/serial", benchKeyedRandomSerial},
+		{"1Mrandom/parallel", benchKeyedRandomParallel},
 	} {
 		for _, lib := range keyedLibs {
 			// filled outlives the calls of one b.Run (RunParallel makes
@@ -99,7 +135,7 @@ func keyedBenchKeys(n int) []string {
 // A keyedLib builds fresh per-key limiters of one library.
 type keyedLib struct {
 	name string
-	new  func(b *testing.B) keyedLimiter
+	new  func(tb testing.TB) keyedLimiter
 }
 
 // keyedLimiter is one per-key limiter under test.
@@ -121,10 +157,10 @@ var keyedLibs = []keyedLib{
 	keyedOurs(ratelimit.LeakyBucketPolicy(200_000_000, 10*time.Second)),
 	{
 		name: "sethvargo",
-		new: func(b *testing.B) keyedLimiter {
+		new: func(tb testing.TB) keyedLimiter {
 			s, err := memorystore.New(&memorystore.Config{Tokens: 1 << 30, Interval: time.Hour})
 			if err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 			ctx := context.Background()
 			return keyedLimiter{
@@ -132,14 +168,14 @@ var keyedLibs = []keyedLib{
 					_, _, _, ok, _ := s.Take(ctx, key)
 					return ok
 				},
-				len:   func() int { return -1 },
+				len:   sethvargoLen(s),
 				close: func() { _ = s.Close(ctx) },
 			}
 		},
 	},
 	{
 		name: "ulule",
-		new: func(*testing.B) keyedLimiter {
+		new: func(testing.TB) keyedLimiter {
 			l := ulule.New(ululemem.NewStore(), ulule.Rate{Period: time.Hour, Limit: 1 << 30})
 			ctx := context.Background()
 			return keyedLimiter{
@@ -153,7 +189,7 @@ var keyedLibs = []keyedLib{
 	},
 	{
 		name: "xtimerate-syncmap",
-		new: func(*testing.B) keyedLimiter {
+		new: func(testing.TB) keyedLimiter {
 			var m sync.Map
 			var n atomic.Int64
 			return keyedLimiter{
@@ -174,14 +210,34 @@ var keyedLibs = []keyedLib{
 	},
 }
 
+// sethvargoLen returns a function counting the keys a sethvargo memorystore
+// holds: the length of its unexported map "data", read by reflection (only
+// between runs, when no Take runs), or -1 if the store is not built that way.
+func sethvargoLen(s any) func() int {
+	v := reflect.ValueOf(s)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	var data reflect.Value
+	if v.Kind() == reflect.Struct {
+		data = v.FieldByName("data")
+	}
+	return func() int {
+		if data.Kind() != reflect.Map {
+			return -1
+		}
+		return data.Len()
+	}
+}
+
 // keyedOurs is this module's Keyed limiter running p.
 func keyedOurs(p ratelimit.Policy) keyedLib {
 	return keyedLib{
 		name: "ratelimit-" + p.Algorithm.String(),
-		new: func(b *testing.B) keyedLimiter {
+		new: func(tb testing.TB) keyedLimiter {
 			k, err := ratelimit.NewKeyed(p, ratelimit.WithMaxKeys(2_000_000))
 			if err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 			ctx := context.Background()
 			return keyedLimiter{
@@ -235,7 +291,7 @@ func benchKeyedHotParallel(b *testing.B, lib keyedLib, _ []string, _ **filledKey
 }
 
 func benchKeyedManySerial(b *testing.B, lib keyedLib, keys []string, filled **filledKeyed) {
-	f := fillOnce(b, lib, keys, filled)
+	f := fillOnce(b, filled, func() *filledKeyed { return fillKeyed(b, lib, keys) })
 	b.ReportAllocs()
 	admitted, i := 0, 0
 	cpu0 := cpuTime()
@@ -251,7 +307,7 @@ func benchKeyedManySerial(b *testing.B, lib keyedLib, keys []string, filled **fi
 }
 
 func benchKeyedManyParallel(b *testing.B, lib keyedLib, keys []string, filled **filledKeyed) {
-	f := fillOnce(b, lib, keys, filled)
+	f := fillOnce(b, filled, func() *filledKeyed { return fillKeyed(b, lib, keys) })
 	b.ReportAllocs()
 	var next, admitted atomic.Int64
 	cpu0 := cpuTime()
@@ -270,11 +326,54 @@ func benchKeyedManyParallel(b *testing.B, lib keyedLib, keys []string, filled **
 	report(b, int(admitted.Load()), cpu0)
 }
 
-// fillOnce returns *filled, filling a limiter of lib first if there is none
-// yet, and has bytes/key reported at the end of b's run.
-func fillOnce(b *testing.B, lib keyedLib, keys []string, filled **filledKeyed) *filledKeyed {
+// benchKeyedRandomSerial looks up random keys of a limiter holding
+// len(keys) keys of internal/benchkeys, each written into a scratch buffer.
+func benchKeyedRandomSerial(b *testing.B, lib keyedLib, keys []string, filled **filledKeyed) {
+	n := len(keys)
+	f := fillOnce(b, filled, func() *filledKeyed { return fillKeyedRandom(b, lib, n) })
+	b.ReportAllocs()
+	var buf benchkeys.Buf
+	r := benchkeys.NewRand(1)
+	admitted := 0
+	cpu0 := cpuTime()
+	for b.Loop() {
+		if f.allow(buf.Lookup(r.Index(uint32(n)))) {
+			admitted++
+		}
+	}
+	report(b, admitted, cpu0)
+	f.checkHeld(b, lib, n)
+}
+
+// benchKeyedRandomParallel is benchKeyedRandomSerial with a generator and a
+// scratch buffer per goroutine.
+func benchKeyedRandomParallel(b *testing.B, lib keyedLib, keys []string, filled **filledKeyed) {
+	n := len(keys)
+	f := fillOnce(b, filled, func() *filledKeyed { return fillKeyedRandom(b, lib, n) })
+	b.ReportAllocs()
+	var seed, admitted atomic.Int64
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var buf benchkeys.Buf
+		r := benchkeys.NewRand(uint64(seed.Add(1)))
+		a := int64(0)
+		for pb.Next() {
+			if f.allow(buf.Lookup(r.Index(uint32(n)))) {
+				a++
+			}
+		}
+		admitted.Add(a)
+	})
+	report(b, int(admitted.Load()), cpu0)
+	f.checkHeld(b, lib, n)
+}
+
+// fillOnce returns *filled, filling a limiter with fill first if there is
+// none yet, and has bytes/key reported at the end of b's run.
+func fillOnce(b *testing.B, filled **filledKeyed, fill func() *filledKeyed) *filledKeyed {
 	if *filled == nil {
-		*filled = fillKeyed(b, lib, keys)
+		*filled = fill()
 	}
 	f := *filled
 	// Reported after the timed loop: b.Loop's first call and b.ResetTimer
@@ -287,6 +386,15 @@ func fillOnce(b *testing.B, lib keyedLib, keys []string, filled **filledKeyed) *
 type filledKeyed struct {
 	keyedLimiter
 	perKey float64 // live heap per key after filling
+}
+
+// checkHeld fails b if f, as far as lib can tell, does not hold n keys: a
+// lookup stored a key, or a key was forgotten.
+func (f *filledKeyed) checkHeld(b *testing.B, lib keyedLib, n int) {
+	b.Helper()
+	if held := f.len(); held >= 0 && held != n {
+		b.Fatalf("%s holds %d keys after the run, want %d", lib.name, held, n)
+	}
 }
 
 func (f *filledKeyed) close() {
@@ -320,4 +428,54 @@ func fillKeyed(b *testing.B, lib keyedLib, keys []string) *filledKeyed {
 		b.Fatalf("%s holds %d keys after filling, want %d", lib.name, held, len(keys))
 	}
 	return f
+}
+
+// fillKeyedRandom returns a fresh limiter of lib holding the first n keys of
+// internal/benchkeys, inserted in a shuffled order as freshly allocated
+// strings, each admitted once, and measures the live heap it takes per key
+// as fillKeyed does.
+func fillKeyedRandom(b *testing.B, lib keyedLib, n int) *filledKeyed {
+	b.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l := lib.new(b)
+	// The order is garbage by the second reading, so it is not counted.
+	for _, i := range benchkeys.Shuffled(n, 1) {
+		if key := benchkeys.Key(i); !l.allow(key) {
+			b.Fatalf("filling: %s denied %q", lib.name, key)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	f := &filledKeyed{
+		keyedLimiter: l,
+		perKey:       float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n),
+	}
+	if held := l.len(); held >= 0 && held != n {
+		f.close()
+		b.Fatalf("%s holds %d keys after filling, want %d", lib.name, held, n)
+	}
+	return f
+}
+
+// TestKeyedLen checks that every library whose key count the random modes
+// rely on can tell it: a sethvargo store that changed its internals would
+// otherwise turn the check after each run off unseen.
+func TestKeyedLen(t *testing.T) {
+	for _, lib := range keyedLibs {
+		if lib.name == "ulule" { // copies every key: nothing to check
+			continue
+		}
+		l := lib.new(t)
+		for _, k := range []string{"a", "b", "a"} {
+			l.allow(k)
+		}
+		if got := l.len(); got != 2 {
+			t.Errorf("%s: len() = %d after using keys a, b, a; want 2", lib.name, got)
+		}
+		if l.close != nil {
+			l.close()
+		}
+	}
 }
