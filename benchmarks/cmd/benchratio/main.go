@@ -13,7 +13,7 @@
 // Names must have the form Benchmark<Group>/<library>/<mode>[-<procs>], as
 // BenchmarkAllow/xtimerate/serial-2 or BenchmarkKeyed/sethvargo/1Mkeys/serial-2
 // (the mode is everything after the library). A benchmark that does not
-// report the metric is left out (bytes/key only exists for 1Mkeys runs); a
+// report the metric is left out (bytes/key only exists for 1M-key runs); a
 // mode a baseline was not run in prints "-".
 //
 // The baselines of a group are, unless -base names them, every library in
@@ -64,13 +64,15 @@ import (
 )
 
 // defaultTargets are the targets applied when -target and -max are not
-// given, by metric: BenchmarkAllow's (issue 1) and BenchmarkKeyed's (issue
-// 6: at 1M keys at most 0.5x sethvargo's ns/op and at most 80 bytes per key
-// for the token bucket, fixed window and sliding counter; no allocation for
-// an existing key).
+// given, by metric: BenchmarkAllow's (issue 1) and BenchmarkKeyed's for the
+// token bucket, fixed window and sliding counter: at 1M keys at most 0.5x
+// sethvargo's ns/op, round-robin (1Mkeys, issue 6) and random with fresh key
+// bytes (1Mrandom, issue 14); on one hot key with two goroutines at most
+// 0.6x (issue 14); at most 80 bytes per key; no allocation for an existing
+// key.
 var defaultTargets = map[string]struct{ ratio, max string }{
-	"ns/op":     {ratio: "Allow/xtimerate=0.6,Allow/uber=1," + keyedTarget + "/1Mkeys/=0.5"},
-	"cpu-ns/op": {ratio: "Allow/xtimerate=0.6,Allow/uber=1," + keyedTarget + "/1Mkeys/=0.5"},
+	"ns/op":     {ratio: allowTargets + "," + keyedTargets},
+	"cpu-ns/op": {ratio: allowTargets + "," + keyedTargets},
 	"bytes/key": {max: "Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=80"},
 	"allocs/op": {max: "Allow=0,Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=0"},
 }
@@ -85,7 +87,12 @@ var addedTargets = map[string]struct{ ratio, max string }{
 	"allocs/op": {max: "GRPCUnary@^ratelimit-grpclimit-nofields/=0"},
 }
 
-const keyedTarget = "Keyed/sethvargo@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)"
+const (
+	allowTargets = "Allow/xtimerate=0.6,Allow/uber=1"
+	keyedTarget  = "Keyed/sethvargo@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)"
+	keyedTargets = keyedTarget + "/1Mkeys/=0.5," + keyedTarget + "/1Mrandom/=0.5," +
+		keyedTarget + "/hotkey/parallel$=0.6"
+)
 
 type key struct {
 	group, lib, mode, procs string

@@ -59,3 +59,36 @@ BenchmarkGRPCUnary/ratelimit-ours/serial-2 100  80 ns/op  0 allocs/op
 		t.Error("subtract of a library that is not there found something")
 	}
 }
+
+// TestDefaultTargets checks which of BenchmarkKeyed's benchmarks the issues'
+// ns/op targets bound against sethvargo, and how far.
+func TestDefaultTargets(t *testing.T) {
+	targets := parseTargets(defaultTargets["ns/op"].ratio, true)
+	for _, c := range []struct {
+		lib, mode string
+		want      float64 // 0: no target
+	}{
+		{"ratelimit-tokenbucket", "1Mkeys/serial", 0.5},
+		{"ratelimit-fixedwindow", "1Mkeys/parallel", 0.5},
+		{"ratelimit-tokenbucket", "1Mrandom/serial", 0.5},
+		{"ratelimit-slidingcounter", "1Mrandom/parallel", 0.5},
+		{"ratelimit-tokenbucket", "hotkey/parallel", 0.6},
+		{"ratelimit-tokenbucket", "hotkey/serial", 0},
+		{"ratelimit-slidinglog", "1Mrandom/serial", 0},
+		{"ratelimit-leakybucket", "hotkey/parallel", 0},
+	} {
+		k := key{"BenchmarkKeyed", c.lib, c.mode, "2"}
+		var got []float64
+		for _, tg := range targets {
+			if tg.applies(k, "sethvargo") {
+				got = append(got, tg.max)
+			}
+		}
+		switch {
+		case c.want == 0 && len(got) != 0:
+			t.Errorf("%s/%s: targets %v, want none", c.lib, c.mode, got)
+		case c.want != 0 && (len(got) != 1 || got[0] != c.want):
+			t.Errorf("%s/%s: targets %v, want [%v]", c.lib, c.mode, got, c.want)
+		}
+	}
+}
