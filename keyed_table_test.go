@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,6 +31,9 @@ func TestTableMatchesMap(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, uint64(hashBits)))
 		for step := range 20_000 {
 			key := "k" + strconv.Itoa(rng.IntN(300))
+			if rng.IntN(4) == 0 { // some keys too long to be held inline
+				key += strings.Repeat("x", inlineKey)
+			}
 			h := hash(key)
 			switch op := rng.IntN(10); {
 			case op < 5: // insert or update
@@ -41,7 +45,7 @@ func TestTableMatchesMap(t *testing.T) {
 				model[key]++
 			case op < 8: // delete an entry found by key
 				if i := tb.find(key, h); i >= 0 {
-					tb.deleteEntry(int(tb.slots[i].pos-1), hash)
+					tb.delete(i)
 					delete(model, key)
 				} else {
 					_, ok := model[key]
@@ -49,9 +53,12 @@ func TestTableMatchesMap(t *testing.T) {
 				}
 			default: // delete at the sweep's position
 				if tb.len() > 0 {
-					e := rng.IntN(tb.len())
-					delete(model, tb.entries[e].key)
-					tb.deleteEntry(e, hash)
+					i := rng.IntN(len(tb.slots))
+					for tb.slots[i].meta == 0 {
+						i = (i + 1) % len(tb.slots)
+					}
+					delete(model, tb.key(&tb.slots[i]))
+					tb.delete(i)
 				}
 			}
 			require.Equal(t, len(model), tb.len(), "step %d", step)
@@ -63,11 +70,18 @@ func TestTableMatchesMap(t *testing.T) {
 				}
 				used := 0
 				for _, s := range tb.slots {
-					if s.pos != 0 {
+					if s.meta != 0 {
 						used++
 					}
 				}
 				require.Equal(t, tb.len(), used, "step %d: slots in use", step)
+				long := 0
+				for k := range model {
+					if len(k) > inlineKey {
+						long++
+					}
+				}
+				require.Equal(t, long, len(tb.long)-len(tb.free), "step %d: long keys kept", step)
 				require.LessOrEqual(t, tb.len()*maxLoadDen, len(tb.slots)*maxLoadNum, "step %d: load", step)
 			}
 		}
