@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,8 +77,23 @@ var _ KeyedLimiter = (*Keyed)(nil)
 // unless [WithMaxKeys] says otherwise.
 const DefaultMaxKeys = 1 << 20
 
-// defaultShards is the number of shards of a Keyed limiter.
-const defaultShards = 64
+// minShardBits and maxShardBits bound the number of shards of a Keyed
+// limiter's store: 64 at least, 4096 at most.
+const minShardBits, maxShardBits = 6, 12
+
+// shardBits returns log2 of the number of shards of a new store: 64, or 8
+// per CPU the process may use (GOMAXPROCS) when that is more. A decision
+// holds its shard's lock for about one cache miss (the key's slot, 100-150
+// ns at a million keys), so with as many shards as cores a shard would be
+// busy half the time at 64 cores; at 8 per core two cores rarely want the
+// same one (benchmarks/README.md, "At 64 cores").
+func shardBits() uint {
+	bits := uint(minShardBits)
+	for bits < maxShardBits && 1<<bits < 8*runtime.GOMAXPROCS(0) {
+		bits++
+	}
+	return bits
+}
 
 // WithMaxKeys caps the number of keys a [Keyed] limiter holds at exactly n,
 // over all its shards: a new key that would be key n+1 is admitted only if
@@ -404,6 +420,11 @@ type shard[S any] struct {
 	held    atomic.Int32
 	t       table[S] // guarded by mu
 	scratch S        // guarded by mu; the fresh state of keys not held
+	// The next shard's lock is at least a cache line past this shard's
+	// fields, so that cores deciding in neighbouring shards do not pull one
+	// line back and forth (false sharing). Not measurable on 2 CPUs; it
+	// matters at tens of cores, as in sync.Pool's per-P data.
+	_ [64]byte
 }
 
 // Budgets of the idle sweep: entries looked at on every new key, and when a
@@ -414,11 +435,12 @@ const (
 )
 
 func newStore[S any, A algorithm[S]](alg A, maxKeys int) *store[S, A] {
+	bits := shardBits()
 	s := &store[S, A]{
 		alg:     alg,
 		seed:    maphash.MakeSeed(),
-		shards:  make([]shard[S], defaultShards),
-		shift:   64 - 6, // defaultShards = 1<<6
+		shards:  make([]shard[S], 1<<bits),
+		shift:   64 - bits,
 		maxKeys: int64(maxKeys),
 	}
 	return s

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,5 +86,15 @@ func TestTableMatchesMap(t *testing.T) {
 				require.LessOrEqual(t, tb.len()*maxLoadDen, len(tb.slots)*maxLoadNum, "step %d: load", step)
 			}
 		}
+	}
+}
+
+// TestShardBits checks the shard count's rule: 64, or 8 per CPU when that
+// is more, at most 4096.
+func TestShardBits(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for procs, want := range map[int]uint{1: 6, 2: 6, 8: 6, 9: 7, 16: 7, 64: 9, 96: 10, 512: 12, 4096: 12} {
+		runtime.GOMAXPROCS(procs)
+		require.Equal(t, want, shardBits(), "GOMAXPROCS %d", procs)
 	}
 }
