@@ -5,7 +5,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
-	"strings"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,8 +77,23 @@ var _ KeyedLimiter = (*Keyed)(nil)
 // unless [WithMaxKeys] says otherwise.
 const DefaultMaxKeys = 1 << 20
 
-// defaultShards is the number of shards of a Keyed limiter.
-const defaultShards = 64
+// minShardBits and maxShardBits bound the number of shards of a Keyed
+// limiter's store: 64 at least, 4096 at most.
+const minShardBits, maxShardBits = 6, 12
+
+// shardBits returns log2 of the number of shards of a new store: 64, or 8
+// per CPU the process may use (GOMAXPROCS) when that is more. A decision
+// holds its shard's lock for about one cache miss (the key's slot, 100-150
+// ns at a million keys), so with as many shards as cores a shard would be
+// busy half the time at 64 cores; at 8 per core two cores rarely want the
+// same one (benchmarks/README.md, "At 64 cores").
+func shardBits() uint {
+	bits := uint(minShardBits)
+	for bits < maxShardBits && 1<<bits < 8*runtime.GOMAXPROCS(0) {
+		bits++
+	}
+	return bits
+}
 
 // WithMaxKeys caps the number of keys a [Keyed] limiter holds at exactly n,
 // over all its shards: a new key that would be key n+1 is admitted only if
@@ -375,7 +390,6 @@ type store[S any, A algorithm[S]] struct {
 	shards  []shard[S]
 	shift   uint // 64 - log2(len(shards)): the hash's top bits pick the shard
 	maxKeys int64
-	hash32  func(key string) uint32 // the low bits, for the shard's table
 	// keys counts the keys held over all shards of every generation of the
 	// Keyed, plus for a moment the room reserved for one being inserted: it
 	// changes only on insert, reclaim and delete, under the lock of the
@@ -406,6 +420,11 @@ type shard[S any] struct {
 	held    atomic.Int32
 	t       table[S] // guarded by mu
 	scratch S        // guarded by mu; the fresh state of keys not held
+	// The next shard's lock is at least a cache line past this shard's
+	// fields, so that cores deciding in neighbouring shards do not pull one
+	// line back and forth (false sharing). Not measurable on 2 CPUs; it
+	// matters at tens of cores, as in sync.Pool's per-P data.
+	_ [64]byte
 }
 
 // Budgets of the idle sweep: entries looked at on every new key, and when a
@@ -416,14 +435,14 @@ const (
 )
 
 func newStore[S any, A algorithm[S]](alg A, maxKeys int) *store[S, A] {
+	bits := shardBits()
 	s := &store[S, A]{
 		alg:     alg,
 		seed:    maphash.MakeSeed(),
-		shards:  make([]shard[S], defaultShards),
-		shift:   64 - 6, // defaultShards = 1<<6
+		shards:  make([]shard[S], 1<<bits),
+		shift:   64 - bits,
 		maxKeys: int64(maxKeys),
 	}
-	s.hash32 = func(key string) uint32 { return uint32(maphash.String(s.seed, key)) }
 	return s
 }
 
@@ -536,7 +555,7 @@ func tooManyKeys(v verdict) verdict {
 // insert stores key, for which room is reserved, with a fresh state.
 // Requires sh.mu held.
 func (s *store[S, A]) insert(sh *shard[S], key string, h uint32) *S {
-	st := sh.t.insert(strings.Clone(key), h)
+	st := sh.t.insert(key, h)
 	sh.held.Store(int32(sh.t.len()))
 	return st
 }
@@ -586,10 +605,9 @@ func (s *store[S, A]) take(now int64, key string, remove, locked bool) (int64, b
 	if i < 0 {
 		return 0, false
 	}
-	e := int(sh.t.slots[i].pos - 1)
-	used := s.alg.limit() - s.alg.decide(&sh.t.entries[e].st, now, 0, inspect).remaining
+	used := s.alg.limit() - s.alg.decide(sh.t.state(i), now, 0, inspect).remaining
 	if remove {
-		s.removeEntry(sh, e)
+		s.removeAt(sh, i)
 	}
 	return max(used, 0), true
 }
@@ -696,17 +714,24 @@ func (s *store[S, A]) fresh(sh *shard[S]) *S {
 	return &sh.scratch
 }
 
-// reclaim looks at up to budget entries of sh, going round the table from
+// reclaim looks at up to budget keys of sh, going round the table from
 // where it last stopped, and deletes the idle ones: a sweep spread over
 // inserts, with no pass over the whole table. Requires sh.mu held.
 func (s *store[S, A]) reclaim(sh *shard[S], now int64, budget int) {
 	t := &sh.t
-	for ; budget > 0 && t.len() > 0; budget-- {
-		if t.cursor >= t.len() {
+	// Empty slots cost a look too, but fewer than keys: the load is at
+	// least 1/5 (1/minLoadDen) in any table larger than the smallest.
+	for looks := budget * minLoadDen; budget > 0 && looks > 0 && t.len() > 0; looks-- {
+		if t.cursor >= len(t.slots) {
 			t.cursor = 0
 		}
-		if s.alg.idle(&t.entries[t.cursor].st, now) {
-			s.removeEntry(sh, t.cursor) // the last entry moves here: look again
+		if t.slots[t.cursor].meta == 0 {
+			t.cursor++
+			continue
+		}
+		budget--
+		if s.alg.idle(t.state(t.cursor), now) {
+			s.removeAt(sh, t.cursor) // a later slot may move here: look again
 			s.keys.Add(-1)
 		} else {
 			t.cursor++
@@ -791,16 +816,15 @@ func (s *store[S, A]) forget(key string) {
 // the key count. Requires sh.mu held.
 func (s *store[S, A]) deleteIn(sh *shard[S], key string, h uint32) {
 	if i := sh.t.find(key, h); i >= 0 {
-		s.removeEntry(sh, int(sh.t.slots[i].pos-1))
+		s.removeAt(sh, i)
 		s.keys.Add(-1)
 	}
 }
 
-// removeEntry deletes entry e of sh's table (the last entry moves into its
-// place) and keeps sh.held in step; the key count is the caller's to
-// adjust. Requires sh.mu held.
-func (s *store[S, A]) removeEntry(sh *shard[S], e int) {
-	sh.t.deleteEntry(e, s.hash32)
+// removeAt deletes the key in slot i of sh's table and keeps sh.held in
+// step; the key count is the caller's to adjust. Requires sh.mu held.
+func (s *store[S, A]) removeAt(sh *shard[S], i int) {
+	sh.t.delete(i)
 	sh.held.Store(int32(sh.t.len()))
 }
 

@@ -1,52 +1,86 @@
 package ratelimit
 
+import "encoding/binary"
+
 // table is the hash table of one keyed shard: string keys to states S.
 //
-// It exists because Go maps size themselves in powers of two and split all
-// their tables at about the same fill, so a map with a million keys can sit
-// at under half load. table grows by 1.5x instead, so its load stays
-// between about 0.53 and 0.8 whatever the number of keys, and keeps the
-// state inline next to its key (the bytes per key measured both ways are in
-// benchmarks/README.md).
+// It is built for a lookup that misses the CPU caches, as one among a
+// million keys usually does: the key's bytes (up to inlineKey of them), 32
+// bits of its hash and its state live together in one slot of an
+// open-addressing array, so deciding for a key held in its home slot reads
+// one slot, 48 bytes for most states, and follows no pointer. A Go map, or
+// an index of positions into a separate array of entries holding string
+// headers, takes two or three dependent cache misses for the same lookup.
+// Keys longer than inlineKey bytes are kept out of line, in a side slice,
+// at the cost of those extra misses.
 //
-// Layout: entries is a dense slice of (key, state), with no holes: a delete
-// moves the last entry into the hole. slots is an open-addressing index with
-// linear probing: each slot holds 32 bits of the key's hash and the entry's
-// position plus one (0: empty). Deletion shifts later slots back, so there
-// are no tombstones.
+// Probing is linear, so the slots after the home slot are the adjacent
+// memory the hardware fetches next. Deletion shifts later slots back
+// (backward-shift deletion), so there are no tombstones. The table grows by
+// 1.25x when an insert would lift its load above 4/5, so its load stays
+// between about 0.64 and 0.8 whatever the number of keys: Go maps size
+// themselves in powers of two and can sit at under half load. The bytes per
+// key measured are in benchmarks/README.md.
 //
 // A table is not safe for concurrent use; its shard's lock guards it.
 type table[S any] struct {
-	slots   []slot
-	entries []entry[S]
-	cursor  int // next entry the idle sweep looks at
+	slots  []slot[S]
+	n      int      // keys held
+	long   []string // keys longer than inlineKey; "" marks a free entry
+	free   []uint32 // indexes of free entries of long
+	cursor int      // next slot the idle sweep looks at
 }
 
-type slot struct {
+// inlineKey is the longest key a slot holds in place: with the hash and
+// the meta byte, the key part of a slot is 32 bytes.
+const inlineKey = 27
+
+// slot is one position of the table.
+type slot[S any] struct {
 	hash uint32 // low 32 bits of the key's hash
-	pos  uint32 // index in entries + 1; 0 marks an empty slot
+	// meta is 0 for an empty slot, 1+len(key) for a key held in kb, and
+	// longMeta for a key held in table.long at the index in kb[:4].
+	meta uint8
+	kb   [inlineKey]byte
+	st   S
 }
 
-type entry[S any] struct {
-	key string
-	st  S
-}
+const longMeta = 0xff
 
 const (
 	tableMinSlots = 8
-	// The table grows when an insert would lift its load above 4/5, and
-	// shrinks when deletes drop it below 1/5.
+	// The table grows by growNum/growDen when an insert would lift its load
+	// above maxLoadNum/maxLoadDen, and shrinks when deletes drop it below
+	// 1/minLoadDen.
 	maxLoadNum, maxLoadDen = 4, 5
+	growNum, growDen       = 5, 4
 	minLoadDen             = 5
 )
 
 // len returns the number of keys.
-func (t *table[S]) len() int { return len(t.entries) }
+func (t *table[S]) len() int { return t.n }
 
 // home returns the slot a 32-bit hash starts probing at: the hash scaled to
 // the table's size, which needs no power-of-two size.
 func (t *table[S]) home(h uint32) int {
 	return int(uint64(h) * uint64(len(t.slots)) >> 32)
+}
+
+// metaOf returns the meta byte of a slot holding key.
+func metaOf(key string) uint8 {
+	if len(key) > inlineKey {
+		return longMeta
+	}
+	return uint8(len(key)) + 1
+}
+
+// key returns the key held in the non-empty slot s. For an inline key the
+// string shares s's memory: it is valid until the table next changes.
+func (t *table[S]) key(s *slot[S]) string {
+	if s.meta == longMeta {
+		return t.long[binary.LittleEndian.Uint32(s.kb[:4])]
+	}
+	return string(s.kb[:s.meta-1])
 }
 
 // find returns the slot index of key, whose hash is h, or -1.
@@ -55,13 +89,20 @@ func (t *table[S]) find(key string, h uint32) int {
 	if n == 0 {
 		return -1
 	}
+	m := metaOf(key)
 	for i := t.home(h); ; {
-		s := t.slots[i]
-		if s.pos == 0 {
+		s := &t.slots[i]
+		if s.meta == 0 {
 			return -1
 		}
-		if s.hash == h && t.entries[s.pos-1].key == key {
-			return i
+		if s.hash == h && s.meta == m {
+			if m != longMeta {
+				if string(s.kb[:len(key)]) == key {
+					return i
+				}
+			} else if t.long[binary.LittleEndian.Uint32(s.kb[:4])] == key {
+				return i
+			}
 		}
 		if i++; i == n {
 			i = 0
@@ -73,62 +114,85 @@ func (t *table[S]) find(key string, h uint32) int {
 // until the table is next changed.
 func (t *table[S]) get(key string, h uint32) *S {
 	if i := t.find(key, h); i >= 0 {
-		return &t.entries[t.slots[i].pos-1].st
+		return &t.slots[i].st
 	}
 	return nil
 }
 
+// state returns the state in slot i, which must hold a key. The pointer is
+// valid until the table is next changed.
+func (t *table[S]) state(i int) *S { return &t.slots[i].st }
+
 // insert adds key, which must be absent, with a zero state, and returns the
-// state. The table keeps key itself: callers pass a string they own.
+// state. The table copies key: the caller's string is not kept.
 func (t *table[S]) insert(key string, h uint32) *S {
-	if (len(t.entries)+1)*maxLoadDen > len(t.slots)*maxLoadNum {
-		t.resize(max(tableMinSlots, len(t.slots)*3/2))
+	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum {
+		t.resize(max(tableMinSlots, len(t.slots)*growNum/growDen))
 	}
-	t.entries = append(t.entries, entry[S]{key: key})
-	t.place(slot{hash: h, pos: uint32(len(t.entries))})
-	return &t.entries[len(t.entries)-1].st
+	s := slot[S]{hash: h, meta: metaOf(key)}
+	if s.meta == longMeta {
+		binary.LittleEndian.PutUint32(s.kb[:4], t.keepLong(key))
+	} else {
+		copy(s.kb[:], key)
+	}
+	t.n++
+	return &t.slots[t.place(s)].st
 }
 
-// place puts s in the first empty slot from its home.
-func (t *table[S]) place(s slot) {
+// keepLong stores a copy of a long key in t.long and returns its index.
+func (t *table[S]) keepLong(key string) uint32 {
+	key = string([]byte(key)) // a copy: the caller's string is not kept
+	if n := len(t.free); n > 0 {
+		i := t.free[n-1]
+		t.free = t.free[:n-1]
+		t.long[i] = key
+		return i
+	}
+	t.long = append(t.long, key)
+	return uint32(len(t.long) - 1)
+}
+
+// place puts s in the first empty slot from its home and returns its index.
+func (t *table[S]) place(s slot[S]) int {
 	n := len(t.slots)
 	i := t.home(s.hash)
-	for t.slots[i].pos != 0 {
+	for t.slots[i].meta != 0 {
 		if i++; i == n {
 			i = 0
 		}
 	}
 	t.slots[i] = s
+	return i
 }
 
-// resize rebuilds the index with n slots.
+// resize rebuilds the table with n slots.
 func (t *table[S]) resize(n int) {
 	old := t.slots
-	t.slots = make([]slot, n)
-	for _, s := range old {
-		if s.pos != 0 {
-			t.place(s)
+	t.slots = make([]slot[S], n)
+	for i := range old {
+		if old[i].meta != 0 {
+			t.place(old[i])
 		}
 	}
+	t.cursor = 0
 }
 
-// deleteEntry removes the entry at index e. hash returns a key's 32-bit
-// hash, needed to find the slot of the entry moved into the hole.
-func (t *table[S]) deleteEntry(e int, hash func(string) uint32) {
-	t.deleteSlot(t.find(t.entries[e].key, hash(t.entries[e].key)))
-	last := len(t.entries) - 1
-	if e != last {
-		moved := t.entries[last].key
-		t.slots[t.find(moved, hash(moved))].pos = uint32(e + 1)
-		t.entries[e] = t.entries[last]
-	}
-	t.entries[last] = entry[S]{} // drop references for the GC
-	t.entries = t.entries[:last]
-	if len(t.slots) > tableMinSlots && len(t.entries)*minLoadDen < len(t.slots) {
-		t.resize(max(tableMinSlots, len(t.entries)*2))
-		if cap(t.entries) > 2*len(t.entries) {
-			t.entries = append([]entry[S](nil), t.entries...)
+// delete removes the key in slot i, which must hold one. Later slots may
+// move back into i (backward-shift deletion), so a sweep going up the
+// table looks at slot i again.
+func (t *table[S]) delete(i int) {
+	if s := &t.slots[i]; s.meta == longMeta {
+		j := binary.LittleEndian.Uint32(s.kb[:4])
+		t.long[j] = ""
+		t.free = append(t.free, j)
+		if len(t.free) == len(t.long) {
+			t.long, t.free = nil, nil
 		}
+	}
+	t.deleteSlot(i)
+	t.n--
+	if len(t.slots) > tableMinSlots && t.n*minLoadDen < len(t.slots) {
+		t.resize(max(tableMinSlots, t.n*2))
 	}
 }
 
@@ -141,16 +205,16 @@ func (t *table[S]) deleteSlot(i int) {
 		if j++; j == n {
 			j = 0
 		}
-		s := t.slots[j]
-		if s.pos == 0 {
+		s := &t.slots[j]
+		if s.meta == 0 {
 			break
 		}
 		// s may move into the hole at i only if its home is not in (i, j].
 		k := t.home(s.hash)
 		if (i < j && (k <= i || k > j)) || (i > j && k <= i && k > j) {
-			t.slots[i] = s
+			t.slots[i] = *s
 			i = j
 		}
 	}
-	t.slots[i] = slot{}
+	t.slots[i] = slot[S]{}
 }

@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,6 +32,9 @@ func TestTableMatchesMap(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, uint64(hashBits)))
 		for step := range 20_000 {
 			key := "k" + strconv.Itoa(rng.IntN(300))
+			if rng.IntN(4) == 0 { // some keys too long to be held inline
+				key += strings.Repeat("x", inlineKey)
+			}
 			h := hash(key)
 			switch op := rng.IntN(10); {
 			case op < 5: // insert or update
@@ -41,7 +46,7 @@ func TestTableMatchesMap(t *testing.T) {
 				model[key]++
 			case op < 8: // delete an entry found by key
 				if i := tb.find(key, h); i >= 0 {
-					tb.deleteEntry(int(tb.slots[i].pos-1), hash)
+					tb.delete(i)
 					delete(model, key)
 				} else {
 					_, ok := model[key]
@@ -49,9 +54,12 @@ func TestTableMatchesMap(t *testing.T) {
 				}
 			default: // delete at the sweep's position
 				if tb.len() > 0 {
-					e := rng.IntN(tb.len())
-					delete(model, tb.entries[e].key)
-					tb.deleteEntry(e, hash)
+					i := rng.IntN(len(tb.slots))
+					for tb.slots[i].meta == 0 {
+						i = (i + 1) % len(tb.slots)
+					}
+					delete(model, tb.key(&tb.slots[i]))
+					tb.delete(i)
 				}
 			}
 			require.Equal(t, len(model), tb.len(), "step %d", step)
@@ -63,13 +71,30 @@ func TestTableMatchesMap(t *testing.T) {
 				}
 				used := 0
 				for _, s := range tb.slots {
-					if s.pos != 0 {
+					if s.meta != 0 {
 						used++
 					}
 				}
 				require.Equal(t, tb.len(), used, "step %d: slots in use", step)
+				long := 0
+				for k := range model {
+					if len(k) > inlineKey {
+						long++
+					}
+				}
+				require.Equal(t, long, len(tb.long)-len(tb.free), "step %d: long keys kept", step)
 				require.LessOrEqual(t, tb.len()*maxLoadDen, len(tb.slots)*maxLoadNum, "step %d: load", step)
 			}
 		}
+	}
+}
+
+// TestShardBits checks the shard count's rule: 64, or 8 per CPU when that
+// is more, at most 4096.
+func TestShardBits(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for procs, want := range map[int]uint{1: 6, 2: 6, 8: 6, 9: 7, 16: 7, 64: 9, 96: 10, 512: 12, 4096: 12} {
+		runtime.GOMAXPROCS(procs)
+		require.Equal(t, want, shardBits(), "GOMAXPROCS %d", procs)
 	}
 }
