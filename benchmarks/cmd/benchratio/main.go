@@ -90,8 +90,10 @@ var addedTargets = map[string]struct{ ratio, max string }{
 const (
 	allowTargets = "Allow/xtimerate=0.6,Allow/uber=1"
 	keyedTarget  = "Keyed/sethvargo@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)"
-	keyedTargets = keyedTarget + "/1Mkeys/=0.5," + keyedTarget + "/1Mrandom/=0.5," +
-		keyedTarget + "/hotkey/parallel$=0.6"
+	// The 1M-key target is on 1Mrandom, the measure of real traffic
+	// (issue 14); 1Mkeys, the old round-robin measure, is reported beside
+	// it without one (see README.md, "Two 1M-key measures").
+	keyedTargets = keyedTarget + "/1Mrandom/=0.5," + keyedTarget + "/hotkey/parallel$=0.6"
 )
 
 type key struct {

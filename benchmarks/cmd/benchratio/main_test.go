@@ -68,8 +68,8 @@ func TestDefaultTargets(t *testing.T) {
 		lib, mode string
 		want      float64 // 0: no target
 	}{
-		{"ratelimit-tokenbucket", "1Mkeys/serial", 0.5},
-		{"ratelimit-fixedwindow", "1Mkeys/parallel", 0.5},
+		{"ratelimit-tokenbucket", "1Mkeys/serial", 0},
+		{"ratelimit-fixedwindow", "1Mkeys/parallel", 0},
 		{"ratelimit-tokenbucket", "1Mrandom/serial", 0.5},
 		{"ratelimit-slidingcounter", "1Mrandom/parallel", 0.5},
 		{"ratelimit-tokenbucket", "hotkey/parallel", 0.6},
