@@ -29,6 +29,7 @@ type generation struct {
 	namesLen int
 	cache    *denyCache // nil: disabled
 	fallback *ratelimit.Keyed
+	leases   *leaseTable // WithLeases; nil: off
 
 	decideScript, refundScript *script
 
@@ -186,6 +187,12 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*ge
 	}
 	if p.Algorithm == ratelimit.QuotaAlgorithm {
 		g.quota = &quotaBounds{cal: p.Calendar, limit: int64(p.Limit)}
+	}
+	if l.leases != nil {
+		if err := checkLeasable(p, op); err != nil {
+			return nil, err
+		}
+		g.leases = newLeaseTable(*l.leases, p)
 	}
 	if l.cacheKeys > 0 && sc.exactRetry {
 		g.cache = newDenyCache(l.cacheKeys)
