@@ -383,6 +383,13 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 		now = sent / 1000
 	}
 	args := g.args(l, now, k, commitMode("l"+strconv.Itoa(n)))
+	var h, gen uint64
+	if g.cache != nil {
+		// The deny cache's generation before the request: a denial that
+		// may predate an admission or refund since is not remembered.
+		h = g.cache.hash(key)
+		gen = g.cache.gen(h).Load()
+	}
 	var v []int64
 	ack := l.batch.ackWant > 0
 	err := l.runCall(ctx, g, g.decideScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
@@ -406,14 +413,12 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 			ResetAfter: time.Duration(v[3]) * time.Microsecond,
 		}
 		if g.cache != nil && v[0] == 0 && d.Remaining == 0 && l.ordered(sent) {
-			h := g.cache.hash(key)
-			_, gen, _ := g.cache.get(h, key, n, sent, limit)
 			g.cache.put(h, key, n, sent, g.cacheSpan(n, d), gen, d)
 		}
 		return d, lease{}, 0, nil
 	}
 	if g.cache != nil {
-		g.cache.invalidate(g.cache.hash(key), key)
+		g.cache.invalidate(h, key)
 	}
 	granted, at := int(v[4]), v[5]
 	life := int64(g.leases.cfg.Lifetime)
