@@ -129,6 +129,7 @@ type leaseTable struct {
 	limit int // the lease cap: max(1, Limit/MaxShare)
 	keys  sync.Map
 	size  atomic.Int64 // entries in keys
+	swept atomic.Int64 // local ns of the last sweep made for want of room
 
 	// mu guards ring and cursor: the entries in a slice that the sweep
 	// walks a few at a time.
@@ -218,7 +219,10 @@ func (e *leaseKey) note(now int64, n int, target time.Duration) {
 	// The events asked in [since, now): one per Target is a rate of one
 	// per Target, not two.
 	m := float64(e.asked) * float64(target) / float64(el)
-	if e.want > 0 {
+	if e.want > 0 && el < 2*int64(target) {
+		// Smoothed over consecutive measurements; after a pause the
+		// rate is what the pause says, so that a key that went quiet
+		// gets no lease sized by its old traffic.
 		m = (m + e.want) / 2
 	}
 	e.want = m
@@ -263,6 +267,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 	t := g.leases
 	e := t.get(key, l.ts.Now())
 	if e == nil {
+		t.makeRoom(l, g, l.ts.Now())
 		return l.allowExact(ctx, g, key, n)
 	}
 	var waited *leaseFlight
@@ -500,6 +505,17 @@ func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
 	for i, e := range backs {
 		l.giveBack(context.Background(), g, e.key, leases[i])
 	}
+}
+
+// makeRoom sweeps the full table, at most once a millisecond, so that
+// idle keys leave room for new ones even when no key takes leases (and so
+// no grant sweeps).
+func (t *leaseTable) makeRoom(l *Limiter, g *generation, now int64) {
+	last := t.swept.Load()
+	if now-last < int64(time.Millisecond) || !t.swept.CompareAndSwap(last, now) {
+		return
+	}
+	t.sweep(l, g, now, 16)
 }
 
 // release takes every lease of the table and gives back its unused
