@@ -51,8 +51,8 @@ type LeaseConfig struct {
 	// sliding counter, quota) also ends with the window it was charged in.
 	Lifetime time.Duration
 	// MaxKeys bounds the keys whose rate and lease the Limiter tracks
-	// (about 150 bytes each); keys beyond it are decided one script per
-	// decision. 0 means [DefaultLeaseKeys].
+	// (about 250 bytes each, plus the key); keys beyond it are decided
+	// one script per decision. 0 means [DefaultLeaseKeys].
 	MaxKeys int
 	// MaxShare caps a lease at Limit/MaxShare events (at least 1, and
 	// never less than the n asked): with P processes leasing one key, at

@@ -314,6 +314,17 @@ func TestLeaseSetPolicy(t *testing.T) {
 		t.Fatalf("first decision under the new policy: Remaining = %d, want %d", d.Remaining, 500-59)
 	}
 	r.wantRedis(441, "new policy")
+	// Hot again under the new policy: its leases are granted by the
+	// scripts that know the previous policy (the chain).
+	for range 19 {
+		r.allow(1, true)
+	}
+	r.mock.Add(10 * time.Millisecond)
+	d = r.allow(1, true)
+	r.wantRedis(441-19-20, "a lease under the new policy")
+	if d.Remaining != 441-20 {
+		t.Fatalf("first leased decision under the new policy: Remaining = %d, want %d", d.Remaining, 441-20)
+	}
 }
 
 func TestLeaseBlockDropsLease(t *testing.T) {
