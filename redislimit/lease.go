@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"sync"
@@ -402,9 +403,13 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 		return err
 	})
 	if err != nil {
-		// A grant that was not replicated stays charged but unused: an
-		// under-admission, as a lost reply.
-		return ratelimit.Decision{}, lease{}, 0, err
+		var nr *notReplicatedError
+		if !errors.As(err, &nr) || len(v) != 7 || v[0] == 1 {
+			// A grant that was not replicated stays charged but unused:
+			// an under-admission, as a lost reply.
+			return ratelimit.Decision{}, lease{}, 0, err
+		}
+		// A denial wrote nothing: it stands, replicated or not.
 	}
 	if len(v) != 7 {
 		return ratelimit.Decision{}, lease{}, 0, &scriptError{values: len(v)}
