@@ -482,3 +482,38 @@ func TestLeaseConcurrentAccounting(t *testing.T) {
 		t.Fatalf("%d admitted, Redis Remaining %d after ReleaseLeases; want at most %d admitted and Remaining %d (or one more)", n, d.Remaining, p.Limit, p.Limit-n)
 	}
 }
+
+// TestLeaseReplicaAck: under WithReplicaAck a lease is used only once its
+// grant was acknowledged by a replica; while the replica is stopped, the
+// lease in hand still admits, and the next grant gets the failure policy
+// with ErrNotReplicated.
+func TestLeaseReplicaAck(t *testing.T) {
+	t.Parallel()
+	master, replica := startReplicated(t)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	mock := newMock()
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Hour), WithPrefix(uniquePrefix(t)), WithClock(mock), WithClientTime(),
+		WithFailurePolicy(FailClosed), WithBreaker(0), WithLogger(nil), WithReplicaAck(1, 300*time.Millisecond),
+		WithLeases(LeaseConfig{MaxShare: 10}))
+	for range 9 {
+		if d, err := l.AllowN(bg(), "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("cold AllowN = %+v, %v", d, err)
+		}
+	}
+	mock.Add(10 * time.Millisecond)
+	if d, err := l.AllowN(bg(), "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("grant of a lease of 9 = %+v, %v", d, err)
+	}
+	resume := stop(t, replica)
+	for range 8 {
+		if d, err := l.AllowN(bg(), "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("from the lease with the replica stopped = %+v, %v", d, err)
+		}
+	}
+	d, err := l.AllowN(bg(), "k", 1)
+	if d.Allowed || !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("a grant with the replica stopped = %+v, %v; want FailClosed's denial and ErrNotReplicated", d, err)
+	}
+	resume()
+}
