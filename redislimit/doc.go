@@ -300,11 +300,13 @@
 //     quota, never after the end of the window or period it was charged
 //     in (measured locally from the grant's reply, so never later than on
 //     Redis's clock). Its unused events are given back by the key's next
-//     decision after it ends, by a sweep that each grant runs over a few
-//     other keys, or by [Limiter.ReleaseLeases] (call it at shutdown).
-//     The give-back is the refund script run at the grant's time, so a
-//     windowed policy takes the events back only from the window they
-//     were charged in; once that window has ended they are gone.
+//     decision after it ends (in the script that grants the next lease,
+//     so renewing costs one round trip), by a sweep that each grant runs
+//     over a few other keys, or by [Limiter.ReleaseLeases] (call it at
+//     shutdown). The give-back is the refund script run at the grant's
+//     time, so a windowed policy takes the events back only from the
+//     window they were charged in; once that window has ended they are
+//     gone.
 //   - Memory: one entry per tracked key, at most [LeaseConfig.MaxKeys]
 //     (about 250 bytes each, plus the key); keys beyond it are decided
 //     without leases. A key idle for 10 Lifetimes (at least a second) is

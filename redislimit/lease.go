@@ -335,10 +335,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 		e.flight = f
 		e.mu.Unlock()
 
-		if back.left > 0 {
-			l.giveBack(ctx, g, key, back)
-		}
-		d, ls, at, err := l.grant(ctx, g, key, k, n)
+		d, ls, at, err := l.grant(ctx, g, key, k, n, back)
 		e.mu.Lock()
 		if err == nil && d.Allowed {
 			e.lease = ls
@@ -378,10 +375,11 @@ func (l *Limiter) allowExact(ctx context.Context, g *generation, key string, n i
 // grant asks Redis for a lease of k events, of which the caller takes n
 // at once: one decision script in lease mode, which charges k as an
 // AllowN of k would, or when k does not fit what remains if that covers
-// n, or else answers the exact denial of n. It returns the caller's
-// Decision, the lease (the rest), and the grant's time on Redis's clock in
-// Unix ns (for the admission hook).
-func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int) (ratelimit.Decision, lease, int64, error) {
+// n, or else answers the exact denial of n. The same script first gives
+// back the unused events of the key's previous lease, back, as giveBack
+// would. It returns the caller's Decision, the lease (the rest), and the
+// grant's time on Redis's clock in Unix ns (for the admission hook).
+func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int, back lease) (ratelimit.Decision, lease, int64, error) {
 	sent := l.ts.Now()
 	sent -= sent % 1000 // the script's microsecond, and never later than its now
 	var now any = ""
@@ -389,6 +387,7 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 		now = sent / 1000
 	}
 	args := g.args(l, now, k, commitMode("l"+strconv.Itoa(n)))
+	args = append(args, back.at, back.left)
 	var h, gen uint64
 	if g.cache != nil {
 		// The deny cache's generation before the request: a denial that
@@ -398,7 +397,7 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 	}
 	var v []int64
 	ack := l.batch.ackWant > 0
-	err := l.runCall(ctx, g, g.decideScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
+	err := l.runCall(ctx, g, g.leaseScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64Slice()
 		return err
 	})
@@ -450,7 +449,8 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 	return d, ls, at * 1000, nil
 }
 
-// giveBack returns a lease's unused events to Redis: the refund script run
+// giveBack returns a lease's unused events to Redis, when no grant follows
+// (a grant gives back the previous lease itself): the refund script run
 // at the grant's time (on Redis's clock), so that a windowed policy takes
 // them back only from the window that was charged (once another window
 // has begun they are gone, and must not be taken from the new one). A

@@ -517,3 +517,45 @@ func TestLeaseReplicaAck(t *testing.T) {
 	}
 	resume()
 }
+
+// TestLeaseGiveBackEveryAlgorithm: for every leasable algorithm, a lease
+// that ends unused is given back in the script that grants the next one,
+// and ReleaseLeases gives back the rest: Redis then holds exactly the
+// events admitted.
+func TestLeaseGiveBackEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	for _, p := range []ratelimit.Policy{
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 1000),
+		ratelimit.LeakyBucketPolicy(1000, time.Hour),
+		ratelimit.FixedWindowPolicy(1000, time.Hour),
+		ratelimit.SlidingCounterPolicy(1000, time.Hour),
+		ratelimit.QuotaPolicy(1000, ratelimit.Calendar{Unit: ratelimit.Daily}),
+	} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			r := newLeaseRig(t, p, LeaseConfig{MaxShare: 10})
+			r.heat(29) // a lease of 29, 28 left
+			r.wantRedis(1000-29-29, "hot")
+			for range 20 {
+				r.allow(1, true) // 8 left
+			}
+			// After Lifetime, still hot (21 events in 50ms: a lease of
+			// 5): one script gives back the 8 and grants 5, 4 left.
+			r.mock.Add(50 * time.Millisecond)
+			r.allow(1, true)
+			r.wantRedis(1000-51-4, "the ended lease given back by the script granting the next")
+			// After another Lifetime the key is cold (one event in 50ms):
+			// the 4 are given back, then one exact decision.
+			r.mock.Add(50 * time.Millisecond)
+			r.allow(1, true)
+			r.wantRedis(1000-52, "the ended lease given back before an exact decision")
+			for range 30 {
+				r.allow(1, true)
+			}
+			if err := r.l.ReleaseLeases(bg()); err != nil {
+				t.Fatal(err)
+			}
+			r.wantRedis(1000-82, "after ReleaseLeases")
+		})
+	}
+}

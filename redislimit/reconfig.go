@@ -32,6 +32,7 @@ type generation struct {
 	leases   *leaseTable // WithLeases; nil: off
 
 	decideScript, refundScript *script
+	leaseScript                *script // WithLeases: grants (lease.go)
 
 	// inflight counts the calls running under this generation; sealed,
 	// set by SetPolicy, makes new calls wait for the next generation, so
@@ -173,9 +174,9 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*ge
 	for _, name := range g.names {
 		g.namesLen += len(name)
 	}
-	g.decideScript, g.refundScript = sc.decide, sc.refund
+	g.decideScript, g.refundScript, g.leaseScript = sc.decide, sc.refund, sc.lease
 	if len(prev) > 0 {
-		g.decideScript, g.refundScript = sc.decideChain, sc.refundChain
+		g.decideScript, g.refundScript, g.leaseScript = sc.decideChain, sc.refundChain, sc.leaseChain
 		g.chainArgs = make([]any, 0, 4+5*len(prev))
 		g.chainArgs = append(g.chainArgs, len(prev))
 		for _, lk := range prev {
