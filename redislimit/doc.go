@@ -360,12 +360,14 @@
 //   - The observer sees one Event per decision, as without leases (Home
 //     [ratelimit.HomeRedis]); nothing distinguishes a leased admission.
 //
-// Measured on a loaded 2-CPU machine (BenchmarkRedisLease in the
-// benchmarks module: one key, 64 goroutines of one process, 3 runs of 1s
-// each, medians): 2.9 to 6.6 million decisions/s with leases against 49k
-// to 78k without, and 26k for go-redis/redis_rate, depending on the
-// algorithm. The hot path is a map lookup, a mutex per key and a clock
-// reading, and allocates nothing.
+// Measured on a 2-CPU machine (BenchmarkRedisLease in the benchmarks
+// module: one key, 64 goroutines of one process, medians of 3 runs of 1s,
+// in two runs): about 3 to 8 million decisions/s with leases, against 50k
+// to 78k without and 26k to 34k for go-redis/redis_rate, depending on the
+// algorithm and the run. The hot path is a map lookup, a mutex per key
+// and a clock reading, and allocates nothing; the mutex bounds one key in
+// one process (the spread between runs is how the goroutines queue on
+// it).
 //
 // # Throughput
 //
