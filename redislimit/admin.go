@@ -87,10 +87,13 @@ func (l *Limiter) Penalize(ctx context.Context, key string, n int) error {
 	return l.adminErr(ctx, "penalize", key, err)
 }
 
-// forget drops what the deny cache holds for key.
+// forget drops what the deny cache holds for key, and its lease.
 func (l *Limiter) forget(g *generation, key string) {
 	if g.cache != nil {
 		g.cache.invalidate(g.cache.hash(key), key)
+	}
+	if g.leases != nil {
+		g.leases.dropLease(key)
 	}
 }
 

@@ -23,7 +23,8 @@ import (
 //
 // Create one with [New]; the zero value is not usable. A Limiter is safe
 // for concurrent use and holds no goroutine while idle, so it needs no
-// Close.
+// Close (with [WithLeases], call [Limiter.ReleaseLeases] at shutdown to
+// give back the quota its leases hold).
 type Limiter struct {
 	cur         atomic.Pointer[generation] // the policy and what depends on it; SetPolicy swaps it
 	setMu       sync.Mutex                 // serializes SetPolicy
@@ -48,6 +49,12 @@ type Limiter struct {
 	brk         breaker
 	batch       batcher
 	ackTimeout  time.Duration // WithReplicaAck's timeout, for errors
+	leases      *LeaseConfig  // WithLeases, defaults filled in; nil: off
+	// admitHook, set by tests only, is called with the time (Unix ns) of
+	// every admission that lease mode decides: the local time of one from
+	// a lease, Redis's time of a grant, the local time after the reply of
+	// one script per decision.
+	admitHook func(at int64)
 }
 
 var _ ratelimit.KeyedLimiter = (*Limiter)(nil)
@@ -91,6 +98,7 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		epoch:       time.Now(),
 		logger:      cfg.logger,
 		reportEvery: cfg.reportEvery,
+		leases:      cfg.leases,
 		brk:         breaker{cooldown: int64(cfg.breaker)},
 		batch: batcher{
 			client:      client,
@@ -216,6 +224,9 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Deci
 	}
 	if n <= 0 || n > g.policy.Limit {
 		return l.allowNever(ctx, g, key, n)
+	}
+	if g.leases != nil {
+		return l.allowLeased(ctx, g, key, n)
 	}
 	now, local := l.times(g)
 	if g.cache != nil {

@@ -48,7 +48,8 @@ type config struct {
 	ackReplicas  int        // WithReplicaAck: replicas, 0 off
 	ackTimeout   time.Duration
 	ackSet       bool
-	err          error // the first invalid option
+	leases       *LeaseConfig // WithLeases; nil: off
+	err          error        // the first invalid option
 }
 
 type optionFunc func(*config)
@@ -111,6 +112,9 @@ func newConfig(opts []Option) (config, error) {
 		err = invalid("WithReplicaAck timeout (%v) must be shorter than WithTimeout (%v)", cfg.ackTimeout, cfg.timeout)
 	case cfg.ackSet && ackMillis(cfg.ackTimeout)*int64(time.Millisecond) >= int64(cfg.timeout):
 		err = invalid("WithReplicaAck timeout (%v, in whole milliseconds for WAIT: %dms) must be shorter than WithTimeout (%v)", cfg.ackTimeout, ackMillis(cfg.ackTimeout), cfg.timeout)
+	}
+	if err == nil && cfg.leases != nil {
+		err = checkLeases(cfg.leases)
 	}
 	return cfg, err
 }

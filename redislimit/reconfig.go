@@ -29,8 +29,10 @@ type generation struct {
 	namesLen int
 	cache    *denyCache // nil: disabled
 	fallback *ratelimit.Keyed
+	leases   *leaseTable // WithLeases; nil: off
 
 	decideScript, refundScript *script
+	leaseScript                *script // WithLeases: grants (lease.go)
 
 	// inflight counts the calls running under this generation; sealed,
 	// set by SetPolicy, makes new calls wait for the next generation, so
@@ -172,9 +174,9 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*ge
 	for _, name := range g.names {
 		g.namesLen += len(name)
 	}
-	g.decideScript, g.refundScript = sc.decide, sc.refund
+	g.decideScript, g.refundScript, g.leaseScript = sc.decide, sc.refund, sc.lease
 	if len(prev) > 0 {
-		g.decideScript, g.refundScript = sc.decideChain, sc.refundChain
+		g.decideScript, g.refundScript, g.leaseScript = sc.decideChain, sc.refundChain, sc.leaseChain
 		g.chainArgs = make([]any, 0, 4+5*len(prev))
 		g.chainArgs = append(g.chainArgs, len(prev))
 		for _, lk := range prev {
@@ -186,6 +188,12 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*ge
 	}
 	if p.Algorithm == ratelimit.QuotaAlgorithm {
 		g.quota = &quotaBounds{cal: p.Calendar, limit: int64(p.Limit)}
+	}
+	if l.leases != nil {
+		if err := checkLeasable(p, op); err != nil {
+			return nil, err
+		}
+		g.leases = newLeaseTable(*l.leases, p)
 	}
 	if l.cacheKeys > 0 && sc.exactRetry {
 		g.cache = newDenyCache(l.cacheKeys)

@@ -57,6 +57,8 @@ var (
 	quotaLua string
 	//go:embed lua/quota_refund.lua
 	quotaRefundLua string
+	//go:embed lua/lease.lua
+	leaseLua string
 	//go:embed lua/block.lua
 	blockLua string
 	//go:embed lua/reset.lua
@@ -75,14 +77,21 @@ var allHelpers = tbLua + lbLua + fwLua + slLua + scLua + qLua
 type algoScripts struct {
 	decide, refund           *script
 	decideChain, refundChain *script
+	// lease and leaseChain grant a lease (lease.go): the decision script,
+	// in lease mode, after the refund script run as a function that gives
+	// back the previous lease's unused events (lua/lease.lua).
+	lease, leaseChain *script
 }
 
 func newAlgoScripts(helpers, decide, refund string) algoScripts {
+	giveBack := leaseLua + refund + "\n  end)()\nend\n"
 	return algoScripts{
 		decide:      newScript(preludeLua + helpers + noChainLua + decide),
 		refund:      newScript(preludeLua + helpers + noChainLua + refund),
 		decideChain: newScript(preludeLua + allHelpers + chainLua + decide),
 		refundChain: newScript(preludeLua + allHelpers + chainLua + refund),
+		lease:       newScript(preludeLua + helpers + noChainLua + giveBack + decide),
+		leaseChain:  newScript(preludeLua + allHelpers + chainLua + giveBack + decide),
 	}
 }
 

@@ -31,6 +31,7 @@ elseif k < storedK then
   at = k * w
 end
 local untilEnd = (k + 1) * w - at
+leaseEnd = (k + 1) * w
 
 local function decide(n, commit)
   if count + n <= limit then

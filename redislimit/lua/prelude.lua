@@ -173,7 +173,7 @@ end
 -- Penalize (charge min(n, remaining) without a decision, whatever a block
 -- says). Refund scripts pass 'r'.
 local function writes(mode)
-  return mode == '1' or mode == 'x' or mode == 'p' or mode == 'r'
+  return mode == '1' or mode == 'x' or mode == 'p' or mode == 'r' or mode == 'l'
 end
 
 -- maxBlock is the longest block, 100 years in µs (ratelimit's maxPeriod).
@@ -204,6 +204,14 @@ local unstored = false
 -- or a Peek that the block answers (see decisionMode); nil otherwise.
 local blockEnd
 
+-- Lease grants (Go: lease.go) run a decision script in mode 'l<m>': n is
+-- the lease wanted, k, and m the events the caller needs now. leaseMin is
+-- m; leaseEnd, set by the windowed scripts (fixed window, sliding counter,
+-- quota), is the end (Unix µs) of the window the grant is charged in, which
+-- the lease must not outlive; the buckets leave it nil.
+local leaseMin
+local leaseEnd
+
 -- decisionMode returns the mode a decision script runs in at now, given
 -- its mode argument. A block in force answers AllowN ('1') and Peek ('0')
 -- with a denial computed on a Peek(0) of the key's state: a blocked AllowN
@@ -211,7 +219,11 @@ local blockEnd
 -- the key's state under an earlier policy (as in memory, where the
 -- conversion then happens at the first decision after the block).
 local function decisionMode(now, mode)
-  if mode == '1' or mode == '0' then
+  if string.sub(mode, 1, 1) == 'l' then
+    leaseMin = tonumber(string.sub(mode, 2))
+    mode = 'l'
+  end
+  if mode == '1' or mode == '0' or mode == 'l' then
     blockEnd = blockedUntil(now)
     if blockEnd then
       return '0'
@@ -225,6 +237,23 @@ end
 -- script's reply. A block in force (blockEnd) answers with a denial until
 -- its end; a penalty charges what the state has left, up to n.
 local function finish(now, n, mode, decide)
+  if mode == 'l' then
+    -- A lease: charge k = n events as an AllowN of k would; when k does
+    -- not fit, charge what remains if that covers leaseMin (a partial
+    -- lease), else answer the exact denial of leaseMin. The reply adds
+    -- the events granted, the script's now and leaseEnd (-1: none).
+    local d = decide(n, true)
+    local got = n
+    if d[1] ~= 1 then
+      got = decide(0, false)[2]
+      if got < leaseMin then
+        d = decide(leaseMin, false)
+        return {0, d[2], d[3], d[4], 0, now, -1}
+      end
+      d = decide(got, true)
+    end
+    return {1, d[2], 0, d[4], got, now, leaseEnd or -1}
+  end
   if mode == 'p' then
     local m = math.min(n, decide(0, false)[2])
     if m > 0 then
@@ -241,7 +270,11 @@ local function finish(now, n, mode, decide)
     if unstored then
       denied = 2
     end
-    return {denied, 0, wait, math.max(wait, decide(0, false)[4])}
+    local reply = {denied, 0, wait, math.max(wait, decide(0, false)[4])}
+    if leaseMin then
+      reply[5], reply[6], reply[7] = 0, now, -1
+    end
+    return reply
   end
   return decide(n, mode == '1')
 end

@@ -34,6 +34,7 @@ if st > now then
   at = st
 end
 local untilEnd = en - at
+leaseEnd = en
 
 local function decide(n, commit)
   if count + n <= limit then

@@ -34,6 +34,7 @@ elseif k < storedK then
   -- start of the newer window.
   k, cur, prev, e = storedK, storedCur, storedPrev, 0
 end
+leaseEnd = (k + 1) * w
 
 local function resetAfter(c, p)
   if c > 0 then

@@ -1,0 +1,594 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+)
+
+// Lease defaults: see [LeaseConfig].
+const (
+	// DefaultLeaseTarget is the traffic a lease covers unless
+	// [LeaseConfig.Target] says otherwise.
+	DefaultLeaseTarget = 10 * time.Millisecond
+	// DefaultLeaseLifetime is the longest a lease is used unless
+	// [LeaseConfig.Lifetime] says otherwise.
+	DefaultLeaseLifetime = 50 * time.Millisecond
+	// DefaultLeaseKeys is the number of keys whose rate and lease a
+	// Limiter tracks unless [LeaseConfig.MaxKeys] says otherwise.
+	DefaultLeaseKeys = 10000
+	// DefaultLeaseShare is [LeaseConfig.MaxShare] unless it says otherwise:
+	// a lease holds at most a sixteenth of the policy's limit.
+	DefaultLeaseShare = 16
+)
+
+// maxLeaseLifetime bounds [LeaseConfig.Lifetime]: a lease must be short.
+const maxLeaseLifetime = time.Second
+
+// minLease is the smallest lease worth taking: a key whose observed rate
+// times Target is below it is cold and decided one script per decision.
+const minLease = 2
+
+// LeaseConfig configures lease mode ([WithLeases]). The zero value takes
+// every default.
+type LeaseConfig struct {
+	// Target is the traffic a lease should cover: a hot key's lease is its
+	// observed rate (events asked per second, admitted or not) times
+	// Target, at least the n asked and at most Limit/MaxShare. A key gets
+	// leases once that product reaches 2 events; below, each decision is
+	// one script as without leases. 0 means [DefaultLeaseTarget]; it must
+	// not exceed Lifetime.
+	Target time.Duration
+	// Lifetime is the longest a lease is used, counted from the moment
+	// its grant was sent to Redis: at most 1s, 0 means
+	// [DefaultLeaseLifetime]. A lease of a windowed policy (fixed window,
+	// sliding counter, quota) also ends with the window it was charged in.
+	Lifetime time.Duration
+	// MaxKeys bounds the keys whose rate and lease the Limiter tracks
+	// (about 250 bytes each, plus the key); keys beyond it are decided
+	// one script per decision. 0 means [DefaultLeaseKeys].
+	MaxKeys int
+	// MaxShare caps a lease at Limit/MaxShare events (at least 1, and
+	// never less than the n asked): with P processes leasing one key, at
+	// most P*Limit/MaxShare events are parked in leases. 0 means
+	// [DefaultLeaseShare].
+	MaxShare int
+}
+
+// WithLeases turns lease mode on (see the package documentation,
+// "Leases"): a hot key's decisions are served in memory from a share of
+// its quota that one script took from Redis, pre-charged there exactly as
+// an AllowN of that share would be, so that nothing is admitted that
+// Redis did not grant. Unused events are given back when the lease ends.
+// Cold keys keep one script per decision.
+//
+// The price is coarser Decisions (Remaining, ResetAfter) and quota parked
+// in the leases of other processes (under-admission), bounded per
+// algorithm in the package documentation. New returns an error wrapping
+// [ratelimit.ErrInvalidConfig] for a sliding log policy, which cannot be
+// leased exactly, and for invalid cfg fields (the error names the field).
+// Call [Limiter.ReleaseLeases] at shutdown to give back what is held.
+func WithLeases(cfg LeaseConfig) Option {
+	return optionFunc(func(c *config) { c.leases = &cfg })
+}
+
+// checkLeases fills in cfg's defaults and validates it.
+func checkLeases(cfg *LeaseConfig) error {
+	if cfg.Target == 0 {
+		cfg.Target = DefaultLeaseTarget
+	}
+	if cfg.Lifetime == 0 {
+		cfg.Lifetime = DefaultLeaseLifetime
+	}
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = DefaultLeaseKeys
+	}
+	if cfg.MaxShare == 0 {
+		cfg.MaxShare = DefaultLeaseShare
+	}
+	switch {
+	case cfg.Target < 0:
+		return invalid("WithLeases: LeaseConfig.Target must be positive, got %v", cfg.Target)
+	case cfg.Lifetime < 0 || cfg.Lifetime > maxLeaseLifetime:
+		return invalid("WithLeases: LeaseConfig.Lifetime must be positive and at most %v, got %v", maxLeaseLifetime, cfg.Lifetime)
+	case cfg.Target > cfg.Lifetime:
+		return invalid("WithLeases: LeaseConfig.Target (%v) must not exceed LeaseConfig.Lifetime (%v)", cfg.Target, cfg.Lifetime)
+	case cfg.MaxKeys < 0:
+		return invalid("WithLeases: LeaseConfig.MaxKeys must not be negative, got %d", cfg.MaxKeys)
+	case cfg.MaxShare < 0:
+		return invalid("WithLeases: LeaseConfig.MaxShare must not be negative, got %d", cfg.MaxShare)
+	}
+	return nil
+}
+
+// checkLeasable refuses a policy that cannot be leased exactly.
+func checkLeasable(p ratelimit.Policy, op string) error {
+	if p.Algorithm == ratelimit.SlidingLogAlgorithm {
+		// The log stamps a grant's events with the grant's time, so they
+		// would leave it up to Lifetime before a window has passed since
+		// they really happened: another grant could then put more than
+		// Limit events in one true window, which the sliding log promises
+		// never to do.
+		return invalid("%s: WithLeases cannot lease a sliding log: its events would be stamped with the lease's grant time and leave the log up to LeaseConfig.Lifetime early, breaking its exact window; use a sliding counter or run it without leases", op)
+	}
+	return nil
+}
+
+// leaseTable is a generation's leases and the rates they are sized by,
+// one leaseKey per tracked key. A new generation (SetPolicy) starts a new
+// table, so that no lease granted under the old policy admits under the
+// new one.
+type leaseTable struct {
+	cfg   LeaseConfig
+	limit int // the lease cap: max(1, Limit/MaxShare)
+	keys  sync.Map
+	size  atomic.Int64 // entries in keys
+	swept atomic.Int64 // local ns of the last sweep made for want of room
+
+	// mu guards ring and cursor: the entries in a slice that the sweep
+	// walks a few at a time.
+	mu     sync.Mutex
+	ring   []*leaseKey
+	cursor int
+}
+
+func newLeaseTable(cfg LeaseConfig, p ratelimit.Policy) *leaseTable {
+	return &leaseTable{cfg: cfg, limit: max(1, p.Limit/cfg.MaxShare)}
+}
+
+// leaseKey is what one process knows of one key: its rate and its lease.
+type leaseKey struct {
+	key string
+
+	// mu guards everything below.
+	mu   sync.Mutex
+	dead bool // removed from the table: look the key up again
+	ring int  // index in leaseTable.ring
+
+	// The rate: asked events since since (local ns), and the lease size
+	// they call for, the smoothed events per Target (0: cold).
+	since int64
+	asked int64
+	want  float64
+	used  int64 // local ns of the last decision
+
+	lease  lease
+	flight *leaseFlight // the grant in flight, nil: none
+}
+
+// lease is a grant in use.
+type lease struct {
+	left      int   // events not yet admitted
+	expires   int64 // local ns: not used from then on
+	at        int64 // the grant's time on Redis's clock, µs: the give-back's time
+	remaining int   // Redis's Remaining after the grant
+	resetAt   int64 // local ns at which Redis's ResetAfter at the grant ends
+}
+
+// leaseFlight is a grant in flight; the others asking for the key wait
+// for it and then use its lease, or share its denial.
+type leaseFlight struct {
+	done     chan struct{}
+	n        int
+	d        ratelimit.Decision // the denial of n, when denied
+	denied   bool
+	err      error
+	canceled bool // err is the asker's own ctx: the others try again
+}
+
+// get returns the entry of key, making one when there is room; nil when
+// the table is full.
+func (t *leaseTable) get(key string, now int64) *leaseKey {
+	if v, ok := t.keys.Load(key); ok {
+		return v.(*leaseKey)
+	}
+	if t.size.Load() >= int64(t.cfg.MaxKeys) {
+		return nil
+	}
+	e := &leaseKey{key: key, since: now, used: now}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.keys.Load(key); ok {
+		return v.(*leaseKey)
+	}
+	if t.size.Load() >= int64(t.cfg.MaxKeys) {
+		return nil
+	}
+	e.ring = len(t.ring)
+	t.ring = append(t.ring, e)
+	t.keys.Store(key, e)
+	t.size.Add(1)
+	return e
+}
+
+// note counts n events asked at now and, once per Target, updates the
+// lease size they call for. Requires e.mu held.
+func (e *leaseKey) note(now int64, n int, target time.Duration) {
+	e.used = now
+	el := now - e.since
+	if el < int64(target) {
+		e.asked += int64(n)
+		return
+	}
+	// The events asked in [since, now): one per Target is a rate of one
+	// per Target, not two.
+	m := float64(e.asked) * float64(target) / float64(el)
+	if e.want > 0 && el < 2*int64(target) {
+		// Smoothed over consecutive measurements; after a pause the
+		// rate is what the pause says, so that a key that went quiet
+		// gets no lease sized by its old traffic.
+		m = (m + e.want) / 2
+	}
+	e.want = m
+	e.since, e.asked = now, int64(n)
+}
+
+// size returns the lease to ask for n events, 0 when the key is cold.
+// Requires e.mu held.
+func (e *leaseKey) size(n, capped int) int {
+	if e.want < minLease {
+		return 0
+	}
+	k := capped
+	if e.want < float64(capped) {
+		k = int(math.Ceil(e.want))
+	}
+	return max(k, n)
+}
+
+// take removes the unused part of e's lease and returns it. Requires e.mu
+// held.
+func (e *leaseKey) take() lease {
+	back := e.lease
+	e.lease = lease{}
+	return back
+}
+
+// decision is the Decision of an admission from e's lease at now.
+// Requires e.mu held.
+func (e *leaseKey) decision(limit int, now int64) ratelimit.Decision {
+	return ratelimit.Decision{
+		Allowed:    true,
+		Limit:      limit,
+		Remaining:  e.lease.left + e.lease.remaining,
+		ResetAfter: time.Duration(max(e.lease.resetAt-now, 0)),
+	}
+}
+
+// allowLeased is allowN for a limiter with leases; n is valid and ctx is
+// not done.
+func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
+	t := g.leases
+	e := t.get(key, l.ts.Now())
+	if e == nil {
+		t.makeRoom(l, g, l.ts.Now())
+		return l.allowExact(ctx, g, key, n)
+	}
+	var waited *leaseFlight
+	for {
+		e.mu.Lock()
+		if e.dead {
+			e.mu.Unlock()
+			if e = t.get(key, l.ts.Now()); e == nil {
+				return l.allowExact(ctx, g, key, n)
+			}
+			continue
+		}
+		// Read under the lock, so that a lease installed meanwhile was
+		// granted before now.
+		now := l.ts.Now()
+		if waited == nil {
+			e.note(now, n, t.cfg.Target)
+		}
+		if e.lease.left >= n && now < e.lease.expires {
+			e.lease.left -= n
+			d := e.decision(g.policy.Limit, now)
+			e.mu.Unlock()
+			if l.admitHook != nil {
+				l.admitHook(now)
+			}
+			return d, nil
+		}
+		if f := e.flight; f != nil {
+			e.mu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return l.canceled(ctx)
+			}
+			switch {
+			case f.err != nil && !f.canceled:
+				return l.failed(ctx, g, key, n, f.err)
+			case f.denied && f.n == n:
+				return f.d, nil
+			}
+			waited = f
+			continue
+		}
+		back := e.take()
+		k := e.size(n, t.limit)
+		if k == 0 {
+			// Cold: one script per decision, as without leases.
+			e.mu.Unlock()
+			if back.left > 0 {
+				l.giveBack(ctx, g, key, back)
+			}
+			return l.allowExact(ctx, g, key, n)
+		}
+		if g.cache != nil {
+			if d, _, ok := g.cache.get(g.cache.hash(key), key, n, now, g.policy.Limit); ok {
+				e.mu.Unlock()
+				if back.left > 0 {
+					l.giveBack(ctx, g, key, back)
+				}
+				return d, nil
+			}
+		}
+		f := &leaseFlight{done: make(chan struct{}), n: n}
+		e.flight = f
+		e.mu.Unlock()
+
+		d, ls, at, err := l.grant(ctx, g, key, k, n, back)
+		e.mu.Lock()
+		if err == nil && d.Allowed {
+			e.lease = ls
+		}
+		e.flight = nil
+		e.mu.Unlock()
+		f.d, f.denied, f.err = d, err == nil && !d.Allowed, err
+		f.canceled = err != nil && ctx.Err() != nil
+		close(f.done)
+		t.sweep(l, g, l.ts.Now(), 4)
+		if err != nil {
+			return l.failed(ctx, g, key, n, err)
+		}
+		if d.Allowed && l.admitHook != nil {
+			l.admitHook(at)
+		}
+		return d, nil
+	}
+}
+
+// allowExact is allowN's one script per decision.
+func (l *Limiter) allowExact(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
+	now, local := l.times(g)
+	var d ratelimit.Decision
+	var err error
+	if g.cache != nil {
+		d, err = l.allowCached(ctx, g, key, n, now, local)
+	} else if d, err = l.decide(ctx, g, key, now, n, commit); err != nil {
+		return l.failed(ctx, g, key, n, err)
+	}
+	if err == nil && d.Allowed && l.admitHook != nil {
+		l.admitHook(l.ts.Now())
+	}
+	return d, err
+}
+
+// grant asks Redis for a lease of k events, of which the caller takes n
+// at once: one decision script in lease mode, which charges k as an
+// AllowN of k would, or when k does not fit what remains if that covers
+// n, or else answers the exact denial of n. The same script first gives
+// back the unused events of the key's previous lease, back, as giveBack
+// would. It returns the caller's Decision, the lease (the rest), and the
+// grant's time on Redis's clock in Unix ns (for the admission hook).
+func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int, back lease) (ratelimit.Decision, lease, int64, error) {
+	sent := l.ts.Now()
+	sent -= sent % 1000 // the script's microsecond, and never later than its now
+	var now any = ""
+	if l.clientTime {
+		now = sent / 1000
+	}
+	args := g.args(l, now, k, commitMode("l"+strconv.Itoa(n)))
+	args = append(args, back.at, back.left)
+	var h, gen uint64
+	if g.cache != nil {
+		// The deny cache's generation before the request: a denial that
+		// may predate an admission or refund since is not remembered.
+		h = g.cache.hash(key)
+		gen = g.cache.gen(h).Load()
+	}
+	var v []int64
+	ack := l.batch.ackWant > 0
+	err := l.runCall(ctx, g, g.leaseScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
+		v, err = cmd.Int64Slice()
+		return err
+	})
+	if err != nil {
+		var nr *notReplicatedError
+		if !errors.As(err, &nr) || len(v) != 7 || v[0] == 1 {
+			// A grant that was not replicated stays charged but unused:
+			// an under-admission, as a lost reply.
+			return ratelimit.Decision{}, lease{}, 0, err
+		}
+		// A denial wrote nothing: it stands, replicated or not.
+	}
+	if len(v) != 7 {
+		return ratelimit.Decision{}, lease{}, 0, &scriptError{values: len(v)}
+	}
+	limit := g.policy.Limit
+	if v[0] != 1 {
+		d := ratelimit.Decision{
+			Limit:      limit,
+			Remaining:  int(v[1]),
+			RetryAfter: time.Duration(v[2]) * time.Microsecond,
+			ResetAfter: time.Duration(v[3]) * time.Microsecond,
+		}
+		if g.cache != nil && v[0] == 0 && d.Remaining == 0 && l.ordered(sent) {
+			g.cache.put(h, key, n, sent, g.cacheSpan(n, d), gen, d)
+		}
+		return d, lease{}, 0, nil
+	}
+	if g.cache != nil {
+		g.cache.invalidate(h, key)
+	}
+	granted, at := int(v[4]), v[5]
+	life := int64(g.leases.cfg.Lifetime)
+	if v[6] >= 0 {
+		// A windowed policy: the lease ends with the window it was
+		// charged in. sent is not later than the script's now, so
+		// sent + (end - now) is not later than the window's end.
+		life = min(life, (v[6]-at)*1000)
+	}
+	reset := time.Duration(v[3]) * time.Microsecond
+	ls := lease{
+		left:      granted - n,
+		expires:   sent + life,
+		at:        at,
+		remaining: int(v[1]),
+		resetAt:   sent + int64(reset),
+	}
+	d := ratelimit.Decision{Allowed: true, Limit: limit, Remaining: ls.left + ls.remaining, ResetAfter: reset}
+	return d, ls, at * 1000, nil
+}
+
+// giveBack returns a lease's unused events to Redis, when no grant follows
+// (a grant gives back the previous lease itself): the refund script run
+// at the grant's time (on Redis's clock), so that a windowed policy takes
+// them back only from the window that was charged (once another window
+// has begun they are gone, and must not be taken from the new one). A
+// bucket's refund at an earlier time lowers its level just the same. The
+// refund does not depend on ctx; a failure leaves the events charged (an
+// under-admission).
+func (l *Limiter) giveBack(ctx context.Context, g *generation, key string, back lease) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx = context.WithoutCancel(ctx)
+	args := g.args(l, back.at, back.left, refund)
+	_ = l.run(ctx, g, g.refundScript, g.keys(l, key), args, (*redis.Cmd).Err)
+	if g.cache != nil {
+		g.cache.invalidate(g.cache.hash(key), key)
+	}
+}
+
+// leaseIdle is how long a key goes without a decision before the sweep
+// forgets its rate (its lease has ended long before).
+func (t *leaseTable) leaseIdle() int64 { return int64(max(10*t.cfg.Lifetime, time.Second)) }
+
+// sweep visits up to count entries from where the last sweep stopped:
+// it gives back the unused events of leases that have ended, and forgets
+// keys that have been idle for leaseIdle. Every grant runs it, so cold
+// keys do not park quota while the process keeps deciding; a process
+// that stops deciding altogether should call ReleaseLeases.
+func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
+	var backs []*leaseKey
+	var leases []lease
+	t.mu.Lock()
+	for i := 0; i < count && len(t.ring) > 0; i++ {
+		if t.cursor >= len(t.ring) {
+			t.cursor = 0
+		}
+		e := t.ring[t.cursor]
+		e.mu.Lock()
+		if e.flight == nil && e.lease.left > 0 && now >= e.lease.expires {
+			backs = append(backs, e)
+			leases = append(leases, e.take())
+		}
+		if e.flight == nil && e.lease.left == 0 && now-e.used >= t.leaseIdle() {
+			e.dead = true
+			t.keys.Delete(e.key)
+			last := t.ring[len(t.ring)-1]
+			t.ring[t.cursor], last.ring = last, t.cursor
+			t.ring[len(t.ring)-1] = nil
+			t.ring = t.ring[:len(t.ring)-1]
+			t.size.Add(-1)
+			e.mu.Unlock()
+			continue
+		}
+		e.mu.Unlock()
+		t.cursor++
+	}
+	t.mu.Unlock()
+	for i, e := range backs {
+		l.giveBack(context.Background(), g, e.key, leases[i])
+	}
+}
+
+// makeRoom sweeps the full table, at most once a millisecond, so that
+// idle keys leave room for new ones even when no key takes leases (and so
+// no grant sweeps).
+func (t *leaseTable) makeRoom(l *Limiter, g *generation, now int64) {
+	last := t.swept.Load()
+	if now-last < int64(time.Millisecond) || !t.swept.CompareAndSwap(last, now) {
+		return
+	}
+	t.sweep(l, g, now, 16)
+}
+
+// release takes every lease of the table and gives back its unused
+// events, up to 16 at a time.
+func (t *leaseTable) release(ctx context.Context, l *Limiter, g *generation) error {
+	t.mu.Lock()
+	type back struct {
+		key string
+		ls  lease
+	}
+	var backs []back
+	for _, e := range t.ring {
+		e.mu.Lock()
+		if e.lease.left > 0 {
+			backs = append(backs, back{e.key, e.take()})
+		}
+		e.mu.Unlock()
+	}
+	t.mu.Unlock()
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, b := range backs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			l.giveBack(ctx, g, b.key, b.ls)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// ReleaseLeases gives back to Redis the unused events of every lease this
+// Limiter holds ([WithLeases]), so that other processes may admit them;
+// call it at shutdown, after the last decision. The Limiter stays usable:
+// a later decision on a hot key takes a new lease. Each give-back is one
+// refund script bounded by the limiter's timeout and does not depend on
+// ctx; ctx only stops ReleaseLeases from starting more of them (it then
+// returns ctx.Err(), and the leases not given back stay charged until
+// their window ends or their bucket refills). A Limiter without leases
+// has nothing to give back.
+func (l *Limiter) ReleaseLeases(ctx context.Context) error {
+	g := l.acquire()
+	defer g.release()
+	if g.leases == nil {
+		return nil
+	}
+	if ctx == nil {
+		return errNilContext
+	}
+	return g.leases.release(ctx, l, g)
+}
+
+// dropLease forgets key's lease without giving it back: an admin call
+// (Reset, Block, Penalize) changed the key's state in Redis, and the lease
+// must not admit on top of it.
+func (t *leaseTable) dropLease(key string) {
+	if v, ok := t.keys.Load(key); ok {
+		e := v.(*leaseKey)
+		e.mu.Lock()
+		e.lease = lease{}
+		e.mu.Unlock()
+	}
+}
