@@ -7,8 +7,8 @@
 #   SUITES=Keyed LIBS='ratelimit-tokenbucket|sethvargo' ./run.sh
 #
 # Suites are BenchmarkAllow (run with -cpu=1,2), BenchmarkKeyed,
-# BenchmarkRedis, BenchmarkHTTP, BenchmarkGRPCUnary and BenchmarkGRPCBufconn
-# (run with -cpu=2). For the suites with a "bare" baseline (HTTP, gRPC) it
+# BenchmarkRedis, BenchmarkRedisLease, BenchmarkHTTP, BenchmarkGRPCUnary and
+# BenchmarkGRPCBufconn (run with -cpu=2). For the suites with a "bare" baseline (HTTP, gRPC) it
 # also reports what each middleware adds to bare, round by round. The Redis
 # suite runs against a redis-server this script starts on a free loopback
 # port and stops on exit; without redis-server (apt-get install redis-server
@@ -17,7 +17,8 @@
 # Environment:
 #   COUNT      rounds (5); each round runs every suite once (-count=1)
 #   BENCHTIME  -benchtime (1s)
-#   SUITES     suites to run ("Allow Keyed Redis HTTP GRPCUnary GRPCBufconn")
+#   SUITES     suites to run ("Allow Keyed Redis RedisLease HTTP GRPCUnary
+#              GRPCBufconn")
 #   LIBS       regexp of libraries to run within each suite (all)
 #   CPU        -cpu for every suite (default: 1,2 for Allow, 2 for the others)
 #   RESULTS    Markdown report to write (RESULTS.md; with QUICK=1 a file in
@@ -34,7 +35,7 @@ if [ -n "${QUICK:-}" ]; then
 fi
 COUNT=${COUNT:-5}
 BENCHTIME=${BENCHTIME:-1s}
-SUITES=${SUITES:-Allow Keyed Redis HTTP GRPCUnary GRPCBufconn}
+SUITES=${SUITES:-Allow Keyed Redis RedisLease HTTP GRPCUnary GRPCBufconn}
 LIBS=${LIBS:-}
 RESULTS=${RESULTS:-RESULTS.md}
 mkdir -p results
@@ -109,19 +110,22 @@ start_redis() {
 }
 suites=()
 for s in $SUITES; do
-	if [ "$s" = Redis ]; then
-		if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-			REDIS_NOTE="skipped: redis-server or redis-cli not installed"
-			echo "== BenchmarkRedis $REDIS_NOTE" >&2
-			continue
+	# BenchmarkRedis and BenchmarkRedisLease share one redis-server.
+	if [ "$s" = Redis ] || [ "$s" = RedisLease ]; then
+		if [ -z "$REDIS_PID" ]; then
+			if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+				REDIS_NOTE="skipped: redis-server or redis-cli not installed"
+				echo "== Benchmark$s $REDIS_NOTE" >&2
+				continue
+			fi
+			unset REDIS_ADDR
+			if ! start_redis; then
+				REDIS_NOTE="skipped: could not start redis-server"
+				echo "== Benchmark$s $REDIS_NOTE" >&2
+				continue
+			fi
+			echo "== $REDIS_NOTE" >&2
 		fi
-		unset REDIS_ADDR
-		if ! start_redis; then
-			REDIS_NOTE="skipped: could not start redis-server"
-			echo "== BenchmarkRedis $REDIS_NOTE" >&2
-			continue
-		fi
-		echo "== $REDIS_NOTE" >&2
 	fi
 	suites+=("$s")
 done
@@ -207,7 +211,7 @@ done
 cmd="./run.sh"
 for v in COUNT BENCHTIME SUITES LIBS CPU; do
 	case "$v=${!v:-}" in
-	COUNT=5 | BENCHTIME=1s | "SUITES=Allow Keyed Redis HTTP GRPCUnary GRPCBufconn" | LIBS= | CPU=) ;;
+	COUNT=5 | BENCHTIME=1s | "SUITES=Allow Keyed Redis RedisLease HTTP GRPCUnary GRPCBufconn" | LIBS= | CPU=) ;;
 	*) cmd="$v='${!v}' $cmd" ;;
 	esac
 done
