@@ -30,7 +30,19 @@ func (l *Log) Cap() int { return len(l.buf) }
 
 // At returns the i-th oldest entry, 0 <= i < Len().
 func (l *Log) At(i int) Entry {
-	return l.buf[(l.head+i)%len(l.buf)]
+	return l.buf[l.slot(i)]
+}
+
+// slot returns the index in buf of the i-th oldest entry, 0 <= i <
+// len(buf): head + i wrapped by one subtraction rather than a division
+// (buffers are not always a power of two), which the sliding log's
+// critical section would pay several times per decision.
+func (l *Log) slot(i int) int {
+	j := l.head + i
+	if j >= len(l.buf) {
+		j -= len(l.buf)
+	}
+	return j
 }
 
 // Front returns the oldest entry. The log must not be empty.
@@ -39,10 +51,11 @@ func (l *Log) Front() Entry { return l.buf[l.head] }
 // Back returns the newest entry. The log must not be empty.
 func (l *Log) Back() Entry { return l.At(l.n - 1) }
 
-// PopFront removes the oldest entry. The log must not be empty.
+// PopFront removes the oldest entry. The log must not be empty. The slot
+// it leaves keeps its stale contents: an Entry holds no pointer, and
+// clearing it would cost a store to a line that is otherwise only read.
 func (l *Log) PopFront() {
-	l.buf[l.head] = Entry{}
-	l.head = (l.head + 1) % len(l.buf)
+	l.head = l.slot(1)
 	l.n--
 	if l.n == 0 {
 		l.head = 0
@@ -60,12 +73,11 @@ func (l *Log) PopFront() {
 // when none are left. The log must not be empty and n must be at most the
 // newest entry's count.
 func (l *Log) TrimBack(n int64) {
-	back := &l.buf[(l.head+l.n-1)%len(l.buf)]
+	back := &l.buf[l.slot(l.n-1)]
 	back.N -= n
 	if back.N > 0 {
 		return
 	}
-	*back = Entry{}
 	l.n--
 	if l.n == 0 {
 		l.head = 0
@@ -79,7 +91,7 @@ func (l *Log) TrimBack(n int64) {
 // entries unless the log already holds that many.
 func (l *Log) AddBack(ts, n int64, maxEntries int) {
 	if l.n > 0 {
-		back := &l.buf[(l.head+l.n-1)%len(l.buf)]
+		back := &l.buf[l.slot(l.n-1)]
 		if ts <= back.TS {
 			back.N += n
 			return
@@ -92,7 +104,7 @@ func (l *Log) AddBack(ts, n int64, maxEntries int) {
 		}
 		l.resize(c)
 	}
-	l.buf[(l.head+l.n)%len(l.buf)] = Entry{TS: ts, N: n}
+	l.buf[l.slot(l.n)] = Entry{TS: ts, N: n}
 	l.n++
 }
 
