@@ -2,6 +2,12 @@
 // the sliding log keeps per limiter.
 package ring
 
+import (
+	"math/bits"
+	"sync"
+	"unsafe"
+)
+
 // Entry is n events recorded at the same time.
 type Entry struct {
 	TS int64 // Unix nanoseconds
@@ -108,11 +114,63 @@ func (l *Log) AddBack(ts, n int64, maxEntries int) {
 	l.n++
 }
 
-// resize moves the entries to a new buffer of size c >= l.n.
+// resize moves the entries to a new buffer of size c >= l.n, and gives
+// the old one to the pool of its size.
 func (l *Log) resize(c int) {
-	nb := make([]Entry, c)
-	for i := 0; i < l.n; i++ {
-		nb[i] = l.At(i)
+	nb := getBuf(c)
+	// The entries in at most two runs: the oldest up to the end of the
+	// buffer, then the wrapped ones from its start.
+	if l.n > 0 {
+		k := copy(nb[:l.n], l.buf[l.head:min(l.head+l.n, len(l.buf))])
+		copy(nb[k:l.n], l.buf)
 	}
+	putBuf(l.buf)
 	l.buf, l.head = nb, 0
+}
+
+// Buffers of 1<<pooledMinShift to 1<<pooledMaxShift entries (powers of
+// two) that a log has outgrown or shrunk out of are kept in pools, one per
+// size, for the next log that needs one, until the garbage collector
+// clears them (within two cycles, as any sync.Pool). A log whose traffic
+// pauses for most of a window drains, halving its buffer on the way down,
+// and doubles it back as traffic resumes. With BenchmarkAllow's window of
+// 100 µs on a loaded machine that happened several hundred times a second,
+// each time a dozen allocations of up to 64 KB under the limiter's mutex,
+// and the garbage collector's work they brought: the pools make that round
+// trip allocate only its small buffers. A log holds no more memory than
+// before; buffers it gave up wait in a pool instead of for the collector.
+// Smaller buffers cost less to allocate than to pool; larger ones are rare.
+const (
+	pooledMinShift = 6  // 64 entries, 1 KB
+	pooledMaxShift = 16 // 65,536 entries, 1 MB
+)
+
+// pools[i] holds *Entry, the first of a buffer of 1<<(i+pooledMinShift)
+// entries: a pointer, so that Put allocates no interface box.
+var pools [pooledMaxShift - pooledMinShift + 1]sync.Pool
+
+// poolIndex returns the pool for buffers of c entries, or -1.
+func poolIndex(c int) int {
+	if c < 1<<pooledMinShift || c > 1<<pooledMaxShift || c&(c-1) != 0 {
+		return -1
+	}
+	return bits.TrailingZeros(uint(c)) - pooledMinShift
+}
+
+// getBuf returns a buffer of c entries; those of a pooled buffer are
+// stale, which no log reads before writing.
+func getBuf(c int) []Entry {
+	if i := poolIndex(c); i >= 0 {
+		if p, _ := pools[i].Get().(*Entry); p != nil {
+			return unsafe.Slice(p, c)
+		}
+	}
+	return make([]Entry, c)
+}
+
+// putBuf gives buf to the pool of its size, if it has one.
+func putBuf(buf []Entry) {
+	if i := poolIndex(len(buf)); i >= 0 {
+		pools[i].Put(&buf[0])
+	}
 }
