@@ -283,6 +283,10 @@ func (f *fieldList) store(h map[string][]string, b []byte) {
 		blk := new(fieldBlock3)
 		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
 		vals = blk.vals[:f.k]
+	case f.k <= len(fieldBlock5{}.vals) && len(b) <= len(fieldBlock5{}.text):
+		blk := new(fieldBlock5)
+		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
+		vals = blk.vals[:f.k]
 	case f.k <= len(fieldBlock6{}.vals) && len(b) <= len(fieldBlock6{}.text):
 		blk := new(fieldBlock6)
 		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
@@ -303,19 +307,25 @@ func (f *fieldList) store(h map[string][]string, b []byte) {
 	}
 }
 
-// fieldBlock3 and fieldBlock6 hold the values of up to 3 and 6 fields and
-// the text of the formatted ones in one allocation (80 and 160 bytes, size
-// classes of the allocator): the three X-RateLimit fields, or those and
-// the IETF fields with Retry-After. text is at least 20 bytes, the longest
-// int64, so that a formatted Remaining always fits the small block.
+// fieldBlock3, fieldBlock5 and fieldBlock6 hold the values of up to 3, 5
+// and 6 fields and the text of the formatted ones in one allocation of 64,
+// 128 and 144 bytes (size classes of the allocator, no larger than the two
+// allocations they replace in the usual cases, as the garbage collector's
+// pace follows bytes, not allocations). 3 are the X-RateLimit fields,
+// whose one formatted value, Remaining, has at most 16 digits (limits are
+// at most 2^53); 5 add the IETF fields; 6 add Retry-After to them.
 type (
 	fieldBlock3 struct {
 		vals [3]string
-		text [32]byte
+		text [16]byte
+	}
+	fieldBlock5 struct {
+		vals [5]string
+		text [48]byte
 	}
 	fieldBlock6 struct {
 		vals [6]string
-		text [64]byte
+		text [48]byte
 	}
 )
 
