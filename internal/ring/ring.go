@@ -18,7 +18,9 @@ type Entry struct {
 // up to a maximum number of entries, and halves when a quarter full, so
 // that a non-empty log never holds more than 4 slots per entry. The zero
 // value is an empty log holding no memory. A Log is not safe for concurrent
-// use.
+// use. A Log may be moved (copied, the original no longer used) but not
+// shared: a copy shares the buffer, which a resize of either gives to a
+// pool that hands it to another Log.
 type Log struct {
 	buf  []Entry
 	head int // index of the oldest entry
