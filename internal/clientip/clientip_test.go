@@ -115,14 +115,48 @@ func TestSourceOf(t *testing.T) {
 	}
 }
 
+// parseIPv4PrefixLoop is parseIPv4Prefix as it was before it was
+// unrolled: the reference it must match.
+func parseIPv4PrefixLoop(s string) (netip.Addr, int, bool) {
+	var ip [4]byte
+	i := 0
+	for part := 0; part < 4; part++ {
+		if part > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return netip.Addr{}, 0, false
+			}
+			i++
+		}
+		start, v := i, 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 3 {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || v > 255 || (i-start > 1 && s[start] == '0') {
+			return netip.Addr{}, 0, false
+		}
+		ip[part] = byte(v)
+	}
+	if i < len(s) && s[i] != ':' {
+		return netip.Addr{}, 0, false
+	}
+	return netip.AddrFrom4(ip), i, true
+}
+
 // FuzzParseNode: parseNode never panics and agrees with netip on what it
 // accepts.
 func FuzzParseNode(f *testing.F) {
 	for _, s := range []string{"1.2.3.4", "1.2.3.4:80", "[::1]:80", "::1", "[::1", "1.2.3.4:", "[fe80::1%eth0]:1", ":80",
-		"01.2.3.4", "1.2.3.256", "1.2.3.4.5", "1.2.3", "1.2.3.4:x", "255.255.255.255:65535", "1.2.3.4:8:9", "1.2.3.4444"} {
+		"01.2.3.4", "1.2.3.256", "1.2.3.4.5", "1.2.3", "1.2.3.4:x", "255.255.255.255:65535", "1.2.3.4:8:9", "1.2.3.4444",
+		"0.0.0.0", "00.1.2.3", "1.2.3.0", "1.2.3.00", "1.2.3.09", "255.255.255.255", "256.1.1.1", "199.299.1.1", "1.2.3.", ".1.2.3", "1..2.3", "1.2.3.4a", "/.1.1.1", ":.1.1.1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		// The unrolled IPv4 fast path decides as the loop it replaced.
+		pa, pn, pok := parseIPv4Prefix(s)
+		if wa, wn, wok := parseIPv4PrefixLoop(s); pa != wa || pn != wn || pok != wok {
+			t.Fatalf("parseIPv4Prefix(%q) = %v, %d, %v; the loop says %v, %d, %v", s, pa, pn, pok, wa, wn, wok)
+		}
 		a, text, ok := ParseNode(s)
 		if !ok {
 			return

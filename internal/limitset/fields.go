@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rlkit/ratelimit"
 )
@@ -46,10 +47,11 @@ var (
 // writes only Retry-After. A shadow limit's denial is reported as an
 // admission. It does nothing when v.From < 0, and for a shadow limit's
 // Decision unless Decide was called with shadowFields. Beyond cached
-// constant values it allocates one string and one []string backing array
-// (none when every value is cached, such as a Remaining below 1024 and
-// an X-RateLimit-Reset shared with the previous request, with
-// XRateLimitFields: then only the array).
+// constant values it allocates one block holding the []string backing
+// array and the formatted values (only the array when every value is
+// cached, such as a Remaining below 1024 and an X-RateLimit-Reset shared
+// with the previous request, with XRateLimitFields; two allocations for
+// values too long for the block, such as a long limit name).
 func (s *Set[R]) WriteFields(h map[string][]string, names *FieldNames, set FieldSet, v *Verdict[R]) {
 	if v.From < 0 || (v.From >= v.Enforced && !v.shadowFields) {
 		return
@@ -189,8 +191,8 @@ func (f *fieldList) addValue(key string, end int) {
 }
 
 // writeFields sets the fields of set on h for s, under names. Beyond the
-// cached constant values, it allocates one string holding the request's
-// values and one array backing every []string.
+// cached constant values, it allocates one block (store) holding the
+// request's formatted values and the array backing every []string.
 func writeFields(h map[string][]string, names *FieldNames, set FieldSet, s *fieldState) {
 	d := &s.d
 	never := !d.Allowed && d.RetryAfter == ratelimit.RetryNever
@@ -267,10 +269,32 @@ func (f *fieldList) appendIETF(b []byte, names *FieldNames, s *fieldState, const
 }
 
 // store sets f's fields on h, the formatted values sliced from one string
-// of b.
+// holding b. The string and the []string backing array share one
+// allocation when they fit a fieldBlock: the string's bytes are copied
+// into the block's text and never written again, so the string is as
+// immutable as any. Otherwise they are allocated apart.
 func (f *fieldList) store(h map[string][]string, b []byte) {
-	all := string(b)
-	vals := make([]string, f.k)
+	var vals []string
+	var all string
+	switch {
+	case len(b) == 0: // every value cached
+		vals = make([]string, f.k)
+	case f.k <= len(fieldBlock3{}.vals) && len(b) <= len(fieldBlock3{}.text):
+		blk := new(fieldBlock3)
+		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
+		vals = blk.vals[:f.k]
+	case f.k <= len(fieldBlock5{}.vals) && len(b) <= len(fieldBlock5{}.text):
+		blk := new(fieldBlock5)
+		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
+		vals = blk.vals[:f.k]
+	case f.k <= len(fieldBlock6{}.vals) && len(b) <= len(fieldBlock6{}.text):
+		blk := new(fieldBlock6)
+		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
+		vals = blk.vals[:f.k]
+	default:
+		all = string(b)
+		vals = make([]string, f.k)
+	}
 	start := 0
 	for i := 0; i < f.k; i++ {
 		if f.fixed[i] != "" {
@@ -282,6 +306,28 @@ func (f *fieldList) store(h map[string][]string, b []byte) {
 		h[f.keys[i]] = vals[i : i+1 : i+1]
 	}
 }
+
+// fieldBlock3, fieldBlock5 and fieldBlock6 hold the values of up to 3, 5
+// and 6 fields and the text of the formatted ones in one allocation of 64,
+// 128 and 144 bytes (size classes of the allocator, no larger than the two
+// allocations they replace in the usual cases, as the garbage collector's
+// pace follows bytes, not allocations). 3 are the X-RateLimit fields,
+// whose one formatted value, Remaining, has at most 16 digits (limits are
+// at most 2^53); 5 add the IETF fields; 6 add Retry-After to them.
+type (
+	fieldBlock3 struct {
+		vals [3]string
+		text [16]byte
+	}
+	fieldBlock5 struct {
+		vals [5]string
+		text [48]byte
+	}
+	fieldBlock6 struct {
+		vals [6]string
+		text [48]byte
+	}
+)
 
 // smallInts is how many small numbers have ready-made strings: Remaining
 // is usually below it, and then costs no formatting and no allocation.

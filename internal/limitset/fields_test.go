@@ -2,6 +2,7 @@ package limitset
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -141,14 +142,20 @@ func TestValidName(t *testing.T) {
 	}
 }
 
-// TestWriteFieldsAllocs pins WriteFields' allocations: one string and one
-// []string backing array, only the array when every value is cached.
+// TestWriteFieldsAllocs pins WriteFields' allocations: one block holding
+// the []string backing array and the formatted values (the array alone
+// when every value is cached, as with fixed's Remaining of 99; a Remaining
+// of 1<<30 must be formatted).
 func TestWriteFieldsAllocs(t *testing.T) {
 	for _, c := range []struct {
+		lim  ratelimit.KeyedLimiter
 		set  FieldSet
 		want float64
-	}{{AllFields, 2}, {XRateLimitFields, 1}, {NoFields, 0}} {
-		s, err := New(Config{Pkg: "testlimit"}, []Limit[*call]{{Name: "a", Key: byKey, Limiter: fixed{}, Window: time.Minute}})
+	}{
+		{fixed{}, AllFields, 1}, {fixed{}, XRateLimitFields, 1}, {fixed{}, NoFields, 0},
+		{bigRemaining{}, AllFields, 1}, {bigRemaining{}, XRateLimitFields, 1},
+	} {
+		s, err := New(Config{Pkg: "testlimit"}, []Limit[*call]{{Name: "a", Key: byKey, Limiter: c.lim, Window: time.Minute}})
 		require.NoError(t, err)
 		var v Verdict[*call]
 		require.Equal(t, Admitted, s.Decide(&Request[*call]{R: &call{key: "k"}, Ctx: context.Background(), N: 1}, &v, false, nil))
@@ -158,8 +165,15 @@ func TestWriteFieldsAllocs(t *testing.T) {
 			clear(h)
 			s.WriteFields(h, &GRPCNames, c.set, &v)
 		})
-		assert.LessOrEqual(t, got, c.want, "set %#x", c.set)
+		assert.LessOrEqual(t, got, c.want, "%T, set %#x", c.lim, c.set)
 	}
+}
+
+// bigRemaining admits with a Remaining too large for the cached strings.
+type bigRemaining struct{ fixed }
+
+func (bigRemaining) AllowN(context.Context, string, int) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Allowed: true, Limit: 1 << 31, Remaining: 1 << 30, ResetAfter: time.Minute}, nil
 }
 
 func TestSmallIntStrings(t *testing.T) {
@@ -169,4 +183,96 @@ func TestSmallIntStrings(t *testing.T) {
 			t.Fatalf("smallIntString(%d) = %q", i, got)
 		}
 	}
+}
+
+// TestWriteDecisionAgainstReference compares the fields, which the
+// middleware writes through caches, small-number strings and one shared
+// block per request, with the same fields formatted plainly, one value at
+// a time, for random decisions of every kind, names of every length and
+// every field set: the shortcuts never change a value.
+func TestWriteDecisionAgainstReference(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(14, 1))
+	pick := func(vals ...int64) int64 { return vals[rng.IntN(len(vals))] }
+	caches := map[string]*constCache{} // one per limit name
+	for i := range 20000 {
+		limit := int(pick(1, 5, 1023, 1024, 1<<30, 1<<53, rng.Int64N(1<<40)+1))
+		remaining := int(pick(0, 1, 1023, 1024, int64(limit), 1<<53, rng.Int64N(int64(limit))))
+		d := ratelimit.Decision{Limit: limit, Remaining: remaining,
+			ResetAfter: time.Duration(pick(0, 1, int64(time.Second), rng.Int64N(1<<62)))}
+		switch rng.IntN(3) {
+		case 0:
+			d.Allowed = true
+		case 1:
+			d.RetryAfter = time.Duration(pick(0, 1, int64(time.Second), int64(time.Second)+1, rng.Int64N(1<<62)))
+		default:
+			d.RetryAfter = ratelimit.RetryNever
+		}
+		quoted := strings.Repeat(`a"\`, 3)
+		name := quoted[:rng.IntN(len(quoted)+1)] + strings.Repeat("n", int(pick(0, 1, 7, 40, 130)))
+		window := time.Duration(pick(0, 1, int64(time.Second), int64(time.Hour)+1, rng.Int64N(int64(100*365*24*time.Hour))))
+		now := pick(0, 1, epoch.UnixNano(), rng.Int64N(1<<62))
+		set := FieldSet(rng.IntN(4))
+		got := map[string][]string{}
+		if rng.IntN(2) == 0 {
+			WriteDecision(got, &GRPCNames, set, d, name, window, now)
+		} else { // through a limit's caches, kept across cases, as WriteFields
+			c := caches[name]
+			if c == nil {
+				c = new(constCache)
+				caches[name] = c
+			}
+			writeFields(got, &GRPCNames, set, &fieldState{d: d, name: appendSFString(nil, name), window: window, now: now, consts: c})
+		}
+		if want := referenceFields(set, d, name, window, now); !assert.Equalf(t, want, got, "case %d: %+v %q w=%v now=%d set %d", i, d, name, window, now, set) {
+			return
+		}
+	}
+}
+
+// referenceFields formats the fields one by one, with strconv and string
+// concatenation, from their definitions.
+func referenceFields(set FieldSet, d ratelimit.Decision, name string, window time.Duration, now int64) map[string][]string {
+	h := map[string][]string{}
+	never := !d.Allowed && d.RetryAfter == ratelimit.RetryNever
+	retry := ""
+	if !d.Allowed && !never {
+		secs := int64(d.RetryAfter / time.Second)
+		if d.RetryAfter%time.Second != 0 {
+			secs++
+		}
+		retry = strconv.FormatInt(max(secs, 1), 10)
+	}
+	ceil := func(ns int64) string {
+		s := ns / int64(time.Second)
+		if ns%int64(time.Second) > 0 {
+			s++
+		}
+		return strconv.FormatInt(s, 10)
+	}
+	sf := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(name) + `"`
+	if set&XRateLimitFields != 0 {
+		h["x-ratelimit-limit"] = []string{strconv.Itoa(d.Limit)}
+		h["x-ratelimit-remaining"] = []string{strconv.Itoa(d.Remaining)}
+		h["x-ratelimit-reset"] = []string{ceil(now + int64(d.ResetAfter))}
+	}
+	if set&IETFFields != 0 {
+		policy := sf + ";q=" + strconv.Itoa(d.Limit)
+		if window > 0 {
+			policy += ";w=" + ceil(int64(window))
+		}
+		h["ratelimit-policy"] = []string{policy}
+		rl := sf + ";r=" + strconv.Itoa(d.Remaining)
+		switch {
+		case d.Allowed:
+			rl += ";t=" + ceil(int64(d.ResetAfter))
+		case !never:
+			rl += ";t=" + retry
+		}
+		h["ratelimit"] = []string{rl}
+	}
+	if retry != "" {
+		h["retry-after"] = []string{retry}
+	}
+	return h
 }
