@@ -74,8 +74,7 @@ func metaOf(key string) uint8 {
 	return uint8(len(key)) + 1
 }
 
-// key returns the key held in the non-empty slot s. For an inline key the
-// string shares s's memory: it is valid until the table next changes.
+// key returns (a copy of) the key held in the non-empty slot s.
 func (t *table[S]) key(s *slot[S]) string {
 	if s.meta == longMeta {
 		return t.long[binary.LittleEndian.Uint32(s.kb[:4])]
@@ -165,14 +164,28 @@ func (t *table[S]) place(s slot[S]) int {
 	return i
 }
 
-// resize rebuilds the table with n slots.
+// resize rebuilds the table with n slots. It also compacts the long keys,
+// so that a shrinking table does not keep the room of long keys deleted.
 func (t *table[S]) resize(n int) {
 	old := t.slots
 	t.slots = make([]slot[S], n)
+	var long []string
+	if len(t.free) > 0 {
+		long = make([]string, 0, len(t.long)-len(t.free))
+	}
 	for i := range old {
-		if old[i].meta != 0 {
-			t.place(old[i])
+		s := &old[i]
+		if s.meta == 0 {
+			continue
 		}
+		if long != nil && s.meta == longMeta {
+			long = append(long, t.long[binary.LittleEndian.Uint32(s.kb[:4])])
+			binary.LittleEndian.PutUint32(s.kb[:4], uint32(len(long)-1))
+		}
+		t.place(*s)
+	}
+	if long != nil {
+		t.long, t.free = long, nil
 	}
 	t.cursor = 0
 }

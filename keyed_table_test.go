@@ -1,12 +1,17 @@
 package ratelimit
 
 import (
+	"context"
+	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
+	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,8 +37,13 @@ func TestTableMatchesMap(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, uint64(hashBits)))
 		for step := range 20_000 {
 			key := "k" + strconv.Itoa(rng.IntN(300))
-			if rng.IntN(4) == 0 { // some keys too long to be held inline
+			switch rng.IntN(8) {
+			case 0: // too long to be held inline
 				key += strings.Repeat("x", inlineKey)
+			case 1: // the longest inline key, and one byte more
+				key = (key + strings.Repeat("\x00", inlineKey))[:inlineKey+rng.IntN(2)]
+			case 2: // the empty key, and zero bytes that a length must tell apart
+				key = strings.Repeat("\x00", rng.IntN(3))
 			}
 			h := hash(key)
 			switch op := rng.IntN(10); {
@@ -97,4 +107,74 @@ func TestShardBits(t *testing.T) {
 		runtime.GOMAXPROCS(procs)
 		require.Equal(t, want, shardBits(), "GOMAXPROCS %d", procs)
 	}
+}
+
+// TestTableKeepsNoCallerString checks that the table copies every key it
+// stores, inline or long: a caller's buffer reused for the next request
+// must not change a stored key.
+func TestTableKeepsNoCallerString(t *testing.T) {
+	var tb table[tbState]
+	buf := []byte(strings.Repeat("a", 40))
+	for _, n := range []int{0, 1, inlineKey, inlineKey + 1, 40} {
+		key := unsafe.String(unsafe.SliceData(buf), n)
+		tb.insert(key, uint32(n)*2654435761)
+	}
+	for i := range buf {
+		buf[i] = 'b'
+	}
+	for _, n := range []int{0, 1, inlineKey, inlineKey + 1, 40} {
+		key := strings.Repeat("a", n)
+		require.NotNil(t, tb.get(key, uint32(n)*2654435761), "key of %d bytes changed with the caller's buffer", n)
+	}
+}
+
+// TestTableShrinkCompactsLongKeys checks that deleting most long keys
+// gives their room back once the table shrinks, even while some remain.
+func TestTableShrinkCompactsLongKeys(t *testing.T) {
+	var tb table[tbState]
+	hash := func(k string) uint32 { return uint32(maphash.String(seedForTest, k)) }
+	key := func(i int) string { return strconv.Itoa(i) + strings.Repeat("x", inlineKey) }
+	for i := range 10_000 {
+		tb.insert(key(i), hash(key(i)))
+	}
+	for i := 10; i < 10_000; i++ {
+		tb.delete(tb.find(key(i), hash(key(i))))
+	}
+	require.Equal(t, 10, tb.len())
+	require.LessOrEqual(t, cap(tb.long), 100, "long keys' room kept after deletes")
+	for i := range 10 {
+		require.NotNil(t, tb.get(key(i), hash(key(i))), "lost %s", key(i))
+	}
+}
+
+var seedForTest = maphash.MakeSeed()
+
+// TestReclaimVisitsEveryKey checks the idle sweep's cursor over slots:
+// with every key idle, sweeping each shard with a fixed budget empties it
+// within slots/budget sweeps, although each deletion shifts later slots
+// back under the cursor and the table shrinks as it empties.
+func TestReclaimVisitsEveryKey(t *testing.T) {
+	mock := clock.NewMock()
+	k, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 10), WithClock(mock))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 5000 {
+		require.True(t, k.Allow(ctx, "key-"+strconv.Itoa(i)))
+	}
+	require.Equal(t, 5000, k.Len())
+	mock.Add(time.Second) // every bucket is full again: every key is idle
+	st := k.cur.Load().store.(*store[tbState, *tokenBucketAlg])
+	now := k.ts.Now()
+	for i := range st.shards {
+		sh := &st.shards[i]
+		sh.mu.Lock()
+		sweeps := len(sh.t.slots)/sampleOnInsert + 1
+		for j := 0; j < sweeps && sh.t.len() > 0; j++ {
+			st.reclaim(sh, now, sampleOnInsert)
+		}
+		left := sh.t.len()
+		sh.mu.Unlock()
+		require.Zero(t, left, "shard %d: idle keys left after %d sweeps", i, sweeps)
+	}
+	require.Zero(t, k.Len())
 }
