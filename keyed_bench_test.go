@@ -152,44 +152,40 @@ func mustKeyed(b *testing.B, p Policy) *Keyed {
 // fillKeyed returns a Keyed limiter holding every key, and reports the heap
 // it takes per key.
 func fillKeyed(b *testing.B, p Policy, keys []string) *Keyed {
-	b.Helper()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	k := mustKeyed(b, p)
-	ctx := context.Background()
-	for _, key := range keys {
-		if d, err := k.AllowN(ctx, key, 1); err != nil || !d.Allowed {
-			b.Fatalf("filling: AllowN(%q) = %+v, %v", key, d, err)
+	return fillKeyedWith(b, p, len(keys), func(yield func(string)) {
+		for _, key := range keys {
+			yield(key)
 		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	perKey := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(len(keys))
-	if held := k.Len(); held != len(keys) {
-		b.Fatalf("holds %d keys, want %d", held, len(keys))
-	}
-	// Reported after the timed loop: b.Loop's first call deletes metrics.
-	b.Cleanup(func() { b.ReportMetric(perKey, "bytes/key") })
-	return k
+	})
 }
 
 // fillKeyedRandom returns a Keyed limiter holding the first n keys of
 // internal/benchkeys, inserted in a shuffled order as fresh strings, and
 // reports the heap it takes per key.
 func fillKeyedRandom(b *testing.B, p Policy, n int) *Keyed {
+	return fillKeyedWith(b, p, n, func(yield func(string)) {
+		// The order is garbage by the second reading, so it is not counted.
+		for _, i := range benchkeys.Shuffled(n, 1) {
+			yield(benchkeys.Key(i))
+		}
+	})
+}
+
+// fillKeyedWith returns a Keyed limiter holding the n keys that keys
+// yields, and reports the live heap they take per key (after the timed
+// loop: b.Loop's first call deletes metrics).
+func fillKeyedWith(b *testing.B, p Policy, n int, keys func(yield func(string))) *Keyed {
 	b.Helper()
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	k := mustKeyed(b, p)
 	ctx := context.Background()
-	// The order is garbage by the second reading, so it is not counted.
-	for _, i := range benchkeys.Shuffled(n, 1) {
-		if d, err := k.AllowN(ctx, benchkeys.Key(i), 1); err != nil || !d.Allowed {
-			b.Fatalf("filling: AllowN(%q) = %+v, %v", benchkeys.Key(i), d, err)
+	keys(func(key string) {
+		if d, err := k.AllowN(ctx, key, 1); err != nil || !d.Allowed {
+			b.Fatalf("filling: AllowN(%q) = %+v, %v", key, d, err)
 		}
-	}
+	})
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perKey := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
