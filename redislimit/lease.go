@@ -450,19 +450,29 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 }
 
 // giveBack returns a lease's unused events to Redis, when no grant follows
-// (a grant gives back the previous lease itself): the refund script run
-// at the grant's time (on Redis's clock), so that a windowed policy takes
-// them back only from the window that was charged (once another window
-// has begun they are gone, and must not be taken from the new one). A
-// bucket's refund at an earlier time lowers its level just the same. The
-// refund does not depend on ctx; a failure leaves the events charged (an
+// (a grant gives back the previous lease itself). A windowed policy runs
+// its refund script at the grant's time (on Redis's clock), so that it
+// takes them back only from the window that was charged (once another
+// window has begun they are gone, and must not be taken from the new
+// one). A bucket runs it at Redis's current time in give-back mode
+// ('g<at>'): it gives back only what refill since the grant has not
+// cancelled, max(0, unused - refill x (now - at)), since the bucket may
+// have been full meanwhile and later states must not lose what the lease
+// no longer holds down (lua/prelude.lua, giveBackAt). The refund does not
+// depend on ctx; a failure leaves the events charged (an
 // under-admission).
 func (l *Limiter) giveBack(ctx context.Context, g *generation, key string, back lease) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	ctx = context.WithoutCancel(ctx)
-	args := g.args(l, back.at, back.left, refund)
+	var args []any
+	switch g.policy.Algorithm {
+	case ratelimit.TokenBucketAlgorithm, ratelimit.LeakyBucketAlgorithm:
+		args = g.args(l, l.nowArg(), back.left, commitMode("g"+strconv.FormatInt(back.at, 10)))
+	default:
+		args = g.args(l, back.at, back.left, refund)
+	}
 	_ = l.run(ctx, g, g.refundScript, g.keys(l, key), args, (*redis.Cmd).Err)
 	if g.cache != nil {
 		g.cache.invalidate(g.cache.hash(key), key)

@@ -559,3 +559,67 @@ func TestLeaseGiveBackEveryAlgorithm(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseBucketGiveBackAfterRefill: a bucket's give-back must not
+// return what refill has already cancelled. Limiter A (leases) takes a
+// lease of 6 and uses 1; the bucket then refills to full, limiter B
+// (exact) drains it, and 1ms later A gives back its 5 unused events. A
+// true bucket has refilled 0.1 token since B drained it: B must be
+// denied. Given back at the grant's time, the 5 were taken off B's later
+// state again and B was admitted 5 more. Both ways a give-back is made:
+// ReleaseLeases (the refund script; the sweep and a cold key's give-back
+// run the same) and the script that grants the next lease.
+func TestLeaseBucketGiveBackAfterRefill(t *testing.T) {
+	t.Parallel()
+	for _, p := range []ratelimit.Policy{
+		ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Second), 100),
+		ratelimit.LeakyBucketPolicy(100, 10*time.Millisecond),
+	} {
+		t.Run(p.Algorithm.String()+"/release", func(t *testing.T) {
+			t.Parallel()
+			r := newLeaseRig(t, p, LeaseConfig{}) // leases of 100/16 = 6
+			r.heat(10)                            // a lease of 6, 5 left
+			r.mock.Add(300 * time.Millisecond)    // full again
+			r.drainExact(100)
+			r.mock.Add(time.Millisecond)
+			if err := r.l.ReleaseLeases(bg()); err != nil {
+				t.Fatal(err)
+			}
+			r.wantExactDenied("after ReleaseLeases")
+		})
+		t.Run(p.Algorithm.String()+"/grant", func(t *testing.T) {
+			t.Parallel()
+			// A Target of 400ms keeps the key hot across the test, so
+			// that A's next decision is a grant that gives the 5 back.
+			r := newLeaseRig(t, p, LeaseConfig{Target: 400 * time.Millisecond, Lifetime: time.Second})
+			for range 10 {
+				r.allow(1, true)
+			}
+			r.mock.Add(400 * time.Millisecond)
+			r.allow(1, true) // a lease of 6 granted at 400ms, 5 left
+			r.mock.Add(100 * time.Millisecond)
+			r.drainExact(100)
+			r.mock.Add(time.Millisecond)
+			r.allow(6, false) // 5 left do not cover 6: a grant, denied
+			r.wantExactDenied("after the grant that gave back")
+		})
+	}
+}
+
+// drainExact admits n events through the exact limiter.
+func (r *leaseRig) drainExact(n int) {
+	r.t.Helper()
+	for i := range n {
+		if d, err := r.exact.AllowN(bg(), r.key, 1); err != nil || !d.Allowed {
+			r.t.Fatalf("exact AllowN #%d = %+v, %v; want admitted", i, d, err)
+		}
+	}
+}
+
+// wantExactDenied checks that the exact limiter is denied one event.
+func (r *leaseRig) wantExactDenied(when string) {
+	r.t.Helper()
+	if d, err := r.exact.AllowN(bg(), r.key, 1); err != nil || d.Allowed {
+		r.t.Fatalf("%s: exact AllowN = %+v, %v; want denied (the bucket refilled 0.1 token since it was drained)", when, d, err)
+	}
+}
