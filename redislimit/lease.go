@@ -161,6 +161,38 @@ type leaseKey struct {
 
 	lease  lease
 	flight *leaseFlight // the grant in flight, nil: none
+
+	// epoch is bumped by dropLease (an admin call changed the key's state
+	// in Redis): a grant sent before installs no lease when its reply
+	// comes after, so its events are neither admitted nor given back.
+	epoch uint64
+	// fence counts the admin calls in progress on the key: meanwhile its
+	// decisions are exact and nothing is granted or given back.
+	fence int
+	// busy counts the key's grant and give-backs in flight; quiet is
+	// closed when it drops to 0 (admin calls wait for it, so that no
+	// give-back lands on the state they leave).
+	busy  int
+	quiet chan struct{}
+}
+
+// begin counts a grant or give-back of e in flight. Requires e.mu held.
+func (e *leaseKey) begin() {
+	if e.busy == 0 {
+		e.quiet = make(chan struct{})
+	}
+	e.busy++
+}
+
+// end ends what begin counted.
+func (e *leaseKey) end() {
+	e.mu.Lock()
+	e.busy--
+	if e.busy == 0 {
+		close(e.quiet)
+		e.quiet = nil
+	}
+	e.mu.Unlock()
 }
 
 // lease is a grant in use.
@@ -175,13 +207,23 @@ type lease struct {
 // leaseFlight is a grant in flight; the others asking for the key wait
 // for it and then use its lease, or share its denial.
 type leaseFlight struct {
-	done     chan struct{}
-	n        int
-	d        ratelimit.Decision // the denial of n, when denied
-	denied   bool
-	err      error
-	canceled bool // err is the asker's own ctx: the others try again
+	done   chan struct{}
+	n      int
+	d      ratelimit.Decision // the asker's Decision: the denial of n, when denied
+	at     int64              // the grant's time on Redis's clock, Unix ns
+	denied bool
+	err    error
+	// owner is the asker's claim on its n events of the lease: 0 until
+	// either side moves, ownerGone when the asker's ctx ended first (the
+	// n go back into the lease), ownerServed when the lease was
+	// installed with the n taken.
+	owner atomic.Int32
 }
+
+const (
+	ownerGone int32 = 1 + iota
+	ownerServed
+)
 
 // get returns the entry of key, making one when there is room; nil when
 // the table is full.
@@ -287,6 +329,11 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 		if waited == nil {
 			e.note(now, n, t.cfg.Target)
 		}
+		if e.fence > 0 {
+			// An admin call is changing the key's state in Redis.
+			e.mu.Unlock()
+			return l.allowExact(ctx, g, key, n)
+		}
 		if e.lease.left >= n && now < e.lease.expires {
 			e.lease.left -= n
 			d := e.decision(g.policy.Limit, now)
@@ -304,7 +351,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 				return l.canceled(ctx)
 			}
 			switch {
-			case f.err != nil && !f.canceled:
+			case f.err != nil:
 				return l.failed(ctx, g, key, n, f.err)
 			case f.denied && f.n == n:
 				return f.d, nil
@@ -313,12 +360,15 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			continue
 		}
 		back := e.take()
+		if back.left > 0 {
+			e.begin()
+		}
 		k := e.size(n, t.limit)
 		if k == 0 {
 			// Cold: one script per decision, as without leases.
 			e.mu.Unlock()
 			if back.left > 0 {
-				l.giveBack(ctx, g, key, back)
+				l.giveBackKey(ctx, g, e, back)
 			}
 			return l.allowExact(ctx, g, key, n)
 		}
@@ -326,34 +376,73 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			if d, _, ok := g.cache.get(g.cache.hash(key), key, n, now, g.policy.Limit); ok {
 				e.mu.Unlock()
 				if back.left > 0 {
-					l.giveBack(ctx, g, key, back)
+					l.giveBackKey(ctx, g, e, back)
 				}
 				return d, nil
 			}
 		}
 		f := &leaseFlight{done: make(chan struct{}), n: n}
 		e.flight = f
+		if back.left == 0 {
+			e.begin() // with a give-back, counted above
+		}
+		epoch := e.epoch
 		e.mu.Unlock()
 
-		d, ls, at, err := l.grant(ctx, g, key, k, n, back)
+		// The grant does not depend on ctx (bounded by the limiter's
+		// timeout, as a give-back): a caller that stops waiting must not
+		// lose the lease, nor the previous lease's events it gives back.
+		// The flight counts as a use of g (SetPolicy waits for it) even
+		// when the caller has gone.
+		g.inflight.Add(1)
+		go l.fly(context.WithoutCancel(ctx), g, e, f, k, back, epoch)
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			if f.owner.CompareAndSwap(0, ownerGone) {
+				return l.canceled(ctx)
+			}
+			<-f.done // served meanwhile: the n are the caller's
+		}
+		t.sweep(l, g, l.ts.Now(), 4)
+		if f.err != nil {
+			return l.failed(ctx, g, key, n, f.err)
+		}
+		if f.d.Allowed && l.admitHook != nil {
+			l.admitHook(f.at)
+		}
+		return f.d, nil
+	}
+}
+
+// fly runs the grant of f for e, and installs its lease when it is
+// granted and no admin call dropped the key's lease since the flight
+// began (epoch). The asker's n stay in the lease if it stopped waiting.
+func (l *Limiter) fly(ctx context.Context, g *generation, e *leaseKey, f *leaseFlight, k int, back lease, epoch uint64) {
+	defer g.release()
+	defer close(f.done)
+	var ls lease
+	var err error
+	defer func() {
 		e.mu.Lock()
-		if err == nil && d.Allowed {
+		if err == nil && f.d.Allowed && e.epoch == epoch {
+			if !f.owner.CompareAndSwap(0, ownerServed) {
+				ls.left += f.n // the asker is gone: its events stay leased
+			}
 			e.lease = ls
 		}
 		e.flight = nil
 		e.mu.Unlock()
-		f.d, f.denied, f.err = d, err == nil && !d.Allowed, err
-		f.canceled = err != nil && ctx.Err() != nil
-		close(f.done)
-		t.sweep(l, g, l.ts.Now(), 4)
-		if err != nil {
-			return l.failed(ctx, g, key, n, err)
-		}
-		if d.Allowed && l.admitHook != nil {
-			l.admitHook(at)
-		}
-		return d, nil
-	}
+		e.end()
+	}()
+	f.d, ls, f.at, err = l.grant(ctx, g, e.key, k, f.n, back)
+	f.denied, f.err = err == nil && !f.d.Allowed, err
+}
+
+// giveBackKey is giveBack of e's lease back, which begin counted.
+func (l *Limiter) giveBackKey(ctx context.Context, g *generation, e *leaseKey, back lease) {
+	defer e.end()
+	l.giveBack(ctx, g, e.key, back)
 }
 
 // allowExact is allowN's one script per decision.
@@ -501,8 +590,9 @@ func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
 		if e.flight == nil && e.lease.left > 0 && now >= e.lease.expires {
 			backs = append(backs, e)
 			leases = append(leases, e.take())
+			e.begin()
 		}
-		if e.flight == nil && e.lease.left == 0 && now-e.used >= t.leaseIdle() {
+		if e.flight == nil && e.busy == 0 && e.fence == 0 && e.lease.left == 0 && now-e.used >= t.leaseIdle() {
 			e.dead = true
 			t.keys.Delete(e.key)
 			last := t.ring[len(t.ring)-1]
@@ -518,7 +608,7 @@ func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
 	}
 	t.mu.Unlock()
 	for i, e := range backs {
-		l.giveBack(context.Background(), g, e.key, leases[i])
+		l.giveBackKey(context.Background(), g, e, leases[i])
 	}
 }
 
@@ -538,32 +628,36 @@ func (t *leaseTable) makeRoom(l *Limiter, g *generation, now int64) {
 func (t *leaseTable) release(ctx context.Context, l *Limiter, g *generation) error {
 	t.mu.Lock()
 	type back struct {
-		key string
-		ls  lease
+		e  *leaseKey
+		ls lease
 	}
 	var backs []back
 	for _, e := range t.ring {
 		e.mu.Lock()
 		if e.lease.left > 0 {
-			backs = append(backs, back{e.key, e.take()})
+			backs = append(backs, back{e, e.take()})
+			e.begin()
 		}
 		e.mu.Unlock()
 	}
 	t.mu.Unlock()
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
-	for _, b := range backs {
+	for i, b := range backs {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
+			for _, b := range backs[i:] {
+				b.e.end() // not given back: charged until they expire
+			}
 			return ctx.Err()
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			l.giveBack(ctx, g, b.key, b.ls)
+			l.giveBackKey(ctx, g, b.e, b.ls)
 		}()
 	}
 	wg.Wait()
@@ -593,12 +687,49 @@ func (l *Limiter) ReleaseLeases(ctx context.Context) error {
 
 // dropLease forgets key's lease without giving it back: an admin call
 // (Reset, Block, Penalize) changed the key's state in Redis, and the lease
-// must not admit on top of it.
+// must not admit on top of it. It bumps the key's epoch, so that a grant
+// in flight installs no lease either.
 func (t *leaseTable) dropLease(key string) {
 	if v, ok := t.keys.Load(key); ok {
 		e := v.(*leaseKey)
 		e.mu.Lock()
+		e.epoch++
 		e.lease = lease{}
 		e.mu.Unlock()
 	}
+}
+
+// fence prepares an admin call on key: it drops the key's lease, makes
+// its decisions exact (no grant, no give-back) until unfence, and waits
+// for the grant and give-backs of the key in flight in this process, so
+// that none lands on the state the admin call leaves. When ctx ends
+// first it returns ctx.Err() (already unfenced).
+func (t *leaseTable) fence(ctx context.Context, key string) (unfence func(), err error) {
+	v, ok := t.keys.Load(key)
+	if !ok {
+		return func() { t.dropLease(key) }, nil
+	}
+	e := v.(*leaseKey)
+	e.mu.Lock()
+	e.fence++
+	e.epoch++
+	e.lease = lease{}
+	quiet := e.quiet
+	e.mu.Unlock()
+	unfence = func() {
+		e.mu.Lock()
+		e.fence--
+		e.epoch++
+		e.lease = lease{}
+		e.mu.Unlock()
+	}
+	if quiet != nil {
+		select {
+		case <-quiet:
+		case <-ctx.Done():
+			unfence()
+			return nil, ctx.Err()
+		}
+	}
+	return unfence, nil
 }

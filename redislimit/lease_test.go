@@ -68,21 +68,24 @@ func TestLeaseConfigErrors(t *testing.T) {
 // the same keys, whose Peek shows what Redis holds.
 type leaseRig struct {
 	t     *testing.T
+	c     *redis.Client
 	mock  *manualClock
 	l     *Limiter
 	exact *Limiter
 	key   string
 }
 
-func newLeaseRig(t *testing.T, p ratelimit.Policy, cfg LeaseConfig) *leaseRig {
+func newLeaseRig(t *testing.T, p ratelimit.Policy, cfg LeaseConfig, opts ...Option) *leaseRig {
 	t.Helper()
 	_, c := startRedis(t)
 	mock := newMock()
 	prefix := uniquePrefix(t)
+	opts = append([]Option{WithPrefix(prefix), WithClock(mock), WithClientTime(), WithLeases(cfg)}, opts...)
 	return &leaseRig{
 		t:     t,
+		c:     c,
 		mock:  mock,
-		l:     mustNew(t, c, p, WithPrefix(prefix), WithClock(mock), WithClientTime(), WithLeases(cfg)),
+		l:     mustNew(t, c, p, opts...),
 		exact: mustNew(t, c, p, WithPrefix(prefix), WithClock(mock), WithClientTime(), WithDenyCache(0)),
 		key:   "hot",
 	}
