@@ -310,7 +310,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 	t := g.leases
 	e := t.get(key, l.ts.Now())
 	if e == nil {
-		t.makeRoom(l, g, l.ts.Now())
+		t.makeRoom(ctx, l, g, l.ts.Now())
 		return l.allowExact(ctx, g, key, n)
 	}
 	var waited *leaseFlight
@@ -404,10 +404,11 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			}
 			<-f.done // served meanwhile: the n are the caller's
 		}
-		t.sweep(l, g, l.ts.Now(), 4)
 		if f.err != nil {
+			// No sweep: Redis is failing, and the caller has waited.
 			return l.failed(ctx, g, key, n, f.err)
 		}
+		t.sweep(ctx, l, g, l.ts.Now(), 4)
 		if f.d.Allowed && l.admitHook != nil {
 			l.admitHook(f.at)
 		}
@@ -572,14 +573,36 @@ func (l *Limiter) giveBack(ctx context.Context, g *generation, key string, back 
 // forgets its rate (its lease has ended long before).
 func (t *leaseTable) leaseIdle() int64 { return int64(max(10*t.cfg.Lifetime, time.Second)) }
 
+// sweepBacks bounds the give-backs one sweep makes: they run on the
+// caller's path (one round trip each, up to the limiter's timeout when
+// Redis is slow). A background worker would take them off that path, but
+// would need a lifecycle (a Close) that the Limiter does not have.
+const sweepBacks = 1
+
+// mayGiveBack reports whether a caller with ctx can afford a give-back on
+// its path: its ctx is not done and its deadline, if any, is not nearer
+// than the limiter's timeout.
+func (l *Limiter) mayGiveBack(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) >= l.timeout
+}
+
 // sweep visits up to count entries from where the last sweep stopped:
-// it gives back the unused events of leases that have ended, and forgets
-// keys that have been idle for leaseIdle. Every grant runs it, so cold
-// keys do not park quota while the process keeps deciding; a process
-// that stops deciding altogether should call ReleaseLeases.
-func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
+// it gives back the unused events of up to sweepBacks leases that have
+// ended (none when the caller cannot afford it: mayGiveBack), and forgets
+// keys that have been idle for leaseIdle. Every successful grant runs it,
+// so cold keys do not park quota while the process keeps deciding; a
+// process that stops deciding altogether should call ReleaseLeases.
+func (t *leaseTable) sweep(ctx context.Context, l *Limiter, g *generation, now int64, count int) {
 	var backs []*leaseKey
 	var leases []lease
+	room := 0
+	if l.mayGiveBack(ctx) {
+		room = sweepBacks
+	}
 	t.mu.Lock()
 	for i := 0; i < count && len(t.ring) > 0; i++ {
 		if t.cursor >= len(t.ring) {
@@ -587,7 +610,7 @@ func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
 		}
 		e := t.ring[t.cursor]
 		e.mu.Lock()
-		if e.flight == nil && e.lease.left > 0 && now >= e.lease.expires {
+		if len(backs) < room && e.flight == nil && e.lease.left > 0 && now >= e.lease.expires {
 			backs = append(backs, e)
 			leases = append(leases, e.take())
 			e.begin()
@@ -608,19 +631,19 @@ func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
 	}
 	t.mu.Unlock()
 	for i, e := range backs {
-		l.giveBackKey(context.Background(), g, e, leases[i])
+		l.giveBackKey(ctx, g, e, leases[i])
 	}
 }
 
 // makeRoom sweeps the full table, at most once a millisecond, so that
 // idle keys leave room for new ones even when no key takes leases (and so
 // no grant sweeps).
-func (t *leaseTable) makeRoom(l *Limiter, g *generation, now int64) {
+func (t *leaseTable) makeRoom(ctx context.Context, l *Limiter, g *generation, now int64) {
 	last := t.swept.Load()
 	if now-last < int64(time.Millisecond) || !t.swept.CompareAndSwap(last, now) {
 		return
 	}
-	t.sweep(l, g, now, 16)
+	t.sweep(ctx, l, g, now, 16)
 }
 
 // release takes every lease of the table and gives back its unused

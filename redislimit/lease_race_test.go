@@ -227,3 +227,106 @@ func TestLeaseGrantOutlivesCanceledCaller(t *testing.T) {
 	}
 	r.wantRedis(941, "after ReleaseLeases: only the 59 admitted charged")
 }
+
+// failLeases makes every lease script's reply an error from now on.
+type failLeases struct{ hash string }
+
+func (h failLeases) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h failLeases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		return h.fail([]redis.Cmder{cmd}, err)
+	}
+}
+
+func (h failLeases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		return h.fail(cmds, err)
+	}
+}
+
+func (h failLeases) fail(cmds []redis.Cmder, err error) error {
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == h.hash {
+			c.SetErr(errors.New("injected lease failure"))
+			err = c.Err()
+		}
+	}
+	return err
+}
+
+// TestLeaseSweepBounded: the sweep a grant runs gives back at most one
+// ended lease per caller, none after a failed grant, and none when the
+// caller's ctx is done or its deadline is nearer than the limiter's
+// timeout (give-backs run on the caller's path).
+func TestLeaseSweepBounded(t *testing.T) {
+	t.Parallel()
+	// setup leaves three keys each holding an ended lease with 28
+	// unused events (Redis Remaining 942 each; 970 once given back).
+	setup := func(t *testing.T, opts ...Option) *leaseRig {
+		opts = append(opts, WithTimeout(5*time.Second))
+		r := newLeaseRig(t, holdPolicy, LeaseConfig{MaxShare: 10}, opts...)
+		for _, k := range []string{"a", "b", "c"} {
+			kr := *r
+			kr.key = k
+			kr.heat(29)
+		}
+		r.mock.Add(60 * time.Millisecond)
+		for range 29 {
+			r.allow(1, true) // "hot" is cold so far: no grant, no sweep
+		}
+		r.mock.Add(10 * time.Millisecond)
+		return r
+	}
+	given := func(r *leaseRig) int {
+		count := 0
+		for _, k := range []string{"a", "b", "c"} {
+			kr := *r
+			kr.key = k
+			switch got := kr.redis(); got {
+			case 970:
+				count++
+			case 942:
+			default:
+				r.t.Fatalf("key %s: Redis Remaining = %d, want 942 or 970", k, got)
+			}
+		}
+		return count
+	}
+	t.Run("one per caller", func(t *testing.T) {
+		t.Parallel()
+		r := setup(t)
+		r.allow(1, true) // the grant, then the sweep
+		if got := given(r); got != 1 {
+			t.Fatalf("one grant's sweep gave back %d ended leases, want 1", got)
+		}
+	})
+	t.Run("deadline near", func(t *testing.T) {
+		t.Parallel()
+		r := setup(t)
+		ctx, cancel := context.WithTimeout(bg(), time.Second) // < the 5s timeout
+		defer cancel()
+		if d, err := r.l.AllowN(ctx, r.key, 1); err != nil || !d.Allowed {
+			t.Fatalf("AllowN = %+v, %v", d, err)
+		}
+		if got := given(r); got != 0 {
+			t.Fatalf("a caller whose deadline is nearer than the timeout: its sweep gave back %d leases, want 0", got)
+		}
+	})
+	t.Run("failed grant", func(t *testing.T) {
+		t.Parallel()
+		// No breaker: the failure must not stop the give-backs by itself.
+		r := setup(t, WithBreaker(0), WithLogger(nil))
+		g := r.l.acquire()
+		r.c.AddHook(failLeases{hash: g.leaseScript.hash.(string)})
+		g.release()
+		if _, err := r.l.AllowN(bg(), r.key, 1); err == nil {
+			t.Fatal("AllowN with the lease script failing: no error")
+		}
+		if got := given(r); got != 0 {
+			t.Fatalf("after a failed grant the sweep gave back %d leases, want 0", got)
+		}
+	})
+}
