@@ -399,8 +399,13 @@ func TestLeaseFailurePolicy(t *testing.T) {
 	t.Parallel()
 	c := refusedClient(t, true)
 	mock := newMock()
+	// No breaker: every call, the grant included, tries Redis.
 	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Second), WithClock(mock), WithClientTime(),
-		WithTimeout(100*time.Millisecond), WithFailurePolicy(FailClosed), WithLogger(nil), WithLeases(LeaseConfig{}))
+		WithTimeout(100*time.Millisecond), WithFailurePolicy(FailClosed), WithLogger(nil), WithLeases(LeaseConfig{}), WithBreaker(0))
+	g := l.acquire()
+	grants := &countScript{hash: g.leaseScript.hash.(string)}
+	g.release()
+	c.AddHook(grants)
 	check := func(when string) {
 		t.Helper()
 		d, err := l.AllowN(bg(), "k", 1)
@@ -411,8 +416,44 @@ func TestLeaseFailurePolicy(t *testing.T) {
 	for range 10 {
 		check("cold")
 	}
+	if got := grants.n.Load(); got != 0 {
+		t.Fatalf("cold: %d grants tried, want 0", got)
+	}
 	mock.Add(10 * time.Millisecond)
 	check("hot: the grant fails")
+	if got := grants.n.Load(); got < 1 {
+		t.Fatalf("hot: %d grants tried, want at least 1", got)
+	}
+}
+
+// countScript is a go-redis hook that counts the runs of one script.
+type countScript struct {
+	hash string
+	n    atomic.Int64
+}
+
+func (h *countScript) count(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 1 && (a[0] == "evalsha" || a[0] == "eval") && a[1] == h.hash {
+			h.n.Add(1)
+		}
+	}
+}
+
+func (h *countScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds)
+		return next(ctx, cmds)
+	}
 }
 
 func TestLeaseObserver(t *testing.T) {
