@@ -147,10 +147,13 @@ func newLeaseTable(cfg LeaseConfig, p ratelimit.Policy) *leaseTable {
 type leaseKey struct {
 	key string
 
+	// ring is the entry's index in leaseTable.ring, guarded by
+	// leaseTable.mu (not by mu).
+	ring int
+
 	// mu guards everything below.
 	mu   sync.Mutex
 	dead bool // removed from the table: look the key up again
-	ring int  // index in leaseTable.ring
 
 	// The rate: asked events since since (local ns), and the lease size
 	// they call for, the smoothed events per Target (0: cold).
@@ -695,15 +698,15 @@ func (t *leaseTable) release(ctx context.Context, l *Limiter, g *generation) err
 // ctx; ctx only stops ReleaseLeases from starting more of them (it then
 // returns ctx.Err(), and the leases not given back stay charged until
 // their window ends or their bucket refills). A Limiter without leases
-// has nothing to give back.
+// has nothing to give back. A nil ctx is an error, with leases or not.
 func (l *Limiter) ReleaseLeases(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	g := l.acquire()
 	defer g.release()
 	if g.leases == nil {
 		return nil
-	}
-	if ctx == nil {
-		return errNilContext
 	}
 	return g.leases.release(ctx, l, g)
 }

@@ -330,3 +330,19 @@ func TestLeaseSweepBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseLeasesNilContext: ReleaseLeases(nil) is the same error with
+// leases on and off.
+func TestReleaseLeasesNilContext(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = c.Close() })
+	p := ratelimit.FixedWindowPolicy(100, time.Second)
+	for _, opts := range [][]Option{nil, {WithLeases(LeaseConfig{})}} {
+		l := mustNew(t, c, p, opts...)
+		//lint:ignore SA1012 a nil ctx is what is tested
+		if err := l.ReleaseLeases(nil); !errors.Is(err, errNilContext) { //nolint:staticcheck
+			t.Fatalf("ReleaseLeases(nil) with %d options = %v, want %v", len(opts), err, errNilContext)
+		}
+	}
+}

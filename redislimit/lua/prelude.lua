@@ -272,6 +272,11 @@ local function finish(now, n, mode, decide)
         return {0, d[2], d[3], d[4], 0, now, -1}
       end
       d = decide(got, true)
+      if d[1] ~= 1 then
+        -- What remains did not fit after all: grant nothing.
+        d = decide(leaseMin, false)
+        return {0, d[2], d[3], d[4], 0, now, -1}
+      end
     end
     return {1, d[2], 0, d[4], got, now, leaseEnd or -1}
   end
