@@ -317,11 +317,13 @@
 //   - Memory: one entry per tracked key, at most [LeaseConfig.MaxKeys]
 //     (about 250 bytes each, plus the key); keys beyond it are decided
 //     without leases. A key idle for 10 Lifetimes (at least a second) is
-//     forgotten by the sweep and starts cold again. Every key decided
-//     gets an entry, cold ones included: with more than MaxKeys distinct
-//     keys per 10 Lifetimes the table stays full of cold keys, and a key
-//     that turns hot then gets no lease (it is decided exactly, one
-//     script per decision).
+//     forgotten by the sweep and starts cold again. A key gets an entry
+//     on its second decision within Target (a doorkeeper of 1024 slots
+//     remembers first sightings), so keys decided once leave room; but
+//     with more than MaxKeys distinct keys decided at least twice a
+//     Target per 10 Lifetimes the table stays full, and a key that turns
+//     hot then gets no lease (it is decided exactly, one script per
+//     decision).
 //
 // What leases cost, with P processes leasing one key and k at most
 // Limit/MaxShare (with the defaults, each lease covers about 10ms of the

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"math"
 	"strconv"
 	"sync"
@@ -52,8 +53,9 @@ type LeaseConfig struct {
 	// sliding counter, quota) also ends with the window it was charged in.
 	Lifetime time.Duration
 	// MaxKeys bounds the keys whose rate and lease the Limiter tracks
-	// (about 250 bytes each, plus the key); keys beyond it are decided
-	// one script per decision. 0 means [DefaultLeaseKeys].
+	// (about 250 bytes each, plus the key): a key is tracked from its
+	// second decision within Target; keys beyond MaxKeys are decided one
+	// script per decision. 0 means [DefaultLeaseKeys].
 	MaxKeys int
 	// MaxShare caps a lease at Limit/MaxShare events (at least 1, and
 	// never less than the n asked): with P processes leasing one key, at
@@ -137,10 +139,22 @@ type leaseTable struct {
 	mu     sync.Mutex
 	ring   []*leaseKey
 	cursor int
+
+	// door is the doorkeeper: a key gets an entry only on its second
+	// event within Target, so that keys decided once do not fill the
+	// table. Each slot holds the local ns at which a key hashed to it
+	// was first seen (0: never). Two keys sharing a slot may let one in
+	// early: an entry too many, as before the doorkeeper, never a lease
+	// that is not charged.
+	door [leaseDoor]atomic.Int64
+	seed maphash.Seed
 }
 
+// leaseDoor is the doorkeeper's size, a power of 2 (8 KiB a table).
+const leaseDoor = 1024
+
 func newLeaseTable(cfg LeaseConfig, p ratelimit.Policy) *leaseTable {
-	return &leaseTable{cfg: cfg, limit: max(1, p.Limit/cfg.MaxShare)}
+	return &leaseTable{cfg: cfg, limit: max(1, p.Limit/cfg.MaxShare), seed: maphash.MakeSeed()}
 }
 
 // leaseKey is what one process knows of one key: its rate and its lease.
@@ -228,29 +242,44 @@ const (
 	ownerServed
 )
 
-// get returns the entry of key, making one when there is room; nil when
-// the table is full.
-func (t *leaseTable) get(key string, now int64) *leaseKey {
+// get returns the entry of key, making one when there is room and the
+// key was seen within Target before (the doorkeeper); nil, with full
+// when the table has no room, otherwise.
+func (t *leaseTable) get(key string, now int64) (e *leaseKey, full bool) {
 	if v, ok := t.keys.Load(key); ok {
-		return v.(*leaseKey)
+		return v.(*leaseKey), false
 	}
 	if t.size.Load() >= int64(t.cfg.MaxKeys) {
-		return nil
+		return nil, true
 	}
-	e := &leaseKey{key: key, since: now, used: now}
+	slot := &t.door[maphash.String(t.seed, key)&(leaseDoor-1)]
+	first := slot.Load()
+	if first == 0 || now-first >= int64(t.cfg.Target) || now < first {
+		slot.Store(now)
+		return nil, false
+	}
+	// The rate counts the event the doorkeeper saw (as one event).
+	e, full = t.add(&leaseKey{key: key, since: first, used: now, asked: 1})
+	return e, full
+}
+
+// add puts e in the table unless its key is there (then it returns that
+// entry) or the table is full.
+func (t *leaseTable) add(e *leaseKey) (*leaseKey, bool) {
+	key := e.key
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if v, ok := t.keys.Load(key); ok {
-		return v.(*leaseKey)
+		return v.(*leaseKey), false
 	}
 	if t.size.Load() >= int64(t.cfg.MaxKeys) {
-		return nil
+		return nil, true
 	}
 	e.ring = len(t.ring)
 	t.ring = append(t.ring, e)
 	t.keys.Store(key, e)
 	t.size.Add(1)
-	return e
+	return e, false
 }
 
 // note counts n events asked at now and, once per Target, updates the
@@ -311,9 +340,11 @@ func (e *leaseKey) decision(limit int, now int64) ratelimit.Decision {
 // not done.
 func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
 	t := g.leases
-	e := t.get(key, l.ts.Now())
+	e, full := t.get(key, l.ts.Now())
 	if e == nil {
-		t.makeRoom(ctx, l, g, l.ts.Now())
+		if full {
+			t.makeRoom(ctx, l, g, l.ts.Now())
+		}
 		return l.allowExact(ctx, g, key, n)
 	}
 	var waited *leaseFlight
@@ -321,7 +352,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 		e.mu.Lock()
 		if e.dead {
 			e.mu.Unlock()
-			if e = t.get(key, l.ts.Now()); e == nil {
+			if e, _ = t.get(key, l.ts.Now()); e == nil {
 				return l.allowExact(ctx, g, key, n)
 			}
 			continue

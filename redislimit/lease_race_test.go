@@ -346,3 +346,18 @@ func TestReleaseLeasesNilContext(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseColdKeysLeaveRoom: keys decided once (cold) do not take the
+// table's entries, so a key that turns hot still gets leases.
+func TestLeaseColdKeysLeaveRoom(t *testing.T) {
+	t.Parallel()
+	r := newLeaseRig(t, holdPolicy, LeaseConfig{MaxKeys: 2, MaxShare: 10})
+	for i := range 50 {
+		kr := *r
+		kr.key = "cold" + string(rune('A'+i))
+		kr.allow(1, true)
+		r.mock.Add(10 * time.Millisecond) // a Target apart
+	}
+	r.heat(29)
+	r.wantRedis(1000-29-29, "the hot key's first lease")
+}
