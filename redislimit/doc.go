@@ -334,7 +334,8 @@
 //     charged and never admitted: a grant whose reply is lost or times
 //     out (its k), a lease that an admin call drops (its rest), a lease
 //     that SetPolicy retires, a give-back that fails, and, for a bucket,
-//     the part of a give-back that refill has already cancelled. Token and
+//     the refill x elapsed that a give-back withholds (in case refill has
+//     cancelled it) when the bucket was not in fact full meanwhile. Token and
 //     leaky bucket: parked events come back when they are given back (the
 //     key's next decision, a sweep, ReleaseLeases), else by refill.
 //     Fixed window, quota: events parked at a window's end are lost with
