@@ -393,33 +393,36 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			waited = f
 			continue
 		}
-		back := e.take()
-		if back.left > 0 {
-			e.begin()
-		}
 		k := e.size(n, t.limit)
-		if k == 0 {
-			// Cold: one script per decision, as without leases.
+		var cached ratelimit.Decision
+		hit := false
+		if k > 0 && g.cache != nil {
+			cached, _, hit = g.cache.get(g.cache.hash(key), key, n, now, g.policy.Limit)
+		}
+		if k == 0 || hit {
+			// Cold (one script per decision, as without leases) or a
+			// remembered denial: the lease, ended or too short, is given
+			// back on its own when the caller can afford the round trip;
+			// otherwise it stays for a later decision, a sweep or
+			// ReleaseLeases.
+			var back lease
+			if e.lease.left > 0 && l.mayGiveBack(ctx) {
+				back = e.take()
+				e.begin()
+			}
 			e.mu.Unlock()
 			if back.left > 0 {
 				l.giveBackKey(ctx, g, e, back)
 			}
+			if hit {
+				return cached, nil
+			}
 			return l.allowExact(ctx, g, key, n)
 		}
-		if g.cache != nil {
-			if d, _, ok := g.cache.get(g.cache.hash(key), key, n, now, g.policy.Limit); ok {
-				e.mu.Unlock()
-				if back.left > 0 {
-					l.giveBackKey(ctx, g, e, back)
-				}
-				return d, nil
-			}
-		}
+		back := e.take()
 		f := &leaseFlight{done: make(chan struct{}), n: n}
 		e.flight = f
-		if back.left == 0 {
-			e.begin() // with a give-back, counted above
-		}
+		e.begin()
 		epoch := e.epoch
 		e.mu.Unlock()
 

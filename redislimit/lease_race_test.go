@@ -361,3 +361,22 @@ func TestLeaseColdKeysLeaveRoom(t *testing.T) {
 	r.heat(29)
 	r.wantRedis(1000-29-29, "the hot key's first lease")
 }
+
+// TestLeaseColdGiveBackDeadline: a key gone cold gives its ended lease
+// back on its next decision, but not on the path of a caller whose
+// deadline is nearer than the limiter's timeout: the lease then waits
+// for a later decision.
+func TestLeaseColdGiveBackDeadline(t *testing.T) {
+	t.Parallel()
+	r := newLeaseRig(t, holdPolicy, LeaseConfig{MaxShare: 10}, WithTimeout(5*time.Second))
+	r.heat(29) // a lease of 29, 28 left
+	r.mock.Add(60 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg(), time.Second)
+	defer cancel()
+	if d, err := r.l.AllowN(ctx, r.key, 1); err != nil || !d.Allowed {
+		t.Fatalf("AllowN = %+v, %v", d, err)
+	}
+	r.wantRedis(941, "cold, deadline near: exact, the lease kept")
+	r.allow(1, true)
+	r.wantRedis(941+28-1, "cold: exact, the lease given back")
+}
