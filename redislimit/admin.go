@@ -25,7 +25,12 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if ctx == nil {
 		return errNilContext
 	}
-	err := l.run(ctx, g, resetScript, g.keys(l, key), nil, (*redis.Cmd).Err)
+	unfence, err := l.fence(ctx, g, key)
+	if err != nil {
+		return err
+	}
+	defer unfence()
+	err = l.run(ctx, g, resetScript, g.keys(l, key), nil, (*redis.Cmd).Err)
 	l.forget(g, key)
 	if g.fallback != nil {
 		_ = g.fallback.Reset(ctx, key)
@@ -60,7 +65,12 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 		us = int64((d + time.Microsecond - 1) / time.Microsecond)
 	}
 	keys := g.keys(l, key)[1:2]
-	err := l.run(ctx, g, blockScript, keys, []any{l.nowArg(), us}, (*redis.Cmd).Err)
+	unfence, err := l.fence(ctx, g, key)
+	if err != nil {
+		return err
+	}
+	defer unfence()
+	err = l.run(ctx, g, blockScript, keys, []any{l.nowArg(), us}, (*redis.Cmd).Err)
 	l.forget(g, key)
 	return l.adminErr(ctx, "block", key, err)
 }
@@ -82,9 +92,24 @@ func (l *Limiter) Penalize(ctx context.Context, key string, n int) error {
 		return errNilContext
 	}
 	n = min(n, g.policy.Limit) // the charge is at most the remaining quota
-	err := l.run(ctx, g, g.decideScript, g.keys(l, key), g.args(l, l.nowArg(), n, penalize), (*redis.Cmd).Err)
+	unfence, err := l.fence(ctx, g, key)
+	if err != nil {
+		return err
+	}
+	defer unfence()
+	err = l.run(ctx, g, g.decideScript, g.keys(l, key), g.args(l, l.nowArg(), n, penalize), (*redis.Cmd).Err)
 	l.forget(g, key)
 	return l.adminErr(ctx, "penalize", key, err)
+}
+
+// fence readies key for an admin call with leases (leaseTable.fence):
+// its lease dropped, its grant and give-backs in flight here waited for,
+// none started until unfence. Without leases it does nothing.
+func (l *Limiter) fence(ctx context.Context, g *generation, key string) (unfence func(), err error) {
+	if g.leases == nil {
+		return func() {}, nil
+	}
+	return g.leases.fence(ctx, key)
 }
 
 // forget drops what the deny cache holds for key, and its lease.

@@ -277,7 +277,8 @@
 // # Leases
 //
 // One script per decision caps a hot key at what one Redis core runs
-// (about 130k decisions/s on one key from 64 goroutines). [WithLeases]
+// (50k to 78k decisions/s on one key from 64 goroutines of one process in
+// BenchmarkRedisLease, below). [WithLeases]
 // lifts that for the keys that need it: once a key is hot, a process
 // takes a share of its quota from Redis in one script (a lease of k
 // events, charged there at the grant's time t0 exactly as an AllowN of k
@@ -298,32 +299,51 @@
 //   - A lease is used for at most [LeaseConfig.Lifetime] from the moment
 //     its grant was sent, and, for a fixed window, sliding counter or
 //     quota, never after the end of the window or period it was charged
-//     in (measured locally from the grant's reply, so never later than on
-//     Redis's clock). Its unused events are given back by the key's next
+//     in (measured locally from when the grant was sent, which is not
+//     later than the script's time, so never later than on Redis's
+//     clock). Its unused events are given back by the key's next
 //     decision after it ends (in the script that grants the next lease,
-//     so renewing costs one round trip), by a sweep that each grant runs
-//     over a few other keys, or by [Limiter.ReleaseLeases] (call it at
-//     shutdown). The give-back is the refund script run at the grant's
-//     time, so a windowed policy takes the events back only from the
-//     window they were charged in; once that window has ended they are
-//     gone.
+//     so renewing costs one round trip), by a sweep that each successful
+//     grant runs over a few other keys (at most one give-back per caller,
+//     none when the caller's ctx is done or its deadline is nearer than
+//     the limiter's timeout), or by [Limiter.ReleaseLeases] (call it at
+//     shutdown). A windowed policy's give-back is its refund script run at
+//     the grant's time, so it takes the events back only from the window
+//     they were charged in; once that window has ended they are gone. A
+//     bucket's give-back runs at Redis's current time and returns only
+//     what refill since the grant has not cancelled (unused - refill x
+//     elapsed, at least 0): the bucket may have refilled meanwhile, and a
+//     give-back never returns more than the lease still holds down.
 //   - Memory: one entry per tracked key, at most [LeaseConfig.MaxKeys]
 //     (about 250 bytes each, plus the key); keys beyond it are decided
 //     without leases. A key idle for 10 Lifetimes (at least a second) is
-//     forgotten by the sweep and starts cold again.
+//     forgotten by the sweep and starts cold again. A key gets an entry
+//     on its second decision within Target (a doorkeeper of 1024 slots
+//     remembers first sightings), so keys decided once leave room; but
+//     with more than MaxKeys distinct keys decided at least twice a
+//     Target per 10 Lifetimes the table stays full, and a key that turns
+//     hot then gets no lease (it is decided exactly, one script per
+//     decision).
 //
 // What leases cost, with P processes leasing one key and k at most
 // Limit/MaxShare (with the defaults, each lease covers about 10ms of the
 // key's traffic and at most a sixteenth of its limit):
 //
-//   - Under-admission: at any moment at most P x k events are charged on
-//     Redis but not yet admitted (one lease per process and key). Token
-//     and leaky bucket: they come back when the leases end (at most
-//     Lifetime later). Fixed window, quota: events parked at a window's
-//     end are lost with it, so a saturated window admits at least
-//     Limit - P x k. Sliding counter: the same per window (the parked
+//   - Under-admission: leases park at most P x k events, charged on Redis
+//     but not yet admitted (one lease per process and key). More can be
+//     charged and never admitted: a grant whose reply is lost or times
+//     out (its k), a lease that an admin call drops (its rest), a lease
+//     that SetPolicy retires, a give-back that fails, and, for a bucket,
+//     the refill x elapsed that a give-back withholds (in case refill has
+//     cancelled it) when the bucket was not in fact full meanwhile. Token and
+//     leaky bucket: parked events come back when they are given back (the
+//     key's next decision, a sweep, ReleaseLeases), else by refill.
+//     Fixed window, quota: events parked at a window's end are lost with
+//     it, so a saturated window admits at least Limit - P x k when no
+//     grant is lost. Sliding counter: the same per window (the parked
 //     events also count, weighted, as the next window's previous count).
-//   - Over-admission: none on Redis's clock for the fixed window, the
+//   - Over-admission (apart from a Reset racing other processes'
+//     give-backs, below): none on Redis's clock for the fixed window, the
 //     sliding counter (the estimate at each event, by the events' own
 //     times, stays within the limit) and the quota. For the buckets, an
 //     event may happen up to Lifetime after its lease was charged: counted
@@ -350,13 +370,19 @@
 //     over-admission). Admissions from a lease need no round trip, so they
 //     go on while Redis is unreachable, until the lease ends. A caller
 //     whose ctx is done gets the usual denial, never a local admission it
-//     was not granted (one waiting for a grant stops waiting).
+//     was not granted: it stops waiting for a grant, which does not
+//     depend on its ctx (bounded by the limiter's timeout) and whose lease
+//     is installed when the reply comes, the caller's events included.
 //   - [Limiter.SetPolicy] starts a new set of leases: those granted under
 //     the old policy stop admitting at once, and are not given back (the
 //     conversion counts their events as used: an under-admission, once).
-//     Reset, Block and Penalize drop this process's lease of the key;
-//     other processes' leases admit until they end (at most Lifetime), so
-//     a Block takes up to Lifetime to stop them.
+//     Reset, Block and Penalize drop this process's lease of the key,
+//     wait for its grant and give-backs in flight here (a grant whose
+//     reply comes after installs no lease), and decide it exactly until
+//     they are done. Other processes' leases admit until they end (at most
+//     Lifetime), so a Block takes up to Lifetime to stop them, and their
+//     give-backs may land after a Reset, taking their events off the
+//     fresh state (an over-admission of up to (P - 1) x k, once).
 //   - The observer sees one Event per decision, as without leases (Home
 //     [ratelimit.HomeRedis]); nothing distinguishes a leased admission.
 //

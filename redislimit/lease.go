@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"math"
 	"strconv"
 	"sync"
@@ -52,8 +53,9 @@ type LeaseConfig struct {
 	// sliding counter, quota) also ends with the window it was charged in.
 	Lifetime time.Duration
 	// MaxKeys bounds the keys whose rate and lease the Limiter tracks
-	// (about 250 bytes each, plus the key); keys beyond it are decided
-	// one script per decision. 0 means [DefaultLeaseKeys].
+	// (about 250 bytes each, plus the key): a key is tracked from its
+	// second decision within Target; keys beyond MaxKeys are decided one
+	// script per decision. 0 means [DefaultLeaseKeys].
 	MaxKeys int
 	// MaxShare caps a lease at Limit/MaxShare events (at least 1, and
 	// never less than the n asked): with P processes leasing one key, at
@@ -137,20 +139,35 @@ type leaseTable struct {
 	mu     sync.Mutex
 	ring   []*leaseKey
 	cursor int
+
+	// door is the doorkeeper: a key gets an entry only on its second
+	// event within Target, so that keys decided once do not fill the
+	// table. Each slot holds the local ns at which a key hashed to it
+	// was first seen (0: never). Two keys sharing a slot may let one in
+	// early: an entry too many, as before the doorkeeper, never a lease
+	// that is not charged.
+	door [leaseDoor]atomic.Int64
+	seed maphash.Seed
 }
 
+// leaseDoor is the doorkeeper's size, a power of 2 (8 KiB a table).
+const leaseDoor = 1024
+
 func newLeaseTable(cfg LeaseConfig, p ratelimit.Policy) *leaseTable {
-	return &leaseTable{cfg: cfg, limit: max(1, p.Limit/cfg.MaxShare)}
+	return &leaseTable{cfg: cfg, limit: max(1, p.Limit/cfg.MaxShare), seed: maphash.MakeSeed()}
 }
 
 // leaseKey is what one process knows of one key: its rate and its lease.
 type leaseKey struct {
 	key string
 
+	// ring is the entry's index in leaseTable.ring, guarded by
+	// leaseTable.mu (not by mu).
+	ring int
+
 	// mu guards everything below.
 	mu   sync.Mutex
 	dead bool // removed from the table: look the key up again
-	ring int  // index in leaseTable.ring
 
 	// The rate: asked events since since (local ns), and the lease size
 	// they call for, the smoothed events per Target (0: cold).
@@ -161,6 +178,38 @@ type leaseKey struct {
 
 	lease  lease
 	flight *leaseFlight // the grant in flight, nil: none
+
+	// epoch is bumped by dropLease (an admin call changed the key's state
+	// in Redis): a grant sent before installs no lease when its reply
+	// comes after, so its events are neither admitted nor given back.
+	epoch uint64
+	// fence counts the admin calls in progress on the key: meanwhile its
+	// decisions are exact and nothing is granted or given back.
+	fence int
+	// busy counts the key's grant and give-backs in flight; quiet is
+	// closed when it drops to 0 (admin calls wait for it, so that no
+	// give-back lands on the state they leave).
+	busy  int
+	quiet chan struct{}
+}
+
+// begin counts a grant or give-back of e in flight. Requires e.mu held.
+func (e *leaseKey) begin() {
+	if e.busy == 0 {
+		e.quiet = make(chan struct{})
+	}
+	e.busy++
+}
+
+// end ends what begin counted.
+func (e *leaseKey) end() {
+	e.mu.Lock()
+	e.busy--
+	if e.busy == 0 {
+		close(e.quiet)
+		e.quiet = nil
+	}
+	e.mu.Unlock()
 }
 
 // lease is a grant in use.
@@ -175,37 +224,62 @@ type lease struct {
 // leaseFlight is a grant in flight; the others asking for the key wait
 // for it and then use its lease, or share its denial.
 type leaseFlight struct {
-	done     chan struct{}
-	n        int
-	d        ratelimit.Decision // the denial of n, when denied
-	denied   bool
-	err      error
-	canceled bool // err is the asker's own ctx: the others try again
+	done   chan struct{}
+	n      int
+	d      ratelimit.Decision // the asker's Decision: the denial of n, when denied
+	at     int64              // the grant's time on Redis's clock, Unix ns
+	denied bool
+	err    error
+	// owner is the asker's claim on its n events of the lease: 0 until
+	// either side moves, ownerGone when the asker's ctx ended first (the
+	// n go back into the lease), ownerServed when the lease was
+	// installed with the n taken.
+	owner atomic.Int32
 }
 
-// get returns the entry of key, making one when there is room; nil when
-// the table is full.
-func (t *leaseTable) get(key string, now int64) *leaseKey {
+const (
+	ownerGone int32 = 1 + iota
+	ownerServed
+)
+
+// get returns the entry of key, making one when there is room and the
+// key was seen within Target before (the doorkeeper); nil, with full
+// when the table has no room, otherwise.
+func (t *leaseTable) get(key string, now int64) (e *leaseKey, full bool) {
 	if v, ok := t.keys.Load(key); ok {
-		return v.(*leaseKey)
+		return v.(*leaseKey), false
 	}
 	if t.size.Load() >= int64(t.cfg.MaxKeys) {
-		return nil
+		return nil, true
 	}
-	e := &leaseKey{key: key, since: now, used: now}
+	slot := &t.door[maphash.String(t.seed, key)&(leaseDoor-1)]
+	first := slot.Load()
+	if first == 0 || now-first >= int64(t.cfg.Target) || now < first {
+		slot.Store(now)
+		return nil, false
+	}
+	// The rate counts the event the doorkeeper saw (as one event).
+	e, full = t.add(&leaseKey{key: key, since: first, used: now, asked: 1})
+	return e, full
+}
+
+// add puts e in the table unless its key is there (then it returns that
+// entry) or the table is full.
+func (t *leaseTable) add(e *leaseKey) (*leaseKey, bool) {
+	key := e.key
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if v, ok := t.keys.Load(key); ok {
-		return v.(*leaseKey)
+		return v.(*leaseKey), false
 	}
 	if t.size.Load() >= int64(t.cfg.MaxKeys) {
-		return nil
+		return nil, true
 	}
 	e.ring = len(t.ring)
 	t.ring = append(t.ring, e)
 	t.keys.Store(key, e)
 	t.size.Add(1)
-	return e
+	return e, false
 }
 
 // note counts n events asked at now and, once per Target, updates the
@@ -266,9 +340,11 @@ func (e *leaseKey) decision(limit int, now int64) ratelimit.Decision {
 // not done.
 func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
 	t := g.leases
-	e := t.get(key, l.ts.Now())
+	e, full := t.get(key, l.ts.Now())
 	if e == nil {
-		t.makeRoom(l, g, l.ts.Now())
+		if full {
+			t.makeRoom(ctx, l, g, l.ts.Now())
+		}
 		return l.allowExact(ctx, g, key, n)
 	}
 	var waited *leaseFlight
@@ -276,7 +352,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 		e.mu.Lock()
 		if e.dead {
 			e.mu.Unlock()
-			if e = t.get(key, l.ts.Now()); e == nil {
+			if e, _ = t.get(key, l.ts.Now()); e == nil {
 				return l.allowExact(ctx, g, key, n)
 			}
 			continue
@@ -286,6 +362,11 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 		now := l.ts.Now()
 		if waited == nil {
 			e.note(now, n, t.cfg.Target)
+		}
+		if e.fence > 0 {
+			// An admin call is changing the key's state in Redis.
+			e.mu.Unlock()
+			return l.allowExact(ctx, g, key, n)
 		}
 		if e.lease.left >= n && now < e.lease.expires {
 			e.lease.left -= n
@@ -304,7 +385,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 				return l.canceled(ctx)
 			}
 			switch {
-			case f.err != nil && !f.canceled:
+			case f.err != nil:
 				return l.failed(ctx, g, key, n, f.err)
 			case f.denied && f.n == n:
 				return f.d, nil
@@ -312,48 +393,94 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			waited = f
 			continue
 		}
-		back := e.take()
 		k := e.size(n, t.limit)
-		if k == 0 {
-			// Cold: one script per decision, as without leases.
+		var cached ratelimit.Decision
+		hit := false
+		if k > 0 && g.cache != nil {
+			cached, _, hit = g.cache.get(g.cache.hash(key), key, n, now, g.policy.Limit)
+		}
+		if k == 0 || hit {
+			// Cold (one script per decision, as without leases) or a
+			// remembered denial: the lease, ended or too short, is given
+			// back on its own when the caller can afford the round trip;
+			// otherwise it stays for a later decision, a sweep or
+			// ReleaseLeases.
+			var back lease
+			if e.lease.left > 0 && l.mayGiveBack(ctx) {
+				back = e.take()
+				e.begin()
+			}
 			e.mu.Unlock()
 			if back.left > 0 {
-				l.giveBack(ctx, g, key, back)
+				l.giveBackKey(ctx, g, e, back)
+			}
+			if hit {
+				return cached, nil
 			}
 			return l.allowExact(ctx, g, key, n)
 		}
-		if g.cache != nil {
-			if d, _, ok := g.cache.get(g.cache.hash(key), key, n, now, g.policy.Limit); ok {
-				e.mu.Unlock()
-				if back.left > 0 {
-					l.giveBack(ctx, g, key, back)
-				}
-				return d, nil
-			}
-		}
+		back := e.take()
 		f := &leaseFlight{done: make(chan struct{}), n: n}
 		e.flight = f
+		e.begin()
+		epoch := e.epoch
 		e.mu.Unlock()
 
-		d, ls, at, err := l.grant(ctx, g, key, k, n, back)
+		// The grant does not depend on ctx (bounded by the limiter's
+		// timeout, as a give-back): a caller that stops waiting must not
+		// lose the lease, nor the previous lease's events it gives back.
+		// The flight counts as a use of g (SetPolicy waits for it) even
+		// when the caller has gone.
+		g.inflight.Add(1)
+		go l.fly(context.WithoutCancel(ctx), g, e, f, k, back, epoch)
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			if f.owner.CompareAndSwap(0, ownerGone) {
+				return l.canceled(ctx)
+			}
+			<-f.done // served meanwhile: the n are the caller's
+		}
+		if f.err != nil {
+			// No sweep: Redis is failing, and the caller has waited.
+			return l.failed(ctx, g, key, n, f.err)
+		}
+		t.sweep(ctx, l, g, l.ts.Now(), 4)
+		if f.d.Allowed && l.admitHook != nil {
+			l.admitHook(f.at)
+		}
+		return f.d, nil
+	}
+}
+
+// fly runs the grant of f for e, and installs its lease when it is
+// granted and no admin call dropped the key's lease since the flight
+// began (epoch). The asker's n stay in the lease if it stopped waiting.
+func (l *Limiter) fly(ctx context.Context, g *generation, e *leaseKey, f *leaseFlight, k int, back lease, epoch uint64) {
+	defer g.release()
+	defer close(f.done)
+	var ls lease
+	var err error
+	defer func() {
 		e.mu.Lock()
-		if err == nil && d.Allowed {
+		if err == nil && f.d.Allowed && e.epoch == epoch {
+			if !f.owner.CompareAndSwap(0, ownerServed) {
+				ls.left += f.n // the asker is gone: its events stay leased
+			}
 			e.lease = ls
 		}
 		e.flight = nil
 		e.mu.Unlock()
-		f.d, f.denied, f.err = d, err == nil && !d.Allowed, err
-		f.canceled = err != nil && ctx.Err() != nil
-		close(f.done)
-		t.sweep(l, g, l.ts.Now(), 4)
-		if err != nil {
-			return l.failed(ctx, g, key, n, err)
-		}
-		if d.Allowed && l.admitHook != nil {
-			l.admitHook(at)
-		}
-		return d, nil
-	}
+		e.end()
+	}()
+	f.d, ls, f.at, err = l.grant(ctx, g, e.key, k, f.n, back)
+	f.denied, f.err = err == nil && !f.d.Allowed, err
+}
+
+// giveBackKey is giveBack of e's lease back, which begin counted.
+func (l *Limiter) giveBackKey(ctx context.Context, g *generation, e *leaseKey, back lease) {
+	defer e.end()
+	l.giveBack(ctx, g, e.key, back)
 }
 
 // allowExact is allowN's one script per decision.
@@ -450,19 +577,29 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 }
 
 // giveBack returns a lease's unused events to Redis, when no grant follows
-// (a grant gives back the previous lease itself): the refund script run
-// at the grant's time (on Redis's clock), so that a windowed policy takes
-// them back only from the window that was charged (once another window
-// has begun they are gone, and must not be taken from the new one). A
-// bucket's refund at an earlier time lowers its level just the same. The
-// refund does not depend on ctx; a failure leaves the events charged (an
+// (a grant gives back the previous lease itself). A windowed policy runs
+// its refund script at the grant's time (on Redis's clock), so that it
+// takes them back only from the window that was charged (once another
+// window has begun they are gone, and must not be taken from the new
+// one). A bucket runs it at Redis's current time in give-back mode
+// ('g<at>'): it gives back only what refill since the grant has not
+// cancelled, max(0, unused - refill x (now - at)), since the bucket may
+// have been full meanwhile and later states must not lose what the lease
+// no longer holds down (lua/prelude.lua, giveBackAt). The refund does not
+// depend on ctx; a failure leaves the events charged (an
 // under-admission).
 func (l *Limiter) giveBack(ctx context.Context, g *generation, key string, back lease) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	ctx = context.WithoutCancel(ctx)
-	args := g.args(l, back.at, back.left, refund)
+	var args []any
+	switch g.policy.Algorithm {
+	case ratelimit.TokenBucketAlgorithm, ratelimit.LeakyBucketAlgorithm:
+		args = g.args(l, l.nowArg(), back.left, commitMode("g"+strconv.FormatInt(back.at, 10)))
+	default:
+		args = g.args(l, back.at, back.left, refund)
+	}
 	_ = l.run(ctx, g, g.refundScript, g.keys(l, key), args, (*redis.Cmd).Err)
 	if g.cache != nil {
 		g.cache.invalidate(g.cache.hash(key), key)
@@ -473,14 +610,36 @@ func (l *Limiter) giveBack(ctx context.Context, g *generation, key string, back 
 // forgets its rate (its lease has ended long before).
 func (t *leaseTable) leaseIdle() int64 { return int64(max(10*t.cfg.Lifetime, time.Second)) }
 
+// sweepBacks bounds the give-backs one sweep makes: they run on the
+// caller's path (one round trip each, up to the limiter's timeout when
+// Redis is slow). A background worker would take them off that path, but
+// would need a lifecycle (a Close) that the Limiter does not have.
+const sweepBacks = 1
+
+// mayGiveBack reports whether a caller with ctx can afford a give-back on
+// its path: its ctx is not done and its deadline, if any, is not nearer
+// than the limiter's timeout.
+func (l *Limiter) mayGiveBack(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) >= l.timeout
+}
+
 // sweep visits up to count entries from where the last sweep stopped:
-// it gives back the unused events of leases that have ended, and forgets
-// keys that have been idle for leaseIdle. Every grant runs it, so cold
-// keys do not park quota while the process keeps deciding; a process
-// that stops deciding altogether should call ReleaseLeases.
-func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
+// it gives back the unused events of up to sweepBacks leases that have
+// ended (none when the caller cannot afford it: mayGiveBack), and forgets
+// keys that have been idle for leaseIdle. Every successful grant runs it,
+// so cold keys do not park quota while the process keeps deciding; a
+// process that stops deciding altogether should call ReleaseLeases.
+func (t *leaseTable) sweep(ctx context.Context, l *Limiter, g *generation, now int64, count int) {
 	var backs []*leaseKey
 	var leases []lease
+	room := 0
+	if l.mayGiveBack(ctx) {
+		room = sweepBacks
+	}
 	t.mu.Lock()
 	for i := 0; i < count && len(t.ring) > 0; i++ {
 		if t.cursor >= len(t.ring) {
@@ -488,11 +647,12 @@ func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
 		}
 		e := t.ring[t.cursor]
 		e.mu.Lock()
-		if e.flight == nil && e.lease.left > 0 && now >= e.lease.expires {
+		if len(backs) < room && e.flight == nil && e.lease.left > 0 && now >= e.lease.expires {
 			backs = append(backs, e)
 			leases = append(leases, e.take())
+			e.begin()
 		}
-		if e.flight == nil && e.lease.left == 0 && now-e.used >= t.leaseIdle() {
+		if e.flight == nil && e.busy == 0 && e.fence == 0 && e.lease.left == 0 && now-e.used >= t.leaseIdle() {
 			e.dead = true
 			t.keys.Delete(e.key)
 			last := t.ring[len(t.ring)-1]
@@ -508,19 +668,19 @@ func (t *leaseTable) sweep(l *Limiter, g *generation, now int64, count int) {
 	}
 	t.mu.Unlock()
 	for i, e := range backs {
-		l.giveBack(context.Background(), g, e.key, leases[i])
+		l.giveBackKey(ctx, g, e, leases[i])
 	}
 }
 
 // makeRoom sweeps the full table, at most once a millisecond, so that
 // idle keys leave room for new ones even when no key takes leases (and so
 // no grant sweeps).
-func (t *leaseTable) makeRoom(l *Limiter, g *generation, now int64) {
+func (t *leaseTable) makeRoom(ctx context.Context, l *Limiter, g *generation, now int64) {
 	last := t.swept.Load()
 	if now-last < int64(time.Millisecond) || !t.swept.CompareAndSwap(last, now) {
 		return
 	}
-	t.sweep(l, g, now, 16)
+	t.sweep(ctx, l, g, now, 16)
 }
 
 // release takes every lease of the table and gives back its unused
@@ -528,32 +688,36 @@ func (t *leaseTable) makeRoom(l *Limiter, g *generation, now int64) {
 func (t *leaseTable) release(ctx context.Context, l *Limiter, g *generation) error {
 	t.mu.Lock()
 	type back struct {
-		key string
-		ls  lease
+		e  *leaseKey
+		ls lease
 	}
 	var backs []back
 	for _, e := range t.ring {
 		e.mu.Lock()
 		if e.lease.left > 0 {
-			backs = append(backs, back{e.key, e.take()})
+			backs = append(backs, back{e, e.take()})
+			e.begin()
 		}
 		e.mu.Unlock()
 	}
 	t.mu.Unlock()
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
-	for _, b := range backs {
+	for i, b := range backs {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
+			for _, b := range backs[i:] {
+				b.e.end() // not given back: charged until they expire
+			}
 			return ctx.Err()
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			l.giveBack(ctx, g, b.key, b.ls)
+			l.giveBackKey(ctx, g, b.e, b.ls)
 		}()
 	}
 	wg.Wait()
@@ -568,27 +732,64 @@ func (t *leaseTable) release(ctx context.Context, l *Limiter, g *generation) err
 // ctx; ctx only stops ReleaseLeases from starting more of them (it then
 // returns ctx.Err(), and the leases not given back stay charged until
 // their window ends or their bucket refills). A Limiter without leases
-// has nothing to give back.
+// has nothing to give back. A nil ctx is an error, with leases or not.
 func (l *Limiter) ReleaseLeases(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	g := l.acquire()
 	defer g.release()
 	if g.leases == nil {
 		return nil
-	}
-	if ctx == nil {
-		return errNilContext
 	}
 	return g.leases.release(ctx, l, g)
 }
 
 // dropLease forgets key's lease without giving it back: an admin call
 // (Reset, Block, Penalize) changed the key's state in Redis, and the lease
-// must not admit on top of it.
+// must not admit on top of it. It bumps the key's epoch, so that a grant
+// in flight installs no lease either.
 func (t *leaseTable) dropLease(key string) {
 	if v, ok := t.keys.Load(key); ok {
 		e := v.(*leaseKey)
 		e.mu.Lock()
+		e.epoch++
 		e.lease = lease{}
 		e.mu.Unlock()
 	}
+}
+
+// fence prepares an admin call on key: it drops the key's lease, makes
+// its decisions exact (no grant, no give-back) until unfence, and waits
+// for the grant and give-backs of the key in flight in this process, so
+// that none lands on the state the admin call leaves. When ctx ends
+// first it returns ctx.Err() (already unfenced).
+func (t *leaseTable) fence(ctx context.Context, key string) (unfence func(), err error) {
+	v, ok := t.keys.Load(key)
+	if !ok {
+		return func() { t.dropLease(key) }, nil
+	}
+	e := v.(*leaseKey)
+	e.mu.Lock()
+	e.fence++
+	e.epoch++
+	e.lease = lease{}
+	quiet := e.quiet
+	e.mu.Unlock()
+	unfence = func() {
+		e.mu.Lock()
+		e.fence--
+		e.epoch++
+		e.lease = lease{}
+		e.mu.Unlock()
+	}
+	if quiet != nil {
+		select {
+		case <-quiet:
+		case <-ctx.Done():
+			unfence()
+			return nil, ctx.Err()
+		}
+	}
+	return unfence, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,6 +217,21 @@ func checkLeasedRun(t *testing.T, p ratelimit.Policy, origin, stop int64, times 
 		for i, at := range times {
 			if allowed := p.Limit + int(rate*float64(at-origin)); i+1 > allowed {
 				t.Fatalf("event %d at +%v: %d admitted, the bucket allows %d", i, time.Duration(at-origin), i+1, allowed)
+			}
+		}
+		// The documented bound over every interval [a, b] between two
+		// admissions: at most capacity + rate x (b - a) + parked events
+		// (the leases granted before a and used in it). For each b = times[j]
+		// the worst a = times[i] maximizes (j - i + 1) - rate x (b - a):
+		// keep the running maximum of rate x times[i] - i.
+		best, from := math.Inf(-1), 0
+		for j, b := range times {
+			if v := rate*float64(b-origin) - float64(j); v > best {
+				best, from = v, j
+			}
+			if excess := float64(j+1) - rate*float64(b-origin) + best; excess > float64(p.Limit+parked)+1e-9 {
+				a := times[from]
+				t.Fatalf("[+%v, +%v]: %d admitted, the bound is %d + %.1f + %d parked", time.Duration(a-origin), time.Duration(b-origin), j-from+1, p.Limit, rate*float64(b-a), parked)
 			}
 		}
 		// Under-admission counts from the first admission, which is not

@@ -68,21 +68,24 @@ func TestLeaseConfigErrors(t *testing.T) {
 // the same keys, whose Peek shows what Redis holds.
 type leaseRig struct {
 	t     *testing.T
+	c     *redis.Client
 	mock  *manualClock
 	l     *Limiter
 	exact *Limiter
 	key   string
 }
 
-func newLeaseRig(t *testing.T, p ratelimit.Policy, cfg LeaseConfig) *leaseRig {
+func newLeaseRig(t *testing.T, p ratelimit.Policy, cfg LeaseConfig, opts ...Option) *leaseRig {
 	t.Helper()
 	_, c := startRedis(t)
 	mock := newMock()
 	prefix := uniquePrefix(t)
+	opts = append([]Option{WithPrefix(prefix), WithClock(mock), WithClientTime(), WithLeases(cfg)}, opts...)
 	return &leaseRig{
 		t:     t,
+		c:     c,
 		mock:  mock,
-		l:     mustNew(t, c, p, WithPrefix(prefix), WithClock(mock), WithClientTime(), WithLeases(cfg)),
+		l:     mustNew(t, c, p, opts...),
 		exact: mustNew(t, c, p, WithPrefix(prefix), WithClock(mock), WithClientTime(), WithDenyCache(0)),
 		key:   "hot",
 	}
@@ -396,8 +399,13 @@ func TestLeaseFailurePolicy(t *testing.T) {
 	t.Parallel()
 	c := refusedClient(t, true)
 	mock := newMock()
+	// No breaker: every call, the grant included, tries Redis.
 	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Second), WithClock(mock), WithClientTime(),
-		WithTimeout(100*time.Millisecond), WithFailurePolicy(FailClosed), WithLogger(nil), WithLeases(LeaseConfig{}))
+		WithTimeout(100*time.Millisecond), WithFailurePolicy(FailClosed), WithLogger(nil), WithLeases(LeaseConfig{}), WithBreaker(0))
+	g := l.acquire()
+	grants := &countScript{hash: g.leaseScript.hash.(string)}
+	g.release()
+	c.AddHook(grants)
 	check := func(when string) {
 		t.Helper()
 		d, err := l.AllowN(bg(), "k", 1)
@@ -408,8 +416,44 @@ func TestLeaseFailurePolicy(t *testing.T) {
 	for range 10 {
 		check("cold")
 	}
+	if got := grants.n.Load(); got != 0 {
+		t.Fatalf("cold: %d grants tried, want 0", got)
+	}
 	mock.Add(10 * time.Millisecond)
 	check("hot: the grant fails")
+	if got := grants.n.Load(); got < 1 {
+		t.Fatalf("hot: %d grants tried, want at least 1", got)
+	}
+}
+
+// countScript is a go-redis hook that counts the runs of one script.
+type countScript struct {
+	hash string
+	n    atomic.Int64
+}
+
+func (h *countScript) count(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 1 && (a[0] == "evalsha" || a[0] == "eval") && a[1] == h.hash {
+			h.n.Add(1)
+		}
+	}
+}
+
+func (h *countScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds)
+		return next(ctx, cmds)
+	}
 }
 
 func TestLeaseObserver(t *testing.T) {
@@ -557,5 +601,69 @@ func TestLeaseGiveBackEveryAlgorithm(t *testing.T) {
 			}
 			r.wantRedis(1000-82, "after ReleaseLeases")
 		})
+	}
+}
+
+// TestLeaseBucketGiveBackAfterRefill: a bucket's give-back must not
+// return what refill has already cancelled. Limiter A (leases) takes a
+// lease of 6 and uses 1; the bucket then refills to full, limiter B
+// (exact) drains it, and 1ms later A gives back its 5 unused events. A
+// true bucket has refilled 0.1 token since B drained it: B must be
+// denied. Given back at the grant's time, the 5 were taken off B's later
+// state again and B was admitted 5 more. Both ways a give-back is made:
+// ReleaseLeases (the refund script; the sweep and a cold key's give-back
+// run the same) and the script that grants the next lease.
+func TestLeaseBucketGiveBackAfterRefill(t *testing.T) {
+	t.Parallel()
+	for _, p := range []ratelimit.Policy{
+		ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Second), 100),
+		ratelimit.LeakyBucketPolicy(100, 10*time.Millisecond),
+	} {
+		t.Run(p.Algorithm.String()+"/release", func(t *testing.T) {
+			t.Parallel()
+			r := newLeaseRig(t, p, LeaseConfig{}) // leases of 100/16 = 6
+			r.heat(10)                            // a lease of 6, 5 left
+			r.mock.Add(300 * time.Millisecond)    // full again
+			r.drainExact(100)
+			r.mock.Add(time.Millisecond)
+			if err := r.l.ReleaseLeases(bg()); err != nil {
+				t.Fatal(err)
+			}
+			r.wantExactDenied("after ReleaseLeases")
+		})
+		t.Run(p.Algorithm.String()+"/grant", func(t *testing.T) {
+			t.Parallel()
+			// A Target of 400ms keeps the key hot across the test, so
+			// that A's next decision is a grant that gives the 5 back.
+			r := newLeaseRig(t, p, LeaseConfig{Target: 400 * time.Millisecond, Lifetime: time.Second})
+			for range 10 {
+				r.allow(1, true)
+			}
+			r.mock.Add(400 * time.Millisecond)
+			r.allow(1, true) // a lease of 6 granted at 400ms, 5 left
+			r.mock.Add(100 * time.Millisecond)
+			r.drainExact(100)
+			r.mock.Add(time.Millisecond)
+			r.allow(6, false) // 5 left do not cover 6: a grant, denied
+			r.wantExactDenied("after the grant that gave back")
+		})
+	}
+}
+
+// drainExact admits n events through the exact limiter.
+func (r *leaseRig) drainExact(n int) {
+	r.t.Helper()
+	for i := range n {
+		if d, err := r.exact.AllowN(bg(), r.key, 1); err != nil || !d.Allowed {
+			r.t.Fatalf("exact AllowN #%d = %+v, %v; want admitted", i, d, err)
+		}
+	}
+}
+
+// wantExactDenied checks that the exact limiter is denied one event.
+func (r *leaseRig) wantExactDenied(when string) {
+	r.t.Helper()
+	if d, err := r.exact.AllowN(bg(), r.key, 1); err != nil || d.Allowed {
+		r.t.Fatalf("%s: exact AllowN = %+v, %v; want denied (the bucket refilled 0.1 token since it was drained)", when, d, err)
 	}
 }

@@ -84,7 +84,7 @@ type algoScripts struct {
 }
 
 func newAlgoScripts(helpers, decide, refund string) algoScripts {
-	giveBack := leaseLua + refund + "\n  end)()\nend\n"
+	giveBack := leaseLua + refund + "\n  end)()\n  giveBackAt = nil\nend\n"
 	return algoScripts{
 		decide:      newScript(preludeLua + helpers + noChainLua + decide),
 		refund:      newScript(preludeLua + helpers + noChainLua + refund),

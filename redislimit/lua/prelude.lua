@@ -212,6 +212,27 @@ local blockEnd
 local leaseMin
 local leaseEnd
 
+-- giveBackAt is the grant time (Unix µs) of the lease whose unused events
+-- a refund script gives back (lease.go), nil for a plain refund. In a
+-- lease script lua/lease.lua sets it; a refund script run on its own
+-- finds it in its mode argument, 'g<at>' (givenBackAt). A windowed policy
+-- gives the events back at that time, into the window that was charged.
+-- A bucket gives them back at now, less what refill has cancelled since:
+-- n events charged at giveBackAt hold the level down by at most
+-- max(0, n - refill x (now - giveBackAt)) at now (the bucket may have
+-- been full meanwhile), and a give-back must never return more than the
+-- lease still holds down.
+local giveBackAt
+
+-- givenBackAt returns the grant time in a refund's mode argument 'g<at>'
+-- (a lease's give-back), nil for 'r'.
+local function givenBackAt(mode)
+  if mode and string.sub(mode, 1, 1) == 'g' then
+    return num(string.sub(mode, 2))
+  end
+  return nil
+end
+
 -- decisionMode returns the mode a decision script runs in at now, given
 -- its mode argument. A block in force answers AllowN ('1') and Peek ('0')
 -- with a denial computed on a Peek(0) of the key's state: a blocked AllowN
@@ -251,6 +272,11 @@ local function finish(now, n, mode, decide)
         return {0, d[2], d[3], d[4], 0, now, -1}
       end
       d = decide(got, true)
+      if d[1] ~= 1 then
+        -- What remains did not fit after all: grant nothing.
+        d = decide(leaseMin, false)
+        return {0, d[2], d[3], d[4], 0, now, -1}
+      end
     end
     return {1, d[2], 0, d[4], got, now, leaseEnd or -1}
   end

@@ -5,7 +5,7 @@
 -- ARGV     now (µs or ""), n, limit, five boundaries (Unix µs), "r", then
 --          the previous policies
 local key = KEYS[1]
-local now = clock()
+local now = giveBackAt or clock() -- a lease's give-back: its grant time
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local s, e, i = qPeriod(now, 4)

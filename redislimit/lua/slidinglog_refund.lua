@@ -6,7 +6,7 @@
 -- KEYS[1]  as in slidinglog.lua
 -- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
 local key = KEYS[1]
-local now = clock()
+local now = giveBackAt or clock() -- a lease's give-back: its grant time
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
