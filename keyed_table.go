@@ -47,6 +47,13 @@ type slot[S any] struct {
 
 const longMeta = 0xff
 
+// longIndex returns the index in table.long of the key of s, whose meta
+// is longMeta.
+func (s *slot[S]) longIndex() uint32 { return binary.LittleEndian.Uint32(s.kb[:4]) }
+
+// setLongIndex records that the key of s is at index i of table.long.
+func (s *slot[S]) setLongIndex(i uint32) { binary.LittleEndian.PutUint32(s.kb[:4], i) }
+
 const (
 	tableMinSlots = 8
 	// The table grows by growNum/growDen when an insert would lift its load
@@ -74,14 +81,6 @@ func metaOf(key string) uint8 {
 	return uint8(len(key)) + 1
 }
 
-// key returns (a copy of) the key held in the non-empty slot s.
-func (t *table[S]) key(s *slot[S]) string {
-	if s.meta == longMeta {
-		return t.long[binary.LittleEndian.Uint32(s.kb[:4])]
-	}
-	return string(s.kb[:s.meta-1])
-}
-
 // find returns the slot index of key, whose hash is h, or -1.
 func (t *table[S]) find(key string, h uint32) int {
 	n := len(t.slots)
@@ -99,7 +98,7 @@ func (t *table[S]) find(key string, h uint32) int {
 				if string(s.kb[:len(key)]) == key {
 					return i
 				}
-			} else if t.long[binary.LittleEndian.Uint32(s.kb[:4])] == key {
+			} else if t.long[s.longIndex()] == key {
 				return i
 			}
 		}
@@ -130,7 +129,7 @@ func (t *table[S]) insert(key string, h uint32) *S {
 	}
 	s := slot[S]{hash: h, meta: metaOf(key)}
 	if s.meta == longMeta {
-		binary.LittleEndian.PutUint32(s.kb[:4], t.keepLong(key))
+		s.setLongIndex(t.keepLong(key))
 	} else {
 		copy(s.kb[:], key)
 	}
@@ -179,8 +178,8 @@ func (t *table[S]) resize(n int) {
 			continue
 		}
 		if long != nil && s.meta == longMeta {
-			long = append(long, t.long[binary.LittleEndian.Uint32(s.kb[:4])])
-			binary.LittleEndian.PutUint32(s.kb[:4], uint32(len(long)-1))
+			long = append(long, t.long[s.longIndex()])
+			s.setLongIndex(uint32(len(long) - 1))
 		}
 		t.place(*s)
 	}
@@ -195,7 +194,7 @@ func (t *table[S]) resize(n int) {
 // table looks at slot i again.
 func (t *table[S]) delete(i int) {
 	if s := &t.slots[i]; s.meta == longMeta {
-		j := binary.LittleEndian.Uint32(s.kb[:4])
+		j := s.longIndex()
 		t.long[j] = ""
 		t.free = append(t.free, j)
 		if len(t.free) == len(t.long) {

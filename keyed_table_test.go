@@ -178,3 +178,12 @@ func TestReclaimVisitsEveryKey(t *testing.T) {
 	}
 	require.Zero(t, k.Len())
 }
+
+// key returns (a copy of) the key held in the non-empty slot s: the
+// tests' way to name a slot's key.
+func (t *table[S]) key(s *slot[S]) string {
+	if s.meta == longMeta {
+		return t.long[s.longIndex()]
+	}
+	return string(s.kb[:s.meta-1])
+}
