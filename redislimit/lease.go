@@ -317,6 +317,14 @@ func (e *leaseKey) size(n, capped int) int {
 	return max(k, n)
 }
 
+// drop forgets e's lease without giving it back and bumps e's epoch, so
+// that a grant in flight installs no lease either: the key's state in
+// Redis changed under it. Requires e.mu held.
+func (e *leaseKey) drop() {
+	e.epoch++
+	e.lease = lease{}
+}
+
 // take removes the unused part of e's lease and returns it. Requires e.mu
 // held.
 func (e *leaseKey) take() lease {
@@ -753,8 +761,7 @@ func (t *leaseTable) dropLease(key string) {
 	if v, ok := t.keys.Load(key); ok {
 		e := v.(*leaseKey)
 		e.mu.Lock()
-		e.epoch++
-		e.lease = lease{}
+		e.drop()
 		e.mu.Unlock()
 	}
 }
@@ -772,15 +779,13 @@ func (t *leaseTable) fence(ctx context.Context, key string) (unfence func(), err
 	e := v.(*leaseKey)
 	e.mu.Lock()
 	e.fence++
-	e.epoch++
-	e.lease = lease{}
+	e.drop()
 	quiet := e.quiet
 	e.mu.Unlock()
 	unfence = func() {
 		e.mu.Lock()
 		e.fence--
-		e.epoch++
-		e.lease = lease{}
+		e.drop()
 		e.mu.Unlock()
 	}
 	if quiet != nil {
