@@ -281,16 +281,13 @@ func (f *fieldList) store(h map[string][]string, b []byte) {
 		vals = make([]string, f.k)
 	case f.k <= len(fieldBlock3{}.vals) && len(b) <= len(fieldBlock3{}.text):
 		blk := new(fieldBlock3)
-		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
-		vals = blk.vals[:f.k]
+		all, vals = inBlock(blk.text[:], blk.vals[:f.k], b)
 	case f.k <= len(fieldBlock5{}.vals) && len(b) <= len(fieldBlock5{}.text):
 		blk := new(fieldBlock5)
-		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
-		vals = blk.vals[:f.k]
+		all, vals = inBlock(blk.text[:], blk.vals[:f.k], b)
 	case f.k <= len(fieldBlock6{}.vals) && len(b) <= len(fieldBlock6{}.text):
 		blk := new(fieldBlock6)
-		all = unsafe.String(&blk.text[0], copy(blk.text[:], b))
-		vals = blk.vals[:f.k]
+		all, vals = inBlock(blk.text[:], blk.vals[:f.k], b)
 	default:
 		all = string(b)
 		vals = make([]string, f.k)
@@ -305,6 +302,12 @@ func (f *fieldList) store(h map[string][]string, b []byte) {
 		}
 		h[f.keys[i]] = vals[i : i+1 : i+1]
 	}
+}
+
+// inBlock copies b into text, a block's, and returns it as a string with
+// vals, the same block's: the string is never written again.
+func inBlock(text []byte, vals []string, b []byte) (string, []string) {
+	return unsafe.String(&text[0], copy(text, b)), vals
 }
 
 // fieldBlock3, fieldBlock5 and fieldBlock6 hold the values of up to 3, 5
