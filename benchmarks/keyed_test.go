@@ -406,28 +406,12 @@ func (f *filledKeyed) close() {
 // fillKeyed returns a fresh limiter of lib holding every key, each admitted
 // once, and measures the live heap it takes per key.
 func fillKeyed(b *testing.B, lib keyedLib, keys []string) *filledKeyed {
-	b.Helper()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	l := lib.new(b)
-	for _, key := range keys {
-		// A fresh string, as a server's key taken from a request would be.
-		if !l.allow(strings.Clone(key)) {
-			b.Fatalf("filling: %s denied %q", lib.name, key)
+	return fillKeyedWith(b, lib, len(keys), func(yield func(string)) {
+		for _, key := range keys {
+			// A fresh string, as a server's key taken from a request would be.
+			yield(strings.Clone(key))
 		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	f := &filledKeyed{
-		keyedLimiter: l,
-		perKey:       float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(len(keys)),
-	}
-	if held := l.len(); held >= 0 && held != len(keys) {
-		f.close()
-		b.Fatalf("%s holds %d keys after filling, want %d", lib.name, held, len(keys))
-	}
-	return f
+	})
 }
 
 // fillKeyedRandom returns a fresh limiter of lib holding the first n keys of
@@ -435,17 +419,27 @@ func fillKeyed(b *testing.B, lib keyedLib, keys []string) *filledKeyed {
 // strings, each admitted once, and measures the live heap it takes per key
 // as fillKeyed does.
 func fillKeyedRandom(b *testing.B, lib keyedLib, n int) *filledKeyed {
+	return fillKeyedWith(b, lib, n, func(yield func(string)) {
+		// The order is garbage by the second reading, so it is not counted.
+		for _, i := range benchkeys.Shuffled(n, 1) {
+			yield(benchkeys.Key(i))
+		}
+	})
+}
+
+// fillKeyedWith returns a fresh limiter of lib holding the n keys that keys
+// yields, each admitted once, and the live heap it takes per key.
+func fillKeyedWith(b *testing.B, lib keyedLib, n int, keys func(yield func(string))) *filledKeyed {
 	b.Helper()
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	l := lib.new(b)
-	// The order is garbage by the second reading, so it is not counted.
-	for _, i := range benchkeys.Shuffled(n, 1) {
-		if key := benchkeys.Key(i); !l.allow(key) {
+	keys(func(key string) {
+		if !l.allow(key) {
 			b.Fatalf("filling: %s denied %q", lib.name, key)
 		}
-	}
+	})
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	f := &filledKeyed{
