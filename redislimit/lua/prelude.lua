@@ -267,13 +267,12 @@ local function finish(now, n, mode, decide)
     local got = n
     if d[1] ~= 1 then
       got = decide(0, false)[2]
-      if got < leaseMin then
-        d = decide(leaseMin, false)
-        return {0, d[2], d[3], d[4], 0, now, -1}
+      if got >= leaseMin then
+        d = decide(got, true)
       end
-      d = decide(got, true)
-      if d[1] ~= 1 then
-        -- What remains did not fit after all: grant nothing.
+      -- Too little remains, or what remains did not fit after all: grant
+      -- nothing.
+      if got < leaseMin or d[1] ~= 1 then
         d = decide(leaseMin, false)
         return {0, d[2], d[3], d[4], 0, now, -1}
       end
