@@ -348,10 +348,11 @@ func (e *leaseKey) decision(limit int, now int64) ratelimit.Decision {
 // not done.
 func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
 	t := g.leases
-	e, full := t.get(key, l.ts.Now())
+	seen := l.ts.Now()
+	e, full := t.get(key, seen)
 	if e == nil {
 		if full {
-			t.makeRoom(ctx, l, g, l.ts.Now())
+			t.makeRoom(ctx, l, g, seen)
 		}
 		return l.allowExact(ctx, g, key, n)
 	}
