@@ -3,6 +3,7 @@ package redistest
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,11 @@ func TestClusterWithReplicasFailover(t *testing.T) {
 		if n, err := old.Do("WAIT", "1", "5000"); err != nil || n != "1" {
 			t.Fatalf("WAIT 1 = %q, %v", n, err)
 		}
+		// Before the kill, the replica must hold what it acknowledged: its
+		// link up and its offset at the master's. (A promoted replica was
+		// once found empty although WAIT had returned 1; this names the
+		// state the kill starts from, and fails here if it is not that.)
+		waitReplicaCaughtUp(t, old, reps[0])
 		began := time.Now()
 		if kill {
 			if got := c.KillMaster(t, key); got != old {
@@ -153,4 +159,27 @@ func TestClusterWithReplicasFailover(t *testing.T) {
 	if _, err := (&Cluster{}).MasterOf("k"); err == nil || errors.Is(err, ErrNil) {
 		t.Errorf("MasterOf on an empty cluster: %v, want an error", err)
 	}
+}
+
+// waitReplicaCaughtUp waits, at most 5s, until rep's link to m is up and
+// rep has processed m's replication stream up to m's current offset.
+func waitReplicaCaughtUp(t *testing.T, m, rep *Server) {
+	t.Helper()
+	info, err := m.Do("INFO", "replication")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := strconv.ParseInt(infoField(info, "master_repl_offset"), 10, 64)
+	var last string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		last, err = rep.Do("INFO", "replication")
+		if err != nil {
+			continue
+		}
+		got, _ := strconv.ParseInt(infoField(last, "slave_repl_offset"), 10, 64)
+		if infoField(last, "master_link_status") == "up" && got >= want {
+			return
+		}
+	}
+	t.Fatalf("replica %s not caught up with %s at offset %d within 5s: %v\n%s", rep.Addr(), m.Addr(), want, err, last)
 }
