@@ -1,0 +1,182 @@
+// Package hints reads what a server says about its rate limits, in every
+// dialect servers speak, from the header fields of an HTTP answer or the
+// metadata of a gRPC one:
+//
+//   - Retry-After: delay-seconds or an HTTP date.
+//   - The IETF RateLimit field of draft-ietf-httpapi-ratelimit-headers-08
+//     and later, a List of Items such as `"burst";r=0;t=3` (r remaining,
+//     t seconds until reset; the a and w of the editor's copy after -11
+//     are read as r and t), with RateLimit-Policy `"burst";q=5;w=3`.
+//   - Draft-07's RateLimit Dictionary, `limit=5, remaining=0, reset=3`,
+//     with RateLimit-Policy `5;w=3`.
+//   - Draft-06 and earlier: RateLimit-Limit, RateLimit-Remaining and
+//     RateLimit-Reset, each its own field.
+//   - The legacy X-RateLimit-Remaining and X-RateLimit-Reset (Unix seconds
+//     or milliseconds, or a delay), X-RateLimit-Reset-After (Discord), and
+//     the X-Rate-Limit-* spelling.
+//
+// Every dialect present in an answer contributes: none is preferred, and
+// the caller treats each [Item] as a constraint of its own, the binding one
+// winning. Servers may be wrong or hostile: nothing here panics, a value
+// that is not what its dialect allows is dropped, numbers saturate rather
+// than overflow, and the work per answer is bounded (the first 4 KiB of a
+// field line, [MaxItems] members of a field).
+package hints
+
+import (
+	"time"
+)
+
+// MaxItems is the most Items and Policies an answer gives, and the most
+// members read of one field: later ones are ignored.
+const MaxItems = 8
+
+// MaxSeconds is where every duration read saturates (2^30 seconds, about
+// 34 years), so that no arithmetic on it overflows.
+const MaxSeconds = 1 << 30
+
+// maxDuration is MaxSeconds as a duration.
+const maxDuration = MaxSeconds * time.Second
+
+// maxLine is how much of a field line is read: a member that does not end
+// within it is dropped, a single value that does not is invalid.
+const maxLine = 4 << 10
+
+// Item is one quota the server reports on: Remaining units are left now,
+// and the quota is restored Reset from when the answer was received.
+// Remaining is -1 when the answer did not say (a reset without a
+// remaining count, which tells only when to come back after a refusal),
+// and is otherwise at least 0. Reset is within [0, MaxSeconds] seconds; 0
+// means now (a reset time already past).
+type Item struct {
+	// Remaining is how many units the quota still admits, or -1 if the
+	// answer did not say.
+	Remaining int64
+	// Reset is how long from the answer until the quota is restored.
+	Reset time.Duration
+}
+
+// Policy is one quota policy a server advertises: Quota units per Window.
+// Quota is positive; Window is within (0, MaxSeconds] seconds.
+type Policy struct {
+	// Quota is how many units a window admits.
+	Quota int64
+	// Window is the length of the window.
+	Window time.Duration
+}
+
+// Hints is what one answer says about the server's rate limits. The
+// first NItems of Items and the first NPolicies of Policies are valid, in
+// the order the answer gave them, dialect by dialect (RateLimit, then
+// RateLimit-Remaining/-Reset, then X-RateLimit-*, then X-Rate-Limit-*;
+// RateLimit-Policy, then RateLimit-Limit).
+type Hints struct {
+	// Items are the quotas the answer reports on.
+	Items [MaxItems]Item
+	// NItems is how many of Items are valid.
+	NItems int
+	// Policies are the quota policies the answer advertises.
+	Policies [MaxItems]Policy
+	// NPolicies is how many of Policies are valid.
+	NPolicies int
+	// RetryAfter is the answer's Retry-After, within [0, MaxSeconds]
+	// seconds, when HasRetryAfter.
+	RetryAfter time.Duration
+	// HasRetryAfter reports whether the answer has a valid Retry-After.
+	HasRetryAfter bool
+}
+
+// Field names, as net/http and gRPC metadata getters accept them (both
+// compare names case-insensitively).
+const (
+	fieldRetryAfter       = "Retry-After"
+	fieldRateLimit        = "RateLimit"
+	fieldRateLimitPolicy  = "RateLimit-Policy"
+	fieldRateLimitLimit   = "RateLimit-Limit"
+	fieldRateLimitRemain  = "RateLimit-Remaining"
+	fieldRateLimitReset   = "RateLimit-Reset"
+	fieldXRemaining       = "X-RateLimit-Remaining"
+	fieldXReset           = "X-RateLimit-Reset"
+	fieldXResetAfter      = "X-RateLimit-Reset-After"
+	fieldXHyphenRemaining = "X-Rate-Limit-Remaining"
+	fieldXHyphenReset     = "X-Rate-Limit-Reset"
+	// noField is the name of no field: a dialect without it.
+	noField = ""
+)
+
+// Whether the parameters of a single-valued field are cut off before its
+// value is read.
+const (
+	draft6Params = true  // draft-06 fields are Items whose parameters are ignored: "0;x" is 0
+	legacyParams = false // X-RateLimit-* values are bare: "0;x" is invalid
+)
+
+// Parse reads the rate-limit fields of one answer, received at now. get
+// returns all the lines of a field by name, such as http.Header.Values or
+// metadata.MD.Get: it is called with names in canonical case
+// ("RateLimit-Remaining"), so it must compare names case-insensitively, as
+// both do. now is what Unix times and HTTP dates are read against.
+//
+// The rules, dialect by dialect:
+//
+//   - Retry-After (its first line), as [RetryAfter] reads it.
+//   - RateLimit: each member of the List (every line, at most MaxItems
+//     members) whose first part holds a top-level '=' before any ';' is a
+//     member of a draft-07 Dictionary; the others are draft-08 Items. An
+//     Item is a String or Token with parameters r and t (or a and w, the
+//     names proposed after draft-11), non-negative integers both required:
+//     Item{r, t seconds}. When both names of one are given, the smaller
+//     remaining and the later reset are kept. The Dictionary members of
+//     the field make one item: reset required, remaining optional (-1 when
+//     absent), limit checked when present.
+//   - RateLimit-Policy and RateLimit-Limit: each member `"name";q=Q;w=W`
+//     (draft-08 on) or `Q;w=W` (draft-06 and -07, and the policies older
+//     drafts listed in RateLimit-Limit) with Q > 0 and W > 0 is
+//     Policy{Q, W seconds}; a member without a window (RateLimit-Limit's
+//     leading quota) gives none.
+//   - RateLimit-Remaining and RateLimit-Reset (draft-06, parameters
+//     ignored), X-RateLimit-Remaining with X-RateLimit-Reset and
+//     X-RateLimit-Reset-After, X-Rate-Limit-Remaining with
+//     X-Rate-Limit-Reset: their first lines make one item each. Resets are
+//     read as [ResetValue] reads them (Reset-After, always a delay, as
+//     seconds with an optional fraction); of two valid resets the later is
+//     kept. A remaining count that is present but unreadable, or one
+//     without a valid reset, drops the item; a reset without a remaining
+//     count gives Remaining -1.
+//
+// Numbers are unsigned decimal digits: signs, exponents and other text
+// make a value invalid, and a member or parameter with an invalid value is
+// dropped; parameters repeated take the last value. Counts saturate at
+// math.MaxInt64 and durations at MaxSeconds. Parameter and Dictionary keys
+// are lowercase, as RFC 8941 spells them; whitespace around members,
+// parameters, keys and values is allowed. Commas and semicolons inside
+// quoted strings split nothing.
+//
+// Parse allocates nothing itself.
+func Parse(get func(name string) []string, now time.Time) Hints {
+	var h Hints
+	if v, st := single(get(fieldRetryAfter), legacyParams); st == present {
+		h.RetryAfter, h.HasRetryAfter = RetryAfter(v, now)
+	}
+	h.readRateLimit(get(fieldRateLimit))
+	h.readPolicies(get(fieldRateLimitPolicy))
+	h.readPolicies(get(fieldRateLimitLimit))
+	h.readPair(get, fieldRateLimitRemain, fieldRateLimitReset, noField, draft6Params, now)
+	h.readPair(get, fieldXRemaining, fieldXReset, fieldXResetAfter, legacyParams, now)
+	h.readPair(get, fieldXHyphenRemaining, fieldXHyphenReset, noField, legacyParams, now)
+	return h
+}
+
+func (h *Hints) addItem(remaining int64, reset time.Duration) {
+	if h.NItems < MaxItems {
+		h.Items[h.NItems] = Item{Remaining: remaining, Reset: reset}
+		h.NItems++
+	}
+}
+
+func (h *Hints) addPolicy(quota int64, window time.Duration) {
+	if h.NPolicies < MaxItems {
+		h.Policies[h.NPolicies] = Policy{Quota: quota, Window: window}
+		h.NPolicies++
+	}
+}
