@@ -465,7 +465,9 @@ func TestServerPauseEveryHeaderCombination(t *testing.T) {
 		{strconv.FormatInt(now.Unix()+13, 10), 13 * time.Second, true, false},
 		{strconv.FormatInt(now.Unix()-13, 10), 0, true, false},
 		{"99999999999999999999", maxPauseDur, true, false},
-		{"-1", 0, false, false}, {"12.5", 0, false, false},
+		{strconv.FormatInt(now.UnixMilli()+1500, 10), 1500 * time.Millisecond, true, false},
+		{"12.5", 12500 * time.Millisecond, true, false},
+		{"-1", 0, false, false}, {"12.", 0, false, false}, {"1e3", 0, false, false},
 	}
 	for _, status := range []int{429, 503, 500, 200} {
 		for _, ra := range retryAfters {
@@ -530,21 +532,25 @@ func FuzzRetryAfter(f *testing.F) {
 	})
 }
 
-// FuzzXRateLimitReset: delay-seconds and Unix times both parse to the
-// pause they mean, within [0, cap]; anything else within the cap or not
-// at all.
+// FuzzXRateLimitReset: delay-seconds, Unix seconds and Unix milliseconds
+// all parse to the pause they mean, within [0, cap]; anything else within
+// the cap or not at all.
 func FuzzXRateLimitReset(f *testing.F) {
 	f.Add(uint64(11), "11")
 	f.Add(uint64(epoch.Unix()+13), "1767225613")
+	f.Add(uint64(epoch.UnixMilli()+13), "1767225613000")
 	f.Add(uint64(1<<63), "99999999999999999999999")
 	f.Fuzz(func(t *testing.T, v uint64, raw string) {
 		d, ok := ParseXRateLimitReset(strconv.FormatUint(v, 10), epoch)
 		var want time.Duration
-		if v < epochThreshold {
+		switch {
+		case v < 1e9: // delay-seconds
 			want = time.Duration(v) * time.Second
-		} else if v <= 1<<40 {
+		case v < 1e12: // Unix seconds
 			want = min(max(time.Unix(int64(v), 0).Sub(epoch), 0), maxPauseDur)
-		} else {
+		case v <= 1<<50: // Unix milliseconds
+			want = min(max(time.UnixMilli(int64(v)).Sub(epoch), 0), maxPauseDur)
+		default: // thousands of years away
 			want = maxPauseDur
 		}
 		if !ok || d != want {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/clientip"
+	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/pausemap"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
@@ -287,26 +287,18 @@ func serverPause(resp *http.Response, now time.Time) (time.Duration, bool) {
 	return ParseXRateLimitReset(h.Get(HeaderXRateLimitReset), now)
 }
 
-// epochThreshold separates the two readings of X-RateLimit-Reset: values
-// from it up are Unix times (it is 2001-09-09), smaller ones delays in
-// seconds (it is 31 years).
-const epochThreshold = 1_000_000_000
-
 // ParseXRateLimitReset parses an X-RateLimit-Reset value, which servers
-// write either as delay-seconds ("17") or as a Unix time in seconds
-// ("1767225617", as GitHub does): values of at least 1,000,000,000 are
-// read as Unix times relative to now (a time in the past gives 0), smaller
-// ones as delays. It reports false for an empty or malformed value.
+// write as delay-seconds ("17"), as a Unix time in seconds ("1767225617",
+// as GitHub does) or in milliseconds ("1767225617000"), each perhaps with
+// a fraction ("64.57", "1470173023.123", as Discord does), read relative
+// to now: values below 1,000,000,000 are delays, values from there to
+// below 1,000,000,000,000 Unix seconds, larger ones Unix milliseconds. A
+// fraction finer than the millisecond is rounded up to one; a time in the
+// past gives 0; every reading saturates at about 34 years. It reports
+// false for an empty or malformed value (a sign, an exponent, anything
+// but digits with at most one '.' between them).
 func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
-	s, ok := parseDecimal(strings.TrimSpace(v), 1<<40) // beyond any Unix time or cap
-	if !ok {
-		return 0, false
-	}
-	if s < epochThreshold {
-		return time.Duration(min(s, maxPauseSeconds)) * time.Second, true
-	}
-	d := time.Unix(s, 0).Sub(now)
-	return min(max(d, 0), maxPauseSeconds*time.Second), true
+	return hints.ResetValue(v, now)
 }
 
 // ParseRetryAfter parses a Retry-After value: delay-seconds ("120") or an
@@ -315,19 +307,7 @@ func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 // 0; either form saturates at about 34 years. It reports false for an
 // empty or malformed value.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if v[0] >= '0' && v[0] <= '9' {
-		s, ok := parseSeconds(v)
-		return s, ok
-	}
-	at, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	return min(max(at.Sub(now), 0), maxPauseSeconds*time.Second), true
+	return hints.RetryAfter(v, now)
 }
 
 // parseSeconds parses non-negative decimal seconds, saturating at
@@ -363,37 +343,7 @@ func parseDecimal(v string, limit int64) (int64, bool) {
 // without a valid r, are not waited for, however distant their t. It
 // reports false when no exhausted item has a valid t.
 func ParseRateLimitReset(lines []string) (time.Duration, bool) {
-	var best time.Duration
-	found := false
-	for _, line := range lines {
-		for rest, more := line, true; more; {
-			var item string
-			item, rest, more = clientip.CutTopLevel(rest, ',')
-			var t time.Duration
-			hasT, exhausted := false, false
-			_, params, hasParams := clientip.CutTopLevel(item, ';') // skip the item's value (the policy name)
-			for hasParams {
-				var param string
-				param, params, hasParams = clientip.CutTopLevel(params, ';')
-				k, v, ok := strings.Cut(strings.TrimSpace(param), "=")
-				if !ok {
-					continue
-				}
-				switch k {
-				case "t":
-					t, hasT = parseSeconds(v)
-				case "r":
-					r, ok := parseSeconds(v)
-					exhausted = ok && r == 0
-				}
-			}
-			if hasT && exhausted {
-				best = max(best, t)
-				found = true
-			}
-		}
-	}
-	return best, found
+	return hints.ExhaustedReset(lines)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
