@@ -257,15 +257,56 @@ func WithMaxPause(d time.Duration) Option {
 		if d <= 0 {
 			return configError("httplimit.WithMaxPause must be positive, got %v", d)
 		}
-		cfg.t.maxPause = d
+		cfg.t.pacing.MaxPause = d
 		return nil
 	}}
 }
 
-// WithPauseHook makes the transport report each pause a server asks for,
-// with the request and the response that asked for it. The hook observes:
-// it is called synchronously and must not keep resp. For [NewTransport]
-// and [NewKeyedTransport].
+// Defaults of [WithBackoff].
+const (
+	DefaultBackoffFirst = time.Second
+	DefaultBackoffMax   = time.Minute
+)
+
+// WithBackoff sets the backoff after a 429 or 503 that names no usable
+// pause (no positive Retry-After, no spent quota with a reset): the k-th
+// such refusal of a key in a row (k from 0) pauses the key for a time drawn
+// uniformly between first/2 and min(max, first·2^k) — full jitter above a
+// floor, so that clients refused together do not come back together, and
+// none comes back at once. An answer that is not a refusal starts the
+// count again. Defaults: [DefaultBackoffFirst], [DefaultBackoffMax]; the
+// pause is also capped by [WithMaxPause]. first must be positive and max
+// at least first. For [NewTransport] and [NewKeyedTransport].
+func WithBackoff(first, max time.Duration) Option {
+	return option{"WithBackoff", forTransport, func(cfg *config) error {
+		if first <= 0 || max < first {
+			return configError("httplimit.WithBackoff needs 0 < first <= max, got first=%v, max=%v", first, max)
+		}
+		cfg.t.pacing.First, cfg.t.pacing.Cap = first, max
+		return nil
+	}}
+}
+
+// WithPolicyShaping makes the transport space the requests of a key by
+// the quota policies the server advertises (RateLimit-Policy, any draft:
+// q requests per w seconds): at least w/q apart, by the slowest policy, so
+// that a burst is spread over the window instead of spent at its start.
+// Off by default: without it the transport sends as fast as the limiter
+// and the reported quotas allow, which finishes a batch soonest. Shaping
+// never makes the transport faster than the server's quotas allow; they
+// still bind. For [NewTransport] and [NewKeyedTransport].
+func WithPolicyShaping(on bool) Option {
+	return option{"WithPolicyShaping", forTransport, func(cfg *config) error {
+		cfg.t.pacing.Shape = on
+		return nil
+	}}
+}
+
+// WithPauseHook makes the transport report each pause an answer imposes,
+// with the request and the response: a refusal's pause or backoff, and the
+// wait until the reset of a quota an answer reports spent. The hook
+// observes: it is called synchronously and must not keep resp. For
+// [NewTransport] and [NewKeyedTransport].
 func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Duration)) Option {
 	return option{"WithPauseHook", forTransport, func(cfg *config) error {
 		cfg.t.onPause = hook

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/hints"
-	"github.com/rlkit/ratelimit/internal/pausemap"
+	"github.com/rlkit/ratelimit/internal/pacer"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
@@ -28,21 +28,41 @@ var ErrNoKey = errors.New("ratelimit: no key for the request")
 
 // Transport is an [http.RoundTripper] for clients of rate-limited APIs.
 // Each request first waits for the transport's limiter (honouring its
-// context), then goes to the base transport. When the server answers 429
-// Too Many Requests or 503 Service Unavailable and names a pause, the
-// transport pauses the requests it stands for until that time, and
-// retries the request if it may ([WithRetries]).
+// context), then for whatever the server's earlier answers asked of its
+// key, then goes to the base transport. It paces itself by the server's
+// own words, on every answer, so that a well-behaved client is not refused:
 //
-// The pause is the Retry-After field (delay-seconds or an HTTP date) when
-// the answer has a valid one. Otherwise it is the longest t of the
-// RateLimit items that are exhausted (r=0): an item with quota left does
-// not hold the client back, however far away its reset is. Otherwise,
-// unless X-RateLimit-Remaining says quota is left, it is X-RateLimit-Reset
-// ([ParseXRateLimitReset]). Every pause is capped ([WithMaxPause]).
+//   - Every answer (not only refusals) that reports a quota, remaining r
+//     until a reset t, in any of the dialects servers use, bounds the
+//     key's requests: at most r more before the reset, less the requests
+//     still in flight. A key whose quota is spent waits for the reset. The
+//     dialects: the IETF RateLimit field (draft-08 onward,
+//     `"name";r=0;t=3`, and the renamed a/w parameters), its draft-07
+//     dictionary (`limit=5, remaining=0, reset=3`), the draft-06
+//     RateLimit-Limit/-Remaining/-Reset fields, and X-RateLimit-Remaining
+//     with X-RateLimit-Reset (or X-Rate-Limit-*) read as a delay in
+//     seconds or a Unix time ([ParseXRateLimitReset]). Several quotas in
+//     one answer each bind: the tightest wins.
+//   - A 429 Too Many Requests or 503 Service Unavailable pauses the key
+//     for its Retry-After (delay-seconds or an HTTP date) when that is
+//     positive; otherwise for the longest reset of the quotas it reports
+//     spent (or, for X-RateLimit-Reset, does not say are left); otherwise,
+//     having named no usable pause, for a jittered exponential backoff
+//     ([WithBackoff]): the k-th such refusal in a row waits a random time
+//     between half the first delay and min(max, first·2^k). The next
+//     request to that key never goes out at once.
+//   - With [WithPolicyShaping], the policies an answer advertises
+//     (RateLimit-Policy: q per w) space the key's requests at least w/q
+//     apart, so that a burst is spread instead of spent at once.
 //
-// A transport from [NewTransport] has one pause for all its requests; one
-// from [NewKeyedTransport] has one per key, so that one API's 429 does not
-// stall requests to another.
+// Every pause, reset and spacing read from an answer is capped
+// ([WithMaxPause]); values that are negative, malformed or absurd are
+// ignored or capped, never trusted. A refused request is retried only if
+// it may be ([WithRetries]).
+//
+// A transport from [NewTransport] paces all its requests as one key; one
+// from [NewKeyedTransport] paces each key apart, so that one API's quota
+// does not stall requests to another.
 //
 // A request whose context is done is never sent.
 //
@@ -57,9 +77,9 @@ type Transport struct {
 	ts       timesrc.Source
 	retries  int
 	maxRetry time.Duration
-	maxPause time.Duration
+	pacing   pacer.Config // from the options
 	onPause  func(r *http.Request, resp *http.Response, d time.Duration)
-	pauses   pausemap.Map // no request of a key is sent before its time
+	pacer    *pacer.Pacer // what the server's answers allow, per key
 }
 
 type retrySafeKey struct{}
@@ -134,29 +154,33 @@ func newTransport(base http.RoundTripper, wait func(context.Context, string, int
 	if base == nil || typednil.Is(base) {
 		base = http.DefaultTransport
 	}
-	t := &Transport{base: base, wait: wait, key: key, maxRetry: time.Minute, maxPause: time.Hour}
+	t := &Transport{base: base, wait: wait, key: key, maxRetry: time.Minute,
+		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax}}
 	if err := applyOptions(&config{to: forTransport, t: t}, opts); err != nil {
 		return nil, err
 	}
 	t.ts = timesrc.New(t.clock)
+	t.pacer = pacer.New(t.pacing)
 	return t, nil
 }
 
-// PausedFor returns how long requests through t are paused from now at
-// the server's request; 0 if they are not. For a transport from
-// [NewKeyedTransport] it is the longest pause of any key.
+// PausedFor returns how long from now the next request through t must
+// wait for what the server's answers asked (a pause, a spent quota's
+// reset, a backoff, the policies' spacing); 0 if it may go at once, the
+// limiter aside. For a transport from [NewKeyedTransport] it is the
+// longest wait of any key.
 func (t *Transport) PausedFor() time.Duration {
-	return pausemap.Left(t.pauses.Latest(), t.now())
+	return t.pacer.Longest(t.now())
 }
 
-// PausedForKey returns how long requests of key are paused from now, for a
+// PausedForKey is [Transport.PausedFor] for the requests of key, for a
 // transport from [NewKeyedTransport]; for one from [NewTransport] every key
 // gives [Transport.PausedFor].
 func (t *Transport) PausedForKey(key string) time.Duration {
 	if t.key == nil {
 		key = ""
 	}
-	return pausemap.Left(t.pauses.Until(key), t.now())
+	return t.pacer.PausedFor(key, t.now())
 }
 
 func (t *Transport) now() time.Time { return t.ts.Time() }
@@ -180,24 +204,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	send := req
 	for attempt := 0; ; attempt++ {
-		if err := t.ready(ctx, key, n); err != nil {
+		tk, err := t.ready(ctx, key, n)
+		if err != nil {
 			closeBody(send)
 			return nil, err
 		}
 		resp, err := t.base.RoundTrip(send)
 		if err != nil {
+			t.pacer.Lost(tk)
 			return nil, err
 		}
-		d, ok := serverPause(resp, t.now())
-		if !ok {
-			return resp, nil
+		now := t.now()
+		refused := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
+		h := hints.Parse(resp.Header.Values, now)
+		out := t.pacer.Done(tk, now, pacer.Answer{Refused: refused, Hints: &h})
+		if out.Pause > 0 && t.onPause != nil {
+			t.onPause(req, resp, out.Pause)
 		}
-		d = min(d, t.maxPause)
-		t.pause(key, d)
-		if t.onPause != nil {
-			t.onPause(req, resp, d)
-		}
-		if attempt >= t.retries || d > t.maxRetry || !replayable(req) || !retrySafe(req) {
+		if !refused || attempt >= t.retries || out.Pause > t.maxRetry || !replayable(req) || !retrySafe(req) {
 			return resp, nil
 		}
 		next, err := rewind(req)
@@ -211,27 +235,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// ready waits for any pause of key, then for the limiter, then for any
-// pause that began meanwhile. It returns ctx's error when ctx is done, even
-// if the limiter admitted the request (a limiter failing open): a request
-// whose caller has gone is never sent.
-func (t *Transport) ready(ctx context.Context, key string, n int) error {
-	if err := t.waitPause(ctx, key); err != nil {
-		return err
-	}
+// ready waits for what the server asked of key, then for the limiter, then
+// reserves the request's place in key's pacing (waiting again if needed).
+// It returns ctx's error when ctx is done, even if the limiter admitted the
+// request (a limiter failing open): a request whose caller has gone is
+// never sent.
+func (t *Transport) ready(ctx context.Context, key string, n int) (pacer.Ticket, error) {
 	if t.wait != nil && n > 0 {
-		if err := t.wait(ctx, key, n); err != nil {
-			return err
+		if err := t.pacer.Wait(ctx, &t.ts, key, ErrPauseDeadline); err != nil {
+			return pacer.Ticket{}, err
 		}
-		return t.waitPause(ctx, key)
+		if err := t.wait(ctx, key, n); err != nil {
+			return pacer.Ticket{}, err
+		}
 	}
-	return nil
-}
-
-func (t *Transport) pause(key string, d time.Duration) { t.pauses.Pause(key, t.now(), d) }
-
-func (t *Transport) waitPause(ctx context.Context, key string) error {
-	return t.pauses.Wait(ctx, &t.ts, key, ErrPauseDeadline)
+	return t.pacer.Acquire(ctx, &t.ts, key, ErrPauseDeadline)
 }
 
 // replayable reports whether req's body can be sent again.
@@ -259,34 +277,6 @@ func closeBody(req *http.Request) {
 	}
 }
 
-// maxPauseSeconds bounds the pauses read from servers (about 34 years), so
-// that no arithmetic overflows.
-const maxPauseSeconds = 1 << 30
-
-// serverPause returns the pause a 429 or 503 answer asks for: its
-// Retry-After when valid; else the longest t among exhausted RateLimit
-// items; else X-RateLimit-Reset, unless X-RateLimit-Remaining says quota is
-// left. It reports false when the answer is of another status or names no
-// pause.
-func serverPause(resp *http.Response, now time.Time) (time.Duration, bool) {
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
-		return 0, false
-	}
-	h := resp.Header
-	if d, ok := ParseRetryAfter(h.Get(HeaderRetryAfter), now); ok {
-		return d, true
-	}
-	if d, ok := ParseRateLimitReset(h.Values(HeaderRateLimit)); ok {
-		return d, true
-	}
-	if rem := strings.TrimSpace(h.Get(HeaderXRateLimitRemaining)); rem != "" {
-		if left, ok := parseSeconds(rem); !ok || left != 0 {
-			return 0, false // quota left, or unreadable: no pause from Reset
-		}
-	}
-	return ParseXRateLimitReset(h.Get(HeaderXRateLimitReset), now)
-}
-
 // ParseXRateLimitReset parses an X-RateLimit-Reset value, which servers
 // write as delay-seconds ("17"), as a Unix time in seconds ("1767225617",
 // as GitHub does) or in milliseconds ("1767225617000"), each perhaps with
@@ -308,32 +298,6 @@ func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
 // empty or malformed value.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return hints.RetryAfter(v, now)
-}
-
-// parseSeconds parses non-negative decimal seconds, saturating at
-// maxPauseSeconds.
-func parseSeconds(v string) (time.Duration, bool) {
-	s, ok := parseDecimal(v, maxPauseSeconds)
-	return time.Duration(s) * time.Second, ok
-}
-
-// parseDecimal parses a non-empty string of decimal digits, saturating at
-// limit.
-func parseDecimal(v string, limit int64) (int64, bool) {
-	if v == "" {
-		return 0, false
-	}
-	var s int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if s < limit {
-			s = s*10 + int64(c-'0')
-		}
-	}
-	return min(s, limit), true
 }
 
 // ParseRateLimitReset returns how long until the quota a RateLimit field

@@ -1,0 +1,438 @@
+// Package pacer decides when an outbound client may send its next call to
+// a rate-limited server, from what the server's answers said. It is the one
+// copy of that logic, shared by httplimit's Transport and grpclimit's
+// Client, so that both follow the same rules:
+//
+//   - A refusal (HTTP 429 or 503, gRPC ResourceExhausted) that names a
+//     pause (Retry-After, RetryInfo, an exhausted quota's reset) holds the
+//     key back for that long, capped by Config.MaxPause.
+//   - A refusal that names no usable pause holds the key back for a
+//     jittered exponential backoff: the k-th refusal in a row waits a time
+//     drawn uniformly from [First/2, min(Cap, First·2^k)]. Never at once.
+//   - Every answer, refused or not, that reports quotas (remaining r until
+//     a reset t) bounds the key's sends: at most r more before the reset,
+//     less the calls still in flight (which the server may count before
+//     it answers them). A key whose quota is spent waits for its reset.
+//   - With Config.Shape, an answer that advertises policies (q per w)
+//     spaces the key's sends at least w/q apart (the slowest policy).
+//
+// Every duration read from an answer is capped by Config.MaxPause.
+package pacer
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/hints"
+	"github.com/rlkit/ratelimit/internal/timesrc"
+)
+
+// SweepAbove is the number of keys above which adding a key first drops
+// the keys that hold nothing live (no pause, no quota, no call in flight),
+// so that a pacer holds at most its live keys plus about SweepAbove.
+const SweepAbove = 64
+
+// Config is what a Pacer is built with. Callers validate it: MaxPause,
+// First and Cap positive, First <= Cap.
+type Config struct {
+	// MaxPause caps every pause, reset and spacing read from an answer.
+	MaxPause time.Duration
+	// First and Cap bound the backoff after a refusal without a usable
+	// pause: the k-th such refusal in a row (k from 0) pauses the key for
+	// a time drawn uniformly from [First/2, min(Cap, First·2^k)].
+	First, Cap time.Duration
+	// Shape spaces a key's sends by the policies its answers advertise.
+	Shape bool
+	// Rand returns a uniform int64 in [0, n); nil is math/rand/v2.
+	Rand func(n int64) int64
+}
+
+// Pacer holds, per key, what the server's answers allow. Create one with
+// New; it is safe for concurrent use.
+type Pacer struct {
+	cfg     Config
+	held    atomic.Int64 // len(keys), readable without mu
+	mu      sync.Mutex
+	keys    map[string]*state // guarded by mu
+	sweepAt int               // guarded by mu: the size at which a new key sweeps
+}
+
+// New returns a Pacer built with cfg.
+func New(cfg Config) *Pacer {
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Int64N
+	}
+	return &Pacer{cfg: cfg, sweepAt: SweepAbove}
+}
+
+// state is one key's pacing; guarded by the Pacer's mu.
+type state struct {
+	until    time.Time     // no send before: a refusal's pause
+	next     time.Time     // no send before: the policies' spacing
+	spacing  time.Duration // from the newest answer that advertised policies
+	refusals int           // refusals in a row without a usable pause
+	inflight int           // sends reserved and not yet answered
+	sent     uint64        // sends reserved so far; a Ticket's seq
+	seen     uint64        // seq of the send whose answer set quotas
+	gen      uint64        // bumps whenever quotas are replaced or added
+	n        int
+	quotas   [hints.MaxItems]quota
+}
+
+// quota is one reported quota: left sends until its reset.
+type quota struct {
+	left  int64
+	reset time.Time
+}
+
+// Ticket is one reserved send; pass it to exactly one of Done, Lost or
+// Abort.
+type Ticket struct {
+	st  *state
+	seq uint64
+	gen uint64
+	at  time.Time
+}
+
+// wait returns how long from now the key's next send must wait.
+func (st *state) wait(now time.Time) time.Duration {
+	at := st.until
+	if st.next.After(at) {
+		at = st.next
+	}
+	for _, q := range st.quotas[:st.n] {
+		if q.left <= 0 && q.reset.After(at) {
+			at = q.reset
+		}
+	}
+	return Left(at, now)
+}
+
+// live reports whether the key holds anything that a later send depends
+// on at now.
+func (st *state) live(now time.Time, backoffCap time.Duration) bool {
+	if st.inflight > 0 || st.until.After(now) || st.next.After(now) {
+		return true
+	}
+	if st.refusals > 0 && now.Sub(st.until) <= backoffCap {
+		return true // the next bare refusal backs off further
+	}
+	for _, q := range st.quotas[:st.n] {
+		if q.reset.After(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// reserve counts one send at now.
+func (st *state) reserve(now time.Time) Ticket {
+	st.inflight++
+	st.sent++
+	n := 0
+	for _, q := range st.quotas[:st.n] {
+		if q.reset.After(now) {
+			q.left--
+			st.quotas[n] = q
+			n++
+		}
+	}
+	st.n = n
+	if st.spacing > 0 {
+		st.next = now.Add(st.spacing)
+	}
+	return Ticket{st: st, seq: st.sent, gen: st.gen, at: now}
+}
+
+// Left returns how long from now until is: 0 for the zero time or a time
+// in the past.
+func Left(until, now time.Time) time.Duration {
+	if until.IsZero() {
+		return 0
+	}
+	return max(until.Sub(now), 0)
+}
+
+// Idle reports whether the pacer holds no key, without taking the lock.
+func (p *Pacer) Idle() bool { return p.held.Load() == 0 }
+
+// Wait blocks until a send of key would be allowed, reading and sleeping
+// on src, without reserving it, and then returns ctx.Err(). When the wait
+// outlasts ctx's deadline it returns at once an error matching both
+// deadline (the caller's sentinel) and context.DeadlineExceeded.
+func (p *Pacer) Wait(ctx context.Context, src *timesrc.Source, key string, deadline error) error {
+	for {
+		if p.Idle() {
+			return ctx.Err()
+		}
+		now := src.Time()
+		p.mu.Lock()
+		var d time.Duration
+		if st := p.keys[key]; st != nil {
+			d = st.wait(now)
+		}
+		p.mu.Unlock()
+		if d <= 0 {
+			return ctx.Err()
+		}
+		if err := sleep(ctx, src, d, deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// Acquire blocks until a send of key is allowed and reserves it. It
+// returns ctx's error, without a Ticket, when ctx is done: a call whose
+// caller has gone is not sent. See Wait for the deadline.
+func (p *Pacer) Acquire(ctx context.Context, src *timesrc.Source, key string, deadline error) (Ticket, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return Ticket{}, err
+		}
+		now := src.Time()
+		p.mu.Lock()
+		st := p.state(key, now)
+		d := st.wait(now)
+		if d <= 0 {
+			t := st.reserve(now)
+			p.mu.Unlock()
+			return t, nil
+		}
+		p.mu.Unlock()
+		if err := sleep(ctx, src, d, deadline); err != nil {
+			return Ticket{}, err
+		}
+	}
+}
+
+func sleep(ctx context.Context, src *timesrc.Source, d time.Duration, deadline error) error {
+	if timesrc.Outlasts(ctx, d) {
+		return errs.Deadline(deadline, d)
+	}
+	return src.Sleep(ctx, d)
+}
+
+// state returns key's state, creating it (and first sweeping the keys
+// that hold nothing live, when there are many).
+func (p *Pacer) state(key string, now time.Time) *state {
+	if st := p.keys[key]; st != nil {
+		return st
+	}
+	if p.keys == nil {
+		p.keys = make(map[string]*state)
+	}
+	if len(p.keys) >= p.sweepAt {
+		for k, st := range p.keys {
+			if !st.live(now, p.cfg.Cap) {
+				delete(p.keys, k)
+			}
+		}
+		p.sweepAt = max(SweepAbove, 2*len(p.keys))
+	}
+	st := &state{}
+	p.keys[key] = st
+	p.held.Store(int64(len(p.keys)))
+	return st
+}
+
+// Answer is what the server said to one send.
+type Answer struct {
+	// Refused is true for a refusal that asks the client to come back
+	// later: HTTP 429 or 503, gRPC ResourceExhausted.
+	Refused bool
+	// Hints are the answer's fields; nil when it had none.
+	Hints *hints.Hints
+}
+
+// Outcome is what an answer did to its key.
+type Outcome struct {
+	// Pause is how long from now the answer holds the key back: the
+	// refusal's pause (named or backoff), or the reset of a quota the
+	// answer reports spent; 0 if none.
+	Pause time.Duration
+	// Backoff is true when Pause is a backoff: a refusal that named no
+	// usable pause.
+	Backoff bool
+}
+
+// Done records the answer to t's send, received at now, and returns what
+// it did to the key.
+func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
+	if t.st == nil {
+		return Outcome{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := t.st
+	st.inflight--
+	h := a.Hints
+	var out Outcome
+	if h != nil {
+		limit := p.cfg.MaxPause
+		if a.Refused && h.HasRetryAfter && h.RetryAfter > 0 {
+			// A refusal's Retry-After takes precedence over the resets
+			// it reports (as every draft of the RateLimit fields says).
+			limit = min(limit, h.RetryAfter)
+		}
+		out.Pause = p.quotas(st, t, now, h, limit)
+	}
+	if !a.Refused {
+		st.refusals = 0
+		return out
+	}
+	d, ok := Named(h)
+	if !ok {
+		d = p.backoff(st.refusals)
+		st.refusals++
+		out.Backoff = true
+	}
+	d = min(d, p.cfg.MaxPause)
+	if until := now.Add(d); until.After(st.until) {
+		st.until = until
+	}
+	out.Pause = max(out.Pause, d)
+	return out
+}
+
+// quotas takes the quotas and policies of h, the answer to t's send, and
+// returns the reset of the longest quota it reports spent; every reset is
+// capped at limit. The
+// answer to the newest send answered so far replaces the key's quotas
+// (when it reports any); an older one can only add quotas it finds spent.
+func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit time.Duration) time.Duration {
+	fresh := t.seq > st.seen
+	var got [hints.MaxItems]quota
+	n := 0
+	var spent time.Duration
+	for _, it := range h.Items[:h.NItems] {
+		if it.Remaining < 0 || it.Reset <= 0 {
+			continue // remaining unknown, or restored already
+		}
+		reset := min(it.Reset, limit)
+		if it.Remaining == 0 {
+			spent = max(spent, reset)
+		}
+		// Calls in flight may have been counted before this answer: they
+		// use up what it reports left.
+		left := it.Remaining - int64(st.inflight)
+		if fresh || left <= 0 {
+			got[n] = quota{left: left, reset: now.Add(reset)}
+			n++
+		}
+	}
+	switch {
+	case fresh && n > 0:
+		st.seen = t.seq
+		st.quotas, st.n = got, n
+		st.gen++
+	case !fresh && n > 0:
+		for _, q := range got[:n] {
+			if st.n < len(st.quotas) {
+				st.quotas[st.n] = q
+				st.n++
+			}
+		}
+		st.gen++
+	}
+	if fresh && p.cfg.Shape && h.NPolicies > 0 {
+		var sp time.Duration
+		for _, pol := range h.Policies[:h.NPolicies] {
+			if pol.Quota > 0 && pol.Window > 0 {
+				sp = max(sp, ceilDiv(pol.Window, pol.Quota))
+			}
+		}
+		st.spacing = min(sp, p.cfg.MaxPause)
+		if next := t.at.Add(st.spacing); next.After(st.next) {
+			st.next = next
+		}
+	}
+	return spent
+}
+
+func ceilDiv(d time.Duration, n int64) time.Duration {
+	return time.Duration((int64(d) + n - 1) / n)
+}
+
+// Named returns the pause a refusal names: a positive Retry-After, else
+// the longest reset among the quotas it reports spent or does not report
+// on (Remaining 0 or unknown). A zero pause (Retry-After: 0, a date in the
+// past) is not usable: the server has just refused.
+func Named(h *hints.Hints) (time.Duration, bool) {
+	if h == nil {
+		return 0, false
+	}
+	if h.HasRetryAfter && h.RetryAfter > 0 {
+		return h.RetryAfter, true
+	}
+	var d time.Duration
+	for _, it := range h.Items[:h.NItems] {
+		if it.Remaining <= 0 && it.Reset > 0 {
+			d = max(d, it.Reset)
+		}
+	}
+	return d, d > 0
+}
+
+// backoff draws the pause after the (k+1)-th refusal in a row without a
+// usable pause: uniform in [First/2, min(Cap, First·2^k)].
+func (p *Pacer) backoff(k int) time.Duration {
+	lo, hi := p.cfg.First/2, p.cfg.Cap
+	if k < 62 && p.cfg.First <= p.cfg.Cap>>k {
+		hi = p.cfg.First << k
+	}
+	return lo + time.Duration(p.cfg.Rand(int64(hi-lo)+1))
+}
+
+// Lost records that t's send got no answer (a transport error): the
+// server may or may not have counted it.
+func (p *Pacer) Lost(t Ticket) {
+	if t.st == nil {
+		return
+	}
+	p.mu.Lock()
+	t.st.inflight--
+	p.mu.Unlock()
+}
+
+// Abort records that t's send was not made after all: the quota it
+// reserved is given back, unless an answer has replaced the quotas since.
+func (p *Pacer) Abort(t Ticket) {
+	if t.st == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := t.st
+	st.inflight--
+	if st.gen == t.gen {
+		for i := range st.quotas[:st.n] {
+			st.quotas[i].left++
+		}
+	}
+}
+
+// PausedFor returns how long from now a send of key must wait; 0 if it
+// may go at once.
+func (p *Pacer) PausedFor(key string, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := p.keys[key]; st != nil {
+		return st.wait(now)
+	}
+	return 0
+}
+
+// Longest returns the longest wait of any key from now.
+func (p *Pacer) Longest(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var d time.Duration
+	for _, st := range p.keys {
+		d = max(d, st.wait(now))
+	}
+	return d
+}

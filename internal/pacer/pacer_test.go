@@ -1,0 +1,392 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlkit/ratelimit/internal/hints"
+	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/timesrc"
+)
+
+var errPause = errors.New("ratelimit: test pause sentinel")
+
+var start = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+func testConfig() Config {
+	return Config{MaxPause: time.Hour, First: time.Second, Cap: 8 * time.Second}
+}
+
+// answer builds hints from (remaining, reset) pairs.
+func answer(items ...Item) *hints.Hints {
+	h := &hints.Hints{}
+	for _, it := range items {
+		h.Items[h.NItems] = hints.Item(it)
+		h.NItems++
+	}
+	return h
+}
+
+// Item is hints.Item, short for the tests.
+type Item hints.Item
+
+func item(r int64, reset time.Duration) Item { return Item{Remaining: r, Reset: reset} }
+
+type fixture struct {
+	t   *testing.T
+	clk *timerclock.Clock
+	src timesrc.Source
+	p   *Pacer
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	clk := timerclock.New(start)
+	return &fixture{t: t, clk: clk, src: timesrc.New(clk), p: New(cfg)}
+}
+
+// now acquires key, failing if it has to wait.
+func (f *fixture) now(key string) Ticket {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // a wait fails at once
+	defer cancel()
+	tk, err := f.p.Acquire(ctx, &f.src, key, errPause)
+	require.NoError(f.t, err, "Acquire(%q) must not wait", key)
+	f.clk.None(f.t)
+	return tk
+}
+
+// after acquires key in a goroutine and checks that it waits exactly want
+// (in one or more timers) before the ticket is granted.
+func (f *fixture) after(key string, want time.Duration) Ticket {
+	f.t.Helper()
+	got := make(chan Ticket, 1)
+	go func() {
+		tk, err := f.p.Acquire(context.Background(), &f.src, key, errPause)
+		assert.NoError(f.t, err)
+		got <- tk
+	}()
+	var waited time.Duration
+	for waited < want {
+		d := f.clk.Next(f.t)
+		waited += d
+		f.clk.Add(d)
+	}
+	assert.Equal(f.t, want, waited, "wait of %q", key)
+	return <-got
+}
+
+func (f *fixture) done(tk Ticket, refused bool, h *hints.Hints) Outcome {
+	return f.p.Done(tk, f.clk.Now(), Answer{Refused: refused, Hints: h})
+}
+
+// TestQuotaBoundsSends: an answer reporting r left until t lets exactly r
+// more sends go before t, on a 200 as on a refusal.
+func TestQuotaBoundsSends(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	out := f.done(f.now("k"), false, answer(item(2, 10*time.Second)))
+	assert.Equal(t, Outcome{}, out, "a quota with room left pauses nothing")
+	f.done(f.now("k"), false, nil) // an answer without fields keeps the quota
+	f.now("k")
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()), "the quota is spent")
+	f.after("k", 10*time.Second)
+	assert.Zero(t, f.p.PausedFor("other", f.clk.Now()), "another key is not held")
+}
+
+// TestSpentQuotaPauses: remaining 0 holds the key until the reset, and
+// reports the pause.
+func TestSpentQuotaPauses(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	out := f.done(f.now("k"), false, answer(item(5, time.Minute), item(0, 3*time.Second)))
+	assert.Equal(t, Outcome{Pause: 3 * time.Second}, out)
+	f.after("k", 3*time.Second)
+}
+
+// TestInFlightUseUpQuota: calls in flight when an answer arrives may have
+// been counted before it: they use up what it reports left.
+func TestInFlightUseUpQuota(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	a, b, c := f.now("k"), f.now("k"), f.now("k")
+	f.done(a, false, answer(item(2, 10*time.Second))) // b and c in flight: 0 left
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()))
+	f.done(c, false, answer(item(1, 10*time.Second))) // newest: b in flight, 0 left
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()))
+	f.done(b, false, answer(item(1, 10*time.Second))) // older than c: adds nothing left
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()), "an older answer must not free quota")
+}
+
+// TestOlderAnswerAddsSpent: an answer older than the one that set the
+// quotas can still report a quota spent.
+func TestOlderAnswerAddsSpent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	a, b := f.now("k"), f.now("k")
+	f.done(b, false, answer(item(3, 10*time.Second)))
+	f.done(a, false, answer(item(0, 4*time.Second)))
+	assert.Equal(t, 4*time.Second, f.p.PausedFor("k", f.clk.Now()))
+}
+
+// TestRefusalPauses: a refusal's positive Retry-After, else its spent
+// quotas' reset (remaining 0 or unknown), pauses the key; no backoff.
+func TestRefusalPauses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		h    *hints.Hints
+		want time.Duration
+	}{
+		{"retry-after", &hints.Hints{RetryAfter: 7 * time.Second, HasRetryAfter: true}, 7 * time.Second},
+		{"retry-after over a longer quota", func() *hints.Hints {
+			h := answer(item(0, 30*time.Second))
+			h.RetryAfter, h.HasRetryAfter = 2*time.Second, true
+			return h
+		}(), 2 * time.Second}, // Retry-After takes precedence (every draft)
+		{"spent quota", answer(item(0, 5*time.Second), item(9, time.Hour)), 5 * time.Second},
+		{"unknown remaining", answer(item(-1, 6*time.Second)), 6 * time.Second},
+		{"capped", &hints.Hints{RetryAfter: 100 * time.Hour, HasRetryAfter: true}, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, testConfig())
+			out := f.done(f.now("k"), true, tc.h)
+			assert.False(t, out.Backoff)
+			assert.Equal(t, tc.want, f.p.PausedFor("k", f.clk.Now()))
+		})
+	}
+}
+
+// TestBackoff: refusals naming no usable pause back off exponentially
+// with jitter within [First/2, min(Cap, First·2^k)]; a success starts
+// again. Retry-After 0, and quotas with room left, are not usable.
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	for _, draw := range []string{"low", "high"} {
+		t.Run(draw, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.Rand = func(n int64) int64 {
+				if draw == "low" {
+					return 0
+				}
+				return n - 1
+			}
+			f := newFixture(t, cfg)
+			unusable := []*hints.Hints{nil, {HasRetryAfter: true}, answer(item(1000, time.Minute)), answer(item(0, 0))}
+			var highs []time.Duration
+			for k := range 6 {
+				out := f.done(f.now("k"), true, unusable[k%len(unusable)])
+				require.True(t, out.Backoff, "refusal %d", k)
+				hi := min(8*time.Second, time.Second<<k)
+				want := hi
+				if draw == "low" {
+					want = 500 * time.Millisecond
+				}
+				assert.Equal(t, want, out.Pause, "refusal %d", k)
+				highs = append(highs, hi)
+				f.after("k", out.Pause)
+			}
+			assert.Equal(t, []time.Duration{1, 2, 4, 8, 8, 8}, func() []time.Duration {
+				s := make([]time.Duration, len(highs))
+				for i, h := range highs {
+					s[i] = h / time.Second
+				}
+				return s
+			}())
+			f.done(f.now("k"), false, nil)
+			out := f.done(f.now("k"), true, nil)
+			if draw == "high" {
+				assert.Equal(t, time.Second, out.Pause, "a success starts the backoff again")
+			}
+		})
+	}
+}
+
+// TestBackoffJitters: with the real random source the draws spread over
+// the window (clients refused together do not come back together).
+func TestBackoffJitters(t *testing.T) {
+	t.Parallel()
+	p := New(Config{MaxPause: time.Hour, First: time.Second, Cap: time.Minute})
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		d := p.backoff(3)
+		require.GreaterOrEqual(t, d, 500*time.Millisecond)
+		require.LessOrEqual(t, d, 8*time.Second)
+		seen[d] = true
+	}
+	assert.Greater(t, len(seen), 150, "200 draws from a 7.5 s window should nearly all differ")
+	for k := range 200 {
+		d := p.backoff(k) // no overflow for any k
+		require.GreaterOrEqual(t, d, 500*time.Millisecond, "k=%d", k)
+		require.LessOrEqual(t, d, time.Minute, "k=%d", k)
+	}
+}
+
+// TestShaping: advertised policies space the sends by the slowest w/q.
+func TestShaping(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.Shape = true
+	f := newFixture(t, cfg)
+	h := &hints.Hints{NPolicies: 2}
+	h.Policies[0] = hints.Policy{Quota: 5, Window: 3 * time.Second}
+	h.Policies[1] = hints.Policy{Quota: 1000, Window: time.Hour}
+	f.done(f.now("k"), false, h)
+	f.after("k", 3600*time.Millisecond) // 3.6 s: 1000 per hour binds
+	f.done(f.after("k", 3600*time.Millisecond), false, nil)
+
+	off := newFixture(t, testConfig())
+	off.done(off.now("k"), false, h)
+	off.now("k") // shaping off: no spacing
+}
+
+// TestAbortGivesBack: a send reserved and not made gives its quota back,
+// unless an answer replaced the quotas meanwhile.
+func TestAbortGivesBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	f.done(f.now("k"), false, answer(item(1, 10*time.Second)))
+	tk := f.now("k")
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()))
+	f.p.Abort(tk)
+	assert.Zero(t, f.p.PausedFor("k", f.clk.Now()), "the aborted send's quota is back")
+
+	f.p.Abort(f.now("k"))
+	f.done(f.now("k"), false, answer(item(2, 10*time.Second)))
+	a, b := f.now("k"), f.now("k")
+	f.done(a, false, answer(item(0, 10*time.Second))) // newer than the quota b was charged to
+	f.p.Abort(b)
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()), "an abort after a newer answer gives nothing back")
+}
+
+// TestLostKeepsCharge: a send that got no answer is not given back.
+func TestLostKeepsCharge(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	f.done(f.now("k"), false, answer(item(1, 10*time.Second)))
+	f.p.Lost(f.now("k"))
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()))
+}
+
+func TestCaps(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.MaxPause = 10 * time.Second
+	cfg.Shape = true
+	f := newFixture(t, cfg)
+	h := answer(item(0, hints.MaxSeconds*time.Second))
+	h.Policies[0] = hints.Policy{Quota: 1, Window: hints.MaxSeconds * time.Second}
+	h.NPolicies = 1
+	out := f.done(f.now("k"), true, h)
+	assert.Equal(t, 10*time.Second, out.Pause)
+	assert.Equal(t, 10*time.Second, f.p.Longest(f.clk.Now()))
+	f.after("k", 10*time.Second)
+}
+
+func TestWaitDoesNotReserve(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	ctx := context.Background()
+	require.NoError(t, f.p.Wait(ctx, &f.src, "k", errPause), "an idle pacer")
+	f.done(f.now("k"), false, answer(item(1, 10*time.Second)))
+	for range 3 {
+		require.NoError(t, f.p.Wait(ctx, &f.src, "k", errPause))
+	}
+	f.clk.None(t)
+	f.now("k")
+	done := make(chan error, 1)
+	go func() { done <- f.p.Wait(ctx, &f.src, "k", errPause) }()
+	assert.Equal(t, 10*time.Second, f.clk.Next(t))
+	f.clk.Add(10 * time.Second)
+	require.NoError(t, <-done)
+}
+
+func TestDeadlineAndDoneContext(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	f.done(f.now("k"), true, &hints.Hints{RetryAfter: time.Hour, HasRetryAfter: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := f.p.Acquire(ctx, &f.src, "k", errPause)
+	assert.ErrorIs(t, err, errPause)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorIs(t, f.p.Wait(ctx, &f.src, "k", errPause), errPause)
+	f.clk.None(t)
+
+	canceled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	tk, err := f.p.Acquire(canceled, &f.src, "free", errPause)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Nil(t, tk.st, "no ticket for a done context")
+	assert.Equal(t, Outcome{}, f.p.Done(tk, f.clk.Now(), Answer{Refused: true}), "a zero ticket is ignored")
+}
+
+// TestSweep: once many keys are held, a new key drops those that hold
+// nothing live, and never one that does.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	var flying Ticket
+	for i := range SweepAbove {
+		k := fmt.Sprint(i)
+		switch i {
+		case 0:
+			f.done(f.now(k), true, &hints.Hints{RetryAfter: time.Hour, HasRetryAfter: true})
+		case 1:
+			f.done(f.now(k), false, answer(item(5, time.Hour)))
+		case 2:
+			flying = f.now(k)
+		case 3:
+			f.done(f.now(k), true, nil) // backing off
+		default:
+			f.done(f.now(k), false, nil)
+		}
+	}
+	f.clk.Add(2 * time.Second)
+	f.now("new")
+	f.p.mu.Lock()
+	var held []string
+	for k := range f.p.keys {
+		held = append(held, k)
+	}
+	f.p.mu.Unlock()
+	assert.ElementsMatch(t, []string{"0", "1", "2", "3", "new"}, held)
+	f.p.Lost(flying)
+}
+
+func TestConcurrent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Config{MaxPause: time.Hour, First: time.Second, Cap: time.Minute})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				k := fmt.Sprint(g*1000 + i%100)
+				tk, err := f.p.Acquire(context.Background(), &f.src, k, errPause)
+				if !assert.NoError(t, err) {
+					return
+				}
+				switch i % 3 {
+				case 0:
+					f.p.Done(tk, start, Answer{Hints: answer(item(1000, time.Second))})
+				case 1:
+					f.p.Lost(tk)
+				default:
+					f.p.Abort(tk)
+				}
+				_ = f.p.Longest(start)
+			}
+		}()
+	}
+	wg.Wait()
+}
