@@ -21,7 +21,9 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/clientip"
+	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/limitset"
+	"github.com/rlkit/ratelimit/internal/pacer"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -426,13 +428,26 @@ func TestMiddlewareWaitingRetryAfterSucceeds(t *testing.T) {
 }
 
 // maxPauseDur is the cap of every pause parsed from a server's answer.
-const maxPauseDur = maxPauseSeconds * time.Second
+const maxPauseDur = hints.MaxSeconds * time.Second
+
+// serverPause is the pause a 429 or 503 answer names, as the transport
+// reads it; false for other answers and for refusals naming none (which
+// back off instead).
+func serverPause(resp *http.Response, now time.Time) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	h := hints.Parse(resp.Header.Values, now)
+	return pacer.Named(&h)
+}
 
 // TestServerPauseEveryHeaderCombination: for 429, 503 and other answers
 // with every combination of Retry-After, RateLimit and X-RateLimit-* the
-// transport pauses exactly as documented: Retry-After when valid, else
-// the longest exhausted RateLimit item, else X-RateLimit-Reset unless
-// quota is left; never negative, never beyond the cap.
+// transport pauses exactly as documented: Retry-After when positive, else
+// the longest reset among the RateLimit items it reports exhausted and
+// X-RateLimit-Reset unless X-RateLimit-Remaining says quota is left (or
+// is unreadable); a zero pause (a date in the past, a reset now) names
+// none. Never negative, never beyond the cap.
 func TestServerPauseEveryHeaderCombination(t *testing.T) {
 	t.Parallel()
 	now := epoch
@@ -485,13 +500,16 @@ func TestServerPauseEveryHeaderCombination(t *testing.T) {
 						var wantOK bool
 						switch {
 						case status != 429 && status != 503:
-						case ra.ok:
+						case ra.ok && ra.d > 0:
 							want, wantOK = ra.d, true
-						case rl.ok:
-							want, wantOK = rl.d, true
-						case rem.left:
-						case rs.ok:
-							want, wantOK = rs.d, true
+						default:
+							if rl.ok {
+								want = rl.d
+							}
+							if rs.ok && !rem.left {
+								want = max(want, rs.d)
+							}
+							wantOK = want > 0
 						}
 						d, ok := serverPause(&http.Response{StatusCode: status, Header: h}, now)
 						if d != want || ok != wantOK {
@@ -513,7 +531,7 @@ func FuzzRetryAfter(f *testing.F) {
 	f.Add(uint64(0), int64(1<<40), "Thu Jan  1 00:01:30 2026")
 	f.Fuzz(func(t *testing.T, secs uint64, offset int64, raw string) {
 		d, ok := ParseRetryAfter(strconv.FormatUint(secs, 10), epoch)
-		want := time.Duration(min(secs, maxPauseSeconds)) * time.Second
+		want := time.Duration(min(secs, hints.MaxSeconds)) * time.Second
 		if !ok || d != want {
 			t.Fatalf("ParseRetryAfter(%d) = %v, %v; want %v", secs, d, ok, want)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/timerclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -316,7 +317,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"Thursday, 01-Jan-26 00:01:30 GMT", 90 * time.Second, true}, // RFC 850
 		{"Thu Jan  1 00:01:30 2026", 90 * time.Second, true},         // asctime
 		{epoch.Add(-time.Hour).Format(http.TimeFormat), 0, true},
-		{"99999999999999999999999", maxPauseSeconds * time.Second, true},
+		{"99999999999999999999999", hints.MaxSeconds * time.Second, true},
 		{"", 0, false}, {"-5", 0, false}, {"1.5", 0, false}, {"soon", 0, false},
 	}
 	for _, c := range cases {
