@@ -1,8 +1,4 @@
-//go:build pacingopts
-
-// The pacing tests that need WithBackoff and WithPolicyShaping, which do
-// not exist yet: build with -tags pacingopts until they do, then drop the
-// tag.
+// The pacing tests of WithBackoff and WithPolicyShaping.
 
 package httplimit
 
