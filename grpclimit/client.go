@@ -3,6 +3,8 @@ package grpclimit
 import (
 	"context"
 	"io"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,7 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/pausemap"
+	"github.com/rlkit/ratelimit/internal/hints"
+	"github.com/rlkit/ratelimit/internal/pacer"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
@@ -22,13 +25,32 @@ import (
 // services: [Client.Unary] and [Client.Stream], installed with
 // grpc.WithUnaryInterceptor and grpc.WithStreamInterceptor (or their
 // chained forms). Each call first waits for the client's limiter
-// (honouring its context), then goes out. When a server answers
-// codes.ResourceExhausted with an errdetails.RetryInfo, the client pauses
-// the calls of that answer's scope ([WithPauseScope]: the target by
-// default) for the RetryDelay, capped ([WithMaxPause]), and retries the
-// call if the caller marked it safe ([MarkRetrySafe], [WithRetries]). A
-// ResourceExhausted answer without RetryInfo (a server saying the call can
-// never fit) is neither paused for nor retried.
+// (honouring its context), then for what the servers' answers asked of its
+// scope ([WithPauseScope]: the target by default), then goes out. It
+// follows the rules of httplimit's Transport, where gRPC carries the
+// information:
+//
+//   - A unary call's response metadata (header, else trailer) that reports
+//     a quota, in any of the dialects of the HTTP fields (ratelimit
+//     `"name";r=0;t=3`, its draft-07 and draft-06 forms, x-ratelimit-*,
+//     as this package's server interceptors send them), bounds the scope's
+//     calls: at most the remaining count before the reset, less the calls
+//     in flight; a spent quota holds the scope until its reset, so that
+//     the server need not refuse the next call.
+//   - codes.ResourceExhausted with an errdetails.RetryInfo pauses the
+//     scope for the longest valid RetryDelay, capped ([WithMaxPause]), and
+//     the call is retried if the caller marked it safe ([MarkRetrySafe],
+//     [WithRetries]). A RetryInfo naming no usable delay (unset, zero,
+//     negative, out of range) backs the scope off instead, with jitter
+//     ([WithBackoff]): the client never comes back at once.
+//   - A ResourceExhausted without RetryInfo (a cost that can never fit, a
+//     message too large) is neither paused for nor retried; only its
+//     metadata's quotas count.
+//   - With [WithPolicyShaping], advertised policies (ratelimit-policy: q
+//     per w) space the scope's unary calls at least w/q apart.
+//
+// Streams wait like calls, and a stream ended by ResourceExhausted with a
+// RetryInfo pauses the scope as above; a stream's metadata is not read.
 //
 // A call the interceptors do not send fails with a gRPC status error
 // whose code says why (Canceled, DeadlineExceeded, ResourceExhausted,
@@ -49,10 +71,12 @@ type Client struct {
 	ts       timesrc.Source
 	retries  int
 	maxRetry time.Duration
-	maxPause time.Duration
+	pacing   pacer.Config // from the options
 	scope    PauseScope
 	onPause  func(ctx context.Context, method string, d time.Duration)
-	pauses   pausemap.Map // no call of a scope is sent before its time
+	pacer    *pacer.Pacer // what the servers' answers allow, per scope
+	scopes   sync.Map     // [2]string{target, method} -> its PauseByMethod scope
+	nscopes  atomic.Int64 // scopes stored, or tried to be
 }
 
 type retrySafeKey struct{}
@@ -115,7 +139,8 @@ func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*C
 }
 
 func newClient(name string, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Client, error) {
-	c := &Client{wait: wait, key: key, maxRetry: time.Minute, maxPause: time.Hour}
+	c := &Client{wait: wait, key: key, maxRetry: time.Minute,
+		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax}}
 	if err := applyOptions(&config{to: forClient, c: c}, opts); err != nil {
 		return nil, err
 	}
@@ -123,6 +148,7 @@ func newClient(name string, wait func(context.Context, string, int) error, key K
 		return nil, configError("grpclimit.WithPauseScope(PauseByKey) applies to NewKeyedClient, not %s", name)
 	}
 	c.ts = timesrc.New(c.clock)
+	c.pacer = pacer.New(c.pacing)
 	return c, nil
 }
 
@@ -152,11 +178,29 @@ func (c *Client) PausedForKey(key string) time.Duration {
 }
 
 func (c *Client) pausedFor(scope string) time.Duration {
-	return pausemap.Left(c.pauses.Until(scope), c.ts.Time())
+	return c.pacer.PausedFor(scope, c.ts.Time())
 }
 
 // methodScope is the pause key of method on target under PauseByMethod.
 func methodScope(target, method string) string { return target + "\x00" + method }
+
+// maxScopes bounds the PauseByMethod scopes a client keeps built.
+const maxScopes = 4096
+
+// scopeOf returns methodScope(target, method), built once per pair (up to
+// maxScopes pairs): a client's targets and methods are few, and every call
+// needs its scope.
+func (c *Client) scopeOf(target, method string) string {
+	k := [2]string{target, method}
+	if v, ok := c.scopes.Load(k); ok {
+		return v.(string)
+	}
+	s := methodScope(target, method)
+	if c.nscopes.Add(1) <= maxScopes {
+		c.scopes.Store(k, s)
+	}
+	return s
+}
 
 // outCall is one call going through the interceptors.
 type outCall struct {
@@ -194,7 +238,7 @@ func (c *Client) scopeKey(cl *outCall) string {
 	if !cl.built {
 		switch c.scope {
 		case PauseByMethod:
-			cl.scope = methodScope(cl.target, cl.method)
+			cl.scope = c.scopeOf(cl.target, cl.method)
 		case PauseByKey:
 			cl.scope = cl.key
 		default:
@@ -205,45 +249,95 @@ func (c *Client) scopeKey(cl *outCall) string {
 	return cl.scope
 }
 
-// ready waits for any pause of the call's scope, then for the limiter,
-// then for any pause that began meanwhile. It returns a status error
-// (notSent) when the call must not be sent, including when its context is
-// done even though the limiter admitted it.
-func (c *Client) ready(cl *outCall) error {
-	if err := c.waitPause(cl); err != nil {
-		return notSent(err)
-	}
+// ready waits for what the servers asked of the call's scope, then for the
+// limiter, then reserves the call's place in the scope's pacing (waiting
+// again if needed). It returns a status error (notSent) when the call must
+// not be sent, including when its context is done even though the limiter
+// admitted it.
+func (c *Client) ready(cl *outCall) (pacer.Ticket, error) {
 	if c.wait != nil && cl.n > 0 {
+		if err := c.pacer.Wait(cl.ctx, &c.ts, c.scopeKey(cl), ErrPauseDeadline); err != nil {
+			return pacer.Ticket{}, notSent(err)
+		}
 		if err := c.wait(cl.ctx, cl.key, cl.n); err != nil {
-			return notSent(err)
-		}
-		if err := c.waitPause(cl); err != nil {
-			return notSent(err)
+			return pacer.Ticket{}, notSent(err)
 		}
 	}
-	return nil
-}
-
-func (c *Client) waitPause(cl *outCall) error {
-	if c.pauses.Idle() {
-		return cl.ctx.Err()
+	tk, err := c.pacer.Acquire(cl.ctx, &c.ts, c.scopeKey(cl), ErrPauseDeadline)
+	if err != nil {
+		return pacer.Ticket{}, notSent(err)
 	}
-	return c.pauses.Wait(cl.ctx, &c.ts, c.scopeKey(cl), ErrPauseDeadline)
+	return tk, nil
 }
 
-// obey pauses the call's scope when err is a ResourceExhausted answer with
-// a RetryInfo, and returns the pause (capped) and whether there was one.
-func (c *Client) obey(cl *outCall, err error) (time.Duration, bool) {
-	d, ok := serverPause(err)
-	if !ok {
+// answer reads what a call's outcome says about the server's limits: the
+// rate-limit fields of its response metadata (header, else trailer), and,
+// for a ResourceExhausted error carrying an errdetails.RetryInfo, a
+// refusal whose pause is the longest valid RetryDelay (over the metadata's
+// retry-after). A ResourceExhausted without RetryInfo is not a refusal to
+// come back from: gRPC also uses the code for limits that waiting does not
+// lift (a message too large, a cost that can never fit). It reports false
+// when the call may not have been answered by the server at all (Canceled,
+// DeadlineExceeded, Unavailable without metadata).
+func (c *Client) answer(h *hints.Hints, err error, header, trailer metadata.MD) (pacer.Answer, bool) {
+	now := c.ts.Time()
+	if len(header) > 0 || len(trailer) > 0 {
+		*h = hints.Parse(func(name string) []string {
+			k := mdName(name)
+			if v := header[k]; len(v) > 0 {
+				return v
+			}
+			return trailer[k]
+		}, now)
+	}
+	a := pacer.Answer{Hints: h}
+	d, hasInfo, valid := retryInfo(err)
+	if hasInfo {
+		a.Refused = true
+		if valid {
+			h.RetryAfter, h.HasRetryAfter = d, true
+		}
+	}
+	switch status.Code(err) {
+	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable:
+		// The call may never have reached the server, or was cut short.
+		return a, len(header) > 0 || len(trailer) > 0
+	}
+	return a, true
+}
+
+// mdNames maps the field names hints.Parse asks for to gRPC's lower-case
+// metadata keys, so that reading them allocates nothing.
+var mdNames = func() map[string]string {
+	m := make(map[string]string, len(hints.Fields))
+	for _, f := range hints.Fields {
+		m[f] = strings.ToLower(f)
+	}
+	return m
+}()
+
+func mdName(name string) string {
+	if k, ok := mdNames[name]; ok {
+		return k
+	}
+	return strings.ToLower(name)
+}
+
+// obey records the outcome of a call sent with tk, and returns the pause
+// it imposed on the call's scope (reported to the pause hook) and whether
+// the call was refused with a RetryInfo.
+func (c *Client) obey(cl *outCall, tk pacer.Ticket, err error, header, trailer metadata.MD) (time.Duration, bool) {
+	var h hints.Hints
+	a, answered := c.answer(&h, err, header, trailer)
+	if !answered {
+		c.pacer.Lost(tk)
 		return 0, false
 	}
-	d = min(d, c.maxPause)
-	c.pauses.Pause(c.scopeKey(cl), c.ts.Time(), d)
-	if c.onPause != nil {
-		c.onPause(cl.ctx, cl.method, d)
+	out := c.pacer.Done(tk, c.ts.Time(), a)
+	if out.Pause > 0 && c.onPause != nil {
+		c.onPause(cl.ctx, cl.method, out.Pause)
 	}
-	return d, true
+	return out.Pause, a.Refused
 }
 
 // Unary returns the unary client interceptor: it waits for the limiter and
@@ -260,20 +354,44 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 		if err != nil {
 			return err
 		}
+		m := captures.Get().(*mdCapture)
+		defer m.release()
+		callOpts := m.opts[:]
+		if len(opts) > 0 {
+			callOpts = append(opts[:len(opts):len(opts)], callOpts...)
+		}
 		for attempt := 0; ; attempt++ {
-			if err := c.ready(&cl); err != nil {
+			tk, err := c.ready(&cl)
+			if err != nil {
 				return err
 			}
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			if err == nil {
-				return nil
-			}
-			d, ok := c.obey(&cl, err)
-			if !ok || attempt >= c.retries || d > c.maxRetry || !retrySafe(ctx) || timesrc.Outlasts(ctx, d) {
+			m.header, m.trailer = nil, nil
+			err = invoker(ctx, method, req, reply, cc, callOpts...)
+			d, refused := c.obey(&cl, tk, err, m.header, m.trailer)
+			if err == nil || !refused || attempt >= c.retries || d > c.maxRetry || !retrySafe(ctx) || timesrc.Outlasts(ctx, d) {
 				return err
 			}
 		}
 	}
+}
+
+// mdCapture receives a unary call's response metadata. It is pooled with
+// its two call options, so that asking for the metadata allocates nothing
+// of the interceptor's own.
+type mdCapture struct {
+	header, trailer metadata.MD
+	opts            [2]grpc.CallOption
+}
+
+var captures = sync.Pool{New: func() any {
+	m := &mdCapture{}
+	m.opts = [2]grpc.CallOption{grpc.Header(&m.header), grpc.Trailer(&m.trailer)}
+	return m
+}}
+
+func (m *mdCapture) release() {
+	m.header, m.trailer = nil, nil
+	captures.Put(m)
 }
 
 // Stream returns the stream client interceptor: it waits for the limiter
@@ -290,14 +408,18 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		if err := c.ready(&cl); err != nil {
+		tk, err := c.ready(&cl)
+		if err != nil {
 			return nil, err
 		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {
-			c.obey(&cl, err)
+			c.obey(&cl, tk, err, nil, nil)
 			return nil, err
 		}
+		// A stream may run for long, or never be read to its end: it is
+		// not kept in flight. Its end is read for a refusal only.
+		c.pacer.Lost(tk)
 		return &clientStream{ClientStream: cs, c: c, cl: cl}, nil
 	}
 }
@@ -316,7 +438,12 @@ func (s *clientStream) seen(err error) {
 	}
 	if s.obeyed.CompareAndSwap(false, true) {
 		cl := s.cl // scopeKey writes; the stream's goroutines may race here otherwise
-		s.c.obey(&cl, err)
+		var h hints.Hints
+		a, _ := s.c.answer(&h, err, nil, nil)
+		out := s.c.pacer.Note(s.c.scopeKey(&cl), s.c.ts.Time(), a)
+		if out.Pause > 0 && s.c.onPause != nil {
+			s.c.onPause(cl.ctx, cl.method, out.Pause)
+		}
 	}
 }
 
@@ -344,32 +471,29 @@ func (s *clientStream) RecvMsg(m any) error {
 	return err
 }
 
-// serverPause returns the pause a call's error asks for: the longest
-// valid RetryDelay among the RetryInfo details of a ResourceExhausted
-// status. It reports false for any other error, and for a
-// ResourceExhausted without a usable RetryInfo: none, a nil, negative or
-// out-of-range (invalid) RetryDelay. A huge delay saturates; callers cap
-// it.
-func serverPause(err error) (time.Duration, bool) {
-	if status.Code(err) != codes.ResourceExhausted {
-		return 0, false
+// retryInfo reads the errdetails.RetryInfo of a ResourceExhausted error:
+// whether it has one, and the longest valid RetryDelay among them (valid:
+// set, in range, not negative). Any other error has none. A huge delay
+// saturates; the pacer caps it.
+func retryInfo(err error) (d time.Duration, has, valid bool) {
+	if err == nil || status.Code(err) != codes.ResourceExhausted {
+		return 0, false, false
 	}
 	st, _ := status.FromError(err)
-	var best time.Duration
-	found := false
-	for _, d := range st.Details() {
-		ri, ok := d.(*errdetails.RetryInfo)
+	for _, det := range st.Details() {
+		ri, ok := det.(*errdetails.RetryInfo)
 		if !ok {
 			continue
 		}
+		has = true
 		rd := ri.GetRetryDelay()
 		if rd == nil || rd.CheckValid() != nil {
 			continue
 		}
 		if dur := rd.AsDuration(); dur >= 0 {
-			best = max(best, dur)
-			found = true
+			d = max(d, dur)
+			valid = true
 		}
 	}
-	return best, found
+	return d, has, valid
 }

@@ -2,6 +2,8 @@ package grpclimit
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,46 +28,66 @@ func startLimitedServer(t *testing.T, limits []Limit, opts ...Option) (*testServ
 }
 
 // TestClientObeysServer: the client interceptors against this package's
-// server interceptors: a denial's RetryInfo pauses the client for exactly
-// the window's rest and a marked call is retried once it has passed; a
-// cost that can never fit (no RetryInfo) is neither paused for nor
-// retried.
+// server interceptors. The server's metadata says when its quota is spent,
+// so the client waits for the window's end before the next call instead
+// of being refused; without the metadata (NoFields), a denial's RetryInfo
+// pauses the client for exactly the window's rest and a marked call is
+// retried once it has passed. A cost that can never fit (no RetryInfo) is
+// neither paused for nor retried.
 func TestClientObeysServer(t *testing.T) {
 	t.Parallel()
-	clk := timerclock.New(clientEpoch)
-	kl, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(clk))
-	require.NoError(t, err)
-	svc, addr := startLimitedServer(t, []Limit{{Name: "api", Key: KeyByMethod(), Limiter: kl}},
-		WithClock(clk),
-		WithCost(func(_ context.Context, method string, _ any) int {
-			if method == methodEmpty {
-				return 3 // above the limit: never fits
+	for _, fields := range []FieldSet{AllFields, NoFields} {
+		t.Run(fmt.Sprint(fields), func(t *testing.T) {
+			t.Parallel()
+			clk := timerclock.New(clientEpoch)
+			kl, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			var denied atomic.Int64
+			svc, addr := startLimitedServer(t, []Limit{{Name: "api", Key: KeyByMethod(), Limiter: kl}},
+				WithClock(clk), WithFields(fields),
+				WithDeniedHandler(func(context.Context, Denial) error { denied.Add(1); return nil }),
+				WithCost(func(_ context.Context, method string, _ any) int {
+					if method == methodEmpty {
+						return 3 // above the limit: never fits
+					}
+					return 1
+				}))
+			var pauses []time.Duration
+			c := newTestClient(t, nil, nil, nil, clk, WithRetries(1), WithMaxRetryWait(2*time.Minute),
+				WithPauseHook(func(_ context.Context, _ string, d time.Duration) { pauses = append(pauses, d) }))
+			client, conn := dial(t, addr, c)
+			ctx := MarkRetrySafe(context.Background())
+
+			for range 2 {
+				_, err := client.UnaryCall(ctx, unaryReq)
+				require.NoError(t, err)
 			}
-			return 1
-		}))
-	var pauses []time.Duration
-	c := newTestClient(t, nil, nil, nil, clk, WithRetries(1), WithMaxRetryWait(2*time.Minute),
-		WithPauseHook(func(_ context.Context, _ string, d time.Duration) { pauses = append(pauses, d) }))
-	client, conn := dial(t, addr, c)
-	ctx := MarkRetrySafe(context.Background())
+			if fields == AllFields {
+				assert.Equal(t, []time.Duration{time.Minute}, pauses, "the second answer says the quota is spent for the window")
+			} else {
+				assert.Empty(t, pauses, "no metadata, no pause before a refusal")
+			}
+			clk.Add(15 * time.Second)
+			done := callAsync(ctx, client)
+			assert.Equal(t, 45*time.Second, clk.Next(t), "the call waits for the rest of the window")
+			pending(t, done, "the call during the pause")
+			assert.Equal(t, 45*time.Second, c.PausedFor(conn.Target(), ""))
+			clk.Add(45 * time.Second)
+			require.NoError(t, <-done, "the call after the pause is admitted")
+			if fields == AllFields {
+				assert.Equal(t, int64(0), denied.Load(), "a client reading the metadata is never refused")
+			} else {
+				assert.Equal(t, []time.Duration{45 * time.Second}, pauses)
+				assert.Equal(t, int64(1), denied.Load(), "one refusal, then the retry after the pause")
+			}
+			assert.Equal(t, 3, svc.count(methodUnary), "a denied attempt never reaches the handler")
 
-	for range 2 {
-		_, err := client.UnaryCall(ctx, unaryReq)
-		require.NoError(t, err)
+			n := len(pauses)
+			_, err = client.EmptyCall(ctx, &grpc_testing.Empty{})
+			assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+			assert.Len(t, pauses, n, "a denial without RetryInfo does not pause")
+			assert.Equal(t, 0, svc.count(methodEmpty))
+			clk.None(t)
+		})
 	}
-	clk.Add(15 * time.Second)
-	done := callAsync(ctx, client)
-	assert.Equal(t, 45*time.Second, clk.Next(t), "the retry waits for the rest of the window")
-	pending(t, done, "the retried call during the pause")
-	assert.Equal(t, []time.Duration{45 * time.Second}, pauses)
-	assert.Equal(t, 45*time.Second, c.PausedFor(conn.Target(), ""))
-	clk.Add(45 * time.Second)
-	require.NoError(t, <-done, "the retry after the pause is admitted")
-	assert.Equal(t, 3, svc.count(methodUnary), "the denied attempt never reached the handler")
-
-	_, err = client.EmptyCall(ctx, &grpc_testing.Empty{})
-	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Len(t, pauses, 1, "a denial without RetryInfo does not pause")
-	assert.Equal(t, 0, svc.count(methodEmpty))
-	clk.None(t)
 }

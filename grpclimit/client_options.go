@@ -76,7 +76,46 @@ func WithMaxPause(d time.Duration) Option {
 		if d <= 0 {
 			return configError("grpclimit.WithMaxPause must be positive, got %v", d)
 		}
-		cfg.c.maxPause = d
+		cfg.c.pacing.MaxPause = d
+		return nil
+	}}
+}
+
+// Defaults of [WithBackoff].
+const (
+	DefaultBackoffFirst = time.Second
+	DefaultBackoffMax   = time.Minute
+)
+
+// WithBackoff sets the backoff after a ResourceExhausted answer whose
+// RetryInfo names no usable delay (zero, negative, out of range, unset)
+// and whose metadata names no spent quota: the k-th such answer of a scope
+// in a row (k from 0) pauses the scope for a time drawn uniformly between
+// first/2 and min(max, first·2^k), so that clients refused together do
+// not come back together, and none comes back at once. Any other answer
+// starts the count again. Defaults: [DefaultBackoffFirst],
+// [DefaultBackoffMax]; the pause is also capped by [WithMaxPause]. first
+// must be positive and max at least first. For [NewClient] and
+// [NewKeyedClient].
+func WithBackoff(first, max time.Duration) Option {
+	return option{"WithBackoff", forClient, func(cfg *config) error {
+		if first <= 0 || max < first {
+			return configError("grpclimit.WithBackoff needs 0 < first <= max, got first=%v, max=%v", first, max)
+		}
+		cfg.c.pacing.First, cfg.c.pacing.Cap = first, max
+		return nil
+	}}
+}
+
+// WithPolicyShaping makes a client space the unary calls of a scope by
+// the quota policies the server advertises in its response metadata
+// (ratelimit-policy: q calls per w seconds): at least w/q apart, by the
+// slowest policy, so that a burst is spread over the window instead of
+// spent at its start. Off by default. For [NewClient] and
+// [NewKeyedClient].
+func WithPolicyShaping(on bool) Option {
+	return option{"WithPolicyShaping", forClient, func(cfg *config) error {
+		cfg.c.pacing.Shape = on
 		return nil
 	}}
 }
@@ -94,11 +133,13 @@ func WithPauseScope(s PauseScope) Option {
 	}}
 }
 
-// WithPauseHook makes a client report each pause a server asks for, with
-// the context and full method name of the call that was answered, and the
-// pause after the cap ([WithMaxPause]). The hook observes: it is called
-// synchronously, on the call's goroutine, and must be quick. For
-// [NewClient] and [NewKeyedClient].
+// WithPauseHook makes a client report each pause an answer imposes on a
+// scope, with the context and full method name of the call that was
+// answered, and the pause after the cap ([WithMaxPause]): a RetryInfo's
+// delay, a backoff, or the wait until the reset of a quota the response
+// metadata reports spent. The hook observes: it is called synchronously,
+// on the call's goroutine, and must be quick. For [NewClient] and
+// [NewKeyedClient].
 func WithPauseHook(hook func(ctx context.Context, method string, d time.Duration)) Option {
 	return option{"WithPauseHook", forClient, func(cfg *config) error {
 		cfg.c.onPause = hook

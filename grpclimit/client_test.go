@@ -367,27 +367,29 @@ func TestClientRetries(t *testing.T) {
 }
 
 // TestClientHostileRetryInfo: absurd RetryInfo never panics, never pauses
-// beyond WithMaxPause, and an unusable one pauses nothing and is not
-// retried.
+// beyond WithMaxPause; an unusable one (unset, zero, negative, out of
+// range) names no pause, so the scope backs off (the first backoff: between
+// half the first delay and the first delay), and the call is not retried
+// at once.
 func TestClientHostileRetryInfo(t *testing.T) {
 	t.Parallel()
 	const maxPause = 30 * time.Minute
+	const backoff = -1 // a first backoff: in [DefaultBackoffFirst/2, DefaultBackoffFirst]
 	for _, tc := range []struct {
 		name  string
 		err   error
 		pause time.Duration
-		retry bool
 	}{
-		{"nil delay", denialWith(&errdetails.RetryInfo{}), 0, false},
-		{"negative", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: -5}}), 0, false},
-		{"negative nanos", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Nanos: -1}}), 0, false},
-		{"out of range seconds", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: 1 << 62}}), 0, false},
-		{"out of range nanos", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: 1, Nanos: 2e9}}), 0, false},
-		{"mixed signs", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: 5, Nanos: -1}}), 0, false},
-		{"10000 years", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: 315_576_000_000}}), maxPause, false},
-		{"zero", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{}}), 0, true},
-		{"longest of two", denialWith(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}, &errdetails.RetryInfo{RetryDelay: durationpb.New(4 * time.Second)}), 4 * time.Second, false},
-		{"valid and hostile", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: -1 << 62}}, &errdetails.RetryInfo{RetryDelay: durationpb.New(2 * time.Second)}), 2 * time.Second, false},
+		{"nil delay", denialWith(&errdetails.RetryInfo{}), backoff},
+		{"negative", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: -5}}), backoff},
+		{"negative nanos", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Nanos: -1}}), backoff},
+		{"out of range seconds", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: 1 << 62}}), backoff},
+		{"out of range nanos", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: 1, Nanos: 2e9}}), backoff},
+		{"mixed signs", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: 5, Nanos: -1}}), backoff},
+		{"zero", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{}}), backoff},
+		{"10000 years", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: 315_576_000_000}}), maxPause},
+		{"longest of two", denialWith(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}, &errdetails.RetryInfo{RetryDelay: durationpb.New(4 * time.Second)}), 4 * time.Second},
+		{"valid and hostile", denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{Seconds: -1 << 62}}, &errdetails.RetryInfo{RetryDelay: durationpb.New(2 * time.Second)}), 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -397,15 +399,15 @@ func TestClientHostileRetryInfo(t *testing.T) {
 			client, conn := dial(t, addr, c)
 			svc.answer(tc.err)
 			_, err := client.UnaryCall(MarkRetrySafe(context.Background()), unaryReq)
-			assert.Equal(t, tc.pause, c.PausedFor(conn.Target(), ""))
-			wantCalls := 1
-			if tc.retry {
-				require.NoError(t, err, "a zero delay is retried at once")
-				wantCalls = 2
+			got := c.PausedFor(conn.Target(), "")
+			if tc.pause == backoff {
+				assert.GreaterOrEqual(t, got, DefaultBackoffFirst/2)
+				assert.LessOrEqual(t, got, DefaultBackoffFirst)
 			} else {
-				assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+				assert.Equal(t, tc.pause, got)
 			}
-			assert.Equal(t, wantCalls, svc.count(methodUnary))
+			assert.Equal(t, codes.ResourceExhausted, status.Code(err), "not retried: the pause is longer than WithMaxRetryWait(0)")
+			assert.Equal(t, 1, svc.count(methodUnary))
 			clk.None(t)
 		})
 	}

@@ -98,16 +98,20 @@
 // [NewClient] and [NewKeyedClient] build client interceptors,
 // [Client.Unary] and [Client.Stream], for clients of rate-limited gRPC
 // services. Each call first waits for the client's limiter (refused at
-// once when the wait would outlast its deadline), then for any pause a
-// server asked for. A server answering codes.ResourceExhausted with an
-// errdetails.RetryInfo pauses the calls of that answer's scope
-// ([WithPauseScope]: the target by default, or the method, or the limiter
-// key) for the RetryDelay, capped by [WithMaxPause] (1 h); a hint that is
-// missing, negative or invalid pauses nothing. Calls whose context carries
-// [MarkRetrySafe] are retried after the pause, up to [WithRetries] times;
-// gRPC methods say nothing about idempotency, so no other call is. A
-// ResourceExhausted without RetryInfo (a cost that can never fit) is
-// neither paused for nor retried. Streams are paused for, never retried.
+// once when the wait would outlast its deadline), then for what servers'
+// answers asked of its scope ([WithPauseScope]: the target by default, or
+// the method, or the limiter key). A unary call's response metadata that
+// reports a quota (the fields this package's server interceptors send, in
+// any dialect) bounds the scope's calls, and a spent quota holds them
+// until its reset, so that the server need not refuse them. A server
+// answering codes.ResourceExhausted with an errdetails.RetryInfo pauses
+// the scope for the RetryDelay, capped by [WithMaxPause] (1 h); a
+// RetryInfo naming no usable delay backs the scope off with jitter
+// ([WithBackoff]). Calls whose context carries [MarkRetrySafe] are retried
+// after the pause, up to [WithRetries] times; gRPC methods say nothing
+// about idempotency, so no other call is. A ResourceExhausted without
+// RetryInfo (a cost that can never fit) is neither paused for nor
+// retried. Streams are paused for, never retried.
 // A call the client does not send fails with a gRPC status error
 // (Canceled, DeadlineExceeded, ResourceExhausted) that also matches its
 // cause with errors.Is: context.DeadlineExceeded, [ErrPauseDeadline],

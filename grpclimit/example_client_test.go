@@ -125,14 +125,18 @@ func (c *instantClock) After(d time.Duration) <-chan time.Time {
 // A client retries the calls marked safe after the pause the server asks
 // for; the others get the server's answer. The server here runs this
 // package's interceptors, one call a minute, on a fake clock shared with
-// the client, so that the example's waits take no time.
+// the client, so that the example's waits take no time. It sends no
+// rate-limit metadata (NoFields), so the client learns of the limit only
+// from a refusal; with the fields, it would wait before the call instead
+// and never be refused (see the example of NewClient's pacing).
 func ExampleMarkRetrySafe() {
 	clk := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	perMinute, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(clk))
 	if err != nil {
 		panic(err)
 	}
-	server, err := grpclimit.New([]grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMethod(), Limiter: perMinute}}, grpclimit.WithClock(clk))
+	server, err := grpclimit.New([]grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMethod(), Limiter: perMinute}},
+		grpclimit.WithClock(clk), grpclimit.WithFields(grpclimit.NoFields))
 	if err != nil {
 		panic(err)
 	}

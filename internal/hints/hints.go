@@ -86,23 +86,30 @@ type Hints struct {
 	HasRetryAfter bool
 }
 
-// Field names, as net/http and gRPC metadata getters accept them (both
-// compare names case-insensitively).
+// Field names, in Go's canonical case (as textproto.CanonicalMIMEHeaderKey
+// writes them), so that http.Header.Values looks them up without
+// allocating; gRPC metadata getters compare names case-insensitively.
 const (
 	fieldRetryAfter       = "Retry-After"
-	fieldRateLimit        = "RateLimit"
-	fieldRateLimitPolicy  = "RateLimit-Policy"
-	fieldRateLimitLimit   = "RateLimit-Limit"
-	fieldRateLimitRemain  = "RateLimit-Remaining"
-	fieldRateLimitReset   = "RateLimit-Reset"
-	fieldXRemaining       = "X-RateLimit-Remaining"
-	fieldXReset           = "X-RateLimit-Reset"
-	fieldXResetAfter      = "X-RateLimit-Reset-After"
+	fieldRateLimit        = "Ratelimit"
+	fieldRateLimitPolicy  = "Ratelimit-Policy"
+	fieldRateLimitLimit   = "Ratelimit-Limit"
+	fieldRateLimitRemain  = "Ratelimit-Remaining"
+	fieldRateLimitReset   = "Ratelimit-Reset"
+	fieldXRemaining       = "X-Ratelimit-Remaining"
+	fieldXReset           = "X-Ratelimit-Reset"
+	fieldXResetAfter      = "X-Ratelimit-Reset-After"
 	fieldXHyphenRemaining = "X-Rate-Limit-Remaining"
 	fieldXHyphenReset     = "X-Rate-Limit-Reset"
 	// noField is the name of no field: a dialect without it.
 	noField = ""
 )
+
+// Fields are the names Parse asks its getter for, so that a getter over
+// lower-case keys (gRPC metadata) can map them once, ahead of time.
+var Fields = [...]string{fieldRetryAfter, fieldRateLimit, fieldRateLimitPolicy, fieldRateLimitLimit,
+	fieldRateLimitRemain, fieldRateLimitReset, fieldXRemaining, fieldXReset, fieldXResetAfter,
+	fieldXHyphenRemaining, fieldXHyphenReset}
 
 // Whether the parameters of a single-valued field are cut off before its
 // value is read.
@@ -113,9 +120,9 @@ const (
 
 // Parse reads the rate-limit fields of one answer, received at now. get
 // returns all the lines of a field by name, such as http.Header.Values or
-// metadata.MD.Get: it is called with names in canonical case
-// ("RateLimit-Remaining"), so it must compare names case-insensitively, as
-// both do. now is what Unix times and HTTP dates are read against.
+// metadata.MD.Get: it is called with the names in [Fields], in Go's
+// canonical case ("Ratelimit-Remaining"), so it must compare names
+// case-insensitively, as both do. now is what Unix times and HTTP dates are read against.
 //
 // The rules, dialect by dialect:
 //

@@ -387,6 +387,18 @@ func (p *Pacer) backoff(k int) time.Duration {
 	return lo + time.Duration(p.cfg.Rand(int64(hi-lo)+1))
 }
 
+// Note records an answer that is not the answer to a reserved send (the
+// end of a long stream, say): a refusal pauses key as in Done, and
+// quotas it reports spent are added; quotas with room left are not taken
+// (the answer may be older than others).
+func (p *Pacer) Note(key string, now time.Time, a Answer) Outcome {
+	p.mu.Lock()
+	st := p.state(key, now)
+	st.inflight++ // Done takes it back
+	p.mu.Unlock()
+	return p.Done(Ticket{st: st}, now, a)
+}
+
 // Lost records that t's send got no answer (a transport error): the
 // server may or may not have counted it.
 func (p *Pacer) Lost(t Ticket) {
