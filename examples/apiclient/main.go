@@ -1,15 +1,20 @@
 // Command apiclient is a client of a rate-limited API that respects the
 // server's limits, built on httplimit.Transport. It starts its own API on
-// a loopback port (10 requests a second per API key) and calls it twice:
+// a loopback port (10 requests a second per API key, sending RateLimit and
+// X-RateLimit fields) and calls it three times:
 //
-//  1. A burst of 15 requests with no client-side limit. The server refuses
-//     what exceeds its quota with 429 and Retry-After; the transport pauses
-//     every request until then and retries, so all 15 succeed.
+//  1. A burst of 15 concurrent requests before the client knows anything.
+//     The server refuses what exceeds its quota with 429 and Retry-After;
+//     the transport pauses until then and retries, so all 15 succeed.
 //
-//  2. The client reads the quota the server advertises (RateLimit-Policy:
-//     "api";q=10;w=1), builds a matching limiter per API host
-//     (httplimit.NewKeyedTransport), and sends 15 requests paced by it:
-//     none is refused.
+//  2. 25 requests one after another. Every answer says how many requests
+//     are left and when the quota is back; the transport waits when it is
+//     spent, so the server refuses none.
+//
+//  3. A burst of 15 concurrent requests with WithPolicyShaping, after one
+//     request has told the transport the policy (RateLimit-Policy:
+//     "api";q=10;w=1): the requests are spread 100 ms apart instead of
+//     spent at once, and the server refuses none.
 //
 //     go run ./examples/apiclient
 package main
@@ -22,7 +27,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,32 +62,55 @@ func run() error {
 	ok := burst(&http.Client{Transport: tr}, base, "key-burst", 15)
 	fmt.Printf("  %d/15 succeeded in %v; the server refused %d attempts\n\n", ok, time.Since(start).Round(100*time.Millisecond), refused.Swap(0))
 
-	// 2. Learn the quota from the server and pace requests to it.
-	q, w, err := discoverPolicy(base, "key-paced")
+	// 2. Paced by the server's fields: no 429 at all.
+	tr2, err := httplimit.NewTransport(nil, nil, httplimit.WithRetries(5))
 	if err != nil {
 		return err
 	}
-	fmt.Printf("The server advertises %d requests per %v; pacing to that:\n", q, w)
-	// One bucket per API host, refilling q every w. A client talking to
-	// several APIs keys the transport by host, so that each API's quota
-	// (and each API's 429 pauses) stays its own. This host's bucket starts
-	// with room for only one request, since the probe above already spent
-	// some quota.
-	perHost, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(q, w), q))
-	if err != nil {
-		return err
-	}
-	byHost := func(r *http.Request) (string, bool) { return r.URL.Host, true }
-	host := strings.TrimPrefix(base, "http://")
-	_, _ = perHost.AllowN(context.Background(), host, q-1) // no burst on top of the probe
-	tr2, err := httplimit.NewKeyedTransport(nil, perHost, byHost, httplimit.WithRetries(5))
-	if err != nil {
-		return err
-	}
+	fmt.Println("25 requests in a row, paced by the server's RateLimit fields:")
 	start = time.Now()
-	ok = burst(&http.Client{Transport: tr2}, base, "key-paced", 15)
+	ok = 0
+	for i := range 25 {
+		if get(&http.Client{Transport: tr2}, base, "key-sequence", i+1) {
+			ok++
+		}
+	}
+	fmt.Printf("  %d/25 succeeded in %v; the server refused %d attempts\n\n", ok, time.Since(start).Round(100*time.Millisecond), refused.Swap(0))
+
+	// 3. Spread by the advertised policy. One transport per API host would
+	// be NewKeyedTransport keyed by r.URL.Host, so that each API's quota
+	// and pauses stay its own.
+	tr3, err := httplimit.NewTransport(nil, nil, httplimit.WithRetries(5), httplimit.WithPolicyShaping(true))
+	if err != nil {
+		return err
+	}
+	shaped := &http.Client{Transport: tr3}
+	get(shaped, base, "key-shaped", 0) // learn the policy
+	fmt.Println("Burst of 15 requests with WithPolicyShaping, after one request:")
+	start = time.Now()
+	ok = burst(shaped, base, "key-shaped", 15)
 	fmt.Printf("  %d/15 succeeded in %v; the server refused %d attempts\n", ok, time.Since(start).Round(100*time.Millisecond), refused.Load())
 	return nil
+}
+
+// get sends one request and reports whether it succeeded.
+func get(client *http.Client, base, apiKey string, n int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/quote?n="+strconv.Itoa(n), nil)
+	req.Header.Set(httplimit.HeaderAPIKey, apiKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Println("  error:", err)
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Printf("  %d: gave up with %d\n", n, resp.StatusCode)
+		return false
+	}
+	return true
 }
 
 // burst sends n concurrent requests and reports how many succeeded.
@@ -94,54 +121,13 @@ func burst(client *http.Client, base, apiKey string, n int) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/quote?n="+strconv.Itoa(i+1), nil)
-			req.Header.Set(httplimit.HeaderAPIKey, apiKey)
-			resp, err := client.Do(req)
-			if err != nil {
-				fmt.Println("  error:", err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if get(client, base, apiKey, i+1) {
 				ok.Add(1)
-			} else {
-				fmt.Printf("  %d: gave up with %d\n", i+1, resp.StatusCode)
 			}
 		}()
 	}
 	wg.Wait()
 	return int(ok.Load())
-}
-
-// discoverPolicy makes one request and reads q and w from the server's
-// RateLimit-Policy field.
-func discoverPolicy(base, apiKey string) (int, time.Duration, error) {
-	req, _ := http.NewRequest("GET", base+"/quote", nil)
-	req.Header.Set(httplimit.HeaderAPIKey, apiKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	_ = resp.Body.Close()
-	v := resp.Header.Get(httplimit.HeaderRateLimitPolicy) // "api";q=10;w=1
-	var q, w int
-	for _, param := range strings.Split(v, ";")[1:] {
-		k, val, _ := strings.Cut(strings.TrimSpace(param), "=")
-		n, _ := strconv.Atoi(val)
-		switch k {
-		case "q":
-			q = n
-		case "w":
-			w = n
-		}
-	}
-	if q <= 0 || w <= 0 {
-		return 0, 0, fmt.Errorf("no usable RateLimit-Policy in %q", v)
-	}
-	return q, time.Duration(w) * time.Second, nil
 }
 
 // startAPI serves 10 requests a second per API key on a loopback port and
