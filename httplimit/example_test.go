@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -425,4 +426,107 @@ func ExampleWithIPResolver() {
 	// Output:
 	// health checker via the proxy: 200 200
 	// client forging the header:    200 429
+}
+
+// instantClock is a fake clock on which every wait ends at once, moving
+// the time forward by the wait: the examples below wait seconds in no
+// time.
+type instantClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *instantClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *instantClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.now
+	return ch
+}
+
+// A transport paces itself by the quota the server reports on every
+// answer (here the IETF RateLimit field, 3 requests per 10 s window): it
+// sends what is left, then waits for the announced reset, so the server
+// never has to refuse it.
+func ExampleNewTransport_pacing() {
+	clk := &instantClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	start := clk.Now()
+	var windowEnd time.Time
+	used := 0
+	network := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		now := clk.Now()
+		if !now.Before(windowEnd) {
+			windowEnd, used = now.Add(10*time.Second), 0
+		}
+		used++
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}
+		if used > 3 {
+			resp.StatusCode = http.StatusTooManyRequests
+		}
+		resp.Header.Set("RateLimit-Policy", `"api";q=3;w=10`)
+		resp.Header.Set("RateLimit", fmt.Sprintf(`"api";r=%d;t=%d`, max(3-used, 0), windowEnd.Sub(now)/time.Second))
+		fmt.Printf("t=%v: %d\n", now.Sub(start), resp.StatusCode)
+		return resp, nil
+	})
+	tr, err := httplimit.NewTransport(network, nil, httplimit.WithClock(clk))
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: tr}
+	for range 7 {
+		resp, err := client.Get("http://api.example/items")
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	// Output:
+	// t=0s: 200
+	// t=0s: 200
+	// t=0s: 200
+	// t=10s: 200
+	// t=10s: 200
+	// t=10s: 200
+	// t=20s: 200
+}
+
+// After a 429 that names no pause (no Retry-After, no RateLimit fields),
+// the transport backs the key off with jitter: the k-th such refusal in a
+// row waits a random time between first/2 and min(max, first·2^k), never
+// sending the next request at once.
+func ExampleWithBackoff() {
+	clk := &instantClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	network := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	first, ceiling := time.Second, 4*time.Second
+	count := 0 // refusals so far
+	tr, err := httplimit.NewTransport(network, nil, httplimit.WithClock(clk), httplimit.WithBackoff(first, ceiling),
+		httplimit.WithPauseHook(func(_ *http.Request, _ *http.Response, d time.Duration) {
+			fmt.Println("backing off between 500ms and", min(ceiling, first<<count), d >= first/2 && d <= min(ceiling, first<<count))
+			count++
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: tr}
+	for range 4 {
+		resp, err := client.Get("http://api.example/items")
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	// Output:
+	// backing off between 500ms and 1s true
+	// backing off between 500ms and 2s true
+	// backing off between 500ms and 4s true
+	// backing off between 500ms and 4s true
 }
