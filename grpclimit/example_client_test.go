@@ -128,7 +128,7 @@ func (c *instantClock) After(d time.Duration) <-chan time.Time {
 // the client, so that the example's waits take no time. It sends no
 // rate-limit metadata (NoFields), so the client learns of the limit only
 // from a refusal; with the fields, it would wait before the call instead
-// and never be refused (see the example of NewClient's pacing).
+// and never be refused (see ExampleNewClient_pacing).
 func ExampleMarkRetrySafe() {
 	clk := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	perMinute, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(clk))
@@ -175,4 +175,51 @@ func ExampleMarkRetrySafe() {
 	// second, marked safe: OK
 	// server asked for a pause of 1m0s
 	// third, not marked: ResourceExhausted
+}
+
+// A client paces itself by the rate-limit metadata of the server's answers
+// (this package's server interceptors send it): the server allows 2 calls
+// a minute, and the client, told on the second answer that the quota is
+// spent, waits for the window's end instead of being refused. The clock is
+// fake, shared by both, so the minute takes no time.
+func ExampleNewClient_pacing() {
+	clk := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	start := clk.Now()
+	perMinute, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+	server, err := grpclimit.New([]grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMethod(), Limiter: perMinute}}, grpclimit.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(server.Unary()))
+	grpc_testing.RegisterTestServiceServer(srv, emptyService{})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	client, err := grpclimit.NewClient(nil, grpclimit.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(client.Unary()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	api := grpc_testing.NewTestServiceClient(conn)
+	for range 5 {
+		_, err := api.EmptyCall(context.Background(), &grpc_testing.Empty{})
+		fmt.Printf("t=%v: %v\n", clk.Now().Sub(start), status.Code(err))
+	}
+	// Output:
+	// t=0s: OK
+	// t=0s: OK
+	// t=1m0s: OK
+	// t=1m0s: OK
+	// t=2m0s: OK
 }
