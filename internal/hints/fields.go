@@ -37,6 +37,9 @@ func (h *Hints) readRateLimit(lines []string) {
 	if !dict || limit.bad || remaining.bad || reset.bad || !reset.set {
 		return
 	}
+	if limit.set {
+		h.noteLimit(limit.v)
+	}
 	rem := int64(-1)
 	if remaining.set {
 		rem = remaining.v
@@ -113,6 +116,9 @@ func (h *Hints) readPolicies(lines []string) {
 			case k == "w":
 				w.read(v, hasValue, MaxSeconds)
 			}
+		}
+		if q.set && !q.bad {
+			h.noteLimit(q.v)
 		}
 		if q.bad || w.bad || !q.set || !w.set || q.v == 0 || w.v == 0 {
 			continue

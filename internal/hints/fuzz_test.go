@@ -116,6 +116,7 @@ func FuzzParseWritten(f *testing.F) {
 		if secs >= epochSeconds {
 			want.Items[3].Reset, _ = ResetValue(ts, epoch)
 		}
+		want.Limit = q // draft-07's limit and both policies state it; 0 is no limit
 		if quota > 0 && secs > 0 {
 			want.NPolicies = 2
 			want.Policies[0] = Policy{Quota: q, Window: reset}

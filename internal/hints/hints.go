@@ -24,6 +24,7 @@
 package hints
 
 import (
+	"math"
 	"time"
 )
 
@@ -84,6 +85,11 @@ type Hints struct {
 	RetryAfter time.Duration
 	// HasRetryAfter reports whether the answer has a valid Retry-After.
 	HasRetryAfter bool
+	// Limit is the smallest quota any field of the answer states (a
+	// policy's q, draft-07's limit, RateLimit-Limit, X-RateLimit-Limit),
+	// whether or not it names a window; 0 when none does. It is what a
+	// quota holds once it is reset.
+	Limit int64
 }
 
 // Field names, in Go's canonical case (as textproto.CanonicalMIMEHeaderKey
@@ -101,6 +107,8 @@ const (
 	fieldXResetAfter      = "X-Ratelimit-Reset-After"
 	fieldXHyphenRemaining = "X-Rate-Limit-Remaining"
 	fieldXHyphenReset     = "X-Rate-Limit-Reset"
+	fieldXLimit           = "X-Ratelimit-Limit"
+	fieldXHyphenLimit     = "X-Rate-Limit-Limit"
 	// noField is the name of no field: a dialect without it.
 	noField = ""
 )
@@ -109,7 +117,7 @@ const (
 // lower-case keys (gRPC metadata) can map them once, ahead of time.
 var Fields = [...]string{fieldRetryAfter, fieldRateLimit, fieldRateLimitPolicy, fieldRateLimitLimit,
 	fieldRateLimitRemain, fieldRateLimitReset, fieldXRemaining, fieldXReset, fieldXResetAfter,
-	fieldXHyphenRemaining, fieldXHyphenReset}
+	fieldXHyphenRemaining, fieldXHyphenReset, fieldXLimit, fieldXHyphenLimit}
 
 // Whether the parameters of a single-valued field are cut off before its
 // value is read.
@@ -140,7 +148,8 @@ const (
 //     (draft-08 on) or `Q;w=W` (draft-06 and -07, and the policies older
 //     drafts listed in RateLimit-Limit) with Q > 0 and W > 0 is
 //     Policy{Q, W seconds}; a member without a window (RateLimit-Limit's
-//     leading quota) gives none.
+//     leading quota) gives none, but its quota counts for Limit.
+//   - X-RateLimit-Limit and X-Rate-Limit-Limit (first line): Limit only.
 //   - RateLimit-Remaining and RateLimit-Reset (draft-06, parameters
 //     ignored), X-RateLimit-Remaining with X-RateLimit-Reset and
 //     X-RateLimit-Reset-After, X-Rate-Limit-Remaining with
@@ -171,7 +180,21 @@ func Parse(get func(name string) []string, now time.Time) Hints {
 	h.readPair(get, fieldRateLimitRemain, fieldRateLimitReset, noField, draft6Params, now)
 	h.readPair(get, fieldXRemaining, fieldXReset, fieldXResetAfter, legacyParams, now)
 	h.readPair(get, fieldXHyphenRemaining, fieldXHyphenReset, noField, legacyParams, now)
+	for _, f := range [...]string{fieldXLimit, fieldXHyphenLimit} {
+		if v, st := single(get(f), legacyParams); st == present {
+			if n, ok := uintValue(v, math.MaxInt64); ok {
+				h.noteLimit(n)
+			}
+		}
+	}
 	return h
+}
+
+// noteLimit keeps the smallest positive quota stated.
+func (h *Hints) noteLimit(q int64) {
+	if q > 0 && (h.Limit == 0 || q < h.Limit) {
+		h.Limit = q
+	}
 }
 
 func (h *Hints) addItem(remaining int64, reset time.Duration) {

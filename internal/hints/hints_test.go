@@ -481,3 +481,26 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestParseLimit: Limit is the smallest quota any field states, with or
+// without a window; 0 when none does, or when every one is invalid.
+func TestParseLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kv   []string
+		want int64
+	}{
+		{"none", []string{"RateLimit", `"a";r=1;t=2`}, 0},
+		{"draft-8 policy", []string{"RateLimit-Policy", `"a";q=5;w=3, "b";q=100;w=60`}, 5},
+		{"draft-7 limit", []string{"RateLimit", "limit=7, remaining=1, reset=2"}, 7},
+		{"draft-6 limit without window", []string{"RateLimit-Limit", "9"}, 9},
+		{"x-ratelimit", []string{"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "1", "X-RateLimit-Reset", "10"}, 5000},
+		{"x-rate-limit", []string{"X-Rate-Limit-Limit", "15"}, 15},
+		{"smallest of all", []string{"X-RateLimit-Limit", "50", "RateLimit-Policy", "40;w=1", "RateLimit", "limit=30, reset=1"}, 30},
+		{"zero and garbage ignored", []string{"X-RateLimit-Limit", "0", "RateLimit-Policy", `"a";q=-1;w=1, "b";q=x`, "RateLimit-Limit", "abc"}, 0},
+		{"saturates", []string{"X-RateLimit-Limit", "99999999999999999999999"}, math.MaxInt64},
+	} {
+		h := Parse(header(tc.kv...), epoch)
+		assert.Equal(t, tc.want, h.Limit, tc.name)
+	}
+}
