@@ -76,30 +76,54 @@ type state struct {
 	spacing  time.Duration // from the newest answer that advertised policies
 	refusals int           // refusals in a row without a usable pause
 	inflight int           // sends reserved and not yet answered
-	sent     uint64        // sends reserved so far; a Ticket's seq
-	seen     uint64        // seq of the send whose answer set quotas
+	finished uint64        // sends answered or lost so far
 	gen      uint64        // bumps whenever quotas are replaced or added
+	limit    int64         // the quota a reset restores, from the newest answer stating one; 0: unknown
 	n        int
 	quotas   [hints.MaxItems]quota
 }
 
-// quota is one reported quota: left sends until its reset.
+// quota is one reported quota: left sends until its reset, which was span
+// away when reported.
 type quota struct {
 	left  int64
 	reset time.Time
+	span  time.Duration
 }
 
 // Ticket is one reserved send; pass it to exactly one of Done, Lost or
 // Abort.
 type Ticket struct {
-	st  *state
-	seq uint64
-	gen uint64
-	at  time.Time
+	st       *state
+	finished uint64 // st.finished when the send was reserved; 0 for Note
+	note     bool   // not a send (Note): its answer can only add spent quotas
+	gen      uint64
+	at       time.Time
+}
+
+// roll renews the quotas whose reset has passed: with the limit known,
+// a quota holds the limit again (less the calls in flight, which the new
+// period may count), until one more span from now; without it, the quota
+// is dropped and sends go unbounded until an answer reports again. The
+// next answer replaces the renewed quotas with what the server counted.
+func (st *state) roll(now time.Time) {
+	n := 0
+	for _, q := range st.quotas[:st.n] {
+		if !q.reset.After(now) {
+			if st.limit <= 0 || q.span <= 0 {
+				continue
+			}
+			q.left, q.reset = st.limit-int64(st.inflight), now.Add(q.span)
+		}
+		st.quotas[n] = q
+		n++
+	}
+	st.n = n
 }
 
 // wait returns how long from now the key's next send must wait.
 func (st *state) wait(now time.Time) time.Duration {
+	st.roll(now)
 	at := st.until
 	if st.next.After(at) {
 		at = st.next
@@ -132,20 +156,13 @@ func (st *state) live(now time.Time, backoffCap time.Duration) bool {
 // reserve counts one send at now.
 func (st *state) reserve(now time.Time) Ticket {
 	st.inflight++
-	st.sent++
-	n := 0
-	for _, q := range st.quotas[:st.n] {
-		if q.reset.After(now) {
-			q.left--
-			st.quotas[n] = q
-			n++
-		}
+	for i := range st.quotas[:st.n] {
+		st.quotas[i].left-- // wait rolled them at now
 	}
-	st.n = n
 	if st.spacing > 0 {
 		st.next = now.Add(st.spacing)
 	}
-	return Ticket{st: st, seq: st.sent, gen: st.gen, at: now}
+	return Ticket{st: st, finished: st.finished, gen: st.gen, at: now}
 }
 
 // Left returns how long from now until is: 0 for the zero time or a time
@@ -279,6 +296,12 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 			limit = min(limit, h.RetryAfter)
 		}
 		out.Pause = p.quotas(st, t, now, h, limit)
+		if p.cfg.Shape && h.NPolicies > 0 && !t.note {
+			p.shape(st, t, h)
+		}
+	}
+	if !t.note {
+		st.finished++
 	}
 	if !a.Refused {
 		st.refusals = 0
@@ -300,11 +323,17 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 
 // quotas takes the quotas and policies of h, the answer to t's send, and
 // returns the reset of the longest quota it reports spent; every reset is
-// capped at limit. The
-// answer to the newest send answered so far replaces the key's quotas
-// (when it reports any); an older one can only add quotas it finds spent.
+// capped at limit.
+//
+// The server may have counted, after t's send, any other send that was in
+// flight at some time during t's: those still in flight, and those
+// answered (or lost) since t's send was made. What the answer reports left
+// less those is a floor of what is left now, whatever order the server
+// took them in, and whatever order their answers come back in; so the
+// newest answer replaces the key's quotas, when it reports any. An answer
+// that is not a send's (Note) can only add quotas it finds spent.
 func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit time.Duration) time.Duration {
-	fresh := t.seq > st.seen
+	overlap := int64(st.inflight) + int64(st.finished-t.finished)
 	var got [hints.MaxItems]quota
 	n := 0
 	var spent time.Duration
@@ -316,41 +345,44 @@ func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit
 		if it.Remaining == 0 {
 			spent = max(spent, reset)
 		}
-		// Calls in flight may have been counted before this answer: they
-		// use up what it reports left.
-		left := it.Remaining - int64(st.inflight)
-		if fresh || left <= 0 {
-			got[n] = quota{left: left, reset: now.Add(reset)}
+		left := it.Remaining - overlap
+		if !t.note || left <= 0 {
+			got[n] = quota{left: left, reset: now.Add(reset), span: reset}
 			n++
 		}
 	}
-	switch {
-	case fresh && n > 0:
-		st.seen = t.seq
-		st.quotas, st.n = got, n
-		st.gen++
-	case !fresh && n > 0:
+	if n == 0 {
+		return spent
+	}
+	if h.Limit > 0 {
+		st.limit = h.Limit
+	}
+	if t.note {
 		for _, q := range got[:n] {
 			if st.n < len(st.quotas) {
 				st.quotas[st.n] = q
 				st.n++
 			}
 		}
-		st.gen++
+	} else {
+		st.quotas, st.n = got, n
 	}
-	if fresh && p.cfg.Shape && h.NPolicies > 0 {
-		var sp time.Duration
-		for _, pol := range h.Policies[:h.NPolicies] {
-			if pol.Quota > 0 && pol.Window > 0 {
-				sp = max(sp, ceilDiv(pol.Window, pol.Quota))
-			}
-		}
-		st.spacing = min(sp, p.cfg.MaxPause)
-		if next := t.at.Add(st.spacing); next.After(st.next) {
-			st.next = next
-		}
-	}
+	st.gen++
 	return spent
+}
+
+// shape takes the spacing of the policies h advertises, for t's key.
+func (p *Pacer) shape(st *state, t Ticket, h *hints.Hints) {
+	var sp time.Duration
+	for _, pol := range h.Policies[:h.NPolicies] {
+		if pol.Quota > 0 && pol.Window > 0 {
+			sp = max(sp, ceilDiv(pol.Window, pol.Quota))
+		}
+	}
+	st.spacing = min(sp, p.cfg.MaxPause)
+	if next := t.at.Add(st.spacing); next.After(st.next) {
+		st.next = next
+	}
 }
 
 func ceilDiv(d time.Duration, n int64) time.Duration {
@@ -395,8 +427,9 @@ func (p *Pacer) Note(key string, now time.Time, a Answer) Outcome {
 	p.mu.Lock()
 	st := p.state(key, now)
 	st.inflight++ // Done takes it back
+	t := Ticket{st: st, note: true, finished: st.finished}
 	p.mu.Unlock()
-	return p.Done(Ticket{st: st}, now, a)
+	return p.Done(t, now, a)
 }
 
 // Lost records that t's send got no answer (a transport error): the
@@ -407,6 +440,7 @@ func (p *Pacer) Lost(t Ticket) {
 	}
 	p.mu.Lock()
 	t.st.inflight--
+	t.st.finished++
 	p.mu.Unlock()
 }
 

@@ -118,21 +118,65 @@ func TestInFlightUseUpQuota(t *testing.T) {
 	a, b, c := f.now("k"), f.now("k"), f.now("k")
 	f.done(a, false, answer(item(2, 10*time.Second))) // b and c in flight: 0 left
 	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()))
-	f.done(c, false, answer(item(1, 10*time.Second))) // newest: b in flight, 0 left
+	f.done(c, false, answer(item(1, 10*time.Second))) // b in flight, a answered since c was sent
 	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()))
-	f.done(b, false, answer(item(1, 10*time.Second))) // older than c: adds nothing left
+	f.done(b, false, answer(item(1, 10*time.Second))) // a and c answered since b was sent
 	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()), "an older answer must not free quota")
 }
 
-// TestOlderAnswerAddsSpent: an answer older than the one that set the
-// quotas can still report a quota spent.
-func TestOlderAnswerAddsSpent(t *testing.T) {
+// TestReorderedAnswers: the server counted b before a, and a's answer came
+// back first. b's answer, reporting more left than a's, must not free the
+// one a took after it (a was answered while b was in flight).
+func TestReorderedAnswers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	a, b := f.now("k"), f.now("k")
+	// Server: b (4 left), then a (3 left).
+	f.done(a, false, answer(item(3, 10*time.Second))) // b in flight: 2 left
+	c := f.now("k")                                   // 1 left; server: c (2 left)
+	f.done(b, false, answer(item(4, 10*time.Second))) // c in flight, a answered since: 2 left
+	f.now("k")
+	f.now("k")
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()), "the server has 0 left: a, b, c and two more")
+	f.p.Lost(c)
+}
+
+// TestOlderAnswerReplaces: the newest answer replaces the quotas, whichever
+// send it answers: what it reports left, less the sends that may have been
+// counted after it, is a floor of what is left.
+func TestOlderAnswerReplaces(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testConfig())
 	a, b := f.now("k"), f.now("k")
 	f.done(b, false, answer(item(3, 10*time.Second)))
 	f.done(a, false, answer(item(0, 4*time.Second)))
 	assert.Equal(t, 4*time.Second, f.p.PausedFor("k", f.clk.Now()))
+}
+
+// TestResetRenewsQuota: once a quota's reset has passed, it holds the limit
+// the answers stated again, less the sends in flight (which the new period
+// may count), so that callers released together at the reset do not all
+// go; without a stated limit, sends are unbounded until an answer reports.
+func TestResetRenewsQuota(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	h := answer(item(1, 3*time.Second))
+	h.Limit = 5
+	f.done(f.now("k"), false, h)
+	flying := f.now("k") // the last of the period, in flight at the reset
+	f.clk.Add(3 * time.Second)
+	for range 4 {
+		f.now("k")
+	}
+	assert.Equal(t, 3*time.Second, f.p.PausedFor("k", f.clk.Now()), "5 less the one in flight, then the next period")
+	f.p.Lost(flying)
+
+	g := newFixture(t, testConfig())
+	g.done(g.now("k"), false, answer(item(0, 3*time.Second)))
+	g.clk.Add(3 * time.Second)
+	for range 10 {
+		g.now("k") // no limit stated: nothing to renew
+	}
 }
 
 // TestRefusalPauses: a refusal's positive Retry-After, else its spent
