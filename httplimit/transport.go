@@ -34,7 +34,11 @@ var ErrNoKey = errors.New("ratelimit: no key for the request")
 //   - Every answer (not only refusals) that reports a quota, remaining r
 //     until a reset t, in any of the dialects servers use, bounds the
 //     key's requests: at most r more before the reset, less the requests
-//     still in flight. A key whose quota is spent waits for the reset. The
+//     the server may have counted after the answered one (those in flight,
+//     and those answered since it was sent), whatever order the answers
+//     come back in. A key whose quota is spent waits for the reset; then
+//     the quota holds the limit the server stated again (less the requests
+//     in flight), so that requests released together do not all go. The
 //     dialects: the IETF RateLimit field (draft-08 onward,
 //     `"name";r=0;t=3`, and the renamed a/w parameters), its draft-07
 //     dictionary (`limit=5, remaining=0, reset=3`), the draft-06

@@ -11,8 +11,11 @@
 //     drawn uniformly from [First/2, min(Cap, First·2^k)]. Never at once.
 //   - Every answer, refused or not, that reports quotas (remaining r until
 //     a reset t) bounds the key's sends: at most r more before the reset,
-//     less the calls still in flight (which the server may count before
-//     it answers them). A key whose quota is spent waits for its reset.
+//     less every call the server may have counted after the answered one
+//     (those in flight, and those answered since it was sent). A key whose
+//     quota is spent waits for its reset; at the reset the quota holds the
+//     limit the answers stated again (less the calls in flight), until an
+//     answer reports anew.
 //   - With Config.Shape, an answer that advertises policies (q per w)
 //     spaces the key's sends at least w/q apart (the slowest policy).
 //
