@@ -236,8 +236,12 @@ func clientDemo(ctx context.Context, out io.Writer, clk *clock.Mock, g *greeter,
 	}
 	fmt.Fprintf(out, "the server served %d of key-carol's calls\n", g.servedFor("key-carol"))
 
-	// 2. No local limiter: the client learns from the server's RetryInfo
-	// and holds back every call to the server until the delay has passed.
+	// 2. No local limiter: the client learns from the server's metadata
+	// (and would from a RetryInfo): when an answer says the quota is spent,
+	// it holds back every call to the server until the announced reset.
+	// For a token bucket the server announces when the bucket is full
+	// again, so the client waits the whole minute: never faster than the
+	// server allows, sometimes slower.
 	obey, err := grpclimit.NewClient(nil, grpclimit.WithClock(clk),
 		grpclimit.WithPauseHook(func(_ context.Context, method string, d time.Duration) {
 			fmt.Fprintf(out, "  (pause hook: the server asks to hold calls back for %v after %s)\n", d, method)
@@ -245,12 +249,12 @@ func clientDemo(ctx context.Context, out io.Writer, clk *clock.Mock, g *greeter,
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\n== key-dave (free) through grpclimit.NewClient(nil), which obeys the server's RetryInfo; 5 s deadlines")
+	fmt.Fprintln(out, "\n== key-dave (free) through grpclimit.NewClient(nil), which paces by the server's metadata and RetryInfo; 5 s deadlines")
 	if err := clientCalls(ctx, out, addr, obey, "key-dave", 1, 4); err != nil {
 		return err
 	}
-	clk.Add(30 * time.Second)
-	fmt.Fprintln(out, "(30s later)")
+	clk.Add(time.Minute)
+	fmt.Fprintln(out, "(1m0s later)")
 	if err := clientCalls(ctx, out, addr, obey, "key-dave", 5, 5); err != nil {
 		return err
 	}

@@ -19,8 +19,9 @@ var update = flag.Bool("update", false, "rewrite testdata/output.golden with the
 // key counting down to a ResourceExhausted denial with RetryInfo and
 // QuotaFailure, the pro key's own bucket, the free key admitted again once
 // the announced delay has passed; then a client paced by a local limiter
-// that refuses its third call without sending it, and a client that obeys
-// the server's RetryInfo and does not send a call during the pause. go test
+// that refuses its third call without sending it, and a client that paces
+// by the server's metadata and does not send a call until the announced
+// reset. go test
 // -run TestOutput -update rewrites the file; the facts the README states
 // are checked on their own as well, so that an update cannot lose them
 // unseen.
@@ -36,8 +37,9 @@ func TestOutput(t *testing.T) {
 		`"retryDelay": "30s"`,
 		`"@type": "type.googleapis.com/google.rpc.QuotaFailure"`,
 		`"subject": "limit:per-key"`,
-		"call 3: DeadlineExceeded, not sent: the local limiter's wait outlasts the deadline",
+		"call 3: DeadlineExceeded, not sent: the server's pause outlasts the deadline",
 		"the server served 2 of key-carol's calls",
+		"(pause hook: the server asks to hold calls back for 1m0s after /demo.Greeter/Hello)\ncall 2: OK",
 		"call 4: DeadlineExceeded, not sent: the server's pause outlasts the deadline",
 		"call 5: OK",
 		"the server served 3 of key-dave's calls",
