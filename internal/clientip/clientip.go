@@ -364,7 +364,7 @@ func ForwardedFor(elem string) string {
 // CutTopLevel cuts s around the first sep outside a quoted string (with
 // backslash quoted-pairs inside: RFC 7230 quoted-string, RFC 8941 String),
 // returning the text before and after it; found is false, and before is
-// all of s, when there is none. httplimit's transport splits the RateLimit
+// all of s, when there is none. internal/hints splits the rate-limit
 // fields it reads with it too.
 func CutTopLevel(s string, sep byte) (before, after string, found bool) {
 	quoted := false

@@ -3,6 +3,8 @@ package hints
 import (
 	"math"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/clientip"
 )
 
 // readRateLimit reads the RateLimit field: draft-08 Items and draft-07
@@ -20,8 +22,8 @@ func (h *Hints) readRateLimit(lines []string) {
 		}
 		if isDictMember(m) {
 			dict = true
-			kv, _, _ := cutTop(m, ';') // a member's parameters are ignored
-			k, v, _ := cutTop(kv, '=')
+			kv, _, _ := clientip.CutTopLevel(m, ';') // a member's parameters are ignored
+			k, v, _ := clientip.CutTopLevel(kv, '=')
 			switch trimOWS(k) {
 			case "limit":
 				limit.read(trimOWS(v), true, math.MaxInt64)
@@ -50,14 +52,14 @@ func (h *Hints) readRateLimit(lines []string) {
 // readItem reads a draft-08 (or later) RateLimit Item: a String or Token
 // with r (or a) and t (or w).
 func (h *Hints) readItem(m string) {
-	bare, params, _ := cutTop(m, ';')
+	bare, params, _ := clientip.CutTopLevel(m, ';')
 	if k := bareKind(trimOWS(bare)); k != kindString && k != kindToken {
 		return
 	}
 	var r, a, t, w number
 	for more := true; more; {
 		var p string
-		p, params, more = cutTop(params, ';')
+		p, params, more = clientip.CutTopLevel(params, ';')
 		k, v, hasValue := param(p)
 		switch k {
 		case "r":
@@ -95,7 +97,7 @@ func (h *Hints) readPolicies(lines []string) {
 		if !ok {
 			return
 		}
-		bare, params, _ := cutTop(m, ';')
+		bare, params, _ := clientip.CutTopLevel(m, ';')
 		bare = trimOWS(bare)
 		var q, w number
 		switch bareKind(bare) {
@@ -108,7 +110,7 @@ func (h *Hints) readPolicies(lines []string) {
 		integer := q.set
 		for more := true; more; {
 			var p string
-			p, params, more = cutTop(params, ';')
+			p, params, more = clientip.CutTopLevel(params, ';')
 			k, v, hasValue := param(p)
 			switch {
 			case k == "q" && !integer:
@@ -198,7 +200,7 @@ func single(lines []string, params bool) (string, state) {
 		return "", invalid
 	}
 	if params {
-		v, _, _ = cutTop(v, ';')
+		v, _, _ = clientip.CutTopLevel(v, ';')
 	}
 	if v = trimOWS(v); v == "" {
 		return "", absent
@@ -234,7 +236,7 @@ func (it *members) next() (string, bool) {
 			}
 			it.rest, it.inLine = line, true
 		}
-		m, rest, found := cutTop(it.rest, ',')
+		m, rest, found := clientip.CutTopLevel(it.rest, ',')
 		it.rest = rest
 		it.n++
 		if !found {
@@ -251,7 +253,7 @@ func (it *members) next() (string, bool) {
 // param splits a parameter ("key=value", perhaps with whitespace around
 // its parts) into its key and value; hasValue is false for a key alone.
 func param(p string) (key, value string, hasValue bool) {
-	k, v, ok := cutTop(p, '=')
+	k, v, ok := clientip.CutTopLevel(p, '=')
 	return trimOWS(k), trimOWS(v), ok
 }
 
@@ -274,23 +276,6 @@ func isDictMember(m string) bool {
 		}
 	}
 	return false
-}
-
-// cutTop cuts s around the first sep outside a quoted string (in which a
-// backslash escapes the next byte), as strings.Cut does.
-func cutTop(s string, sep byte) (before, after string, found bool) {
-	quoted := false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case !quoted && c == sep:
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // trimOWS removes the optional whitespace (spaces and tabs) around s.

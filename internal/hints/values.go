@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/clientip"
 )
 
 // Thresholds between the readings of a reset value: below epochSeconds
@@ -101,13 +103,13 @@ func ExhaustedReset(lines []string) (time.Duration, bool) {
 	for _, line := range lines {
 		for rest, more := line, true; more; {
 			var item string
-			item, rest, more = cutTop(rest, ',')
+			item, rest, more = clientip.CutTopLevel(rest, ',')
 			var t time.Duration
 			hasT, exhausted := false, false
-			_, params, hasParams := cutTop(item, ';') // skip the item's value (the policy name)
+			_, params, hasParams := clientip.CutTopLevel(item, ';') // skip the item's value (the policy name)
 			for hasParams {
 				var p string
-				p, params, hasParams = cutTop(params, ';')
+				p, params, hasParams = clientip.CutTopLevel(params, ';')
 				k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
 				if !ok {
 					continue

@@ -2,7 +2,7 @@
 // started on it, so that a test knows when the code under test has begun
 // to wait, and for how long, and can then move time deterministically.
 // It is shared by the tests of the outbound clients (httplimit's
-// transport, grpclimit's client) and of internal/pausemap.
+// transport, grpclimit's client) and of internal/pacer.
 package timerclock
 
 import (
