@@ -24,6 +24,7 @@ package pacer
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -388,8 +389,14 @@ func (p *Pacer) shape(st *state, t Ticket, h *hints.Hints) {
 	}
 }
 
+// ceilDiv returns d/n rounded up, for d >= 0 and n > 0, without
+// overflowing.
 func ceilDiv(d time.Duration, n int64) time.Duration {
-	return time.Duration((int64(d) + n - 1) / n)
+	q := int64(d) / n
+	if int64(d)%n != 0 {
+		q++
+	}
+	return time.Duration(q)
 }
 
 // Named returns the pause a refusal names: a positive Retry-After, else
@@ -419,7 +426,11 @@ func (p *Pacer) backoff(k int) time.Duration {
 	if k < 62 && p.cfg.First <= p.cfg.Cap>>k {
 		hi = p.cfg.First << k
 	}
-	return lo + time.Duration(p.cfg.Rand(int64(hi-lo)+1))
+	n := int64(hi - lo)
+	if n < math.MaxInt64 {
+		n++ // hi itself may be drawn
+	}
+	return lo + time.Duration(p.cfg.Rand(n))
 }
 
 // Note records an answer that is not the answer to a reserved send (the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -433,4 +434,18 @@ func TestConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestExtremeConfigAndPolicies: the largest backoff cap, a first delay of
+// 1ns and policies of huge quotas neither panic nor overflow.
+func TestExtremeConfigAndPolicies(t *testing.T) {
+	t.Parallel()
+	p := New(Config{MaxPause: math.MaxInt64, First: 1, Cap: math.MaxInt64})
+	for k := range 70 {
+		d := p.backoff(k)
+		require.GreaterOrEqual(t, d, time.Duration(0), "k=%d", k)
+	}
+	assert.Equal(t, time.Duration(1), ceilDiv(hints.MaxSeconds*time.Second, math.MaxInt64))
+	assert.Equal(t, 600*time.Millisecond, ceilDiv(3*time.Second, 5))
+	assert.Equal(t, time.Duration(334), ceilDiv(1000, 3))
 }
