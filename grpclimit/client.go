@@ -279,8 +279,7 @@ func (c *Client) ready(cl *outCall) (pacer.Ticket, error) {
 // lift (a message too large, a cost that can never fit). It reports false
 // when the call may not have been answered by the server at all (Canceled,
 // DeadlineExceeded, Unavailable without metadata).
-func (c *Client) answer(h *hints.Hints, err error, header, trailer metadata.MD) (pacer.Answer, bool) {
-	now := c.ts.Time()
+func (c *Client) answer(h *hints.Hints, now time.Time, err error, header, trailer metadata.MD) (pacer.Answer, bool) {
 	if len(header) > 0 || len(trailer) > 0 {
 		*h = hints.Parse(func(name string) []string {
 			k := mdName(name)
@@ -328,16 +327,22 @@ func mdName(name string) string {
 // the call was refused with a RetryInfo.
 func (c *Client) obey(cl *outCall, tk pacer.Ticket, err error, header, trailer metadata.MD) (time.Duration, bool) {
 	var h hints.Hints
-	a, answered := c.answer(&h, err, header, trailer)
+	now := c.ts.Time()
+	a, answered := c.answer(&h, now, err, header, trailer)
 	if !answered {
 		c.pacer.Lost(tk)
 		return 0, false
 	}
-	out := c.pacer.Done(tk, c.ts.Time(), a)
+	out := c.pacer.Done(tk, now, a)
+	c.reportPause(cl, out)
+	return out.Pause, a.Refused
+}
+
+// reportPause tells the pause hook of the pause an answer to cl imposed.
+func (c *Client) reportPause(cl *outCall, out pacer.Outcome) {
 	if out.Pause > 0 && c.onPause != nil {
 		c.onPause(cl.ctx, cl.method, out.Pause)
 	}
-	return out.Pause, a.Refused
 }
 
 // Unary returns the unary client interceptor: it waits for the limiter and
@@ -439,11 +444,9 @@ func (s *clientStream) seen(err error) {
 	if s.obeyed.CompareAndSwap(false, true) {
 		cl := s.cl // scopeKey writes; the stream's goroutines may race here otherwise
 		var h hints.Hints
-		a, _ := s.c.answer(&h, err, nil, nil)
-		out := s.c.pacer.Note(s.c.scopeKey(&cl), s.c.ts.Time(), a)
-		if out.Pause > 0 && s.c.onPause != nil {
-			s.c.onPause(cl.ctx, cl.method, out.Pause)
-		}
+		now := s.c.ts.Time()
+		a, _ := s.c.answer(&h, now, err, nil, nil)
+		s.c.reportPause(&cl, s.c.pacer.Note(s.c.scopeKey(&cl), now, a))
 	}
 }
 
