@@ -81,7 +81,6 @@ type state struct {
 	refusals int           // refusals in a row without a usable pause
 	inflight int           // sends reserved and not yet answered
 	finished uint64        // sends answered or lost so far
-	gen      uint64        // bumps whenever quotas are replaced or added
 	limit    int64         // the quota a reset restores, from the newest answer stating one; 0: unknown
 	n        int
 	quotas   [hints.MaxItems]quota
@@ -95,13 +94,11 @@ type quota struct {
 	span  time.Duration
 }
 
-// Ticket is one reserved send; pass it to exactly one of Done, Lost or
-// Abort.
+// Ticket is one reserved send; pass it to exactly one of Done or Lost.
 type Ticket struct {
 	st       *state
-	finished uint64 // st.finished when the send was reserved; 0 for Note
+	finished uint64 // st.finished when the send was reserved (or the Note made)
 	note     bool   // not a send (Note): its answer can only add spent quotas
-	gen      uint64
 	at       time.Time
 }
 
@@ -166,7 +163,7 @@ func (st *state) reserve(now time.Time) Ticket {
 	if st.spacing > 0 {
 		st.next = now.Add(st.spacing)
 	}
-	return Ticket{st: st, finished: st.finished, gen: st.gen, at: now}
+	return Ticket{st: st, finished: st.finished, at: now}
 }
 
 // Left returns how long from now until is: 0 for the zero time or a time
@@ -371,7 +368,6 @@ func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit
 	} else {
 		st.quotas, st.n = got, n
 	}
-	st.gen++
 	return spent
 }
 
@@ -456,23 +452,6 @@ func (p *Pacer) Lost(t Ticket) {
 	t.st.inflight--
 	t.st.finished++
 	p.mu.Unlock()
-}
-
-// Abort records that t's send was not made after all: the quota it
-// reserved is given back, unless an answer has replaced the quotas since.
-func (p *Pacer) Abort(t Ticket) {
-	if t.st == nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := t.st
-	st.inflight--
-	if st.gen == t.gen {
-		for i := range st.quotas[:st.n] {
-			st.quotas[i].left++
-		}
-	}
 }
 
 // PausedFor returns how long from now a send of key must wait; 0 if it

@@ -293,25 +293,6 @@ func TestShaping(t *testing.T) {
 	off.now("k") // shaping off: no spacing
 }
 
-// TestAbortGivesBack: a send reserved and not made gives its quota back,
-// unless an answer replaced the quotas meanwhile.
-func TestAbortGivesBack(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, testConfig())
-	f.done(f.now("k"), false, answer(item(1, 10*time.Second)))
-	tk := f.now("k")
-	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()))
-	f.p.Abort(tk)
-	assert.Zero(t, f.p.PausedFor("k", f.clk.Now()), "the aborted send's quota is back")
-
-	f.p.Abort(f.now("k"))
-	f.done(f.now("k"), false, answer(item(2, 10*time.Second)))
-	a, b := f.now("k"), f.now("k")
-	f.done(a, false, answer(item(0, 10*time.Second))) // newer than the quota b was charged to
-	f.p.Abort(b)
-	assert.Equal(t, 10*time.Second, f.p.PausedFor("k", f.clk.Now()), "an abort after a newer answer gives nothing back")
-}
-
 // TestLostKeepsCharge: a send that got no answer is not given back.
 func TestLostKeepsCharge(t *testing.T) {
 	t.Parallel()
@@ -427,7 +408,7 @@ func TestConcurrent(t *testing.T) {
 				case 1:
 					f.p.Lost(tk)
 				default:
-					f.p.Abort(tk)
+					f.p.Lost(tk)
 				}
 				_ = f.p.Longest(start)
 			}
