@@ -30,9 +30,11 @@
 //	ratelimit-policy: "api";q=100;w=60
 //	ratelimit: "api";r=42;t=17
 //
-// A denied call carries them too (gRPC sends header metadata before the
-// status), with retry-after, and never reaches the handler. It ends with
-// codes.ResourceExhausted, a message such as
+// t is, on every call, the seconds until the quota resets (the instant of
+// x-ratelimit-reset); when a denied call can succeed is retry-after's to
+// say. A denied call carries the fields too (gRPC sends header metadata
+// before the status), with retry-after, and never reaches the handler. It
+// ends with codes.ResourceExhausted, a message such as
 //
 //	rate limit "api" exceeded, retry in 17 s
 //

@@ -30,9 +30,10 @@
 // calendar quota the length of the period the request falls in, such as
 // 82800 on a day of 23 hours). The window is read from the limiter's
 // policy on each request, so it follows a policy changed while serving. In
-// RateLimit, r is the remaining quota and t the seconds, rounded up, until
-// the quota is full again or, on a denial, until the denied request can
-// succeed.
+// RateLimit, r is the remaining quota and t, on every response, the seconds
+// until the quota resets (a bucket is full, a window ends), rounded up: the
+// instant X-RateLimit-Reset names (they differ by under a second). When a
+// denied request can succeed is Retry-After's to say, never t's.
 //
 // A denied request is answered 429 Too Many Requests with Retry-After in
 // whole seconds, rounded up and never 0 (so a client that waits that long
@@ -44,9 +45,9 @@
 // reduced response (graceful degradation).
 //
 // A request whose cost exceeds a limit's capacity can never succeed
-// (ratelimit.RetryNever). It is answered 429 too, but with no Retry-After
-// and no t parameter, a body without "retryAfter" and with "retryNever":
-// true, so that clients do not retry it; [Denial.Never] reports the case to
+// (ratelimit.RetryNever). It is answered 429 too, but with no Retry-After,
+// a body without "retryAfter" and with "retryNever": true, so that
+// clients do not retry it; [Denial.Never] reports the case to
 // a custom handler, which may prefer 413.
 //
 // Errors from a limiter (Redis down) never reach the client: the limiter's

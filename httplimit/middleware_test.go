@@ -211,7 +211,8 @@ func TestRetryAfterRounding(t *testing.T) {
 }
 
 // TestNever: a cost above the capacity is refused with no Retry-After and
-// a body saying not to retry.
+// a body saying not to retry; its RateLimit field's t says, as on every
+// answer, when the quota resets.
 func TestNever(t *testing.T) {
 	t.Parallel()
 	mock := newMock(t, epoch)
@@ -227,8 +228,8 @@ func TestNever(t *testing.T) {
 	if w.Code != 429 || w.Header().Get(HeaderRetryAfter) != "" {
 		t.Fatalf("cost 6 of 5: status %d Retry-After %q, want 429 and none", w.Code, w.Header().Get(HeaderRetryAfter))
 	}
-	if rl := w.Header().Get(HeaderRateLimit); rl != `"batch";r=5` {
-		t.Errorf("RateLimit = %q, want no t", rl)
+	if rl := w.Header().Get(HeaderRateLimit); rl != `"batch";r=5;t=0` {
+		t.Errorf("RateLimit = %q, want the full bucket's t=0 (when the quota resets, as on every answer)", rl)
 	}
 	var body map[string]any
 	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
