@@ -143,6 +143,9 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 			return nil, configError("grpclimit.Limit.Name must be unique, got %q twice", name)
 		}
 		names[name] = true
+		if isInvalidMethod(l.Key) {
+			return nil, configError("grpclimit.Limit.Key of limit %q matches a method or service that can never match: IsMethod takes \"/pkg.Service/Method\", IsService \"pkg.Service\"", name)
+		}
 		if l.Key != nil && isInvalid(l.Key) {
 			return nil, configError("grpclimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function, an empty metadata name or no keys (KeyByUser, KeyByMetadata, When, FirstOf, Combine)", name)
 		}
