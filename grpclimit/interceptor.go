@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -87,6 +88,7 @@ type Interceptor struct {
 	reportEvery  time.Duration
 	observer     ratelimit.Observer
 	clock        ratelimit.Clock
+	chargeInfra  bool // ChargeHealthAndReflection
 }
 
 // inCall is what the limits decide on: one call, or one message of a
@@ -107,13 +109,14 @@ const DefaultErrorReportInterval = 10 * time.Second
 // nothing among themselves. The options that apply are [WithCost],
 // [WithMessageCost], [WithFields], [WithShadowFields],
 // [WithDeniedHandler], [WithLogger], [WithErrorReportInterval],
-// [WithObserver] and [WithClock].
+// [WithObserver], [WithClock] and [ChargeHealthAndReflection].
 //
 // Exemptions and denylists are settled before any limiter is asked: a call
-// of cost <= 0 is served uncharged unless the [Limit.DeniedKeys] of an
-// enforced limit hold its key; else each limit refuses the keys of its
-// DeniedKeys and lets the keys of its [Limit.ExemptKeys] through
-// uncharged. Denial always beats exemption.
+// of cost <= 0, or to the health or server reflection services (see
+// [ChargeHealthAndReflection]), is served uncharged unless the
+// [Limit.DeniedKeys] of an enforced limit hold its key; else each limit
+// refuses the keys of its DeniedKeys and lets the keys of its
+// [Limit.ExemptKeys] through uncharged. Denial always beats exemption.
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
 // empty, a Limit has no Key (or a key helper given nothing to key by, such
@@ -212,6 +215,20 @@ func (i *Interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	return handler(ctx, req)
 }
 
+// exempt reports whether calls to method are served uncharged: server
+// reflection and health checks, unless ChargeHealthAndReflection.
+func (i *Interceptor) exempt(method string) bool {
+	return !i.chargeInfra && infraMethod(method)
+}
+
+// infraMethod reports whether method belongs to gRPC's server reflection
+// (v1 or v1alpha) or health-checking service.
+func infraMethod(method string) bool {
+	return strings.HasPrefix(method, "/grpc.health.v1.") ||
+		strings.HasPrefix(method, "/grpc.reflection.v1.") ||
+		strings.HasPrefix(method, "/grpc.reflection.v1alpha.")
+}
+
 // Stream returns the stream server interceptor, for grpc.StreamInterceptor
 // or grpc.ChainStreamInterceptor. It charges the creation of each stream
 // like a unary call, in the limits without [Limit.Messages]; with limits
@@ -232,6 +249,15 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if i.msgs == nil {
 		return handler(srv, ss)
 	}
+	if i.exempt(info.FullMethod) {
+		// Exempt messages: the denylists settled once, for the stream.
+		ctx := ss.Context()
+		req := limitset.Request[inCall]{R: inCall{ctx: ctx, method: info.FullMethod}, Ctx: ctx, N: 1, Exempt: true}
+		if l := i.msgs.DecideExempt(&req); l != nil {
+			return i.denyListed(ctx, info.FullMethod, &limitset.Verdict[inCall]{Listed: l}, false)
+		}
+		return handler(srv, ss)
+	}
 	ls := &limitedStream{ServerStream: ss, i: i, method: info.FullMethod}
 	err := handler(srv, ls)
 	ls.setTrailer()
@@ -242,11 +268,11 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 // a stream's creation) in the call limits: nil to serve it, else the error
 // to end it with.
 func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc.ServerStream) error {
-	n := 1
-	if i.cost != nil {
+	n, exempt := 1, i.exempt(method)
+	if i.cost != nil && !exempt {
 		n = i.cost(ctx, method, req)
 	}
-	call := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n}
+	call := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n, Exempt: exempt}
 	var v limitset.Verdict[inCall]
 	switch i.calls.Decide(&call, &v, i.shadowFields, func() []slog.Attr {
 		return []slog.Attr{slog.String("method", method)}

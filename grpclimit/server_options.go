@@ -137,8 +137,9 @@ func WithErrorReportInterval(d time.Duration) Option {
 // has Home [ratelimit.HomeNone], Limit the [Limit]'s Name, N the call's
 // (or message's) cost and Latency 0:
 //
-//   - a call of cost <= 0: one Event per Limit of the set it was exempt
-//     from, with Outcome [ratelimit.OutcomeExempt];
+//   - a call of cost <= 0, or to the health or reflection services
+//     ([ChargeHealthAndReflection]): one Event per Limit of the set it was
+//     exempt from, with Outcome [ratelimit.OutcomeExempt];
 //   - a call whose key a Limit exempts ([Limit.ExemptKeys]): one such
 //     Event, for that Limit;
 //   - a call refused by a denylist ([Limit.DeniedKeys]): Outcome
@@ -155,6 +156,23 @@ func WithObserver(o ratelimit.Observer) Option {
 			return configError("grpclimit.WithObserver: observer is a nil %T", o)
 		}
 		cfg.s.observer = o
+		return nil
+	}}
+}
+
+// ChargeHealthAndReflection makes the server interceptors charge the calls
+// of gRPC's health-checking service (grpc.health.v1) and server reflection
+// (grpc.reflection.v1 and v1alpha) like any other call, and their stream
+// messages in the limits with [Limit.Messages]. Off by default: they are
+// served uncharged, as calls of cost <= 0 are ([WithCost] is not asked
+// about them), so that health checkers and tools such as grpcurl, which
+// sends the caller's metadata on its reflection stream too, spend nobody's
+// quota; the observer ([WithObserver]) sees them as exempt, and the keys
+// of [Limit.DeniedKeys] are still refused. Turn it on for a server whose
+// untrusted clients could flood those services. For [New].
+func ChargeHealthAndReflection(on bool) Option {
+	return option{"ChargeHealthAndReflection", forServer, func(cfg *config) error {
+		cfg.s.chargeInfra = on
 		return nil
 	}}
 }
