@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,14 +29,18 @@ type Limit struct {
 	// charged in this limit. Required.
 	Key KeyFunc
 	// Limiter holds the limit: a *ratelimit.Keyed, a Redis limiter, or any
-	// KeyedLimiter. Required.
+	// KeyedLimiter. Required. Observe it through the interceptors
+	// ([WithObserver]), not with an Observer of its own: [New] refuses
+	// both, which would count each decision twice.
 	//
 	// For tiers (free, pro, ...) use a *ratelimit.Tiered: the interceptor
 	// calls its tier function once per call, with the call's context (where
 	// an authentication interceptor can have stored the plan), and charges
-	// the call in that tier's limiter. An unknown tier is the Tiered's
-	// error: the call is denied and the error reported, never let through
-	// unlimited.
+	// the call in that tier's limiter. An unknown tier is the server's
+	// misconfiguration, not the client's fault: the call ends with
+	// codes.Internal (no RetryInfo), is charged nowhere, and the error is
+	// reported (logged, and observed as [ratelimit.OutcomeError]), never
+	// let through unlimited.
 	Limiter ratelimit.KeyedLimiter
 	// Window is the window reported as w in ratelimit-policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed
@@ -44,11 +49,11 @@ type Limit struct {
 	// omitted.
 	Window time.Duration
 	// Shadow makes the limit report without enforcing: calls are charged
-	// and served even when the limit denies them. The limiter is called
-	// with a context marked as shadow, so that its [ratelimit.Observer]
-	// reports such a denial as [ratelimit.OutcomeShadow]. Use it to roll a
-	// new limit out safely. Shadow limits are consulted only for calls the
-	// enforced limits admit.
+	// and served even when the limit denies them; the interceptors'
+	// observer ([WithObserver]) reports such a denial as
+	// [ratelimit.OutcomeShadow]. Use it to roll a new limit out safely.
+	// Shadow limits are consulted only for calls the enforced limits
+	// admit.
 	Shadow bool
 	// ExemptKeys are keys this limit never charges, such as the API keys
 	// of internal services: a call whose key is one of them passes this
@@ -120,10 +125,12 @@ const DefaultErrorReportInterval = 10 * time.Second
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
 // empty, a Limit has no Key (or a key helper given nothing to key by, such
-// as KeyByUser(nil)) or no Limiter, a negative Window, a name that is not
-// printable ASCII or the name of another Limit ("default" counts as the
-// name of a Limit without one), an ExemptKeys entry that is also in its
-// DeniedKeys, and for an invalid option or one that does not apply to New.
+// as KeyByUser(nil), or a method no call can have) or no Limiter, a
+// negative Window, a name that is not printable ASCII or the name of
+// another Limit ("default" counts as the name of a Limit without one), an
+// ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
+// Observer of its own beside [WithObserver]'s, and for an invalid option
+// or one that does not apply to New.
 func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{fields: AllFields, reportEvery: DefaultErrorReportInterval}
 	if err := applyOptions(&config{to: forServer, s: i}, opts); err != nil {
@@ -289,8 +296,20 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc
 		return i.deny(ctx, method, &v, false)
 	case limitset.Listed:
 		return i.denyListed(ctx, method, &v, false)
+	case limitset.Misconfigured:
+		return misconfiguredError(v.Limit())
 	}
 	return ctxError(ctx)
+}
+
+// misconfiguredError is the status of a call that a limit could not decide
+// because of the server's own configuration (a tier with no limiter):
+// codes.Internal, naming the limit and nothing else (not the tier, not the
+// error), with no RetryInfo and no rate-limit fields: the client did
+// nothing wrong, and waiting would not help it either. The error was
+// reported already.
+func misconfiguredError(limit string) error {
+	return status.Error(codes.Internal, "rate limit "+strconv.Quote(limit)+" is misconfigured on the server")
 }
 
 // setFields sends the rate-limit fields of v, a verdict of the call

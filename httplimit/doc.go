@@ -56,10 +56,10 @@
 // error. The quota fields are then left out (no quota was measured; a
 // fail-closed denial still carries Retry-After), and the error is logged
 // ([WithLogger], default [log/slog.Default]) at most once per limit per
-// [WithErrorReportInterval]. Every decision, errors included, also reaches
-// the limiter's own [ratelimit.Observer]; a limit in shadow mode
-// ([Limit.Shadow]) calls its limiter with a context marked so that the
-// observer reports its denials as [ratelimit.OutcomeShadow].
+// [WithErrorReportInterval], one line per failure. A key whose tier has no
+// limiter is the server's fault: 500, not a denial. [WithObserver] hears
+// every decision of every limit once, under the Limit's name (the one in
+// the fields), [ratelimit.OutcomeShadow] for a shadow limit's denial.
 //
 // A request whose context is done by the time a limiter answers it with an
 // error (the client went away, a deadline passed) is not served: that
