@@ -461,7 +461,8 @@ func (t *Tiered) Allow(ctx context.Context, key string) bool {
 
 // AllowN charges key in its tier's limiter (see [Tiered.Tier]). A key whose
 // tier is unknown, with no default tier, is denied with RetryAfter
-// [RetryNever] and an error wrapping [ErrUnknownTier].
+// [RetryNever] and an error wrapping [ErrUnknownTier]: the configuration's
+// fault, not the request's (see RetryNever).
 func (t *Tiered) AllowN(ctx context.Context, key string, n int) (Decision, error) {
 	_, l, err := t.Tier(ctx, key)
 	if err != nil {
