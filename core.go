@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/errs"
-	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
@@ -186,7 +185,7 @@ func (c *core[S, A]) allowNObserved(n int) Decision {
 	d := c.decideAt(now, n, consume)
 	ctx := context.Background()
 	e := Event{Limit: c.name, Algorithm: c.algo, Home: HomeMemory, N: n, Decision: d}
-	e.Outcome, e.Err = outcome(ctx, n, d, nil)
+	e.Outcome, e.Err = outcome(n, d, nil)
 	e.Latency = c.ts.Since(now, mark)
 	c.obs.Observe(ctx, e)
 	return d
@@ -196,7 +195,7 @@ func (c *core[S, A]) allowNObserved(n int) Decision {
 // events for an Observer, and returns the error the Event carries: err, or
 // for an n that can never be admitted (AllowN's RetryNever denial, which
 // returns no error) the sentinel WaitN would return.
-func outcome(ctx context.Context, n int, d Decision, err error) (Outcome, error) {
+func outcome(n int, d Decision, err error) (Outcome, error) {
 	switch {
 	case d.Allowed:
 		return OutcomeAllowed, err
@@ -204,8 +203,6 @@ func outcome(ctx context.Context, n int, d Decision, err error) (Outcome, error)
 		return OutcomeError, err
 	case d.RetryAfter == RetryNever:
 		return OutcomeError, invalidN(n, int64(d.Limit))
-	case observe.IsShadow(ctx):
-		return OutcomeShadow, nil
 	}
 	return OutcomeDenied, nil
 }

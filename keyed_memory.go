@@ -269,7 +269,7 @@ func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latenc
 		ctx = context.Background()
 	}
 	e := Event{Limit: k.name, Algorithm: k.cur.Load().policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Latency: latency}
-	e.Outcome, e.Err = outcome(ctx, n, d, err)
+	e.Outcome, e.Err = outcome(n, d, err)
 	k.obs.Observe(ctx, e)
 }
 

@@ -125,7 +125,12 @@ var (
 
 // RetryNever is the RetryAfter of a [Decision] for a request that can never
 // be admitted: n is greater than the limiter's capacity or limit, or n <= 0.
-// Callers should treat it as "do not retry" rather than as a duration.
+// Callers should treat it as "do not retry" rather than as a duration. It
+// also comes, with an error, from a limiter that cannot decide because of
+// its own configuration ([ErrUnknownTier], [ErrInvalidConfig]): that is no
+// fault of the request, so check the error first (the servers of packages
+// httplimit and grpclimit answer it as their own failure, 500 or
+// Internal, never as "do not retry").
 const RetryNever = time.Duration(math.MaxInt64)
 
 // Decision is the outcome of one AllowN call (or, from Peek, of one that

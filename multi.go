@@ -70,7 +70,7 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 	for i, d := range dims {
 		if nilLimiter(d.Limiter) {
 			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
-				configError("ratelimit.AllowAll dims[%d].Limiter (%q) must not be nil, got %v", i, d.Name, d.Limiter)
+				errs.AtDimension(i, false, configError("ratelimit.AllowAll dims[%d].Limiter (%q) must not be nil, got %v", i, d.Name, d.Limiter))
 		}
 	}
 	if allKeyed(dims) {
@@ -79,7 +79,7 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 	var buf [8]Dimension
 	resolved, ok, err := resolveKeyed(ctx, dims, &buf)
 	if err != nil {
-		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: len(resolved)}, err
+		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: len(resolved)}, errs.AtDimension(len(resolved), false, err)
 	}
 	if ok {
 		return allowAllKeyed(ctx, n, resolved)
@@ -272,7 +272,7 @@ func decideAllLocked(n int, dims []Dimension, gens []*generation, ds []Decision,
 		if !ds[i].Allowed {
 			denied = true
 			if err != nil && first == nil {
-				first = err
+				first = errs.AtDimension(i, false, err)
 			}
 		}
 	}
@@ -292,7 +292,7 @@ func decideAllLocked(n int, dims []Dimension, gens []*generation, ds []Decision,
 			for j := i - 1; j >= 0; j-- {
 				gens[j].store.refundLocked(nows[j], dims[j].Key, int64(n))
 			}
-			return MultiDecision{Decision: ds[i], Index: i}, err
+			return MultiDecision{Decision: ds[i], Index: i}, errs.AtDimension(i, false, err)
 		}
 	}
 	best := mostRestrictive(ds)
@@ -315,7 +315,7 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 	var dsBuf [8]Decision
 	var chargedBuf [8]bool
 	ds, charged := bufFor(&dsBuf, len(dims)), bufFor(&chargedBuf, len(dims))
-	var errs error // from dimensions admitted by a failure policy
+	var joined error // from dimensions admitted by a failure policy
 	denied := false
 	for i, d := range dims {
 		var (
@@ -329,7 +329,7 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 			charged[i] = dec.Allowed
 		}
 		ds[i] = dec
-		errs = errors.Join(errs, err)
+		joined = errors.Join(joined, errs.AtDimension(i, dec.Allowed, err))
 		if !dec.Allowed {
 			denied = true
 		}
@@ -339,12 +339,12 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 		rctx := context.WithoutCancel(ctx)
 		for j := len(dims) - 1; j >= 0; j-- {
 			if charged[j] {
-				errs = errors.Join(errs, dims[j].Limiter.RefundN(rctx, dims[j].Key, n))
+				joined = errors.Join(joined, errs.AtDimension(j, true, dims[j].Limiter.RefundN(rctx, dims[j].Key, n)))
 			}
 		}
 	}
 	best := mostRestrictive(ds)
-	return MultiDecision{Decision: ds[best], Index: best}, errs
+	return MultiDecision{Decision: ds[best], Index: best}, joined
 }
 
 // Tiered is a [KeyedLimiter] that charges each key in the limiter of its
@@ -461,7 +461,8 @@ func (t *Tiered) Allow(ctx context.Context, key string) bool {
 
 // AllowN charges key in its tier's limiter (see [Tiered.Tier]). A key whose
 // tier is unknown, with no default tier, is denied with RetryAfter
-// [RetryNever] and an error wrapping [ErrUnknownTier].
+// [RetryNever] and an error wrapping [ErrUnknownTier]: the configuration's
+// fault, not the request's (see RetryNever).
 func (t *Tiered) AllowN(ctx context.Context, key string, n int) (Decision, error) {
 	_, l, err := t.Tier(ctx, key)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
@@ -11,6 +12,15 @@ import (
 // them, time them or log them (package otellimit turns them into
 // OpenTelemetry metrics). Give one to a limiter with [WithObserver]; the
 // Redis limiters of package redislimit take one too.
+//
+// Each decision is reported once, by whoever takes it: a limiter you call
+// yourself reports to its own Observer, under its own name ([WithName]);
+// the limits a server serves (package httplimit's middleware, grpclimit's
+// interceptors) are reported by the server's Observer, under the limit's
+// name, with what only the server knows (shadow mode, exemptions,
+// denylists). A limiter given to such a server with an Observer of its own
+// beside the server's would have its decisions counted twice: the server
+// refuses it.
 //
 // Observe is called synchronously, once per decision, after the decision is
 // made and outside the limiter's locks, so it must be fast and safe for
@@ -29,7 +39,10 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
 // Event is one decision, as an [Observer] sees it.
 type Event struct {
-	// Limit is the limiter's name, from WithName; "" when it has none.
+	// Limit is the limiter's name, from WithName; "" when it has none. In
+	// the Events of a server's Observer (packages httplimit, grpclimit),
+	// it is the name of the server's limit, which its rate-limit fields
+	// carry too.
 	Limit string
 	// Algorithm is the limiter's algorithm.
 	Algorithm Algorithm
@@ -61,7 +74,8 @@ type Home uint8
 // The homes.
 const (
 	// HomeNone: no limiter decided, such as for a request package
-	// httplimit let through as exempt.
+	// httplimit let through as exempt, or the limiter is a KeyedLimiter of
+	// the caller's own, whose home the server cannot tell.
 	HomeNone Home = 0
 	// HomeMemory is a single in-memory limiter, such as a *TokenBucket.
 	HomeMemory Home = iota
@@ -96,7 +110,9 @@ const (
 	// OutcomeDenied: the limit refused the events.
 	OutcomeDenied
 	// OutcomeShadow: the limit refused the events, but it runs in shadow
-	// mode (package httplimit), so the request was served anyway.
+	// mode, so the request was served anyway. Only the server running the
+	// limit reports it (packages httplimit, grpclimit); the limiter itself
+	// reports the denial it made, OutcomeDenied.
 	OutcomeShadow
 	// OutcomeError: the request was refused with an error before the limit
 	// could decide, such as too many keys, a done context, an n that can
@@ -156,4 +172,31 @@ func WithName(name string) Option {
 		opts.given |= optName
 		opts.name = name
 	})
+}
+
+// init tells the servers of package httplimit and grpclimit how to label
+// the decisions of the keyed limiters of this package, and whether one of
+// them reports to an Observer of its own (see [Observer]).
+func init() {
+	observe.Register(describe)
+}
+
+// describe is the observe.Info of a *Keyed or *Tiered limiter.
+func describe(l any) (observe.Info, bool) {
+	switch v := l.(type) {
+	case *Keyed:
+		return observe.Info{Home: uint8(HomeKeyed), Observed: v.obs != nil}, v != nil
+	case *Tiered:
+		if v == nil {
+			return observe.Info{}, false
+		}
+		var info observe.Info // a tier's home is its own: none here
+		for _, tier := range v.tiers {
+			ti := observe.Describe(tier)
+			info.Observed = info.Observed || ti.Observed
+			info.Logs = info.Logs || ti.Logs
+		}
+		return info, true
+	}
+	return observe.Info{}, false
 }

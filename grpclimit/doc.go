@@ -30,9 +30,11 @@
 //	ratelimit-policy: "api";q=100;w=60
 //	ratelimit: "api";r=42;t=17
 //
-// A denied call carries them too (gRPC sends header metadata before the
-// status), with retry-after, and never reaches the handler. It ends with
-// codes.ResourceExhausted, a message such as
+// t is, on every call, the seconds until the quota resets (the instant of
+// x-ratelimit-reset); when a denied call can succeed is retry-after's to
+// say. A denied call carries the fields too (gRPC sends header metadata
+// before the status), with retry-after, and never reaches the handler. It
+// ends with codes.ResourceExhausted, a message such as
 //
 //	rate limit "api" exceeded, retry in 17 s
 //
@@ -58,19 +60,18 @@
 // and the QuotaFailure are then left out (no quota was measured; a
 // fail-closed denial still carries RetryInfo and retry-after), and the
 // error is logged ([WithLogger], default [log/slog.Default]) at most once
-// per limit per [WithErrorReportInterval]. A call whose context ends
-// before the limiters answer (the client went away, a deadline passed)
-// ends with codes.Canceled or codes.DeadlineExceeded: its error is the
-// caller's, not the backend's, so no failure policy admits it and nothing
-// is reported.
+// per limit per [WithErrorReportInterval], one line per failure. A key
+// whose tier has no limiter is the server's fault: codes.Internal, not a
+// denial. A call whose context ends before the limiters answer ends with
+// codes.Canceled or codes.DeadlineExceeded: its error is the caller's, not
+// the backend's, so no failure policy admits it and nothing is reported.
 //
 // [Limit.ExemptKeys] let keys through uncharged; [Limit.DeniedKeys] refuse
 // them with codes.PermissionDenied, "request denied", no details and no
 // fields ([ErrDenied]); denial beats exemption. A limit in shadow mode
-// ([Limit.Shadow]) charges and reports without enforcing: its limiter's
-// [ratelimit.Observer] sees its denials as [ratelimit.OutcomeShadow], and
-// the call is served. [WithObserver] reports what the interceptor decides
-// without a limiter (exemptions, denylists).
+// ([Limit.Shadow]) charges and reports without enforcing, and the call is
+// served. [WithObserver] hears every decision of every limit once, under
+// the Limit's name, [ratelimit.OutcomeShadow] for a shadow limit's denial.
 //
 // # Client IP
 //

@@ -3,6 +3,8 @@ package grpclimit
 import (
 	"context"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -27,14 +29,18 @@ type Limit struct {
 	// charged in this limit. Required.
 	Key KeyFunc
 	// Limiter holds the limit: a *ratelimit.Keyed, a Redis limiter, or any
-	// KeyedLimiter. Required.
+	// KeyedLimiter. Required. Observe it through the interceptors
+	// ([WithObserver]), not with an Observer of its own: [New] refuses
+	// both, which would count each decision twice.
 	//
 	// For tiers (free, pro, ...) use a *ratelimit.Tiered: the interceptor
 	// calls its tier function once per call, with the call's context (where
 	// an authentication interceptor can have stored the plan), and charges
-	// the call in that tier's limiter. An unknown tier is the Tiered's
-	// error: the call is denied and the error reported, never let through
-	// unlimited.
+	// the call in that tier's limiter. An unknown tier is the server's
+	// misconfiguration, not the client's fault: the call ends with
+	// codes.Internal (no RetryInfo), is charged nowhere, and the error is
+	// reported (logged, and observed as [ratelimit.OutcomeError]), never
+	// let through unlimited.
 	Limiter ratelimit.KeyedLimiter
 	// Window is the window reported as w in ratelimit-policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed
@@ -43,11 +49,11 @@ type Limit struct {
 	// omitted.
 	Window time.Duration
 	// Shadow makes the limit report without enforcing: calls are charged
-	// and served even when the limit denies them. The limiter is called
-	// with a context marked as shadow, so that its [ratelimit.Observer]
-	// reports such a denial as [ratelimit.OutcomeShadow]. Use it to roll a
-	// new limit out safely. Shadow limits are consulted only for calls the
-	// enforced limits admit.
+	// and served even when the limit denies them; the interceptors'
+	// observer ([WithObserver]) reports such a denial as
+	// [ratelimit.OutcomeShadow]. Use it to roll a new limit out safely.
+	// Shadow limits are consulted only for calls the enforced limits
+	// admit.
 	Shadow bool
 	// ExemptKeys are keys this limit never charges, such as the API keys
 	// of internal services: a call whose key is one of them passes this
@@ -87,6 +93,7 @@ type Interceptor struct {
 	reportEvery  time.Duration
 	observer     ratelimit.Observer
 	clock        ratelimit.Clock
+	chargeInfra  bool // ChargeHealthAndReflection
 }
 
 // inCall is what the limits decide on: one call, or one message of a
@@ -107,20 +114,23 @@ const DefaultErrorReportInterval = 10 * time.Second
 // nothing among themselves. The options that apply are [WithCost],
 // [WithMessageCost], [WithFields], [WithShadowFields],
 // [WithDeniedHandler], [WithLogger], [WithErrorReportInterval],
-// [WithObserver] and [WithClock].
+// [WithObserver], [WithClock] and [ChargeHealthAndReflection].
 //
 // Exemptions and denylists are settled before any limiter is asked: a call
-// of cost <= 0 is served uncharged unless the [Limit.DeniedKeys] of an
-// enforced limit hold its key; else each limit refuses the keys of its
-// DeniedKeys and lets the keys of its [Limit.ExemptKeys] through
-// uncharged. Denial always beats exemption.
+// of cost <= 0, or to the health or server reflection services (see
+// [ChargeHealthAndReflection]), is served uncharged unless the
+// [Limit.DeniedKeys] of an enforced limit hold its key; else each limit
+// refuses the keys of its DeniedKeys and lets the keys of its
+// [Limit.ExemptKeys] through uncharged. Denial always beats exemption.
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
 // empty, a Limit has no Key (or a key helper given nothing to key by, such
-// as KeyByUser(nil)) or no Limiter, a negative Window, a name that is not
-// printable ASCII or the name of another Limit ("default" counts as the
-// name of a Limit without one), an ExemptKeys entry that is also in its
-// DeniedKeys, and for an invalid option or one that does not apply to New.
+// as KeyByUser(nil), or a method no call can have) or no Limiter, a
+// negative Window, a name that is not printable ASCII or the name of
+// another Limit ("default" counts as the name of a Limit without one), an
+// ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
+// Observer of its own beside [WithObserver]'s, and for an invalid option
+// or one that does not apply to New.
 func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{fields: AllFields, reportEvery: DefaultErrorReportInterval}
 	if err := applyOptions(&config{to: forServer, s: i}, opts); err != nil {
@@ -143,6 +153,9 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 			return nil, configError("grpclimit.Limit.Name must be unique, got %q twice", name)
 		}
 		names[name] = true
+		if isInvalidMethod(l.Key) {
+			return nil, configError("grpclimit.Limit.Key of limit %q matches a method or service that can never match: IsMethod takes \"/pkg.Service/Method\", IsService \"pkg.Service\"", name)
+		}
 		if l.Key != nil && isInvalid(l.Key) {
 			return nil, configError("grpclimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function, an empty metadata name or no keys (KeyByUser, KeyByMetadata, When, FirstOf, Combine)", name)
 		}
@@ -209,6 +222,20 @@ func (i *Interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	return handler(ctx, req)
 }
 
+// exempt reports whether calls to method are served uncharged: server
+// reflection and health checks, unless ChargeHealthAndReflection.
+func (i *Interceptor) exempt(method string) bool {
+	return !i.chargeInfra && infraMethod(method)
+}
+
+// infraMethod reports whether method belongs to gRPC's server reflection
+// (v1 or v1alpha) or health-checking service.
+func infraMethod(method string) bool {
+	return strings.HasPrefix(method, "/grpc.health.v1.") ||
+		strings.HasPrefix(method, "/grpc.reflection.v1.") ||
+		strings.HasPrefix(method, "/grpc.reflection.v1alpha.")
+}
+
 // Stream returns the stream server interceptor, for grpc.StreamInterceptor
 // or grpc.ChainStreamInterceptor. It charges the creation of each stream
 // like a unary call, in the limits without [Limit.Messages]; with limits
@@ -229,6 +256,15 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if i.msgs == nil {
 		return handler(srv, ss)
 	}
+	if i.exempt(info.FullMethod) {
+		// Exempt messages: the denylists settled once, for the stream.
+		ctx := ss.Context()
+		req := limitset.Request[inCall]{R: inCall{ctx: ctx, method: info.FullMethod}, Ctx: ctx, N: 1, Exempt: true}
+		if l := i.msgs.DecideExempt(&req); l != nil {
+			return i.denyListed(ctx, info.FullMethod, &limitset.Verdict[inCall]{Listed: l}, false)
+		}
+		return handler(srv, ss)
+	}
 	ls := &limitedStream{ServerStream: ss, i: i, method: info.FullMethod}
 	err := handler(srv, ls)
 	ls.setTrailer()
@@ -239,11 +275,11 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 // a stream's creation) in the call limits: nil to serve it, else the error
 // to end it with.
 func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc.ServerStream) error {
-	n := 1
-	if i.cost != nil {
+	n, exempt := 1, i.exempt(method)
+	if i.cost != nil && !exempt {
 		n = i.cost(ctx, method, req)
 	}
-	call := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n}
+	call := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n, Exempt: exempt}
 	var v limitset.Verdict[inCall]
 	switch i.calls.Decide(&call, &v, i.shadowFields, func() []slog.Attr {
 		return []slog.Attr{slog.String("method", method)}
@@ -260,8 +296,20 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc
 		return i.deny(ctx, method, &v, false)
 	case limitset.Listed:
 		return i.denyListed(ctx, method, &v, false)
+	case limitset.Misconfigured:
+		return misconfiguredError(v.Limit())
 	}
 	return ctxError(ctx)
+}
+
+// misconfiguredError is the status of a call that a limit could not decide
+// because of the server's own configuration (a tier with no limiter):
+// codes.Internal, naming the limit and nothing else (not the tier, not the
+// error), with no RetryInfo and no rate-limit fields: the client did
+// nothing wrong, and waiting would not help it either. The error was
+// reported already.
+func misconfiguredError(limit string) error {
+	return status.Error(codes.Internal, "rate limit "+strconv.Quote(limit)+" is misconfigured on the server")
 }
 
 // setFields sends the rate-limit fields of v, a verdict of the call

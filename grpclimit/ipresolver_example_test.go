@@ -10,8 +10,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -55,7 +54,7 @@ func ExampleNewIPResolver() {
 		log.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(show, ic.Unary()))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	testgrpc.RegisterTestServiceServer(srv, exampleService{})
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 
@@ -64,7 +63,7 @@ func ExampleNewIPResolver() {
 		log.Fatal(err)
 	}
 	defer conn.Close()
-	client := healthpb.NewHealthClient(conn)
+	client := testgrpc.NewTestServiceClient(conn)
 
 	for _, xff := range []string{
 		"198.51.100.9",                    // a client, through one proxy
@@ -77,7 +76,7 @@ func ExampleNewIPResolver() {
 		if xff != "" {
 			ctx = metadata.AppendToOutgoingContext(ctx, "x-forwarded-for", xff)
 		}
-		_, _ = client.Check(ctx, &healthpb.HealthCheckRequest{})
+		_, _ = client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 	}
 	// Output:
 	// 198.51.100.9       OK

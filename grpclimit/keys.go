@@ -99,8 +99,11 @@ func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
 // When applies key only to calls for which match reports true, such as
 // [IsMethod]("/pkg.Auth/Login").
 func When(match func(ctx context.Context, method string) bool, key KeyFunc) KeyFunc {
+	if match != nil && reflect.ValueOf(match).Pointer() == invalidMatchPC {
+		return invalidMethodKey
+	}
 	if match == nil || isInvalid(key) {
-		return invalidKey
+		return invalidOf(key)
 	}
 	return func(ctx context.Context, method string) (string, bool) {
 		if !match(ctx, method) {
@@ -111,17 +114,28 @@ func When(match func(ctx context.Context, method string) bool, key KeyFunc) KeyF
 }
 
 // IsMethod reports whether a call is to the method fullMethod, written as
-// gRPC names it: "/pkg.Service/Method". It allocates nothing.
+// gRPC names it: "/pkg.Service/Method". It allocates nothing. A name no
+// call can have (not of the form "/service/method") is a configuration
+// error that [New] reports (through [When], [FirstOf] and [Combine]).
 func IsMethod(fullMethod string) func(ctx context.Context, method string) bool {
+	if svc, ok := serviceOf(fullMethod); !ok || !strings.HasPrefix(fullMethod, "/") || strings.Contains(svc, "/") ||
+		len(fullMethod) == len(svc)+2 {
+		return invalidMatch
+	}
 	return func(_ context.Context, method string) bool {
 		return method == fullMethod
 	}
 }
 
 // IsService reports whether a call is to a method of service, such as
-// "pkg.Service" (a leading "/" is ignored). It allocates nothing.
+// "pkg.Service" (a leading "/" is ignored). It allocates nothing. An empty
+// name, or one holding a "/", is a configuration error that [New] reports
+// (through [When], [FirstOf] and [Combine]).
 func IsService(service string) func(ctx context.Context, method string) bool {
 	service = strings.TrimPrefix(service, "/")
+	if service == "" || strings.Contains(service, "/") {
+		return invalidMatch
+	}
 	return func(_ context.Context, method string) bool {
 		s, ok := serviceOf(method)
 		return ok && s == service
@@ -132,7 +146,7 @@ func IsService(service string) func(ctx context.Context, method string) bool {
 // API key if there is one and else the peer address.
 func FirstOf(keys ...KeyFunc) KeyFunc {
 	if anyInvalid(keys) {
-		return invalidKey
+		return invalidOf(keys...)
 	}
 	keys = append([]KeyFunc(nil), keys...)
 	return func(ctx context.Context, method string) (string, bool) {
@@ -152,7 +166,7 @@ func FirstOf(keys ...KeyFunc) KeyFunc {
 // same keys as httplimit's Combine).
 func Combine(keys ...KeyFunc) KeyFunc {
 	if anyInvalid(keys) {
-		return invalidKey
+		return invalidOf(keys...)
 	}
 	keys = append([]KeyFunc(nil), keys...)
 	return func(ctx context.Context, method string) (string, bool) {
@@ -177,11 +191,43 @@ func Combine(keys ...KeyFunc) KeyFunc {
 // let through uncharged.
 func invalidKey(context.Context, string) (string, bool) { return "", true }
 
-var invalidKeyPC = reflect.ValueOf(invalidKey).Pointer()
+// invalidMatch is what IsMethod and IsService return for a name no call
+// can have: it matches every call (charged, never let through), and When
+// turns it into invalidMethodKey, which New names.
+func invalidMatch(context.Context, string) bool { return true }
 
-// isInvalid reports whether k is nil or [invalidKey].
+// invalidMethodKey is invalidKey for a method or service no call can have.
+func invalidMethodKey(context.Context, string) (string, bool) { return "", true }
+
+var (
+	invalidKeyPC       = reflect.ValueOf(invalidKey).Pointer()
+	invalidMethodKeyPC = reflect.ValueOf(invalidMethodKey).Pointer()
+	invalidMatchPC     = reflect.ValueOf(invalidMatch).Pointer()
+)
+
+// isInvalid reports whether k is nil, [invalidKey] or [invalidMethodKey].
 func isInvalid(k KeyFunc) bool {
-	return k == nil || reflect.ValueOf(k).Pointer() == invalidKeyPC
+	if k == nil {
+		return true
+	}
+	pc := reflect.ValueOf(k).Pointer()
+	return pc == invalidKeyPC || pc == invalidMethodKeyPC
+}
+
+// isInvalidMethod reports whether k is [invalidMethodKey].
+func isInvalidMethod(k KeyFunc) bool {
+	return k != nil && reflect.ValueOf(k).Pointer() == invalidMethodKeyPC
+}
+
+// invalidOf returns the invalid key a helper built of keys passes up:
+// invalidMethodKey when one of keys is, else invalidKey.
+func invalidOf(keys ...KeyFunc) KeyFunc {
+	for _, k := range keys {
+		if isInvalidMethod(k) {
+			return invalidMethodKey
+		}
+	}
+	return invalidKey
 }
 
 // anyInvalid reports whether keys is empty or holds an invalid KeyFunc.

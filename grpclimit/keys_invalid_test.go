@@ -75,3 +75,38 @@ func TestClientRefusesTypedNilAndInvalidKeys(t *testing.T) {
 	require.Error(t, err, "NewKeyedClient(KeyByUser(nil))")
 	assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
 }
+
+// TestInvalidMethodsRefused: a method or service name no call can have (gRPC
+// names every method "/service/method") used to make a limit that never
+// applied, silently. New refuses it, naming the problem.
+func TestInvalidMethodsRefused(t *testing.T) {
+	t.Parallel()
+	method := grpclimit.KeyByMethod()
+	for name, k := range map[string]grpclimit.KeyFunc{
+		`IsMethod("")`:                 grpclimit.When(grpclimit.IsMethod(""), method),
+		`IsMethod("pkg.Svc/M")`:        grpclimit.When(grpclimit.IsMethod("pkg.Svc/M"), method),
+		`IsMethod("/pkg.Svc/")`:        grpclimit.When(grpclimit.IsMethod("/pkg.Svc/"), method),
+		`IsMethod("//M")`:              grpclimit.When(grpclimit.IsMethod("//M"), method),
+		`IsMethod("/pkg.Svc")`:         grpclimit.When(grpclimit.IsMethod("/pkg.Svc"), method),
+		`IsMethod("/a/b/c")`:           grpclimit.When(grpclimit.IsMethod("/a/b/c"), method),
+		`IsService("")`:                grpclimit.When(grpclimit.IsService(""), method),
+		`IsService("pkg.Svc/M")`:       grpclimit.When(grpclimit.IsService("pkg.Svc/M"), method),
+		`FirstOf(When(IsService("")))`: grpclimit.FirstOf(grpclimit.When(grpclimit.IsService("/"), method)),
+	} {
+		_, err := grpclimit.New([]grpclimit.Limit{{Name: "login", Key: k, Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(epoch))}})
+		require.Error(t, err, name)
+		assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
+		assert.Contains(t, err.Error(), `grpclimit.Limit.Key of limit "login"`, name)
+		assert.Contains(t, err.Error(), "never match", "%s: %v", name, err)
+	}
+	for name, k := range map[string]grpclimit.KeyFunc{
+		"IsMethod":          grpclimit.When(grpclimit.IsMethod(mUnary), method),
+		"IsService":         grpclimit.When(grpclimit.IsService(mService), method),
+		"IsService(/svc)":   grpclimit.When(grpclimit.IsService("/"+mService), method),
+		"IsMethod(no pkg)":  grpclimit.When(grpclimit.IsMethod("/Svc/M"), method),
+		"IsService(no pkg)": grpclimit.When(grpclimit.IsService("Svc"), method),
+	} {
+		_, err := grpclimit.New([]grpclimit.Limit{{Name: "login", Key: k, Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(epoch))}})
+		assert.NoError(t, err, name)
+	}
+}

@@ -21,7 +21,8 @@ const (
 	// "name";q=<quota>;w=<window seconds>.
 	MetadataRateLimitPolicy = "ratelimit-policy"
 	// MetadataRateLimit is the IETF service limit field:
-	// "name";r=<remaining>;t=<seconds>.
+	// "name";r=<remaining>;t=<seconds until the quota resets>, on admitted
+	// and denied calls alike (see the package documentation).
 	MetadataRateLimit = "ratelimit"
 	// MetadataRetryAfter carries, on a denial that can be retried, the
 	// delay in whole seconds (the RetryInfo delay).

@@ -109,11 +109,14 @@ func WithDeniedHandler(h func(ctx context.Context, d Denial) error) Option {
 // the limiter's Decision says, since limiters carry their own failure
 // policy. The interceptors report at most once per limit per
 // [WithErrorReportInterval], at level Error, with the message "ratelimit:
-// limiter error" and these attributes: "limit", "error", "suppressed" (how
-// many errors of the limit went unreported since the previous report),
-// "method" (the full method name) and, for a stream message, "message"
-// (true). Reports never hold the key or the peer's address. A call whose
-// own context ended is not reported. For [New].
+// limiter error" and these attributes: "limit" (the limit whose limiter
+// answered the error), "error", "suppressed" (how many errors of the limit
+// went unreported since the previous report), "method" (the full method
+// name) and, for a stream message, "message" (true). Reports never hold
+// the key or the peer's address. A call whose own context ended is not
+// reported. One failure is one line: a limiter that logs its errors
+// itself (a Redis limiter given redislimit.WithLogger) is left to do so.
+// For [New].
 func WithLogger(l *slog.Logger) Option {
 	return option{"WithLogger", forServer, func(cfg *config) error {
 		cfg.s.logger = report.To(l)
@@ -131,14 +134,37 @@ func WithErrorReportInterval(d time.Duration) Option {
 	}}
 }
 
-// WithObserver makes the server interceptors report to o the decisions
-// they take without asking a limiter (the limiters report their own
-// decisions to their own observers, [ratelimit.WithObserver]). Each Event
-// has Home [ratelimit.HomeNone], Limit the [Limit]'s Name, N the call's
-// (or message's) cost and Latency 0:
+// WithObserver makes the server interceptors report to o every decision
+// they take for their limits, each once, with Limit the [Limit]'s Name
+// (the name its rate-limit fields carry; the limiter's own name,
+// [ratelimit.WithName], plays no part) and N the cost of the call (or
+// stream message). A decision a limiter took has the limiter's (or its
+// tier's) Home and Algorithm, as the limiter would report them, and
+// Latency the time the limiters took to decide (with several limits, all
+// of them):
 //
-//   - a call of cost <= 0: one Event per Limit of the set it was exempt
-//     from, with Outcome [ratelimit.OutcomeExempt];
+//   - a call the enforced limits admit: one Event per enforced Limit that
+//     applied, Outcome [ratelimit.OutcomeAllowed], or
+//     [ratelimit.OutcomeFallback] when the limiter's failure policy
+//     decided (its store failed; Err says why);
+//   - a call they refuse: one Event for the Limit that refused it
+//     ([ratelimit.OutcomeDenied], OutcomeFallback, or
+//     [ratelimit.OutcomeError] for a cost above the quota or a key cap),
+//     and one for each other Limit whose limiter answered an error;
+//   - a Limit whose tier has no limiter (the server's misconfiguration):
+//     Outcome [ratelimit.OutcomeError], Err the error;
+//   - each shadow Limit consulted: one Event, Outcome
+//     [ratelimit.OutcomeShadow] for its denial.
+//
+// Stream messages are reported as calls are, in the [Limit.Messages]
+// limits. The Decision of an Event is the Limit's own when the
+// interceptors know it (one enforced Limit, the one the fields report,
+// shadow Limits), else only its Allowed. The interceptors' own decisions,
+// with Home [ratelimit.HomeNone] and Latency 0:
+//
+//   - a call of cost <= 0, or to the health or reflection services
+//     ([ChargeHealthAndReflection]): one Event per Limit of the set it was
+//     exempt from, with Outcome [ratelimit.OutcomeExempt];
 //   - a call whose key a Limit exempts ([Limit.ExemptKeys]): one such
 //     Event, for that Limit;
 //   - a call refused by a denylist ([Limit.DeniedKeys]): Outcome
@@ -147,14 +173,32 @@ func WithErrorReportInterval(d time.Duration) Option {
 //     with Outcome [ratelimit.OutcomeShadow], when the enforced limits
 //     admit the call.
 //
-// A nil o reports nothing (the default); a typed nil is an error. For
-// [New].
+// A limiter given to the interceptors with an Observer of its own would
+// have each decision counted twice: [New] refuses it. A nil o reports
+// nothing (the default); a typed nil is an error. For [New].
 func WithObserver(o ratelimit.Observer) Option {
 	return option{"WithObserver", forServer, func(cfg *config) error {
 		if o != nil && typednil.Is(o) {
 			return configError("grpclimit.WithObserver: observer is a nil %T", o)
 		}
 		cfg.s.observer = o
+		return nil
+	}}
+}
+
+// ChargeHealthAndReflection makes the server interceptors charge the calls
+// of gRPC's health-checking service (grpc.health.v1) and server reflection
+// (grpc.reflection.v1 and v1alpha) like any other call, and their stream
+// messages in the limits with [Limit.Messages]. Off by default: they are
+// served uncharged, as calls of cost <= 0 are ([WithCost] is not asked
+// about them), so that health checkers and tools such as grpcurl, which
+// sends the caller's metadata on its reflection stream too, spend nobody's
+// quota; the observer ([WithObserver]) sees them as exempt, and the keys
+// of [Limit.DeniedKeys] are still refused. Turn it on for a server whose
+// untrusted clients could flood those services. For [New].
+func ChargeHealthAndReflection(on bool) Option {
+	return option{"ChargeHealthAndReflection", forServer, func(cfg *config) error {
+		cfg.s.chargeInfra = on
 		return nil
 	}}
 }

@@ -293,13 +293,16 @@ func TestTiers(t *testing.T) {
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Equal(t, `"plan";q=2;w=60`, fieldsOf(md).policy)
 	assert.Equal(t, int64(6), tierCalls.Load(), "the tier function runs once per call")
-	// An unknown tier is denied, never served unlimited, and its error is
-	// not sent.
+	// An unknown tier is the server's misconfiguration: Internal, not a
+	// denial the client caused (no RetryInfo, no QuotaFailure), never
+	// served unlimited, and its error is not sent.
 	_, err = call("x1", "gold")
 	st, d := decode(t, err)
-	assert.Equal(t, codes.ResourceExhausted, st.Code())
+	assert.Equal(t, codes.Internal, st.Code())
 	assert.NotContains(t, st.Message(), "tier")
+	assert.NotContains(t, st.Message(), "gold")
 	assert.Nil(t, d.quota)
+	assert.Nil(t, d.retry)
 	assert.Equal(t, int64(5), svc.served.Load())
 }
 
@@ -333,18 +336,20 @@ func (l *eventLog) outcomes() map[string][]ratelimit.Outcome {
 }
 
 // TestShadowMode: a shadow limit charges and reports, but every call is
-// served and its fields are the enforced limit's.
+// served and its fields are the enforced limit's. The interceptor's
+// observer hears every decision under the limit's name (not the
+// limiter's) and the shadow limit's denials as OutcomeShadow.
 func TestShadowMode(t *testing.T) {
 	t.Parallel()
 	mock := newMock(epoch)
 	var obs eventLog
-	live := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock, ratelimit.WithName("live"), ratelimit.WithObserver(&obs))
-	trial := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock, ratelimit.WithName("trial"), ratelimit.WithObserver(&obs))
+	live := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock, ratelimit.WithName("live-limiter"))
+	trial := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{
 		{Name: "live", Key: grpclimit.KeyByMethod(), Limiter: live},
 		{Name: "trial", Key: grpclimit.KeyByMethod(), Limiter: trial, Shadow: true},
-	}, grpclimit.WithClock(mock)))
+	}, grpclimit.WithClock(mock), grpclimit.WithObserver(&obs)))
 	for i := 0; i < 4; i++ {
 		md, err := unary(t, c, "")
 		require.NoError(t, err, "call %d", i+1)
@@ -354,6 +359,7 @@ func TestShadowMode(t *testing.T) {
 	o := obs.outcomes()
 	assert.Equal(t, []ratelimit.Outcome{ratelimit.OutcomeAllowed, ratelimit.OutcomeAllowed, ratelimit.OutcomeShadow, ratelimit.OutcomeShadow}, o["trial"])
 	assert.Len(t, o["live"], 4)
+	assert.Len(t, o, 2, "one name per limit: %v", o)
 
 	// With shadow fields the trial limit shows when most restrictive, with
 	// no retry-after: the call is served.

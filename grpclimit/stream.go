@@ -64,6 +64,8 @@ func (s *limitedStream) admit(m any) error {
 		return i.deny(ctx, method, &v, true)
 	case limitset.Listed:
 		return i.denyListed(ctx, method, &v, true)
+	case limitset.Misconfigured:
+		return misconfiguredError(v.Limit())
 	}
 	return ctxError(ctx)
 }

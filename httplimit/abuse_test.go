@@ -604,11 +604,15 @@ func FuzzRateLimitFields(f *testing.F) {
 		if !limitset.ValidName(name) || limit < 0 || remaining < 0 {
 			return
 		}
-		// Round trip: what the middleware writes, the transport reads.
+		// Round trip: what the middleware writes, the transport reads. t is
+		// the time until the quota resets (at or after a denial's
+		// RetryAfter), on admissions and denials alike.
 		dec := ratelimit.Decision{Allowed: remaining > 0, Limit: limit, Remaining: remaining}
+		retry := time.Duration(retryMillis%(1<<40)) * time.Millisecond
+		dec.ResetAfter = retry.Abs() + time.Second
 		if !dec.Allowed {
 			dec.Remaining = 0
-			dec.RetryAfter = time.Duration(retryMillis%(1<<40)) * time.Millisecond
+			dec.RetryAfter = retry
 			if dec.RetryAfter < 0 {
 				dec.RetryAfter = ratelimit.RetryNever
 			}
@@ -617,12 +621,12 @@ func FuzzRateLimitFields(f *testing.F) {
 		limitset.WriteDecision(h, &limitset.HTTPNames, limitset.AllFields, dec, name, 0, epoch.UnixNano())
 		d, ok := ParseRateLimitReset(h.Values(HeaderRateLimit))
 		switch {
-		case dec.Allowed || dec.RetryAfter == ratelimit.RetryNever:
+		case dec.Allowed:
 			if ok {
 				t.Fatalf("%v: RateLimit %q read as a pause of %v", dec, h.Get(HeaderRateLimit), d)
 			}
-		default:
-			want := time.Duration(RetryAfterSeconds(dec)) * time.Second
+		default: // spent (r=0): wait for the reset, denied for good or not
+			want := min((dec.ResetAfter + time.Second - 1).Truncate(time.Second), maxPauseDur) // rounded up
 			if !ok || d != want {
 				t.Fatalf("%v: RateLimit %q read as %v, %v; want %v", dec, h.Get(HeaderRateLimit), d, ok, want)
 			}

@@ -76,6 +76,18 @@ func BenchmarkMiddleware(b *testing.B) {
 				{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)},
 			}).Handler(bare)
 		}},
+		// Every decision reported to an observer, under the limit's name.
+		// Compare with ip.
+		{"ip-observed", func(b *testing.B) http.Handler {
+			obs := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {})
+			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}}, WithObserver(obs)).Handler(bare)
+		}},
+		{"ip+shadow", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{
+				{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)},
+				{Name: "trial", Key: KeyByIP(), Limiter: benchLimiter(b), Shadow: true},
+			}).Handler(bare)
+		}},
 	}
 	for _, c := range cases {
 		h := c.h(b)
@@ -148,12 +160,12 @@ func TestMiddlewareAllocs(t *testing.T) {
 			{Name: "key", Key: KeyByAPIKey(), Limiter: fixedLimiter{}},
 			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
 		}, NoHeaders, 1}, // ratelimit.AllowAll's own []Decision; the middleware adds none
-		// A shadow limit costs the context marking its limiter's calls as
-		// shadow (observe.WithShadow), and nothing more.
+		// A shadow limit costs nothing more: no context marks its
+		// limiter's calls any more (the middleware labels them itself).
 		{"ip+shadow-noheaders", []Limit{
 			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
 			{Name: "trial", Key: KeyByIP(), Limiter: fixedLimiter{}, Shadow: true},
-		}, NoHeaders, 1},
+		}, NoHeaders, 0},
 	} {
 		h := newMW(t, c.limits, WithHeaders(c.set), WithLogger(nil)).Handler(bare)
 		w := &discardWriter{h: make(http.Header)}

@@ -30,9 +30,10 @@
 // calendar quota the length of the period the request falls in, such as
 // 82800 on a day of 23 hours). The window is read from the limiter's
 // policy on each request, so it follows a policy changed while serving. In
-// RateLimit, r is the remaining quota and t the seconds, rounded up, until
-// the quota is full again or, on a denial, until the denied request can
-// succeed.
+// RateLimit, r is the remaining quota and t, on every response, the seconds
+// until the quota resets (a bucket is full, a window ends), rounded up: the
+// instant X-RateLimit-Reset names (they differ by under a second). When a
+// denied request can succeed is Retry-After's to say, never t's.
 //
 // A denied request is answered 429 Too Many Requests with Retry-After in
 // whole seconds, rounded up and never 0 (so a client that waits that long
@@ -44,9 +45,9 @@
 // reduced response (graceful degradation).
 //
 // A request whose cost exceeds a limit's capacity can never succeed
-// (ratelimit.RetryNever). It is answered 429 too, but with no Retry-After
-// and no t parameter, a body without "retryAfter" and with "retryNever":
-// true, so that clients do not retry it; [Denial.Never] reports the case to
+// (ratelimit.RetryNever). It is answered 429 too, but with no Retry-After,
+// a body without "retryAfter" and with "retryNever": true, so that
+// clients do not retry it; [Denial.Never] reports the case to
 // a custom handler, which may prefer 413.
 //
 // Errors from a limiter (Redis down) never reach the client: the limiter's
@@ -55,10 +56,10 @@
 // error. The quota fields are then left out (no quota was measured; a
 // fail-closed denial still carries Retry-After), and the error is logged
 // ([WithLogger], default [log/slog.Default]) at most once per limit per
-// [WithErrorReportInterval]. Every decision, errors included, also reaches
-// the limiter's own [ratelimit.Observer]; a limit in shadow mode
-// ([Limit.Shadow]) calls its limiter with a context marked so that the
-// observer reports its denials as [ratelimit.OutcomeShadow].
+// [WithErrorReportInterval], one line per failure. A key whose tier has no
+// limiter is the server's fault: 500, not a denial. [WithObserver] hears
+// every decision of every limit once, under the Limit's name (the one in
+// the fields), [ratelimit.OutcomeShadow] for a shadow limit's denial.
 //
 // A request whose context is done by the time a limiter answers it with an
 // error (the client went away, a deadline passed) is not served: that

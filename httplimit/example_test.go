@@ -344,7 +344,8 @@ func ExampleDecisionFrom() {
 // checkers of the internal network are never limited, the billing
 // service's API key is exempt from the per-key limit, and a leaked key is
 // refused with 403 whatever its quota. The middleware's observer sees
-// each exemption and denial (the limiter's own observer sees the rest).
+// every decision of the limit, exemptions and denials included, each
+// under the limit's name.
 func Example_exemptions() {
 	mock := clock.NewMock()
 	mock.Set(time.Unix(1767225600, 0).Add(15 * time.Second))
@@ -386,7 +387,9 @@ func Example_exemptions() {
 	// 10.1.2.3:4711    customer        200
 	//     observed: limit "api" exempt (<nil>)
 	// 203.0.113.7:80   billing-service 200
+	//     observed: limit "api" allowed (<nil>)
 	// 203.0.113.7:80   customer        200 "api";r=0;t=45
+	//     observed: limit "api" denied (<nil>)
 	// 203.0.113.7:80   customer        429 "api";r=0;t=45
 	//     observed: limit "api" denied (ratelimit: request denied by a denylist)
 	// 203.0.113.7:80   leaked-key      403

@@ -87,12 +87,32 @@ func DeniedPrefixes(prefixes ...netip.Prefix) Option {
 	}}
 }
 
-// WithObserver makes the middleware report to o the decisions it takes
-// without asking a limiter (the limiters report their own decisions to
-// their own observers, [ratelimit.WithObserver]). Each Event has Home
-// [ratelimit.HomeNone], Limit the [Limit]'s Name, Algorithm that of the
-// limiter's policy (0 when it has none to tell, or is a
-// [ratelimit.Tiered]), N the request's cost and Latency 0:
+// WithObserver makes the middleware report to o every decision it takes
+// for its limits, each once, with Limit the [Limit]'s Name (the name its
+// rate-limit fields carry; the limiter's own name, [ratelimit.WithName],
+// plays no part), N the request's cost. A decision a limiter took has the
+// limiter's (or its tier's) Home and Algorithm, as the limiter would
+// report them, and Latency the time the limiters took to decide the
+// request (with several limits, all of them):
+//
+//   - a request the enforced limits admit: one Event per enforced Limit
+//     that applied, Outcome [ratelimit.OutcomeAllowed], or
+//     [ratelimit.OutcomeFallback] when the limiter's failure policy
+//     decided (its store failed; Err says why);
+//   - a request they refuse: one Event for the Limit that refused it
+//     ([ratelimit.OutcomeDenied], OutcomeFallback, or
+//     [ratelimit.OutcomeError] for a cost above the quota or a key cap),
+//     and one for each other Limit whose limiter answered an error;
+//   - a Limit whose tier has no limiter (the server's misconfiguration):
+//     Outcome [ratelimit.OutcomeError], Err the error;
+//   - each shadow Limit consulted: one Event, Outcome
+//     [ratelimit.OutcomeShadow] for its denial.
+//
+// The Decision of an Event is the Limit's own when the middleware knows it
+// (one enforced Limit, the one the fields report, shadow Limits), else
+// only its Allowed. The middleware's own decisions, with Home
+// [ratelimit.HomeNone], Algorithm that of the limiter's policy (0 when it
+// has none to tell, or is a [ratelimit.Tiered]) and Latency 0:
 //
 //   - a request exempt from every limit (an [ExemptNetworks] client, an
 //     [Override] with Exempt, a cost <= 0): one Event per Limit of the
@@ -109,8 +129,9 @@ func DeniedPrefixes(prefixes ...netip.Prefix) Option {
 //     with Outcome [ratelimit.OutcomeShadow], when the enforced limits
 //     admit the request (as shadow limits are consulted only then).
 //
-// A nil o reports nothing (the default); a typed nil is an error. For
-// [New].
+// A limiter given to the middleware with an Observer of its own would
+// have each decision counted twice: [New] refuses it. A nil o reports
+// nothing (the default); a typed nil is an error. For [New].
 func WithObserver(o ratelimit.Observer) Option {
 	return option{"WithObserver", forMiddleware, func(cfg *config) error {
 		if o != nil && typednil.Is(o) {

@@ -22,7 +22,8 @@ const (
 	// "name";q=<quota>;w=<window seconds>.
 	HeaderRateLimitPolicy = "RateLimit-Policy"
 	// HeaderRateLimit is the IETF service limit field:
-	// "name";r=<remaining>;t=<seconds>.
+	// "name";r=<remaining>;t=<seconds until the quota resets>, on every
+	// response (see the package documentation).
 	HeaderRateLimit = "RateLimit"
 	// HeaderRetryAfter is the standard Retry-After field, in delay-seconds.
 	HeaderRetryAfter = "Retry-After"

@@ -70,21 +70,24 @@ func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
 	}
 }
 
-// KeyByRoute keys requests by their route: the pattern that
-// [http.ServeMux] matched (r.Pattern, such as "POST /login", from Go 1.23
-// on), or else the method and path ("POST /login"; HEAD requests are keyed
-// as GET, since the mux serves them with the GET handler and they share its
-// quota). The
-// pattern is set only when the middleware runs inside the mux, that is
-// when it wraps the handlers registered on it; a middleware wrapping the
-// whole mux should use [KeyByMuxRoute].
+// KeyByRoute keys requests by their route: the method and path the
+// middleware sees ("POST /login"; HEAD requests are keyed as GET, since
+// the mux serves them with the GET handler and they share its quota), or,
+// when the middleware runs inside an [http.ServeMux] (wrapping the
+// handlers registered on it) and the mux matched an exact pattern such as
+// "GET /items/{id}", that pattern (r.Pattern, from Go 1.23 on), so that
+// /items/1 and /items/2 share a quota. A subtree pattern ("/", "/static/",
+// "/files/{path...}") names a prefix, not a route, and is what an outer
+// mux routing a prefix to a sub-router sets: requests it matched are keyed
+// by method and path, as without a mux. To key by the patterns of a mux
+// the middleware wraps, use [KeyByMuxRoute].
 //
 // Keying by raw path gives each distinct URL its own key; the limiter's key
 // cap ([ratelimit.WithMaxKeys]) bounds the memory that costs.
 func KeyByRoute() KeyFunc {
 	return func(r *http.Request) (string, bool) {
-		if routePattern(r) != "" {
-			return routePattern(r), true
+		if p := routePattern(r); p != "" && !subtreePattern(p) {
+			return p, true
 		}
 		method := r.Method
 		if method == http.MethodHead {
@@ -94,18 +97,23 @@ func KeyByRoute() KeyFunc {
 	}
 }
 
-// KeyByMuxRoute keys requests by the pattern mux would route them to, for
-// a middleware that wraps the whole mux (and so runs before the mux sets
-// r.Pattern). Requests the mux has no pattern for are keyed "" (one shared
-// key for all of them).
+// subtreePattern reports whether the ServeMux pattern p matches a whole
+// subtree of paths: it ends in "/" or in a "{name...}" wildcard.
+func subtreePattern(p string) bool {
+	return strings.HasSuffix(p, "/") || strings.HasSuffix(p, "...}")
+}
+
+// KeyByMuxRoute keys requests by the pattern mux routes them to, as
+// registered (such as "GET /items/{id}"), asking mux for every request
+// (r.Pattern is whatever mux ran last, such as an outer mux's "/"), so it
+// works wherever the middleware sits: around mux, inside it, or behind an
+// outer mux or [http.StripPrefix] that hands mux the request. Requests
+// mux has no pattern for are keyed "" (one shared key for all of them).
 func KeyByMuxRoute(mux *http.ServeMux) KeyFunc {
 	if mux == nil {
 		return invalidKey
 	}
 	return func(r *http.Request) (string, bool) {
-		if routePattern(r) != "" {
-			return routePattern(r), true
-		}
 		_, pattern := mux.Handler(r)
 		return pattern, true
 	}
@@ -114,8 +122,11 @@ func KeyByMuxRoute(mux *http.ServeMux) KeyFunc {
 // When applies key only to requests for which match reports true, such as
 // [IsRoute]("POST /login").
 func When(match func(r *http.Request) bool, key KeyFunc) KeyFunc {
+	if match != nil && reflect.ValueOf(match).Pointer() == invalidRouteMatchPC {
+		return invalidRouteKey
+	}
 	if match == nil || reflect.ValueOf(match).Pointer() == invalidMatchPC || isInvalid(key) {
-		return invalidKey
+		return invalidOf(key)
 	}
 	return func(r *http.Request) (string, bool) {
 		if !match(r) {
@@ -126,25 +137,31 @@ func When(match func(r *http.Request) bool, key KeyFunc) KeyFunc {
 }
 
 // IsRoute reports whether a request is for route, written like a
-// ServeMux pattern without wildcards: "POST /login", "GET /report" or
-// "/health". It compares route with r.Pattern when the mux has set it.
-// Otherwise it matches as [http.ServeMux] would route the request: a GET
+// ServeMux pattern without wildcards or host: "POST /login", "GET /report"
+// or "/health". It matches the method and path the middleware sees
+// (r.URL.Path, after any [http.StripPrefix] in front of it), as
+// [http.ServeMux] would route them, wherever the middleware sits: a GET
 // route matches HEAD requests too (the mux serves HEAD with the GET
 // handler), a route without a method matches every method, and a path
-// ending in "/" matches the whole subtree below it. Without the mux it
-// cannot see that a more specific pattern would take a request first, so
-// such requests are matched too (charged, never let through); for an exact
-// answer use [IsMuxRoute]. It allocates nothing.
+// ending in "/" matches the whole subtree below it. It never reads
+// r.Pattern, which is whatever mux ran last (an outer mux routing "/" to a
+// sub-router sets "/"). It cannot see that a more specific pattern of the
+// service's mux would take a request first, so such requests are matched
+// too (charged, never let through); for an exact answer, and for patterns
+// with wildcards, use [IsMuxRoute]. It allocates nothing.
+//
+// A route it could never match is a configuration error that [New]
+// reports (through [When], [FirstOf] and [Combine]): one without a path
+// starting with "/", with a host, with wildcards, with a method in lower
+// case (methods are case-sensitive, and clients send "POST"), or that
+// ServeMux would refuse.
 func IsRoute(route string) func(r *http.Request) bool {
-	method, path, hasMethod := strings.Cut(route, " ")
-	if !hasMethod {
-		method, path = "", route
+	method, path, ok := parseRoute(route)
+	if !ok {
+		return invalidRouteMatch
 	}
 	subtree := strings.HasSuffix(path, "/")
 	return func(r *http.Request) bool {
-		if routePattern(r) != "" {
-			return routePattern(r) == route
-		}
 		if method != "" && r.Method != method && (method != http.MethodGet || r.Method != http.MethodHead) {
 			return false
 		}
@@ -155,19 +172,54 @@ func IsRoute(route string) func(r *http.Request) bool {
 	}
 }
 
+// parseRoute splits an [IsRoute] route into its method ("" for any) and
+// path, and reports whether IsRoute can match it.
+func parseRoute(route string) (method, path string, ok bool) {
+	if route != strings.TrimSpace(route) || !validMuxPattern(route) {
+		return "", "", false
+	}
+	path = route
+	if i := strings.IndexAny(route, " \t"); i >= 0 {
+		method, path = route[:i], strings.TrimLeft(route[i+1:], " \t")
+		if strings.ToUpper(method) != method {
+			return "", "", false
+		}
+	}
+	if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, "{}") {
+		return "", "", false
+	}
+	return method, path, true
+}
+
+// validMuxPattern reports whether [http.ServeMux] accepts pattern (it
+// panics on a pattern it cannot parse).
+func validMuxPattern(pattern string) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	http.NewServeMux().Handle(pattern, http.NotFoundHandler())
+	return true
+}
+
 // IsMuxRoute reports whether mux routes a request to the pattern route,
-// exactly as registered (such as "GET /report" or "GET /items/{id}"), for
-// a middleware that wraps the whole mux. It asks mux, so HEAD requests
-// served by a GET pattern, subtrees and precedence all count as the mux
-// decides.
+// exactly as registered (such as "GET /report" or "GET /items/{id}"). It
+// asks mux for every request (r.Pattern is whatever mux ran last, such as
+// an outer mux's "/"), so HEAD requests served by a GET pattern, subtrees
+// and precedence all count as mux decides, wherever the middleware sits:
+// around mux, inside it, or behind an outer mux or [http.StripPrefix] that
+// hands mux the request. A route that ServeMux would refuse to register
+// is a configuration error that [New] reports (through [When], [FirstOf]
+// and [Combine]).
 func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
 	if mux == nil {
 		return invalidMatch
 	}
+	if !validMuxPattern(route) {
+		return invalidRouteMatch
+	}
 	return func(r *http.Request) bool {
-		if routePattern(r) != "" {
-			return routePattern(r) == route
-		}
 		_, pattern := mux.Handler(r)
 		return pattern == route
 	}
@@ -177,7 +229,7 @@ func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
 // the API key if there is one and else the client address.
 func FirstOf(keys ...KeyFunc) KeyFunc {
 	if anyInvalid(keys) {
-		return invalidKey
+		return invalidOf(keys...)
 	}
 	keys = append([]KeyFunc(nil), keys...)
 	return func(r *http.Request) (string, bool) {
@@ -196,7 +248,7 @@ func FirstOf(keys ...KeyFunc) KeyFunc {
 // part is escaped with '\', so distinct combinations never share a key.
 func Combine(keys ...KeyFunc) KeyFunc {
 	if anyInvalid(keys) {
-		return invalidKey
+		return invalidOf(keys...)
 	}
 	keys = append([]KeyFunc(nil), keys...)
 	return func(r *http.Request) (string, bool) {
@@ -225,14 +277,42 @@ func invalidKey(*http.Request) (string, bool) { return "", true }
 // request (charged, never let through), and When turns it into invalidKey.
 func invalidMatch(*http.Request) bool { return true }
 
+// invalidRouteKey and invalidRouteMatch are invalidKey and invalidMatch
+// for a route that IsRoute or IsMuxRoute could never match, so that New
+// names the problem.
+func invalidRouteKey(*http.Request) (string, bool) { return "", true }
+func invalidRouteMatch(*http.Request) bool         { return true }
+
 var (
-	invalidKeyPC   = reflect.ValueOf(invalidKey).Pointer()
-	invalidMatchPC = reflect.ValueOf(invalidMatch).Pointer()
+	invalidKeyPC        = reflect.ValueOf(invalidKey).Pointer()
+	invalidRouteKeyPC   = reflect.ValueOf(invalidRouteKey).Pointer()
+	invalidMatchPC      = reflect.ValueOf(invalidMatch).Pointer()
+	invalidRouteMatchPC = reflect.ValueOf(invalidRouteMatch).Pointer()
 )
 
-// isInvalid reports whether k is nil or [invalidKey].
+// isInvalid reports whether k is nil, [invalidKey] or [invalidRouteKey].
 func isInvalid(k KeyFunc) bool {
-	return k == nil || reflect.ValueOf(k).Pointer() == invalidKeyPC
+	if k == nil {
+		return true
+	}
+	pc := reflect.ValueOf(k).Pointer()
+	return pc == invalidKeyPC || pc == invalidRouteKeyPC
+}
+
+// isInvalidRoute reports whether k is [invalidRouteKey].
+func isInvalidRoute(k KeyFunc) bool {
+	return k != nil && reflect.ValueOf(k).Pointer() == invalidRouteKeyPC
+}
+
+// invalidOf returns the invalid key a helper built of keys passes up:
+// invalidRouteKey when one of keys is, else invalidKey.
+func invalidOf(keys ...KeyFunc) KeyFunc {
+	for _, k := range keys {
+		if isInvalidRoute(k) {
+			return invalidRouteKey
+		}
+	}
+	return invalidKey
 }
 
 // anyInvalid reports whether keys is empty or holds an invalid KeyFunc.

@@ -27,14 +27,18 @@ type Limit struct {
 	// charged in this limit. Required.
 	Key KeyFunc
 	// Limiter holds the limit: a *ratelimit.Keyed, a Redis limiter, or any
-	// KeyedLimiter. Required.
+	// KeyedLimiter. Required. Observe it through the middleware
+	// ([WithObserver]), not with an Observer of its own: [New] refuses
+	// both, which would count each decision twice.
 	//
 	// For tiers (free, pro, ...) use a *ratelimit.Tiered: the middleware
 	// calls its tier function once per request, with the request's context
 	// (where an authentication middleware can have stored the plan), and
 	// charges the request in that tier's limiter. An unknown tier is the
-	// Tiered's error: the request is denied and the error reported, never
-	// let through unlimited.
+	// server's misconfiguration, not the client's fault: the request is
+	// answered 500 Internal Server Error, charged nowhere, and the error
+	// reported (logged, and observed as [ratelimit.OutcomeError]), never
+	// let through unlimited nor told "do not retry".
 	Limiter ratelimit.KeyedLimiter
 	// Window is the window reported as w in RateLimit-Policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed has),
@@ -45,9 +49,8 @@ type Limit struct {
 	// Policy method, w is omitted.
 	Window time.Duration
 	// Shadow makes the limit report without enforcing: requests are charged
-	// and the request is served even when the limit denies it. The limiter
-	// is called with a context marked as shadow, so that its
-	// [ratelimit.Observer] reports such a denial as
+	// and the request is served even when the limit denies it; the
+	// middleware's observer ([WithObserver]) reports such a denial as
 	// [ratelimit.OutcomeShadow]. Use it to roll a new limit out safely.
 	// Shadow limits are consulted only for requests the enforced limits
 	// admit.
@@ -180,11 +183,12 @@ type Middleware struct {
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
 // empty, a Limit has no Key (or a key helper given nothing to key by, such
-// as KeyByUser(nil)) or no Limiter, a negative Window, a name that is not
-// printable ASCII or the name of another Limit ("default" counts as the
-// name of a Limit without one), an ExemptKeys entry that is also in its
-// DeniedKeys, and for an invalid option or one that does not apply to a
-// middleware.
+// as KeyByUser(nil), or a route that can never match) or no Limiter, a
+// negative Window, a name that is not printable ASCII or the name of
+// another Limit ("default" counts as the name of a Limit without one), an
+// ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
+// Observer of its own beside [WithObserver]'s, and for an invalid option
+// or one that does not apply to a middleware.
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: DefaultErrorReportInterval}
 	if err := applyOptions(&config{to: forMiddleware, m: m}, opts); err != nil {
@@ -199,6 +203,9 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 			name := l.Name
 			if name == "" {
 				name = "default"
+			}
+			if isInvalidRoute(l.Key) {
+				return nil, configError("httplimit.Limit.Key of limit %q matches a route that can never match: IsRoute takes \"[METHOD ]/path\" with the method in upper case and no host or wildcards (IsMuxRoute takes those), IsMuxRoute a pattern ServeMux accepts", name)
 			}
 			return nil, configError("httplimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function or mux, an empty header name or no keys (KeyByUser, KeyByHeader, KeyByMuxRoute, When, FirstOf, Combine)", name)
 		}
@@ -319,7 +326,25 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// on the request's merits. Neither admit it free nor charge the
 		// failure to the backend.
 		w.WriteHeader(http.StatusServiceUnavailable)
+	case limitset.Misconfigured:
+		writeMisconfigured(w, v.Limit())
 	}
+}
+
+// writeMisconfigured answers a request that a limit could not decide
+// because of the server's own configuration (a tier with no limiter): 500,
+// a JSON body naming the limit and nothing else (not the tier, not the
+// error), no Retry-After and no rate-limit fields: the client did nothing
+// wrong, and waiting would not help it either. The error was reported
+// already.
+func writeMisconfigured(w http.ResponseWriter, limit string) {
+	h := w.Header()
+	h[keyCType] = []string{"application/json; charset=utf-8"}
+	h[keyNoSniff] = []string{"nosniff"}
+	w.WriteHeader(http.StatusInternalServerError)
+	b := append(make([]byte, 0, 96), `{"error":"Internal Server Error","message":`...)
+	b = strconv.AppendQuote(b, "rate limit "+strconv.Quote(limit)+" is misconfigured on the server")
+	_, _ = w.Write(append(b, '}', '\n'))
 }
 
 // requestCost returns the request's cost and its Override's verdict:

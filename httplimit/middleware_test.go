@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/observe"
 )
 
 // epoch is a whole minute in 2026, so fixed windows of a minute start on it.
@@ -211,7 +210,8 @@ func TestRetryAfterRounding(t *testing.T) {
 }
 
 // TestNever: a cost above the capacity is refused with no Retry-After and
-// a body saying not to retry.
+// a body saying not to retry; its RateLimit field's t says, as on every
+// answer, when the quota resets.
 func TestNever(t *testing.T) {
 	t.Parallel()
 	mock := newMock(t, epoch)
@@ -227,8 +227,8 @@ func TestNever(t *testing.T) {
 	if w.Code != 429 || w.Header().Get(HeaderRetryAfter) != "" {
 		t.Fatalf("cost 6 of 5: status %d Retry-After %q, want 429 and none", w.Code, w.Header().Get(HeaderRetryAfter))
 	}
-	if rl := w.Header().Get(HeaderRateLimit); rl != `"batch";r=5` {
-		t.Errorf("RateLimit = %q, want no t", rl)
+	if rl := w.Header().Get(HeaderRateLimit); rl != `"batch";r=5;t=0` {
+		t.Errorf("RateLimit = %q, want the full bucket's t=0 (when the quota resets, as on every answer)", rl)
 	}
 	var body map[string]any
 	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
@@ -383,9 +383,10 @@ func TestTiersFromRequestContext(t *testing.T) {
 			assert.Equal(t, 200, w.Code)
 			assert.Equal(t, `"plan";r=98;t=3600`, w.Header().Get(HeaderRateLimit))
 
-			// An unknown tier is denied, never let through unlimited.
+			// An unknown tier is the server's misconfiguration: 500, never
+			// let through unlimited.
 			w = do(withPlan("gold", mw), "GET", "/", HeaderAPIKey, "k")
-			assert.Equal(t, 429, w.Code)
+			assert.Equal(t, 500, w.Code)
 			assert.Equal(t, int64(6), calls.Load())
 			recs := rec.records()
 			require.Len(t, recs, 1)
@@ -439,51 +440,44 @@ func TestBackendErrors(t *testing.T) {
 	}
 }
 
-// shadowSpy is a KeyedLimiter wrapper counting the calls made with a
-// context marked as shadow (observe.IsShadow), as a limiter's Observer
-// would see them, and the denials among them.
-type shadowSpy struct {
+// callSpy is a KeyedLimiter wrapper counting its calls and denials.
+type callSpy struct {
 	ratelimit.KeyedLimiter
-	mu            sync.Mutex
-	shadowCalls   int
-	shadowDenials int
-	plainCalls    int
+	mu             sync.Mutex
+	calls, denials int
 }
 
-func (s *shadowSpy) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+func (s *callSpy) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
 	d, err := s.KeyedLimiter.AllowN(ctx, key, n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if observe.IsShadow(ctx) {
-		s.shadowCalls++
-		if !d.Allowed {
-			s.shadowDenials++
-		}
-	} else {
-		s.plainCalls++
+	s.calls++
+	if !d.Allowed {
+		s.denials++
 	}
 	return d, err
 }
 
-func (s *shadowSpy) counts() (shadowCalls, shadowDenials, plainCalls int) {
+func (s *callSpy) counts() (calls, denials int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shadowCalls, s.shadowDenials, s.plainCalls
+	return s.calls, s.denials
 }
 
-// TestShadow: a shadow limit never refuses; its limiter is called with a
-// context marked as shadow (so that its Observer reports OutcomeShadow),
-// and an enforced limit's never is.
+// TestShadow: a shadow limit never refuses; its limiter is charged like
+// any other, and the middleware's observer, not the limiter (which cannot
+// know), reports its denials as OutcomeShadow.
 func TestShadow(t *testing.T) {
 	t.Parallel()
 	mock := newMock(t, epoch)
-	live := &shadowSpy{KeyedLimiter: newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)}
-	trial := &shadowSpy{KeyedLimiter: newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)}
+	live := &callSpy{KeyedLimiter: newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)}
+	trial := &callSpy{KeyedLimiter: newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)}
+	var obs events
 	mk := func(headers bool) http.Handler {
 		return newMW(t, []Limit{
 			{Name: "live", Key: KeyByIP(), Limiter: live, Window: time.Minute},
 			{Name: "trial", Key: KeyByIP(), Limiter: trial, Window: time.Minute, Shadow: true},
-		}, WithClock(mock), WithShadowHeaders(headers)).Handler(okHandler)
+		}, WithClock(mock), WithShadowHeaders(headers), WithObserver(&obs)).Handler(okHandler)
 	}
 	h := mk(false)
 	for i := 1; i <= 4; i++ {
@@ -492,10 +486,16 @@ func TestShadow(t *testing.T) {
 			t.Errorf("request %d: %d %q", i, w.Code, w.Header().Get(HeaderRateLimitPolicy))
 		}
 	}
-	shadowCalls, shadowDenials, plainCalls := trial.counts()
-	assert.Equal(t, []int{4, 2, 0}, []int{shadowCalls, shadowDenials, plainCalls}, "trial: shadow calls, shadow denials, plain calls")
-	shadowCalls, _, plainCalls = live.counts()
-	assert.Equal(t, []int{0, 4}, []int{shadowCalls, plainCalls}, "live: shadow calls, plain calls")
+	calls, denials := trial.counts()
+	assert.Equal(t, []int{4, 2}, []int{calls, denials}, "trial: calls, denials")
+	calls, _ = live.counts()
+	assert.Equal(t, 4, calls, "live: calls")
+	outcomes := map[string][]ratelimit.Outcome{}
+	for _, e := range obs.take() {
+		outcomes[e.Limit] = append(outcomes[e.Limit], e.Outcome)
+	}
+	a, sh := ratelimit.OutcomeAllowed, ratelimit.OutcomeShadow
+	assert.Equal(t, map[string][]ratelimit.Outcome{"live": {a, a, a, a}, "trial": {a, a, sh, sh}}, outcomes)
 
 	// With shadow headers the trial limit shows when most restrictive, but
 	// still lets the request through, with no Retry-After.

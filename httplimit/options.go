@@ -157,14 +157,17 @@ func WithDeniedHandler(h DeniedHandler) Option {
 // policy. The middleware reports at most once per limit per
 // [WithErrorReportInterval], at level Error, with the message
 // "ratelimit: limiter error" and these attributes: "limit" (the limit's
-// name, "" when it is not known), "error", "suppressed" (how many errors of
-// the limit went unreported since the previous report), "method" and, when
-// the mux has matched one, "route" (the route pattern, Go 1.23 and later).
-// Reports never hold the key or the client's address. The caller's own
-// cancellation (a done request context) is not reported.
+// name: the limit whose limiter answered the error), "error", "suppressed"
+// (how many errors of the limit went unreported since the previous
+// report), "method" and, when the mux has matched one, "route" (the route
+// pattern, Go 1.23 and later). Reports never hold the key or the client's
+// address. The caller's own cancellation (a done request context) is not
+// reported.
 //
-// Every decision, errors included, also goes to the limiter's own
-// [ratelimit.Observer], if it has one. For [New].
+// One failure is one line: a limiter that logs its errors itself (a Redis
+// limiter given redislimit.WithLogger) is left to do so. Every decision,
+// errors included, also goes to the middleware's observer
+// ([WithObserver]). For [New].
 func WithLogger(l *slog.Logger) Option {
 	return option{"WithLogger", forMiddleware, func(cfg *config) error {
 		cfg.m.logger = report.To(l)

@@ -110,8 +110,9 @@ func TestErrorReportLoggerNilSilences(t *testing.T) {
 	assert.Len(t, rec.records(), 1, "the default logger got no report")
 }
 
-// TestUnknownTierReported: an unknown tier denies the request and is
-// reported with the limit's name and ratelimit.ErrUnknownTier.
+// TestUnknownTierReported: an unknown tier is answered 500 (the server's
+// misconfiguration, not the client's fault) and reported with the limit's
+// name and ratelimit.ErrUnknownTier.
 func TestUnknownTierReported(t *testing.T) {
 	t.Parallel()
 	mock := newMock(t, epoch)
@@ -121,8 +122,8 @@ func TestUnknownTierReported(t *testing.T) {
 	require.NoError(t, err)
 	rec, logger := newLogRecorder()
 	w := do(newMW(t, []Limit{{Name: "plan", Key: KeyByIP(), Limiter: tiered}}, WithLogger(logger)).Handler(okHandler), "GET", "/")
-	assert.Equal(t, 429, w.Code)
-	assert.True(t, strings.Contains(w.Body.String(), `"retryNever":true`), w.Body.String())
+	assert.Equal(t, 500, w.Code)
+	assert.False(t, strings.Contains(w.Body.String(), `retry`), w.Body.String())
 	recs := rec.records()
 	require.Len(t, recs, 1)
 	assert.Equal(t, "plan", recs[0]["limit"])

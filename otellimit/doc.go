@@ -14,8 +14,15 @@
 //
 //	obs, err := otellimit.NewObserver(meterProvider)
 //	...
-//	perKey, err := ratelimit.NewKeyed(policy,
-//		ratelimit.WithName("api"), ratelimit.WithObserver(obs))
+//	mw, err := httplimit.New(limits, httplimit.WithObserver(obs)) // the limits it serves, by Limit.Name
+//	outbound, err := ratelimit.NewTokenBucket(rate, 10,
+//		ratelimit.WithName("outbound"), ratelimit.WithObserver(obs)) // a limiter called directly
+//
+// Each decision is counted once, by whoever takes it: a server (httplimit,
+// grpclimit) reports the limits it serves, under the name its rate-limit
+// fields carry, with shadow denials and exemptions; a limiter you call
+// yourself reports its own. The servers refuse a limiter that has an
+// observer of its own, which would count its decisions twice.
 //
 // # Instruments
 //
@@ -36,12 +43,13 @@
 //
 // The attributes:
 //
-//	ratelimit.limit      the limiter's name from ratelimit.WithName ("" without one),
+//	ratelimit.limit      the limit's name for a server's decisions (httplimit.Limit.Name),
+//	                     else the limiter's from ratelimit.WithName ("" without one),
 //	                     or "other" once more than the cap of names is seen (below)
 //	ratelimit.algorithm  tokenbucket, leakybucket, fixedwindow, slidinglog, slidingcounter,
 //	                     quota
 //	ratelimit.home       memory (a single limiter), keyed (ratelimit.Keyed), redis, none
-//	                     (a decision package httplimit took without asking a limiter)
+//	                     (a decision a server took without asking a limiter)
 //	ratelimit.outcome    allowed, denied, shadow, error, fallback, exempt (see
 //	                     [ratelimit.Outcome])
 //	ratelimit.allowed    true when the failure policy admitted the request (fail open,

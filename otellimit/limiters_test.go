@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/otellimit"
 )
 
@@ -28,9 +27,9 @@ func TestDecisionsOfAKeyedLimiterAreCountedByOutcome(t *testing.T) {
 		require.NoError(t, err)
 		require.Equalf(t, i < 3, d.Allowed, "AllowN(alice, 1) #%d", i+1)
 	}
-	d, err := keyed.AllowN(observe.WithShadow(ctx), "alice", 1) // denied in shadow mode
+	d, err := keyed.AllowN(ctx, "alice", 1) // denied
 	require.NoError(t, err)
-	require.False(t, d.Allowed, "AllowN(alice, 1) in shadow mode")
+	require.False(t, d.Allowed, "AllowN(alice, 1) #6")
 	_, err = keyed.AllowN(ctx, "bob", 1) // allowed
 	require.NoError(t, err)
 	require.NoError(t, keyed.WaitN(ctx, "bob", 1), "WaitN(bob, 1) with quota left") // allowed, a wait
@@ -45,8 +44,7 @@ func TestDecisionsOfAKeyedLimiterAreCountedByOutcome(t *testing.T) {
 	alg, home := ratelimit.TokenBucketAlgorithm, ratelimit.HomeKeyed
 	assert.Equal(t, map[string]int64{
 		series("api", alg, home, ratelimit.OutcomeAllowed): 5,
-		series("api", alg, home, ratelimit.OutcomeDenied):  2,
-		series("api", alg, home, ratelimit.OutcomeShadow):  1,
+		series("api", alg, home, ratelimit.OutcomeDenied):  3,
 		series("api", alg, home, ratelimit.OutcomeError):   1,
 	}, got.sums(t, "ratelimit.decisions"), "ratelimit.decisions")
 	assert.Empty(t, got.sums(t, "ratelimit.fallbacks"), "ratelimit.fallbacks: no store to fail")
@@ -104,7 +102,6 @@ func TestNoAttributeValueIsAKey(t *testing.T) {
 				require.ErrorIs(t, err, ratelimit.ErrTooManyKeys)
 			}
 		}
-		_, _ = keyed.AllowN(observe.WithShadow(ctx), key, 1)
 		_ = keyed.WaitN(ctx, key, 1)
 	}
 

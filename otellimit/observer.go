@@ -23,12 +23,15 @@ const OtherLimit = "other"
 
 // The attribute keys, for Views and for reading the metrics back.
 const (
-	// LimitKey is the limiter's name from ratelimit.WithName, or OtherLimit.
+	// LimitKey is the Event's limit name, or OtherLimit: the limit's name
+	// for the Events of a server (httplimit.WithObserver,
+	// grpclimit.WithObserver), else the limiter's from ratelimit.WithName.
 	LimitKey = attribute.Key("ratelimit.limit")
 	// AlgorithmKey is the algorithm, such as "tokenbucket" (Algorithm.String).
 	AlgorithmKey = attribute.Key("ratelimit.algorithm")
 	// HomeKey is "memory", "keyed", "redis" or "none" (Home.String; "none"
-	// for the decisions package httplimit takes without a limiter).
+	// for the decisions a server takes without a limiter, such as an
+	// exemption).
 	HomeKey = attribute.Key("ratelimit.home")
 	// OutcomeKey is "allowed", "denied", "shadow", "error", "fallback" or
 	// "exempt" (Outcome.String).
@@ -56,8 +59,12 @@ var (
 
 // Observer records the decisions of rate limiters as OpenTelemetry
 // metrics (the instruments are listed in the package documentation). Give
-// it to limiters with [ratelimit.WithObserver]; one Observer serves any
-// number of limiters, each named with [ratelimit.WithName]. Create one with
+// it to the servers that serve limits (httplimit.WithObserver,
+// grpclimit.WithObserver), which report every decision of their limits
+// under the limit's name, and to the limiters you call yourself
+// ([ratelimit.WithObserver], each named with [ratelimit.WithName]); never
+// to both for one limit, which the servers refuse. One Observer serves any
+// number of them. Create one with
 // [NewObserver]; the zero Observer is not usable. It is safe for concurrent
 // use.
 type Observer struct {

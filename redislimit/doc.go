@@ -168,9 +168,11 @@
 // default), [FailClosed] or a local in-memory fallback with a share of the
 // limit ([WithLocalFallback]) — and the error, wrapping [ErrUnavailable] and
 // the cause (a refused connection is reported as such, a timeout as a
-// timeout; never the key itself, only a digest), is returned and logged
-// through log/slog ([WithLogger]), at most once per
-// [WithErrorReportInterval] (with the number of failures not reported).
+// timeout; never the key itself, only a digest), is returned; the
+// middleware and interceptors of httplimit and grpclimit log it, once, for
+// the limits they serve, and [WithLogger] makes the limiter log it itself,
+// at most once per [WithErrorReportInterval] (with the number of failures
+// not reported).
 //
 // # Metrics
 //
@@ -178,7 +180,9 @@
 // Event per AllowN and per WaitN: admitted, denied, decided by the failure
 // policy (the breaker's answers included) or refused with an error, with
 // the name given by [WithName], the algorithm, and the latency round trip
-// included; never the key.
+// included; never the key. Behind httplimit's middleware or grpclimit's
+// interceptors, give the observer to them instead: they report the same
+// Events under the limit's name, and refuse a limiter with its own.
 //
 // The breaker is on by default ([WithBreaker], [DefaultBreakerCooldown]):
 // the first call that finds Redis unreachable pays the timeout, and the
@@ -188,12 +192,12 @@
 // Under FailOpen, AllowN returns an error and Allowed=true. The one correct
 // way to handle that is to act on Decision.Allowed whatever err says (the
 // Decision already applies the failure policy: serve the request) and to
-// count err (the limiter already logs it, rate-limited), never to turn
+// count err (or log it: the limiter logs only with [WithLogger]), never to turn
 // err into a failure of the request:
 //
 //	d, err := l.AllowN(ctx, key, 1)
 //	if err != nil {
-//		unavailable.Add(1) // a metric (or use WithObserver); the limiter logs
+//		unavailable.Add(1) // a metric (or use WithObserver)
 //	}
 //	if !d.Allowed {
 //		return tooManyRequests(d.RetryAfter)

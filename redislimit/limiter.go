@@ -302,7 +302,7 @@ func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err 
 		Limit:     l.name,
 		Algorithm: l.cur.Load().policy.Algorithm,
 		Home:      ratelimit.HomeRedis,
-		Outcome:   outcome(ctx, d, err),
+		Outcome:   outcome(d, err),
 		N:         n,
 		Decision:  d,
 		Err:       err,
@@ -311,16 +311,38 @@ func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err 
 	})
 }
 
+// init tells the servers of packages httplimit and grpclimit, which
+// report the decisions of the limits they serve themselves, how to label
+// this home's: Home redis, a fallback for every error that wraps
+// ErrUnavailable, and whether the limiter reports to an observer or a
+// logger of its own.
+func init() {
+	observe.Register(func(l any) (observe.Info, bool) {
+		lim, ok := l.(*Limiter)
+		if !ok || lim == nil {
+			return observe.Info{}, false
+		}
+		return observe.Info{
+			Home:     uint8(ratelimit.HomeRedis),
+			Observed: lim.observer != nil,
+			Logs:     lim.logger.Get() != nil,
+			Fallback: isUnavailable,
+		}, true
+	})
+}
+
+// isUnavailable reports whether err says that Redis could not decide, so
+// that the failure policy did.
+func isUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
 // outcome classifies a decision for the observer: refused by the limit
-// (Denied, or Shadow for a limit the middleware runs in shadow mode),
-// decided by the failure policy (the error wraps ErrUnavailable), or
-// refused before anything was decided (a done ctx, an impossible wait).
-func outcome(ctx context.Context, d ratelimit.Decision, err error) ratelimit.Outcome {
+// (Denied), decided by the failure policy (the error wraps
+// ErrUnavailable), or refused before anything was decided (a done ctx, an
+// impossible wait).
+func outcome(d ratelimit.Decision, err error) ratelimit.Outcome {
 	switch {
 	case err == nil && d.Allowed:
 		return ratelimit.OutcomeAllowed
-	case err == nil && observe.IsShadow(ctx):
-		return ratelimit.OutcomeShadow
 	case err == nil:
 		return ratelimit.OutcomeDenied
 	case errors.Is(err, ErrUnavailable):

@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/stretchr/testify/require"
 )
 
@@ -55,7 +54,7 @@ func (o *events) requireOne(t *testing.T, what string, want ratelimit.Outcome, n
 // TestObserverAllowNOutcomes: every AllowN call on a live Redis is
 // observed exactly once, with the outcome, the limit's name, algorithm,
 // home, n and the Decision and error the caller got: admitted, denied by
-// Redis, denied by the deny cache, denied in shadow mode, an impossible n,
+// Redis, denied by the deny cache, an impossible n,
 // a done ctx and a nil ctx.
 func TestObserverAllowNOutcomes(t *testing.T) {
 	t.Parallel()
@@ -87,14 +86,6 @@ func TestObserverAllowNOutcomes(t *testing.T) {
 			d, err = l.AllowN(ctx, "k", 1) // the deny cache denies (but the sliding counter's)
 			require.NoError(t, err)
 			obs.requireOne(t, "denied again", ratelimit.OutcomeDenied, 1, d, err)
-
-			shadow := observe.WithShadow(ctx)
-			d, err = l.AllowN(shadow, "k", 1)
-			require.NoError(t, err)
-			obs.requireOne(t, "denied in shadow mode", ratelimit.OutcomeShadow, 1, d, err)
-			d, err = l.AllowN(shadow, "other", 1)
-			require.NoError(t, err)
-			obs.requireOne(t, "admitted in shadow mode", ratelimit.OutcomeAllowed, 1, d, err)
 
 			d, err = l.AllowN(ctx, "k", p.Limit+1)
 			require.NoError(t, err)

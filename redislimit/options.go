@@ -78,6 +78,7 @@ func newConfig(opts []Option) (config, error) {
 		failure:     FailOpen,
 		cacheKeys:   DefaultDenyCacheKeys,
 		breaker:     DefaultBreakerCooldown,
+		logger:      report.To(nil), // no reports without WithLogger
 		reportEvery: DefaultErrorReportInterval,
 	}
 	for _, o := range opts {
@@ -169,17 +170,22 @@ func WithLocalFallback(instances int) Option {
 // Redis could not decide, unless [WithErrorReportInterval] says otherwise.
 const DefaultErrorReportInterval = 10 * time.Second
 
-// WithLogger sets where the limiter reports that Redis could not decide
-// (default [slog.Default] at the time of each report; nil turns the
-// reports off). A Redis that is down fails every call, so the reports are
-// throttled: at most one per [WithErrorReportInterval], at level Error,
-// with the message "ratelimit: redis unavailable" and the attributes
-// limit (the [WithName] name), algorithm, error (the error the caller
-// got, wrapping [ErrUnavailable]; it names the key by a digest,
-// [KeyDigest], never the key) and suppressed (how many failed calls were
-// not reported since the previous report, those the breaker answered
-// included). The caller's own cancellation is not reported. To see every
-// decision, errors included, use [WithObserver].
+// WithLogger makes the limiter report to logger that Redis could not
+// decide (nil: no reports, the default). Without it the limiter logs
+// nothing: every call Redis could not decide returns its error with the
+// failure policy's Decision, and the error is logged once, by whoever does
+// not hand it on: the servers of packages httplimit and grpclimit log the
+// errors of the limits they serve, under the limit's name, and leave them
+// to a limiter given a logger of its own. A Redis that is down fails every
+// call, so the reports are throttled: at most one per
+// [WithErrorReportInterval], at level Error, with the message "ratelimit:
+// redis unavailable" and the attributes limit (the [WithName] name),
+// algorithm, error (the error the caller got, wrapping [ErrUnavailable];
+// it names the key by a digest, [KeyDigest], never the key) and suppressed
+// (how many failed calls were not reported since the previous report,
+// those the breaker answered included). The caller's own cancellation is
+// not reported. To see every decision, errors included, use
+// [WithObserver].
 func WithLogger(logger *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = report.To(logger) })
 }

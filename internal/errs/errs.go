@@ -58,3 +58,48 @@ func GCD(a, b int64) int64 {
 	}
 	return a
 }
+
+// Dimension is an error of one dimension of ratelimit.AllowAll: Index is
+// the dimension's position in its arguments, Allowed whether its own
+// Decision admitted the request, Err the error its limiter returned. Its
+// message is Err's, and it unwraps to Err, so that callers see the
+// limiter's error as it was; the limit sets of the servers use Index to
+// name the limit that failed.
+type Dimension struct {
+	Index   int
+	Allowed bool
+	Err     error
+}
+
+func (e *Dimension) Error() string { return e.Err.Error() }
+func (e *Dimension) Unwrap() error { return e.Err }
+
+// AtDimension returns err as the error of dimension i, whose Decision
+// admitted the request or not; nil stays nil.
+func AtDimension(i int, allowed bool, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Dimension{Index: i, Allowed: allowed, Err: err}
+}
+
+// EachDimension calls f with every Dimension in err's tree (as
+// errors.Join builds it), in order, and reports whether it found one.
+func EachDimension(err error, f func(d *Dimension)) bool {
+	switch e := err.(type) {
+	case nil:
+		return false
+	case *Dimension:
+		f(e)
+		return true
+	case interface{ Unwrap() []error }:
+		found := false
+		for _, inner := range e.Unwrap() {
+			found = EachDimension(inner, f) || found
+		}
+		return found
+	case interface{ Unwrap() error }:
+		return EachDimension(e.Unwrap(), f)
+	}
+	return false
+}

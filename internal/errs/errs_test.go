@@ -3,6 +3,7 @@ package errs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,4 +50,20 @@ func TestNNamesTheProblem(t *testing.T) {
 	assert.EqualError(t, err, "ratelimit: n=6 exceeds the limit 5")
 	assert.ErrorIs(t, err, exceeds)
 	assert.NotErrorIs(t, err, invalid)
+}
+
+// TestEachDimension: every Dimension of a joined tree is found, in order,
+// with its index; its message and sentinels are the wrapped error's.
+func TestEachDimension(t *testing.T) {
+	a, b := errors.New("a"), errors.New("b")
+	assert.Nil(t, AtDimension(0, true, nil))
+	err := errors.Join(AtDimension(2, true, a), nil, fmt.Errorf("wrapped: %w", AtDimension(0, false, b)))
+	var got []string
+	assert.True(t, EachDimension(err, func(d *Dimension) { got = append(got, fmt.Sprintf("%d %v %v", d.Index, d.Allowed, d.Err)) }))
+	assert.Equal(t, []string{"2 true a", "0 false b"}, got)
+	assert.ErrorIs(t, err, a)
+	assert.ErrorIs(t, err, b)
+	assert.Equal(t, "a", AtDimension(1, false, a).Error())
+	assert.False(t, EachDimension(a, func(*Dimension) { t.Error("found one in a plain error") }))
+	assert.False(t, EachDimension(nil, func(*Dimension) {}))
 }

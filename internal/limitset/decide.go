@@ -2,9 +2,12 @@ package limitset
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/rlkit/ratelimit/internal/observe"
 )
 
@@ -43,6 +46,13 @@ const (
 	// Canceled: the request's context ended before the limiters could
 	// decide; its error is the caller's: neither admit it nor report it.
 	Canceled
+	// Misconfigured: an enforced limit cannot decide because of the
+	// server's own configuration (a tier with no limiter, a configuration
+	// error from a limiter): answer with the server's failure (HTTP 500,
+	// gRPC Internal), not as a denial the client caused. Nothing was
+	// charged when the tier was unknown; Verdict.From names the limit,
+	// Verdict.Err holds the error (reported and logged). No fields.
+	Misconfigured
 )
 
 // String returns the outcome's name, such as "Admitted".
@@ -58,6 +68,8 @@ func (o Outcome) String() string {
 		return "Listed"
 	case Canceled:
 		return "Canceled"
+	case Misconfigured:
+		return "Misconfigured"
 	}
 	return "Outcome(?)"
 }
@@ -150,16 +162,43 @@ type Charge[R any] struct {
 	// listed is set for a limit in shadow mode whose DeniedKeys hold Key:
 	// its denial is reported, nothing charged.
 	listed bool
+	// res is the error this limit's limiter answered (err included), and
+	// allowed whether its own Decision admitted the request, once decided.
+	res     error
+	allowed bool
+}
+
+// describe returns what the home of c's limiter (its tier's, for a
+// Tiered) says of it.
+func (c *Charge[R]) describe() observe.Info {
+	if c.Entry.tiered == nil {
+		return c.Entry.info
+	}
+	return observe.Describe(c.Limiter)
+}
+
+// algorithm returns the algorithm of c's limiter (its tier's, for a
+// Tiered); 0 when it has no policy to tell.
+func (c *Charge[R]) algorithm() ratelimit.Algorithm {
+	ph := c.Entry.ph
+	if c.Entry.tiered != nil {
+		ph, _ = c.Limiter.(policyHolder)
+	}
+	if ph == nil {
+		return 0
+	}
+	return ph.Policy().Algorithm
 }
 
 // Decide runs the limits over one request: exemptions and denylists,
 // then the enforced limits all or nothing (ratelimit.AllowAll; a
 // *ratelimit.Tiered resolved once to the request's tier), then, when
-// they admit, the shadow limits (their limiters called with a context
-// marked as shadow). Limiter errors are reported through Config.Logger,
-// paced, with attrs (nil: none) added to each report (such as the
-// method); never the key. With shadowFields, or when no enforced limit
-// applies, a more restrictive shadow Decision becomes the one to report.
+// they admit, the shadow limits. Limiter errors are reported through
+// Config.Logger, paced, under the limit whose limiter answered them
+// (unless that limiter logs its errors itself), with attrs (nil: none)
+// added to each report (such as the method); never the key. With
+// shadowFields, or when no enforced limit applies, a more restrictive
+// shadow Decision becomes the one to report.
 //
 // Exemptions and denylists are settled before any limiter is asked: a
 // request exempt from every limit (req.Exempt, req.N <= 0) passes
@@ -167,6 +206,18 @@ type Charge[R any] struct {
 // each limit refuses the keys of its DeniedKeys and lets the keys of its
 // ExemptKeys through uncharged. Denial beats exemption. The observer sees
 // the exemptions only when no denylist refuses the request.
+//
+// The observer (Config.Observer) hears each decision once, under the
+// limit's name, with Home and Algorithm those of the limiter (its tier's),
+// N the cost and Latency the time the limiters took: for an admitted
+// request one Event per enforced limit that applied (OutcomeAllowed, or
+// OutcomeFallback for a limiter's failure policy), for a refused one the
+// limit that refused it (OutcomeDenied, OutcomeFallback, OutcomeError),
+// and every limit whose limiter answered an error; for each shadow limit
+// consulted one Event (OutcomeShadow for its denial). A misconfigured
+// limit is OutcomeError. The Decision of an Event is the limit's own when
+// known (one enforced limit, the limit the fields report, shadow limits),
+// else only its Allowed.
 func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs func() []slog.Attr) Outcome {
 	v.reset(shadowFields)
 	if req.Exempt || req.N <= 0 {
@@ -189,8 +240,16 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 	denied := false
 	if v.Enforced > 0 {
 		ctx := req.Ctx
-		var errAt int
-		v.Dec, v.From, errAt, v.Err = allowAll(ctx, req.N, cs[:v.Enforced])
+		var start time.Time
+		if s.cfg.Observer != nil {
+			start = time.Now()
+		}
+		enforced := cs[:v.Enforced]
+		v.Dec, v.From, v.Err = allowAll(ctx, req.N, enforced)
+		var latency time.Duration
+		if s.cfg.Observer != nil {
+			latency = time.Since(start)
+		}
 		denied = !v.Dec.Allowed
 		if v.Err != nil {
 			if ctx.Err() != nil {
@@ -200,8 +259,18 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 				// came with it was not made on the request's merits.
 				return Canceled
 			}
-			s.report(req.Ctx, cs, errAt, v.Err, attrs)
 			v.Failed = true
+			s.reportErrors(ctx, enforced, attrs)
+			if at := misconfigured(enforced); at >= 0 {
+				v.From, v.Dec = at, ratelimit.Decision{}
+				if s.cfg.Observer != nil {
+					s.observeCharge(ctx, &enforced[at], req.N, ratelimit.Decision{}, enforced[at].res, latency, false)
+				}
+				return Misconfigured
+			}
+		}
+		if s.cfg.Observer != nil {
+			s.observeEnforced(ctx, req.N, enforced, v, latency)
 		}
 	}
 	if denied {
@@ -211,6 +280,77 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 		s.shadow(req, cs, v, shadowFields || v.Enforced == 0, attrs)
 	}
 	return Admitted
+}
+
+// misconfigured returns the index of the first of cs whose limiter
+// answered a configuration error (an unknown tier, ErrInvalidConfig), or
+// -1.
+func misconfigured[R any](cs []Charge[R]) int {
+	for i := range cs {
+		if isMisconfigured(cs[i].res) {
+			return i
+		}
+	}
+	return -1
+}
+
+// isMisconfigured reports whether err says that a limiter could not decide
+// because of the server's configuration, not the request.
+func isMisconfigured(err error) bool {
+	return err != nil && (errors.Is(err, ratelimit.ErrUnknownTier) || errors.Is(err, ratelimit.ErrInvalidConfig))
+}
+
+// observeEnforced reports the enforced limits' decision of a request to
+// the observer (see Decide); the observer is set.
+func (s *Set[R]) observeEnforced(ctx context.Context, n int, cs []Charge[R], v *Verdict[R], latency time.Duration) {
+	for i := range cs {
+		c := &cs[i]
+		if !v.Dec.Allowed && i != v.From && c.res == nil {
+			continue // it did not decide the request's refusal
+		}
+		d := ratelimit.Decision{Allowed: c.allowed}
+		if i == v.From || len(cs) == 1 {
+			d = v.Dec
+		}
+		s.observeCharge(ctx, c, n, d, c.res, latency, false)
+	}
+}
+
+// observeCharge reports to the observer the decision d (with its error
+// err) of c's limit for a request of cost n, in shadow mode or not; the
+// observer is set.
+func (s *Set[R]) observeCharge(ctx context.Context, c *Charge[R], n int, d ratelimit.Decision, err error, latency time.Duration, shadow bool) {
+	info := c.describe()
+	e := ratelimit.Event{Limit: c.Entry.Name, Algorithm: c.algorithm(), Home: ratelimit.Home(info.Home), N: n,
+		Decision: d, Err: err, Latency: latency}
+	switch {
+	case err != nil && isMisconfigured(err):
+		e.Outcome = ratelimit.OutcomeError
+	case err != nil && isFallback(info, err):
+		e.Outcome = ratelimit.OutcomeFallback
+	case err != nil:
+		e.Outcome = ratelimit.OutcomeError
+	case d.Allowed:
+		e.Outcome = ratelimit.OutcomeAllowed
+	case d.RetryAfter == ratelimit.RetryNever: // as a limiter reports it
+		e.Outcome, e.Err = ratelimit.OutcomeError, ratelimit.ErrExceedsLimit
+	case shadow:
+		e.Outcome = ratelimit.OutcomeShadow
+	default:
+		e.Outcome = ratelimit.OutcomeDenied
+	}
+	s.cfg.Observer.Observe(ctx, e)
+}
+
+// isFallback reports whether err, from a limiter described by info, came
+// with its failure policy's Decision. A limiter no home describes is taken
+// at the KeyedLimiter contract: an error comes with the failure policy's
+// Decision.
+func isFallback(info observe.Info, err error) bool {
+	if info.Home == uint8(ratelimit.HomeNone) {
+		return !errors.Is(err, ratelimit.ErrTooManyKeys)
+	}
+	return info.Fallback != nil && info.Fallback(err)
 }
 
 // DecideExempt settles a request exempt from every limit (req.Exempt or
@@ -284,7 +424,7 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 				key = DigestKey(key)
 			}
 			c := v.slot()
-			c.Entry, c.Limiter, c.Key, c.err, c.listed = l, l.Limiter, key, nil, listed
+			c.Entry, c.Limiter, c.Key, c.err, c.listed, c.res, c.allowed = l, l.Limiter, key, nil, listed, nil, false
 			if l.tiered != nil && !listed {
 				_, c.Limiter, c.err = l.tiered.Tier(req.Ctx, key)
 			}
@@ -300,19 +440,23 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 }
 
 // allowAll charges n in every limit of cs, all or nothing, and returns the
-// Decision to report, its index in cs, and with an error the index of the
-// limit to report it under.
-func allowAll[R any](ctx context.Context, n int, cs []Charge[R]) (ratelimit.Decision, int, int, error) {
+// Decision to report, its index in cs, and the error, if any. It leaves in
+// each charge the error its limiter answered (res) and whether its own
+// Decision admitted the request (allowed).
+func allowAll[R any](ctx context.Context, n int, cs []Charge[R]) (ratelimit.Decision, int, error) {
 	for i := range cs {
-		if cs[i].err != nil { // a tier that could not be resolved: deny
-			return ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, i, i, cs[i].err
+		if c := &cs[i]; c.err != nil { // a tier that could not be resolved: deny
+			c.res = c.err
+			return ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, i, c.err
 		}
 	}
 	if len(cs) == 1 {
 		// One limit: AllowN directly, which is AllowAll's result for one
 		// dimension without the bookkeeping.
-		d, err := cs[0].Limiter.AllowN(ctx, cs[0].Key, n)
-		return d, 0, 0, err
+		c := &cs[0]
+		d, err := c.Limiter.AllowN(ctx, c.Key, n)
+		c.res, c.allowed = err, d.Allowed
+		return d, 0, err
 	}
 	var buf [MaxInline]ratelimit.Dimension
 	dims := buf[:0]
@@ -322,16 +466,34 @@ func allowAll[R any](ctx context.Context, n int, cs []Charge[R]) (ratelimit.Deci
 		dims = append(dims, ratelimit.Dimension{Name: c.Entry.Name, Limiter: c.Limiter, Key: c.Key})
 	}
 	md, err := ratelimit.AllowAll(ctx, n, dims...)
-	return md.Decision, md.Index, md.Index, err
+	for i := range cs {
+		cs[i].allowed = md.Allowed
+	}
+	if err != nil {
+		// Each dimension's error names its dimension; an error that does
+		// not goes with the reported Decision.
+		if !errs.EachDimension(err, func(d *errs.Dimension) {
+			if d.Index >= 0 && d.Index < len(cs) {
+				c := &cs[d.Index]
+				if c.res == nil {
+					c.allowed = d.Allowed
+				}
+				c.res = errors.Join(c.res, d.Err)
+			}
+		}) && md.Index >= 0 && md.Index < len(cs) {
+			cs[md.Index].res = err
+		}
+	}
+	return md.Decision, md.Index, err
 }
 
 // shadow charges the request's cost in the shadow limits,
-// cs[v.Enforced:], reporting their errors. Their limiters see a context
-// marked as shadow, for their observers. With compete, a shadow limit
-// more restrictive than v's Decision takes its place.
+// cs[v.Enforced:], reporting their decisions to the observer (a denial as
+// OutcomeShadow: only the Set knows the limit does not enforce it) and
+// their errors to the logger. With compete, a shadow limit more
+// restrictive than v's Decision takes its place.
 func (s *Set[R]) shadow(req *Request[R], cs []Charge[R], v *Verdict[R], compete bool, attrs func() []slog.Attr) {
 	ctx := req.Ctx
-	sctx := observe.WithShadow(ctx)
 	for i := v.Enforced; i < len(cs); i++ {
 		c := &cs[i]
 		if c.listed { // its DeniedKeys would refuse the request
@@ -340,12 +502,23 @@ func (s *Set[R]) shadow(req *Request[R], cs []Charge[R], v *Verdict[R], compete 
 			}
 			continue
 		}
+		var start time.Time
+		if s.cfg.Observer != nil {
+			start = time.Now()
+		}
 		d, err := ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, c.err
 		if err == nil {
-			d, err = c.Limiter.AllowN(sctx, c.Key, req.N)
+			d, err = c.Limiter.AllowN(ctx, c.Key, req.N)
 		}
-		if err != nil && ctx.Err() == nil {
-			s.report(ctx, cs, i, err, attrs)
+		c.res, c.allowed = err, d.Allowed
+		if ctx.Err() != nil && err != nil {
+			continue // the caller's cancellation: neither a failure nor a decision
+		}
+		if err != nil {
+			s.report(ctx, c, err, attrs)
+		}
+		if s.cfg.Observer != nil {
+			s.observeCharge(ctx, c, req.N, d, err, time.Since(start), true)
 		}
 		if compete && err == nil && (v.From < 0 || v.Failed || moreRestrictive(d, v.Dec)) {
 			v.Dec, v.From, v.Failed = d, i, false
@@ -361,22 +534,29 @@ func moreRestrictive(a, b ratelimit.Decision) bool {
 	return a.Remaining < b.Remaining
 }
 
-// report logs err, from the limit of cs[at] (any other at: unknown), at
-// most once per limit per Config.ReportEvery, at level Error with the
-// message "ratelimit: limiter error" and the attributes "limit" (the
-// limit's name, "" when unknown), "error", "suppressed" (how many errors
-// of the limit went unreported since the previous report), then attrs'.
-// Never the key.
-func (s *Set[R]) report(ctx context.Context, cs []Charge[R], at int, err error, attrs func() []slog.Attr) {
+// reportErrors logs the error each of cs's limiters answered, if any,
+// under its limit (see report).
+func (s *Set[R]) reportErrors(ctx context.Context, cs []Charge[R], attrs func() []slog.Attr) {
+	for i := range cs {
+		if cs[i].res != nil {
+			s.report(ctx, &cs[i], cs[i].res, attrs)
+		}
+	}
+}
+
+// report logs err, answered by c's limiter, at most once per limit per
+// Config.ReportEvery, at level Error with the message "ratelimit: limiter
+// error" and the attributes "limit" (the limit's name), "error",
+// "suppressed" (how many errors of the limit went unreported since the
+// previous report), then attrs'. Never the key. It logs nothing for a
+// limiter that logs its errors itself (a Redis limiter given a logger):
+// one failure, one line.
+func (s *Set[R]) report(ctx context.Context, c *Charge[R], err error, attrs func() []slog.Attr) {
 	lg := s.cfg.Logger.Get()
-	if lg == nil {
+	if lg == nil || c.describe().Logs {
 		return
 	}
-	rep, name := &s.anyReporter, ""
-	if at >= 0 && at < len(cs) {
-		rep, name = &cs[at].Entry.rep, cs[at].Entry.Name
-	}
-	suppressed, ok := rep.Admit(s.ts.Now(), s.cfg.ReportEvery)
+	suppressed, ok := c.Entry.rep.Admit(s.ts.Now(), s.cfg.ReportEvery)
 	if !ok {
 		return
 	}
@@ -386,7 +566,7 @@ func (s *Set[R]) report(ctx context.Context, cs []Charge[R], at int, err error, 
 	}
 	all := make([]slog.Attr, 0, 3+len(extra))
 	all = append(all,
-		slog.String("limit", name),
+		slog.String("limit", c.Entry.Name),
 		slog.Any("error", err),
 		slog.Int64("suppressed", suppressed))
 	all = append(all, extra...)

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/report"
 )
 
@@ -113,21 +112,27 @@ func (f failing) Peek(ctx context.Context, key string, n int) (ratelimit.Decisio
 	return f.AllowN(ctx, key, n)
 }
 
-// spy wraps a limiter, recording the keys it is asked for and whether
-// the context was marked as shadow.
+// spy wraps a limiter, recording the keys it is asked for.
 type spy struct {
 	ratelimit.KeyedLimiter
-	mu     sync.Mutex
-	keys   []string
-	shadow []bool
+	mu   sync.Mutex
+	keys []string
 }
 
 func (s *spy) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
 	s.mu.Lock()
 	s.keys = append(s.keys, key)
-	s.shadow = append(s.shadow, observe.IsShadow(ctx))
 	s.mu.Unlock()
 	return s.KeyedLimiter.AllowN(ctx, key, n)
+}
+
+// outcomes returns the limit and outcome of each of evs, as "name:outcome".
+func outcomes(evs []ratelimit.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Limit+":"+e.Outcome.String())
+	}
+	return out
 }
 
 // setup builds a Set on a mock clock, with an observer and a log
@@ -229,6 +234,17 @@ func TestDecideOutcomes(t *testing.T) {
 	assert.Equal(t, 59700*time.Millisecond, v.Dec.RetryAfter)
 	assert.False(t, v.Failed)
 	assert.NoError(t, v.Err)
+	// Every decision, once, under the limit's name, with the limiter's
+	// home and algorithm, and its Decision.
+	evs := ev.take()
+	require.Len(t, evs, 3)
+	for i, e := range evs {
+		assert.Equal(t, "api", e.Limit)
+		assert.Equal(t, ratelimit.HomeKeyed, e.Home)
+		assert.Equal(t, ratelimit.FixedWindowAlgorithm, e.Algorithm)
+		assert.Equal(t, []ratelimit.Outcome{ratelimit.OutcomeAllowed, ratelimit.OutcomeAllowed, ratelimit.OutcomeDenied}[i], e.Outcome, "event %d", i)
+		assert.Equal(t, 2, e.Decision.Limit)
+	}
 
 	o, _ = decide(s, &call{key: "vip"})
 	assert.Equal(t, Pass, o, "exempt key")
@@ -344,8 +360,9 @@ func TestDecideAllOrNothing(t *testing.T) {
 }
 
 // TestDecideTiers: a Tiered limiter is resolved once per request to the
-// request's tier, whose limiter is charged; an unknown tier denies, with
-// the error reported and the verdict Failed.
+// request's tier, whose limiter is charged; an unknown tier is the
+// server's misconfiguration (Misconfigured), with the error reported and
+// the verdict Failed.
 func TestDecideTiers(t *testing.T) {
 	t.Parallel()
 	mock := newMock(t)
@@ -373,17 +390,18 @@ func TestDecideTiers(t *testing.T) {
 	assert.Equal(t, 1, v.Dec.Limit)
 
 	o, v = decide(s, &call{key: "gold-1"})
-	require.Equal(t, Denied, o, "unknown tier")
+	require.Equal(t, Misconfigured, o, "unknown tier")
 	assert.True(t, v.Failed)
 	assert.ErrorIs(t, v.Err, ratelimit.ErrUnknownTier)
-	assert.Equal(t, ratelimit.RetryNever, v.Dec.RetryAfter)
+	assert.Equal(t, "plan", v.Limit())
 	recs := rec.records()
 	require.Len(t, recs, 1)
 	assert.Equal(t, "plan", recs[0]["limit"])
 }
 
-// TestDecideShadow: shadow limits are consulted, with a context marked
-// as shadow, only when the enforced limits admit; they never deny; with
+// TestDecideShadow: shadow limits are consulted only when the enforced
+// limits admit; they never deny, and the observer hears their denials as
+// OutcomeShadow (their limiters cannot know: no context is marked); with
 // shadowFields (or no enforced limit applying) a more restrictive shadow
 // Decision is the one reported, and WriteFields reports its denial as an
 // admission.
@@ -406,12 +424,12 @@ func TestDecideShadow(t *testing.T) {
 	require.Len(t, v.Charges(), 2)
 	assert.Equal(t, "api", v.Charges()[0].Entry.Name, "enforced limits first")
 	assert.Equal(t, "api", v.Limit())
-	assert.Equal(t, []bool{true}, sh.shadow)
-	assert.Equal(t, []bool{false}, enf.shadow)
+	assert.Equal(t, []string{"api:allowed", "trial:allowed"}, outcomes(ev.take()))
 
 	o, v = run(&call{key: "k"}, false)
 	require.Equal(t, Admitted, o, "the shadow limit denies: served")
 	assert.Equal(t, "api", v.Limit(), "without shadow fields the enforced Decision is reported")
+	assert.Equal(t, []string{"api:allowed", "trial:shadow"}, outcomes(ev.take()))
 
 	o, v = run(&call{key: "k"}, true)
 	require.Equal(t, Admitted, o)
@@ -445,8 +463,11 @@ func TestDecideShadow(t *testing.T) {
 	o, _ = run(&call{key: "bad"}, false)
 	require.Equal(t, Admitted, o)
 	assert.Len(t, sh.keys, n, "the shadow limit charged its denied key")
-	assert.Equal(t, []ratelimit.Event{{Limit: "trial", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeShadow, N: 1,
-		Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Err: errDenied}}, ev.take())
+	evs := ev.take()
+	require.Len(t, evs, 2)
+	assert.Equal(t, "api", evs[0].Limit)
+	assert.Equal(t, ratelimit.Event{Limit: "trial", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeShadow, N: 1,
+		Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Err: errDenied}, evs[1])
 }
 
 // TestDecideLimiterErrors: the limiter's failure policy decides; the
@@ -560,32 +581,39 @@ func TestObserveAll(t *testing.T) {
 }
 
 // TestDecideAllocs: deciding an admitted request allocates nothing of its
-// own (the limiter's and the observer's aside), with one or two limits.
+// own (the limiter's and the observer's aside), with one or two limits,
+// shadow ones (no marked context any more) and an observer hearing each.
 func TestDecideAllocs(t *testing.T) {
 	lim := fixed{}
-	for _, c := range []struct {
-		name   string
-		limits []Limit[*call]
-		want   float64
-	}{
-		{"one", []Limit[*call]{{Name: "a", Key: byKey, Limiter: lim}}, 0},
-		{"lists", []Limit[*call]{{Name: "a", Key: byKey, Limiter: lim, ExemptKeys: []string{"e"}, DeniedKeys: []string{"d"}}}, 0},
-		{"two", []Limit[*call]{{Name: "a", Key: byKey, Limiter: lim}, {Name: "b", Key: byKey, Limiter: lim}}, 1},                  // AllowAll's own
-		{"shadow", []Limit[*call]{{Name: "a", Key: byKey, Limiter: lim}, {Name: "b", Key: byKey, Limiter: lim, Shadow: true}}, 1}, // the shadow context
-	} {
-		s, err := New(Config{Pkg: "testlimit", Logger: report.To(nil)}, c.limits)
-		require.NoError(t, err)
-		c2 := &call{key: "k"}
-		ctx := context.Background()
-		method := "m"
-		got := testing.AllocsPerRun(200, func() {
-			var v Verdict[*call]
-			req := Request[*call]{R: c2, Ctx: ctx, N: 1}
-			if s.Decide(&req, &v, false, func() []slog.Attr { return []slog.Attr{slog.String("method", method)} }) != Admitted {
-				t.Fatal("not admitted")
+	for _, observed := range []bool{false, true} {
+		for _, c := range []struct {
+			name   string
+			limits []Limit[*call]
+			want   float64
+		}{
+			{"one", []Limit[*call]{{Name: "a", Key: byKey, Limiter: lim}}, 0},
+			{"lists", []Limit[*call]{{Name: "a", Key: byKey, Limiter: lim, ExemptKeys: []string{"e"}, DeniedKeys: []string{"d"}}}, 0},
+			{"two", []Limit[*call]{{Name: "a", Key: byKey, Limiter: lim}, {Name: "b", Key: byKey, Limiter: lim}}, 1}, // AllowAll's own
+			{"shadow", []Limit[*call]{{Name: "a", Key: byKey, Limiter: lim}, {Name: "b", Key: byKey, Limiter: lim, Shadow: true}}, 0},
+		} {
+			cfg := Config{Pkg: "testlimit", Logger: report.To(nil)}
+			if observed {
+				cfg.Observer = ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {})
 			}
-		})
-		assert.LessOrEqual(t, got, c.want, "%s: allocations per Decide", c.name)
+			s, err := New(cfg, c.limits)
+			require.NoError(t, err)
+			c2 := &call{key: "k"}
+			ctx := context.Background()
+			method := "m"
+			got := testing.AllocsPerRun(200, func() {
+				var v Verdict[*call]
+				req := Request[*call]{R: c2, Ctx: ctx, N: 1}
+				if s.Decide(&req, &v, false, func() []slog.Attr { return []slog.Attr{slog.String("method", method)} }) != Admitted {
+					t.Fatal("not admitted")
+				}
+			})
+			assert.LessOrEqual(t, got, c.want, "%s (observed %v): allocations per Decide", c.name, observed)
+		}
 	}
 }
 
@@ -599,4 +627,38 @@ func (fixed) WaitN(context.Context, string, int) error   { return nil }
 func (fixed) RefundN(context.Context, string, int) error { return nil }
 func (fixed) Peek(context.Context, string, int) (ratelimit.Decision, error) {
 	return ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 600 * time.Millisecond}, nil
+}
+
+// failOpenWithRoom is a limiter whose backend is down, failing open with a
+// Decision that has room left.
+type failOpenWithRoom struct{}
+
+func (failOpenWithRoom) AllowN(context.Context, string, int) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Allowed: true, Limit: 10, Remaining: 5}, errBackend
+}
+func (failOpenWithRoom) WaitN(context.Context, string, int) error   { return errBackend }
+func (failOpenWithRoom) RefundN(context.Context, string, int) error { return errBackend }
+func (f failOpenWithRoom) Peek(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
+	return f.AllowN(ctx, key, n)
+}
+
+// TestDecideErrorsNameTheirLimit: with several limits, a limiter's error
+// is reported (logged and observed) under the limit whose limiter answered
+// it. It used to go under the limit whose Decision the fields report (the
+// most restrictive, here "a"), so a Redis failure of "b" was logged as
+// "a"'s.
+func TestDecideErrorsNameTheirLimit(t *testing.T) {
+	t.Parallel()
+	mock := newMock(t)
+	s, ev, rec, _ := setup(t,
+		Limit[*call]{Name: "a", Key: byKey, Limiter: newKeyed(t, 1, mock)},
+		Limit[*call]{Name: "b", Key: byKey, Limiter: failOpenWithRoom{}})
+	o, v := decide(s, &call{key: "k"})
+	require.Equal(t, Admitted, o)
+	assert.Equal(t, "a", v.Limit(), "the most restrictive Decision")
+	recs := rec.records()
+	require.Len(t, recs, 1)
+	assert.Equal(t, "b", recs[0]["limit"])
+	assert.ErrorIs(t, recs[0]["error"].(error), errBackend)
+	assert.Equal(t, []string{"a:allowed", "b:fallback"}, outcomes(ev.take()))
 }

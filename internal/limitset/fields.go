@@ -195,11 +195,7 @@ func (f *fieldList) addValue(key string, end int) {
 // request's formatted values and the array backing every []string.
 func writeFields(h map[string][]string, names *FieldNames, set FieldSet, s *fieldState) {
 	d := &s.d
-	never := !d.Allowed && d.RetryAfter == ratelimit.RetryNever
-	var retry int64
-	if !d.Allowed && !never {
-		retry = RetryAfterSeconds(*d)
-	}
+	retry := RetryAfterSeconds(*d) // 0 unless a denial that can be retried
 	var f fieldList
 	var arr [128]byte
 	b := arr[:0]
@@ -209,7 +205,7 @@ func writeFields(h map[string][]string, names *FieldNames, set FieldSet, s *fiel
 			b = f.appendXRateLimit(b, names, s, consts)
 		}
 		if set&IETFFields != 0 {
-			b = f.appendIETF(b, names, s, consts, never, retry)
+			b = f.appendIETF(b, names, s, consts)
 		}
 	}
 	if retry > 0 {
@@ -246,7 +242,7 @@ func (f *fieldList) appendXRateLimit(b []byte, names *FieldNames, s *fieldState,
 
 // appendIETF adds RateLimit-Policy and RateLimit to f, appending the
 // RateLimit value to b.
-func (f *fieldList) appendIETF(b []byte, names *FieldNames, s *fieldState, consts *constValues, never bool, retry int64) []byte {
+func (f *fieldList) appendIETF(b []byte, names *FieldNames, s *fieldState, consts *constValues) []byte {
 	d := &s.d
 	f.addFixed(names.Policy, consts.policy)
 	b = append(b, s.name...)
@@ -256,14 +252,12 @@ func (f *fieldList) appendIETF(b []byte, names *FieldNames, s *fieldState, const
 	} else {
 		b = strconv.AppendInt(b, int64(d.Remaining), 10)
 	}
-	switch {
-	case d.Allowed:
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
-	case !never:
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, retry, 10)
-	}
+	// t is the draft's one meaning on every answer, admission or denial:
+	// the seconds until the quota resets (is full again), the instant
+	// X-RateLimit-Reset names; when a denied request can succeed is
+	// Retry-After's to say.
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
 	f.addValue(names.RateLimit, len(b))
 	return b
 }

@@ -97,8 +97,8 @@ func sortStrings(s []string) {
 }
 
 // TestWriteDecisionNever: a denial that can never succeed has no
-// Retry-After and no t in RateLimit; an admission large Remaining is
-// formatted once for both fields.
+// Retry-After, and a t that says when the quota resets, as every answer's
+// does; an admission's large Remaining is formatted once for both fields.
 func TestWriteDecisionNever(t *testing.T) {
 	t.Parallel()
 	now := epoch.UnixNano()
@@ -106,7 +106,7 @@ func TestWriteDecisionNever(t *testing.T) {
 	WriteDecision(h, &GRPCNames, AllFields, ratelimit.Decision{Limit: 5, RetryAfter: ratelimit.RetryNever}, `we"ird`, 0, now)
 	assert.Equal(t, map[string][]string{
 		"x-ratelimit-limit": {"5"}, "x-ratelimit-remaining": {"0"}, "x-ratelimit-reset": {strconv.FormatInt(epoch.Unix()+1, 10)},
-		"ratelimit-policy": {`"we\"ird";q=5`}, "ratelimit": {`"we\"ird";r=0`},
+		"ratelimit-policy": {`"we\"ird";q=5`}, "ratelimit": {`"we\"ird";r=0;t=0`},
 	}, h)
 	h = map[string][]string{}
 	WriteDecision(h, &HTTPNames, AllFields, ratelimit.Decision{Allowed: true, Limit: 5000, Remaining: 4321, ResetAfter: 1500 * time.Millisecond}, "big", time.Hour, now)
@@ -262,14 +262,8 @@ func referenceFields(set FieldSet, d ratelimit.Decision, name string, window tim
 			policy += ";w=" + ceil(int64(window))
 		}
 		h["ratelimit-policy"] = []string{policy}
-		rl := sf + ";r=" + strconv.Itoa(d.Remaining)
-		switch {
-		case d.Allowed:
-			rl += ";t=" + ceil(int64(d.ResetAfter))
-		case !never:
-			rl += ";t=" + retry
-		}
-		h["ratelimit"] = []string{rl}
+		// t: the seconds until the quota resets, on every answer.
+		h["ratelimit"] = []string{sf + ";r=" + strconv.Itoa(d.Remaining) + ";t=" + ceil(int64(d.ResetAfter))}
 	}
 	if retry != "" {
 		h["retry-after"] = []string{retry}

@@ -29,6 +29,8 @@
 //		// forbid: v.Listed.Name
 //	case limitset.Canceled:
 //		// the caller's ctx.Err()
+//	case limitset.Misconfigured:
+//		// the server's own failure (500, codes.Internal): v.Limit()
 //	}
 package limitset
 
@@ -40,6 +42,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
@@ -77,13 +80,15 @@ type Config struct {
 	// Pkg names the public package in configuration errors, as in
 	// "grpclimit.Limit.Name must be unique, got \"api\" twice".
 	Pkg string
-	// Observer receives exemptions and denylist refusals (the limiters
-	// report their own decisions); nil: none.
+	// Observer receives every decision the Set takes for its limits, each
+	// Event named by the limit (see Decide); nil: none. New refuses a
+	// limiter that reports to an observer of its own beside it.
 	Observer ratelimit.Observer
 	// Clock times the rate-limit fields and error reports; nil: real time.
 	Clock ratelimit.Clock
 	// Logger and ReportEvery pace error reports, at most one per limit
-	// per ReportEvery (<= 0: every error is reported).
+	// per ReportEvery (<= 0: every error is reported). The errors of a
+	// limiter that logs them itself are left to it.
 	Logger      report.Logger
 	ReportEvery time.Duration
 	// DeniedErr is the package's sentinel for a denylist refusal
@@ -94,12 +99,11 @@ type Config struct {
 
 // Set is a validated list of limits. Safe for concurrent use.
 type Set[R any] struct {
-	cfg         Config
-	ts          timesrc.Source
-	limits      []Entry[R]
-	hasShadow   bool            // some limit is in shadow mode
-	deniedKeys  bool            // some limit has DeniedKeys
-	anyReporter report.Throttle // for errors of no known limit
+	cfg        Config
+	ts         timesrc.Source
+	limits     []Entry[R]
+	hasShadow  bool // some limit is in shadow mode
+	deniedKeys bool // some limit has DeniedKeys
 }
 
 // Entry is one limit of a Set, ready to serve.
@@ -107,6 +111,7 @@ type Entry[R any] struct {
 	Limit[R]
 	tiered *ratelimit.Tiered // Limiter, when it is one
 	ph     policyHolder      // Limiter, when it tells its policy and is not a Tiered
+	info   observe.Info      // Limiter's, as its home describes it
 	sfName []byte            // Name as an RFC 8941 String
 	consts constCache
 	wins   windowCache
@@ -127,9 +132,11 @@ type policyHolder interface {
 // wrapping ratelimit.ErrInvalidConfig, naming cfg.Pkg, when limits is
 // empty, a Limit has no Key or no Limiter (a typed nil counts as none), a
 // negative Window, a name that is not printable ASCII or repeats another
-// ("default" for an empty name), or an ExemptKeys entry also in its
-// DeniedKeys (the message names the index, never the key). It copies the
-// limits and their key lists.
+// ("default" for an empty name), an ExemptKeys entry also in its
+// DeniedKeys (the message names the index, never the key), or a limiter
+// that reports to an observer of its own (ratelimit.WithObserver, for
+// itself or a tier) when cfg.Observer is set: each of its decisions would
+// be counted twice. It copies the limits and their key lists.
 func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 	pkg := cfg.Pkg
 	if len(limits) == 0 {
@@ -164,6 +171,10 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		e.tiered, _ = l.Limiter.(*ratelimit.Tiered)
 		if e.tiered == nil {
 			e.ph, _ = l.Limiter.(policyHolder)
+		}
+		e.info = observe.Describe(l.Limiter)
+		if cfg.Observer != nil && e.info.Observed {
+			return nil, configError("%s.Limit.Limiter of limit %q reports to an Observer of its own (ratelimit.WithObserver, on it or one of its tiers) beside %s.WithObserver's: each of its decisions would be counted twice; give the observer to %s.WithObserver alone, which reports every decision of the limit under its name", pkg, l.Name, pkg, pkg)
 		}
 		e.sfName = appendSFString(nil, l.Name)
 		if err := e.checkKeyLists(pkg); err != nil {

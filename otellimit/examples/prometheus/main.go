@@ -78,13 +78,15 @@ func newServer() (http.Handler, func(context.Context) error, error) {
 		return nil, nil, err
 	}
 
-	// The limiter reports every decision to the Observer under its name.
-	perIP, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(3), 3),
-		ratelimit.WithName("per-ip"), ratelimit.WithObserver(obs))
+	// The middleware reports every decision of its limits to the Observer,
+	// under the limit's name (the one in the RateLimit headers); the
+	// limiter needs no observer (nor name) of its own.
+	perIP, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(3), 3))
 	if err != nil {
 		return nil, nil, err
 	}
-	limits, err := httplimit.New([]httplimit.Limit{{Name: "per-ip", Key: httplimit.KeyByIP(), Limiter: perIP}})
+	limits, err := httplimit.New([]httplimit.Limit{{Name: "per-ip", Key: httplimit.KeyByIP(), Limiter: perIP}},
+		httplimit.WithObserver(obs))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,66 @@
+package otellimit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/httplimit"
+)
+
+// TestMiddlewareLimitsAreNamedOnce: limits served by the middleware, with
+// the observer given to the middleware, are counted under the Limit's
+// name, the one in the RateLimit header, whatever their limiters are
+// named (a tier named "api-free", another with no name), with shadow
+// denials as "shadow" and each decision once. Before, the metrics came
+// from each limiter, as "api-free" and "", and the header said "api".
+func TestMiddlewareLimitsAreNamedOnce(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	clk := newFakeClock()
+	free, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(clk), ratelimit.WithName("api-free"))
+	require.NoError(t, err)
+	pro, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(100, time.Minute), ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	tiers, err := ratelimit.NewTiered(func(_ context.Context, key string) string {
+		tier, _, _ := strings.Cut(key, "-")
+		return tier
+	}, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
+	require.NoError(t, err)
+	next, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	mw, err := httplimit.New([]httplimit.Limit{
+		{Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: tiers},
+		{Name: "next", Key: httplimit.KeyByAPIKey(), Limiter: next, Shadow: true},
+	}, httplimit.WithObserver(obs), httplimit.WithClock(clk))
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		key  string
+		code int
+	}{{"free-a", 200}, {"free-a", 429}, {"pro-b", 200}, {"pro-b", 200}} {
+		req, err := http.NewRequest("GET", srv.URL, nil)
+		require.NoError(t, err)
+		req.Header.Set(httplimit.HeaderAPIKey, c.key)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, c.code, resp.StatusCode, c.key)
+		assert.True(t, strings.HasPrefix(resp.Header.Get(httplimit.HeaderRateLimit), `"api";`), resp.Header.Get(httplimit.HeaderRateLimit))
+	}
+	fw, home := ratelimit.FixedWindowAlgorithm, ratelimit.HomeKeyed
+	assert.Equal(t, map[string]int64{
+		series("api", fw, home, ratelimit.OutcomeAllowed):  3,
+		series("api", fw, home, ratelimit.OutcomeDenied):   1,
+		series("next", fw, home, ratelimit.OutcomeAllowed): 2, // free-a once (then refused by "api"), pro-b
+		series("next", fw, home, ratelimit.OutcomeShadow):  1, // pro-b again, served
+	}, collect(t, reader).sums(t, "ratelimit.decisions"), "ratelimit.decisions")
+}
