@@ -1,0 +1,34 @@
+module github.com/rlkit/ratelimit/examples/production
+
+go 1.24.0
+
+replace (
+	github.com/rlkit/ratelimit => ../../
+	github.com/rlkit/ratelimit/otellimit => ../../otellimit
+	github.com/rlkit/ratelimit/redislimit => ../../redislimit
+)
+
+require (
+	github.com/redis/go-redis/v9 v9.22.0
+	github.com/rlkit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/rlkit/ratelimit/otellimit v0.0.0-00010101000000-000000000000
+	github.com/rlkit/ratelimit/redislimit v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
+	go.opentelemetry.io/otel v1.41.0
+	go.opentelemetry.io/otel/metric v1.41.0
+	go.opentelemetry.io/otel/sdk/metric v1.41.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.3 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/sdk v1.41.0 // indirect
+	go.opentelemetry.io/otel/trace v1.41.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.41.0 // indirect
+)
