@@ -14,7 +14,11 @@
 // with the same Decisions as the in-memory [ratelimit.Keyed]. Each decision
 // is one Lua script, run atomically by Redis in one round trip: the check
 // and the consumption cannot interleave with another client's, and a denied
-// request stores nothing.
+// request stores nothing: no denial and no Peek writes to Redis (no key
+// changed, no TTL refreshed, so a flood of denials is no flood of
+// replicated writes), except the first AllowN of a key after a policy
+// change, which stores the conversion of its old state (see "Changing the
+// policy").
 //
 // # Time
 //

@@ -65,7 +65,7 @@ local function remainingOf(code, key, now, limit, x, y)
     end
     return limit - count
   elseif code == 'sl' then
-    local base, _, _, cum = slLoad(key, now, limit, x, true)
+    local base, _, _, cum = slLoad(key, now, limit, x)
     return limit - (cum - base)
   elseif code == 'sc' then
     local storedK, cur, prev = scLoad(key, now, limit, x)
