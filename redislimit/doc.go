@@ -107,6 +107,22 @@
 // (its normalized description, [ratelimit.Calendar.String]: unit, reset
 // time, week start or month day, zone name).
 //
+// So the zone is known by its name, and [New], [Limiter.SetPolicy] and
+// [WithPrevious] refuse a zone whose name does not say its rules: an
+// unnamed one, one named "Local" (time.Local without TZ: each host's
+// /etc/localtime) and one named after a zone of the zone database whose
+// UTC offsets differ from that zone's within a year of the quota's
+// periods (a time.FixedZone("UTC", 3600)); load zones by IANA name. Names
+// the database does not know are taken as given. Processes that still
+// disagree about a period (one name, two tzdata releases) converge instead
+// of resetting each other: the stored state holds its period's bounds, and
+// every process counts in the stored period while it holds now, whether
+// or not it is its own; the first to count after it ends stores its own.
+// A fresh count thus starts only when the stored period has ended, and two
+// views of the zone admit at most twice the limit in one of their periods
+// (before, each call could start fresh). Refusing the mismatch instead
+// would hand it to the failure policy, which by default admits.
+//
 // # Reset, block, penalty
 //
 // [Limiter.Reset], [Limiter.Block] and [Limiter.Penalize] ([ratelimit.KeyAdmin])

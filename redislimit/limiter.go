@@ -132,7 +132,7 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		if err := checkMode("WithPrevious", pp.mode); err != nil {
 			return nil, err
 		}
-		sc, err := scriptsFor(pp.policy, "WithPrevious")
+		sc, err := l.scriptsFor(pp.policy, "WithPrevious")
 		if err != nil {
 			return nil, err
 		}

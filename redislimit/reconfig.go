@@ -118,6 +118,17 @@ func (g *generation) linkTo(mode ratelimit.Inheritance, changed int64, op string
 	return link{policy: g.policy, scripts: g.scripts, prefix: g.prefix, natural: g.natural, salt: g.salt, mode: mode, changed: changed}, nil
 }
 
+// scriptsFor validates p for l (see scriptsFor, and checkZone for a
+// calendar quota's zone) and returns its scripts; op names the call in
+// errors.
+func (l *Limiter) scriptsFor(p ratelimit.Policy, op string) (scripts, error) {
+	sc, err := scriptsFor(p, op)
+	if err == nil && p.Algorithm == ratelimit.QuotaAlgorithm {
+		err = checkZone(p.Calendar, time.Unix(0, l.ts.Now()), op)
+	}
+	return sc, err
+}
+
 // naturalPrefix returns the key-name prefix of the state under policy p,
 // without a salt.
 func (l *Limiter) naturalPrefix(code string, p ratelimit.Policy) string {
@@ -157,7 +168,7 @@ func salted(natural string, prev []link) (int, string) {
 // newGeneration validates p and builds what a Limiter running it needs,
 // with the previous policies prev (newest first).
 func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*generation, error) {
-	sc, err := scriptsFor(p, op)
+	sc, err := l.scriptsFor(p, op)
 	if err != nil {
 		return nil, err
 	}
