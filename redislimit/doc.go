@@ -155,6 +155,15 @@
 // that can never be admitted; a Peek, and an AllowN of a blocked key,
 // convert without storing (each at its own now).
 //
+// A limiter keeps the last four previous policies, as the in-memory one
+// does: a decision probes at most four (one EXISTS over all their keys,
+// then reads only those that exist), so its Redis work is the same after
+// one change or a thousand. A key whose state was last written more than
+// four changes ago, and is not idle yet, starts fresh under the current
+// policy (in memory too); its old key expires with its TTL. The names of
+// policies dropped that way stay taken until their states are idle, so no
+// later policy reads such a key as its own.
+//
 // A change back to an earlier policy (or to the one in force) must not
 // read the state kept under that earlier policy as its own: it converts
 // step by step like any other (StartFresh forgets it, a sliding log is
