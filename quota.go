@@ -37,7 +37,9 @@ type Calendar struct {
 	Unit CalendarUnit
 	// Location is the IANA time zone whose wall clock defines the periods,
 	// such as the one time.LoadLocation("America/New_York") returns. Nil
-	// means UTC.
+	// means UTC. Package redislimit knows the zone by its name, and refuses
+	// one whose name does not say its rules (unnamed, "Local", or named
+	// after a zone of the zone database with other rules).
 	Location *time.Location
 	// Hour and Minute are the reset time: the local time of day at which
 	// every period starts (0-23 and 0-59; midnight by default).

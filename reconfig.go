@@ -2,9 +2,16 @@ package ratelimit
 
 import (
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/reconf"
 )
+
+// keptPolicies is the number of previous policies whose states a Keyed
+// converts (see reconf.Kept).
+const keptPolicies = reconf.Kept
 
 // generation is one policy of a [Keyed] limiter and the store of the keys
 // decided under it. SetPolicy makes a new generation current; the one it
@@ -24,7 +31,8 @@ type generation struct {
 	mode   Inheritance // how states of the previous generation convert to this one
 	// prev is the generation this one replaced, nil once no older one can
 	// hold state; next is the one that replaced this one, nil while this
-	// one is current. Once set, next never changes.
+	// one is current. Once set, next only changes to a copy of the same
+	// generation without its store (see Keyed.lighten).
 	prev, next atomic.Pointer[generation]
 	// idleAt is when every state of this generation is idle, set once it
 	// is superseded; math.MaxInt64 before.
@@ -57,9 +65,13 @@ func (k *Keyed) newGeneration(p Policy, st keyedStore, seq uint64, mode Inherita
 // the Remaining a Peek(0) of it reports then (any block ignored); the mode
 // turns used into the new policy's terms, and the key's new state is a
 // fresh state of p charged used at once. A key untouched across several
-// changes goes through each in turn, with each change's mode and limit.
-// Peek computes the same conversion without storing anything. A key with
-// no state under the old policy starts fresh.
+// changes goes through each in turn, with each change's mode and limit,
+// across the last four changes: a key whose state is older than that, and
+// not idle yet, starts fresh (this keeps every decision's work bounded
+// however often the policy changes, here as on Redis, where a decision
+// probes at most four previous policies). Peek computes the same
+// conversion without storing anything. A key with no state under the old
+// policy starts fresh.
 //
 // Why this rule: a change never hands a key more than the mode defines
 // (used never shrinks below what the mode says), it never locks a key out
@@ -79,7 +91,8 @@ func (k *Keyed) newGeneration(p Policy, st keyedStore, seq uint64, mode Inherita
 // forgotten with the whole old policy once every state of it is idle: a
 // window of it (two for the sliding counter, the rest of the period for a
 // calendar quota, the time to refill or drain for the buckets) after the
-// change.
+// change, or four changes later. A change costs the memory of the keys
+// its policy's states hold, and about 200 bytes once it holds none.
 //
 // It returns an error wrapping [ErrInvalidConfig], and changes nothing,
 // when p is invalid or mode is not one of the three. SetPolicy is safe to
@@ -158,24 +171,84 @@ func (k *Keyed) maybePrune(now int64) {
 
 // prune drops the store of every older generation whose states are all
 // idle at now, or that holds no key (a superseded store never gains one):
-// forgetting them changes no decision. Generations with no store are kept
-// while an older one has one, as conversions from it go through their
-// steps. Requires k.mu held and no shard lock.
+// forgetting them changes no decision. It also drops those more than
+// keptPolicies changes back, whose keys start fresh (as on Redis, where
+// a decision probes that many previous policies at most). Generations with
+// no store are kept while an older one has one, as conversions from it go
+// through their steps, but each in a copy that holds only its policy and
+// mode: the dropped store, whose shards take kilobytes, goes with the
+// original once no decision holds it. Requires k.mu held and no shard
+// lock.
 func (k *Keyed) prune(now int64) {
 	cur := k.cur.Load()
 	last := cur // the oldest generation that still holds a store
 	next := int64(math.MaxInt64)
-	for o := cur.prev.Load(); o != nil; o = o.prev.Load() {
-		if !o.dropped.Load() && (now >= o.idleAt.Load() || o.store.empty()) {
+	newer, depth := cur, 0
+	for o := cur.prev.Load(); o != nil; newer, o = o, o.prev.Load() {
+		depth++
+		if !o.dropped.Load() && (depth > keptPolicies || now >= o.idleAt.Load() || o.store.empty()) {
 			o.dropped.Store(true)
 			o.store.drop()
 		}
 		if !o.dropped.Load() {
 			last = o
 			next = min(next, o.idleAt.Load())
+		} else if _, light := o.store.(droppedStore); !light {
+			o = k.lighten(newer, o)
 		}
 	}
 	last.prev.Store(nil)
 	k.pruneAt.Store(next)
 	k.chained.Store(cur.prev.Load() != nil)
+}
+
+// lighten replaces the dropped generation o, whose next newer one is
+// newer, with a copy that holds no store, and returns the copy. Nothing
+// of o changes: a decision that still holds o finds its store retired and
+// moves on to o.next, and a conversion walking the chain through o or
+// through the copy applies the same step. Requires k.mu held.
+func (k *Keyed) lighten(newer, o *generation) *generation {
+	c := &generation{policy: o.policy, limit: o.limit, store: droppedStore{}, seq: o.seq, mode: o.mode}
+	c.idleAt.Store(o.idleAt.Load())
+	c.dropped.Store(true)
+	older := o.prev.Load()
+	c.prev.Store(older)
+	c.next.Store(o.next.Load())
+	newer.prev.Store(c)
+	if older != nil {
+		older.next.Store(c)
+	}
+	return c
+}
+
+// droppedStore is the store of a generation that Keyed.lighten copied
+// without its own: it holds no key, and nothing is decided in it.
+type droppedStore struct{}
+
+var (
+	droppedMu      sync.Mutex // lockFor's, never contended: nothing is decided here
+	droppedRetired = true
+)
+
+func (droppedStore) decide(int64, string, int, action) (verdict, error) {
+	return verdict{}, errSuperseded
+}
+func (droppedStore) refund(int64, string, int64) error            { return errSuperseded }
+func (droppedStore) penalize(int64, string, int64) error          { return errSuperseded }
+func (droppedStore) reset(string) error                           { return errSuperseded }
+func (droppedStore) len() int                                     { return 0 }
+func (droppedStore) bind(*generation, *atomic.Int64)              {}
+func (droppedStore) refundLocked(int64, string, int64)            {}
+func (droppedStore) forget(string)                                {}
+func (droppedStore) reclaimSome(_ int64, budget int) int          { return budget }
+func (droppedStore) retire()                                      {}
+func (droppedStore) drop()                                        {}
+func (droppedStore) empty() bool                                  { return true }
+func (droppedStore) olderLock(string) (*sync.Mutex, int, bool)    { return nil, 0, false }
+func (droppedStore) take(int64, string, bool, bool) (int64, bool) { return 0, false }
+func (droppedStore) lockFor(string) (*sync.Mutex, int, *bool) {
+	return &droppedMu, 0, &droppedRetired
+}
+func (droppedStore) decideLocked(int64, string, int, action) (verdict, error) {
+	return verdict{}, errSuperseded
 }

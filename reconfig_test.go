@@ -348,6 +348,13 @@ func TestSetPolicyUnderConcurrentTraffic(t *testing.T) {
 			algo := reconfigAlgorithms[rng.IntN(len(reconfigAlgorithms))]
 			mode := modes[rng.IntN(len(modes))]
 			require.NoError(t, k.SetPolicy(policyOf(algo, limit), mode))
+			// Convert every key at once, racing the traffic: one left
+			// untouched across more than keptPolicies changes (a loaded
+			// machine starves goroutines) would start fresh, outside the
+			// bound.
+			for _, key := range keys {
+				_, _ = k.AllowN(ctx, key, 0)
+			}
 			switch mode {
 			case StartFresh:
 				bound[li] += int64(last[li])
@@ -485,6 +492,12 @@ func TestSetPolicyLoosenKeepsEveryEvent(t *testing.T) {
 		for _, k := range limiters {
 			algo := reconfigAlgorithms[rng.IntN(len(reconfigAlgorithms))]
 			require.NoError(t, k.SetPolicy(policyOf(algo, limit), KeepUsed))
+			// AllowN(0) converts each key at once, racing the traffic: a key
+			// the traffic left untouched for more than keptPolicies changes
+			// (a loaded machine starves goroutines) would start fresh.
+			for _, key := range keys {
+				_, _ = k.AllowN(ctx, key, 0)
+			}
 		}
 		runtime.Gosched()
 	}
@@ -555,7 +568,8 @@ func TestSetPolicySharesTheKeyCap(t *testing.T) {
 
 // TestSetPolicyDropsEmptyGenerations: a superseded generation that holds
 // no key is dropped at once, however often the policy changes, while its
-// step still applies to keys held further back.
+// step still applies to keys held further back; what is left of it is a
+// copy without its store.
 func TestSetPolicyDropsEmptyGenerations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -567,20 +581,56 @@ func TestSetPolicyDropsEmptyGenerations(t *testing.T) {
 
 	require.True(t, must(k.AllowN(ctx, "key", 6)).Allowed)
 	first := k.cur.Load()
-	for i := range 100 {
+	for i := range keptPolicies {
 		limit := 10
-		if i == 50 {
+		if i == 1 {
 			limit = 5 // 6 used -> 5 used
 		}
 		require.NoError(t, k.SetPolicy(FixedWindowPolicy(limit, time.Minute), KeepUsed))
 	}
 	dropped := 0
 	for g := k.cur.Load().prev.Load(); g != nil && g != first; g = g.prev.Load() {
-		if g.dropped.Load() {
-			dropped++
-		}
+		assert.True(t, g.dropped.Load())
+		assert.IsType(t, droppedStore{}, g.store, "a dropped generation keeps no store")
+		dropped++
 	}
-	assert.Equal(t, 99, dropped, "every empty generation between dropped")
+	assert.Equal(t, keptPolicies-1, dropped, "every empty generation between dropped")
 	assert.False(t, first.dropped.Load())
-	assert.Equal(t, 5, must(k.Peek(ctx, "key", 0)).Remaining, "100 steps, one of them a tightening")
+	assert.Equal(t, 5, must(k.Peek(ctx, "key", 0)).Remaining, "every step, one of them a tightening")
+}
+
+// TestSetPolicyKeepsFourPrevious: a key's state converts across the last
+// keptPolicies changes, and a key whose state is older than that starts
+// fresh (as on Redis, where a decision probes that many previous policies
+// at most), in every algorithm; the store it was in is dropped, and the
+// chain holds no more than keptPolicies older generations.
+func TestSetPolicyKeepsFourPrevious(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	require.Equal(t, 4, keptPolicies, "the docs say four")
+	for _, algo := range reconfigAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			t.Parallel()
+			k, _ := newReconfigKeyed(t, policyOf(algo, 10))
+			require.True(t, must(k.AllowN(ctx, "oldest", 6)).Allowed)
+			require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+			require.True(t, must(k.AllowN(ctx, "newer", 6)).Allowed)
+			for range keptPolicies - 1 {
+				require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+			}
+			assert.Equal(t, 4, must(k.Peek(ctx, "oldest", 0)).Remaining, "four changes back: converted")
+			require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+			assert.Equal(t, 10, must(k.Peek(ctx, "oldest", 0)).Remaining, "five changes back: fresh")
+			assert.Equal(t, 4, must(k.Peek(ctx, "newer", 0)).Remaining, "four changes back: converted")
+			depth := 0
+			for g := k.cur.Load().prev.Load(); g != nil; g = g.prev.Load() {
+				depth++
+			}
+			assert.Equal(t, keptPolicies, depth)
+			assert.Equal(t, 1, k.Len(), "the oldest key is forgotten with its generation")
+			require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+			assert.Equal(t, 10, must(k.AllowN(ctx, "newer", 0)).Remaining, "five changes back: fresh")
+			assert.False(t, k.chained.Load())
+		})
+	}
 }

@@ -15,7 +15,8 @@ var _ ratelimit.KeyAdmin = (*Limiter)(nil)
 const maxBlock = 100 * 365 * 24 * time.Hour
 
 // Reset forgets key's state under the current policy and every previous
-// one ([Limiter.SetPolicy], [WithPrevious]) and lifts any block on it: the
+// one kept ([Limiter.SetPolicy], [WithPrevious]; state older than that is
+// never read again) and lifts any block on it: the
 // key starts over with a full quota. It is one script on Redis; when Redis
 // fails it returns an error wrapping [ErrUnavailable] (the failure policy
 // does not apply to admin calls).

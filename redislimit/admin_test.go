@@ -203,6 +203,7 @@ func TestSetPolicyConcurrent(t *testing.T) {
 			p = big
 		}
 		require.NoError(t, l.SetPolicy(p, ratelimit.ScaleUsed))
+		touch(t, l, []string{"k"}) // see touch: a key older than four changes starts fresh
 		time.Sleep(2 * time.Millisecond)
 	}
 	close(stop)

@@ -14,7 +14,11 @@
 // with the same Decisions as the in-memory [ratelimit.Keyed]. Each decision
 // is one Lua script, run atomically by Redis in one round trip: the check
 // and the consumption cannot interleave with another client's, and a denied
-// request stores nothing.
+// request stores nothing: no denial and no Peek writes to Redis (no key
+// changed, no TTL refreshed, so a flood of denials is no flood of
+// replicated writes), except the first AllowN of a key after a policy
+// change, which stores the conversion of its old state (see "Changing the
+// policy").
 //
 // # Time
 //
@@ -103,6 +107,22 @@
 // (its normalized description, [ratelimit.Calendar.String]: unit, reset
 // time, week start or month day, zone name).
 //
+// So the zone is known by its name, and [New], [Limiter.SetPolicy] and
+// [WithPrevious] refuse a zone whose name does not say its rules: an
+// unnamed one, one named "Local" (time.Local without TZ: each host's
+// /etc/localtime) and one named after a zone of the zone database whose
+// UTC offsets differ from that zone's within a year of the quota's
+// periods (a time.FixedZone("UTC", 3600)); load zones by IANA name. Names
+// the database does not know are taken as given. Processes that still
+// disagree about a period (one name, two tzdata releases) converge instead
+// of resetting each other: the stored state holds its period's bounds, and
+// every process counts in the stored period while it holds now, whether
+// or not it is its own; the first to count after it ends stores its own.
+// A fresh count thus starts only when the stored period has ended, and two
+// views of the zone admit at most twice the limit in one of their periods
+// (before, each call could start fresh). Refusing the mismatch instead
+// would hand it to the failure policy, which by default admits.
+//
 // # Reset, block, penalty
 //
 // [Limiter.Reset], [Limiter.Block] and [Limiter.Penalize] ([ratelimit.KeyAdmin])
@@ -134,6 +154,15 @@
 // timestamps would have). Every AllowN touches the key, even one of an n
 // that can never be admitted; a Peek, and an AllowN of a blocked key,
 // convert without storing (each at its own now).
+//
+// A limiter keeps the last four previous policies, as the in-memory one
+// does: a decision probes at most four (one EXISTS over all their keys,
+// then reads only those that exist), so its Redis work is the same after
+// one change or a thousand. A key whose state was last written more than
+// four changes ago, and is not idle yet, starts fresh under the current
+// policy (in memory too); its old key expires with its TTL. The names of
+// policies dropped that way stay taken until their states are idle, so no
+// later policy reads such a key as its own.
 //
 // A change back to an earlier policy (or to the one in force) must not
 // read the state kept under that earlier policy as its own: it converts

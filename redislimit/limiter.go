@@ -128,23 +128,24 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 	// Oldest first, as the options give them, each named after those before
 	// it as SetPolicy would have named it; newest first in the chain.
 	var prev []link
+	var fs []forgotten
 	for _, pp := range cfg.previous {
 		if err := checkMode("WithPrevious", pp.mode); err != nil {
 			return nil, err
 		}
-		sc, err := scriptsFor(pp.policy, "WithPrevious")
+		sc, err := l.scriptsFor(pp.policy, "WithPrevious")
 		if err != nil {
 			return nil, err
 		}
 		pg := &generation{policy: pp.policy, scripts: sc, natural: l.naturalPrefix(sc.code, pp.policy)}
-		pg.salt, pg.prefix = salted(pg.natural, prev)
+		pg.salt, pg.prefix = salted(pg.natural, prev, fs)
 		lk, err := pg.linkTo(pp.mode, 0, "WithPrevious")
 		if err != nil {
 			return nil, err
 		}
-		prev = append([]link{lk}, prev...)
+		prev, fs = keep(append([]link{lk}, prev...), fs)
 	}
-	g, err := l.newGeneration(p, "New", prev)
+	g, err := l.newGeneration(p, "New", prev, fs)
 	if err != nil {
 		return nil, err
 	}

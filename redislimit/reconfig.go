@@ -2,13 +2,20 @@ package redislimit
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/reconf"
 )
+
+// keptPolicies is the number of previous policies a Limiter converts
+// state from, as the in-memory limiter does (see reconf.Kept): a decision
+// probes at most that many, however often the policy changed.
+const keptPolicies = reconf.Kept
 
 // generation is a Limiter's policy and everything that depends on it. A
 // decision loads it once and uses it throughout; SetPolicy swaps it
@@ -20,7 +27,8 @@ type generation struct {
 	natural   string       // prefix without a salt (see salted)
 	salt      int          // see salted
 	quota     *quotaBounds // calendar quotas only
-	prev      []link       // previous policies, newest first
+	prev      []link       // previous policies, newest first, keptPolicies at most
+	forgotten []forgotten  // names of policies dropped from prev before their state was idle
 	chainArgs []any        // the scripts' previous-policy arguments; nil without
 	// names are the key names of a client's keys up to its hash tag, in
 	// the scripts' KEYS order: state, block, state under each previous
@@ -73,6 +81,47 @@ type link struct {
 	changed int64                 // local ns of the change away from policy; 0 (WithPrevious): unknown
 }
 
+// forgotten is a previous policy's key name kept after the policy was
+// dropped from a chain that would have held more than keptPolicies, until
+// every state under it is idle: no later policy may take the name while
+// such a state may still be there (see salted).
+type forgotten struct {
+	natural string
+	salt    int   // the largest salt forgotten under natural
+	until   int64 // local ns after which every state under the name is idle; MaxInt64: unknown
+}
+
+// forget returns fs with lk's name added (merged into an entry of the same
+// natural name), as a new slice.
+func forget(fs []forgotten, lk link) []forgotten {
+	until := int64(math.MaxInt64)
+	if lk.changed != 0 {
+		until = lk.changed + int64(idleTime(lk)+time.Minute)
+	}
+	out := make([]forgotten, 0, len(fs)+1)
+	merged := false
+	for _, f := range fs {
+		if f.natural == lk.natural {
+			f.salt, f.until, merged = max(f.salt, lk.salt), max(f.until, until), true
+		}
+		out = append(out, f)
+	}
+	if !merged {
+		out = append(out, forgotten{natural: lk.natural, salt: lk.salt, until: until})
+	}
+	return out
+}
+
+// keep returns prev cut to keptPolicies links and fs with the names of the
+// links cut added.
+func keep(prev []link, fs []forgotten) ([]link, []forgotten) {
+	for len(prev) > keptPolicies {
+		fs = forget(fs, prev[len(prev)-1])
+		prev = prev[:len(prev)-1]
+	}
+	return prev, fs
+}
+
 // previous is one WithPrevious option.
 type previous struct {
 	policy ratelimit.Policy
@@ -88,9 +137,11 @@ type previous struct {
 // does (see the package documentation, "Changing the policy"), and names
 // the keys as that process does, salt included after a change back to an
 // earlier policy: give the same changes, in the same order, to every
-// process. Policies given by WithPrevious are never forgotten: drop the
-// option once every key has been idle under the new policy for the old
-// policy's idle time.
+// process. Of the policies given, the last four convert state (as
+// SetPolicy keeps four); the older ones only keep their key names taken
+// (see "Changing the policy"). Policies given by WithPrevious are never
+// forgotten for idleness: drop the option once every key has been idle
+// under the new policy for the old policy's idle time.
 func WithPrevious(p ratelimit.Policy, mode ratelimit.Inheritance) Option {
 	return optionFunc(func(c *config) { c.previous = append(c.previous, previous{p, mode}) })
 }
@@ -118,6 +169,17 @@ func (g *generation) linkTo(mode ratelimit.Inheritance, changed int64, op string
 	return link{policy: g.policy, scripts: g.scripts, prefix: g.prefix, natural: g.natural, salt: g.salt, mode: mode, changed: changed}, nil
 }
 
+// scriptsFor validates p for l (see scriptsFor, and checkZone for a
+// calendar quota's zone) and returns its scripts; op names the call in
+// errors.
+func (l *Limiter) scriptsFor(p ratelimit.Policy, op string) (scripts, error) {
+	sc, err := scriptsFor(p, op)
+	if err == nil && p.Algorithm == ratelimit.QuotaAlgorithm {
+		err = checkZone(p.Calendar, time.Unix(0, l.ts.Now()), op)
+	}
+	return sc, err
+}
+
 // naturalPrefix returns the key-name prefix of the state under policy p,
 // without a salt.
 func (l *Limiter) naturalPrefix(code string, p ratelimit.Policy) string {
@@ -131,20 +193,27 @@ func (l *Limiter) naturalPrefix(code string, p ratelimit.Policy) string {
 }
 
 // salted returns the salt and prefix of a policy whose natural prefix is
-// natural, after the previous policies prev. A change back to a policy
-// that a previous one still holds state under (or to the same policy)
-// must not read that state as its own: in memory, and so here, that
-// state converts step by step like any other (a sliding log is re-timed,
-// StartFresh forgets it). So the key names take a salt then, one more than
-// the largest salt of a previous policy with the same natural name:
-// "tb:53a22938.1:{". It depends only on the previous policies, so a
+// natural, after the previous policies prev and the names fs forgotten
+// before their states were idle. A change back to a policy that a
+// previous one still holds state under (or to the same policy) must not
+// read that state as its own: in memory, and so here, that state converts
+// step by step like any other (a sliding log is re-timed, StartFresh
+// forgets it), and state under a policy more than keptPolicies changes
+// back is forgotten. So the key names take a salt then, one more than the
+// largest salt of a previous or forgotten policy with the same natural
+// name: "tb:53a22938.1:{". It depends only on the previous policies, so a
 // process given them by WithPrevious names the keys as one that went
 // through the changes with SetPolicy.
-func salted(natural string, prev []link) (int, string) {
+func salted(natural string, prev []link, fs []forgotten) (int, string) {
 	salt := -1
 	for _, lk := range prev {
 		if lk.natural == natural {
 			salt = max(salt, lk.salt)
+		}
+	}
+	for _, f := range fs {
+		if f.natural == natural {
+			salt = max(salt, f.salt)
 		}
 	}
 	if salt < 0 {
@@ -155,18 +224,19 @@ func salted(natural string, prev []link) (int, string) {
 }
 
 // newGeneration validates p and builds what a Limiter running it needs,
-// with the previous policies prev (newest first).
-func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link) (*generation, error) {
-	sc, err := scriptsFor(p, op)
+// with the previous policies prev (newest first, at most keptPolicies)
+// and the names fs forgotten before their states were idle.
+func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link, fs []forgotten) (*generation, error) {
+	sc, err := l.scriptsFor(p, op)
 	if err != nil {
 		return nil, err
 	}
 	g := &generation{policy: p, scripts: sc, natural: l.naturalPrefix(sc.code, p), replaced: make(chan struct{})}
-	g.salt, g.prefix = salted(g.natural, prev)
+	g.salt, g.prefix = salted(g.natural, prev, fs)
 	if len(prev) > 0 && int64(p.Limit) > maxLinkLimit {
 		return nil, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, p.Limit)
 	}
-	g.prev = prev
+	g.prev, g.forgotten = prev, fs
 	g.names = append(g.names, g.prefix, l.base+blockInfix)
 	for _, lk := range prev {
 		g.names = append(g.names, lk.prefix)
@@ -274,7 +344,10 @@ const blockInfix = "blk:{"
 // [ratelimit.Inheritance] and the package documentation, "Changing the
 // policy"). Blocks are kept. A change back to an earlier policy, or to
 // the one in force, converts state kept under it too (StartFresh to the
-// same policy starts every key over): the key names then take a salt. The
+// same policy starts every key over): the key names then take a salt.
+// State is converted across the last four changes: a key whose state is
+// older than that, and not idle yet, starts fresh, as in memory; so a
+// decision's work stays the same however often the policy changes. The
 // change is local to this process: other processes sharing the Redis keep
 // their policy until told (SetPolicy in each, or [WithPrevious] at their
 // start).
@@ -308,7 +381,16 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 		}
 		prev = prev[:len(prev)-1]
 	}
-	g, err := l.newGeneration(p, "SetPolicy", prev)
+	// Keep keptPolicies, as memory does; the names of those dropped stay
+	// taken until their states are idle.
+	var fs []forgotten
+	for _, f := range old.forgotten {
+		if now < f.until {
+			fs = append(fs, f)
+		}
+	}
+	prev, fs = keep(prev, fs)
+	g, err := l.newGeneration(p, "SetPolicy", prev, fs)
 	if err != nil {
 		return err
 	}

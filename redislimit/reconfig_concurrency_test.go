@@ -64,6 +64,7 @@ func TestSetPolicyConcurrentEveryAlgorithm(t *testing.T) {
 				p := reconfigPolicy(allAlgorithms[rng.IntN(len(allAlgorithms))], limit)
 				mode := allModes[rng.IntN(len(allModes))]
 				require.NoError(t, l.SetPolicy(p, mode))
+				touch(t, l, keys)
 				if mode == ratelimit.StartFresh {
 					bound += int64(last)
 				} else {
@@ -129,6 +130,7 @@ func TestSetPolicyLoosenConcurrentKeepsEveryEvent(t *testing.T) {
 	for range 40 {
 		limit += 1 + rng.IntN(3)
 		require.NoError(t, l.SetPolicy(reconfigPolicy(allAlgorithms[rng.IntN(len(allAlgorithms))], limit), ratelimit.KeepUsed))
+		touch(t, l, keys)
 		time.Sleep(500 * time.Microsecond)
 	}
 	stop.Store(true)
@@ -142,4 +144,17 @@ func TestSetPolicyLoosenConcurrentKeepsEveryEvent(t *testing.T) {
 		assert.Equal(t, got, int64(d.Limit-d.Remaining), "key %q: used = admitted", key)
 	}
 	assert.Greater(t, total, int64(30), "traffic admitted while the policy changed")
+}
+
+// touch converts every key to l's current policy at once (AllowN of 0,
+// which admits nothing), racing the traffic: a key that the traffic left
+// untouched across more than keptPolicies changes (goroutines starved on
+// a loaded machine) would start fresh, outside the bounds these tests
+// check.
+func touch(t *testing.T, l *Limiter, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		_, err := l.AllowN(bg(), k, 0)
+		require.NoError(t, err)
+	}
 }

@@ -2,7 +2,8 @@
 -- WithPrevious), placed after every algorithm's helpers in the scripts of
 -- a limiter that has previous policies.
 --
--- ARGV[at] is the number m of previous policies, then m tuples of five,
+-- ARGV[at] is the number m of previous policies (1 to 4: Go keeps no
+-- more, see keptPolicies), then m tuples of five,
 -- newest first: code (tb, lb, fw, sl, sc, cq), the mode of the change from
 -- this policy to the next newer one (k keep, s scale, f fresh), limit and
 -- two parameters (tb: r, p; lb: every; fw, sl, sc: window; cq: none).
@@ -65,7 +66,7 @@ local function remainingOf(code, key, now, limit, x, y)
     end
     return limit - count
   elseif code == 'sl' then
-    local base, _, _, cum = slLoad(key, now, limit, x, true)
+    local base, _, _, cum = slLoad(key, now, limit, x)
     return limit - (cum - base)
   elseif code == 'sc' then
     local storedK, cur, prev = scLoad(key, now, limit, x)
@@ -114,6 +115,12 @@ local function inherit(now, at, limit, mode, charge)
   -- forgotten (its name is used again: see salted in reconfig.go), which
   -- must not hide the state under an older one. States that have used
   -- nothing convert to nothing: u = 0.
+  -- One EXISTS over them all first, so that a decision's commands do not
+  -- depend on m (at most keptPolicies, see reconfig.go): most clients have
+  -- no state under any previous policy.
+  if redis.call('EXISTS', unpack(KEYS, 3, 2 + m)) == 0 then
+    return nil
+  end
   local u
   for i = 1, m do
     local key = KEYS[2 + i]
@@ -148,8 +155,9 @@ local function inherit(now, at, limit, mode, charge)
   end
   unstored = not writes(mode)
   if writes(mode) then
-    for i = 1, m do
-      unlink(KEYS[2 + i])
+    local old = {unpack(KEYS, 3, 2 + m)}
+    if type(redis.pcall('UNLINK', unpack(old))) == 'table' then
+      redis.call('DEL', unpack(old))
     end
     if u > 0 then
       unlink(KEYS[1])

@@ -15,13 +15,13 @@ local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local mode = decisionMode(now, ARGV[9])
 
-local s, e, i = qPeriod(now, 4)
+local s, e = qPeriod(now, 4)
 if not s then
   return redis.error_reply('ratelimit: Redis clock more than a period away from the application\'s (calendar quota)')
 end
 
 local u = inherit(now, 10, limit, mode, function(u) qCharged(key, now, u, s, e) end)
-local st, en, count = qLoad(key, now, limit, s, e, 4, i)
+local st, en, count = qLoad(key, now, limit, s, e)
 if u and not writes(mode) then
   -- A Peek of inherited state: the current period charged u, whatever
   -- was loaded.

@@ -1,5 +1,5 @@
--- Calendar quota refund: take n events back from the current period if it
--- is the one that holds them. Mirrors quotaAlg.refund.
+-- Calendar quota refund: take n events back from the counted period (see
+-- qLoad) if it holds now. Mirrors quotaAlg.refund.
 --
 -- KEYS[1]  as in quota.lua
 -- ARGV     now (µs or ""), n, limit, five boundaries (Unix µs), "r", then
@@ -8,14 +8,14 @@ local key = KEYS[1]
 local now = giveBackAt or clock() -- a lease's give-back: its grant time
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local s, e, i = qPeriod(now, 4)
+local s, e = qPeriod(now, 4)
 if not s then
   return redis.error_reply('ratelimit: Redis clock more than a period away from the application\'s (calendar quota)')
 end
 inherit(now, 10, limit, 'r', function(u) qCharged(key, now, u, s, e) end)
-local st, en, stored = qLoad(key, now, limit, s, e, 4, i)
-if st ~= s or stored == 0 then
-  return 0
+local st, en, stored = qLoad(key, now, limit, s, e)
+if st > now or stored == 0 then
+  return 0 -- nothing counted, or only in a newer period (see qLoad)
 end
 local count = math.max(stored - n, 0)
 if count == 0 then

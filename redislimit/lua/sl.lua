@@ -18,7 +18,8 @@ end
 -- strictly increase with cum (events at or before the newest entry's time
 -- merge into it), so the order by score is the order by time. Entries
 -- scored at most base are expired ("dead", ranked before "b") and are
--- removed a few per call; live entries follow "b", an entry holds its cum
+-- removed a few per write (an admission or a refund: a denial and a Peek
+-- write nothing, see slLoad); live entries follow "b", an entry holds its cum
 -- minus the previous score events, and the log holds last cum - base live
 -- events. Every lookup is by rank or score, O(log entries): a denial finds
 -- the entry whose expiry frees room for n with one ZRANGEBYSCORE, and the
@@ -30,16 +31,9 @@ end
 -- once (O(entries)).
 local slMaxBase = 4503599627370496
 
--- slDrop is how many dead entries a call removes: more than the one entry
--- a call can add, so they drain, and few enough to bound every call.
+-- slDrop is how many dead entries a write removes: more than the one entry
+-- an admission adds, so they drain, and few enough to bound every call.
 local slDrop = 16
-
--- slRemove deletes a sliding log key unless ro (read only).
-local function slRemove(key, ro)
-  if not ro then
-    unlink(key)
-  end
-end
 
 -- slEntry returns the time and cum of the entry at rank r, or nil.
 local function slEntry(key, r)
@@ -51,43 +45,34 @@ local function slEntry(key, r)
 end
 
 -- slLoad reads the sliding log at key as seen at now with window w and
--- limit limit, marking its expired entries dead. It returns base, the number
--- of live entries, the newest entry's time and cum; with no live entries,
--- 0, 0, 0, 0 and no key. A log that is not one (another type, another
--- layout, counts beyond limit, a newest entry more than min(w, maxSkew) in the
--- future) is removed and read as empty. UNLINK frees a large key off
--- Redis's main thread. With ro (a previous policy's log read for its
--- remaining quota, or a Peek of one) it writes nothing: nothing is marked
--- dead or removed.
-local function slLoad(key, now, limit, w, ro)
+-- limit limit, writing nothing: a denial and a Peek must store nothing (a
+-- flood of denials must not become a flood of writes, replicated). It
+-- returns base (the log's base once its expired entries are marked dead),
+-- the number of live entries, the newest entry's time and cum, and fix:
+-- what a write must first do so that the key holds exactly that log (see
+-- slFix). With no live entries it returns 0, 0, 0, 0 and fix true when
+-- the key must go first: a log that is not one (another type, another
+-- layout, counts beyond limit, a newest entry more than min(w, maxSkew) in
+-- the future: read as empty), or one whose entries all expired.
+local function slLoad(key, now, limit, w)
   local card = redis.pcall('ZCARD', key)
   if type(card) ~= 'number' then
-    if not ro then
-      redis.call('DEL', key) -- another type
-    end
-    return 0, 0, 0, 0
+    return 0, 0, 0, 0, true -- another type
   end
   if card == 0 then
-    return 0, 0, 0, 0
+    return 0, 0, 0, 0, nil
   end
   local base = score(redis.call('ZSCORE', key, 'b'))
   local rb = redis.call('ZRANK', key, 'b')
   if not base or base < 0 then
-    slRemove(key, ro)
-    return 0, 0, 0, 0
-  end
-  if rb > 0 and not ro then
-    local drop = math.min(rb, slDrop)
-    redis.call('ZREMRANGEBYRANK', key, 0, drop - 1)
-    rb, card = rb - drop, card - drop
+    return 0, 0, 0, 0, true
   end
   local last = card - 1
   local entries = last - rb
   local lastTS, lastCum = slEntry(key, last)
   if entries < 1 or not lastTS or not lastCum or lastCum - base < entries or lastCum - base > limit
       or lastTS - now > math.min(w, maxSkew) then
-    slRemove(key, ro)
-    return 0, 0, 0, 0
+    return 0, 0, 0, 0, true
   end
   -- The expired entries (ts <= now - w) are ranks rb+1 .. lo: gallop,
   -- then bisect, for the largest such lo. Invariant: rank lo is "b" or
@@ -106,8 +91,7 @@ local function slLoad(key, now, limit, w, ro)
     else
       local ts, cum = slEntry(key, r)
       if not ts or not cum or cum <= loCum or cum > lastCum then
-        slRemove(key, ro)
-        return 0, 0, 0, 0
+        return 0, 0, 0, 0, true
       end
       if ts > cutoff then
         hi = r
@@ -116,17 +100,32 @@ local function slLoad(key, now, limit, w, ro)
       end
     end
   end
-  if lo == rb then
-    return base, entries, lastTS, lastCum -- nothing newly expired
-  end
   if lo == last then
-    slRemove(key, ro) -- everything expired
-    return 0, 0, 0, 0
+    return 0, 0, 0, 0, true -- everything expired
   end
-  if not ro then
-    redis.call('ZADD', key, int(loCum), 'b')
+  -- The dead entries before "b" to drop (a few: see slDrop), and the
+  -- base that marks the newly expired ones dead.
+  local fix = nil
+  if rb > 0 or lo > rb then
+    fix = {math.min(rb, slDrop), lo > rb and loCum or nil}
   end
-  return loCum, last - lo, lastTS, lastCum
+  return loCum, last - lo, lastTS, lastCum, fix
+end
+
+-- slFix makes the key hold the log slLoad read, before a write: it
+-- removes the key (fix true), or drops some dead entries and marks the
+-- newly expired ones dead (fix = {dead to drop, new base or nil}).
+local function slFix(key, fix)
+  if fix == true then
+    unlink(key)
+  elseif fix then
+    if fix[1] > 0 then
+      redis.call('ZREMRANGEBYRANK', key, 0, fix[1] - 1)
+    end
+    if fix[2] then
+      redis.call('ZADD', key, int(fix[2]), 'b')
+    end
+  end
 end
 
 -- slRebase moves a sliding log's base back to 0 once it passes slMaxBase.

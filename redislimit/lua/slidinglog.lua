@@ -11,7 +11,9 @@
 --          policies (see chain.lua)
 --
 -- Every call costs O(log entries), plus the expired entries it drops, each
--- dropped once: a denial, too, drops them (which changes no decision).
+-- dropped once. Only an admission writes (and drops them): a denial and a
+-- Peek read the log as it would be once the expired entries are dropped,
+-- and store nothing.
 local key = KEYS[1]
 local now = clock()
 local n = tonumber(ARGV[2])
@@ -20,7 +22,7 @@ local w = tonumber(ARGV[4])
 local mode = decisionMode(now, ARGV[5])
 
 local u = inherit(now, 6, limit, mode, function(u) slCharged(key, now, u, w) end)
-local base, entries, backTS, backCum = slLoad(key, now, limit, w)
+local base, entries, backTS, backCum, fix = slLoad(key, now, limit, w)
 -- virtual: a Peek of inherited state that was not stored, one entry of u
 -- events at now.
 local virtual = u and u > 0 and not writes(mode)
@@ -41,6 +43,8 @@ local function decide(n, commit)
       reset = newest + w - now
     end
     if commit and n > 0 then
+      slFix(key, fix)
+      fix = nil
       local newest = now
       if entries == 0 then
         redis.call('ZADD', key, 0, 'b', int(n), int(now))
@@ -68,9 +72,10 @@ local function decide(n, commit)
     ts = num(found[1])
   end
   if not ts or ts > backTS then
-    -- Only a forged log gets here; the next call finds it fresh.
-    redis.call('DEL', key)
-    return {0, math.max(limit - total, 0), w, w}
+    -- Only a forged log gets here: read it as empty, as slLoad reads the
+    -- logs it finds forged, and decide again (an admission replaces it).
+    base, entries, backTS, backCum, total, fix = 0, 0, 0, 0, 0, true
+    return decide(n, commit)
   end
   return {0, math.max(limit - total, 0), ts + w - now, backTS + w - now}
 end

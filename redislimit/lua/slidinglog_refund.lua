@@ -11,10 +11,11 @@ local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
 inherit(now, 6, limit, 'r', function(u) slCharged(key, now, u, w) end)
-local _, entries = slLoad(key, now, limit, w)
+local _, entries, _, _, fix = slLoad(key, now, limit, w)
 if entries == 0 then
   return 0
 end
+slFix(key, fix)
 
 -- Remove n events from the back: each entry removed was added once.
 while n > 0 and entries > 0 do
@@ -36,7 +37,7 @@ while n > 0 and entries > 0 do
 end
 
 if entries == 0 then
-  slRemove(key)
+  unlink(key)
   return 1
 end
 local back = redis.call('ZRANGE', key, -1, -1)
