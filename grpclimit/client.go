@@ -46,6 +46,12 @@ import (
 //   - A ResourceExhausted without RetryInfo (a cost that can never fit, a
 //     message too large) is neither paused for nor retried; only its
 //     metadata's quotas count.
+//   - When a pause ends (a RetryInfo's, a backoff, a reset that was
+//     capped), one call of the scope goes out alone, a probe: the others
+//     wait for its answer, then go by what it says. A probe without an
+//     answer (an error that may not come from the server, its context
+//     ended) hands on to the next call at once; one that takes longer
+//     than the pause it ended (at least the first backoff delay) too.
 //   - With [WithPolicyShaping], advertised policies (ratelimit-policy: q
 //     per w) space the scope's unary calls at least w/q apart.
 //
@@ -154,7 +160,8 @@ func newClient(name string, wait func(context.Context, string, int) error, key K
 
 // PausedFor returns how long, from now, calls of method to target (the
 // string a connection was created with, as grpc.ClientConn.Target
-// returns it) are paused at a server's request; 0 if they are not. Under
+// returns it) are paused at a server's request (while a probe is out,
+// the longest its answer is waited for); 0 if they are not. Under
 // [PauseByTarget] method is ignored. A client paused [PauseByKey] reports
 // its pauses through [Client.PausedForKey]; PausedFor returns 0 for it.
 func (c *Client) PausedFor(target, method string) time.Duration {

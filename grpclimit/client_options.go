@@ -68,9 +68,10 @@ func WithMaxRetryWait(d time.Duration) Option {
 
 // WithMaxPause caps the pause a single answer can impose on a client
 // (default one hour), so that a wrong or hostile RetryInfo cannot stop the
-// client for days. When the cap has passed, the next call goes out, and a
-// server still refusing asks for another pause. For [NewClient] and
-// [NewKeyedClient].
+// client for days. When the cap has passed, one call of the scope goes
+// out (a probe) and the others wait for its answer: a server still
+// refusing asks for another pause, one that answers lets them go by what
+// it says. For [NewClient] and [NewKeyedClient].
 func WithMaxPause(d time.Duration) Option {
 	return option{"WithMaxPause", forClient, func(cfg *config) error {
 		if d <= 0 {

@@ -249,9 +249,10 @@ func WithMaxRetryWait(d time.Duration) Option {
 
 // WithMaxPause caps the pause a single answer can impose on the transport
 // (default one hour), so that a wrong or hostile Retry-After cannot stop
-// the client for days. When the cap has passed, the next request goes out,
-// and a server still refusing asks for another pause. For [NewTransport]
-// and [NewKeyedTransport].
+// the client for days. When the cap has passed, one request of the key
+// goes out (a probe) and the others wait for its answer: a server still
+// refusing asks for another pause, one that answers lets them go by what
+// it says. For [NewTransport] and [NewKeyedTransport].
 func WithMaxPause(d time.Duration) Option {
 	return option{"WithMaxPause", forTransport, func(cfg *config) error {
 		if d <= 0 {

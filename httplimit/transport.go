@@ -54,6 +54,13 @@ var ErrNoKey = errors.New("ratelimit: no key for the request")
 //     ([WithBackoff]): the k-th such refusal in a row waits a random time
 //     between half the first delay and min(max, first·2^k). The next
 //     request to that key never goes out at once.
+//   - When a refusal's pause ends, or a reset that was capped
+//     ([WithMaxPause]), one request of the key goes out alone, a probe:
+//     the others wait for its answer, then go by what it says. A server
+//     said when to come back, not how many may. If the probe gets no
+//     answer (a network error, its context ended) the next request
+//     probes at once; if it takes longer than the pause it ended (at
+//     least the first backoff delay), the next probes too.
 //   - With [WithPolicyShaping], the policies an answer advertises
 //     (RateLimit-Policy: q per w) space the key's requests at least w/q
 //     apart, so that a burst is spread instead of spent at once.
@@ -169,8 +176,9 @@ func newTransport(base http.RoundTripper, wait func(context.Context, string, int
 
 // PausedFor returns how long from now the next request through t must
 // wait for what the server's answers asked (a pause, a spent quota's
-// reset, a backoff, the policies' spacing); 0 if it may go at once, the
-// limiter aside. For a transport from [NewKeyedTransport] it is the
+// reset, a backoff, the policies' spacing; while a probe is out, the
+// longest its answer is waited for); 0 if it may go at once, the limiter
+// aside. For a transport from [NewKeyedTransport] it is the
 // longest wait of any key.
 func (t *Transport) PausedFor() time.Duration {
 	return t.pacer.Longest(t.now())

@@ -18,6 +18,13 @@
 //     answer reports anew.
 //   - With Config.Shape, an answer that advertises policies (q per w)
 //     spaces the key's sends at least w/q apart (the slowest policy).
+//   - A pause whose end the answers cannot vouch for ends with a probe:
+//     a refusal's (a Retry-After says when to come back, not how many
+//     may), and a reset that was capped. The first send after it goes
+//     alone; the others wait for its answer, then go by what it says. A
+//     probe that gets none (Lost) hands the probe on to the next send at
+//     once, and one that takes longer than the pause it ended (at least
+//     Config.First) does so too, so that no send waits on a hung one.
 //
 // Every duration read from an answer is capped by Config.MaxPause.
 package pacer
@@ -81,22 +88,34 @@ type state struct {
 	refusals int           // refusals in a row without a usable pause
 	inflight int           // sends reserved and not yet answered
 	finished uint64        // sends answered or lost so far
+	sent     uint64        // sends reserved so far: the id of the newest
 	limit    int64         // the quota a reset restores, from the newest answer stating one; 0: unknown
-	n        int
-	quotas   [hints.MaxItems]quota
+	// A probe: after a pause whose end the answers cannot vouch for (a
+	// refusal's, a capped reset), the next send goes alone, and the others
+	// wait for its answer, until probeEnd at most.
+	probe     bool          // the next send is a probe
+	probeID   uint64        // the probe in flight; 0 if none
+	probeEnd  time.Time     // when the others stop waiting for it
+	probeDone chan struct{} // closed when the probe in flight ends
+	patience  time.Duration // how long the next probe is waited for
+	n         int
+	quotas    [hints.MaxItems]quota
 }
 
 // quota is one reported quota: left sends until its reset, which was span
-// away when reported.
+// away when reported. A capped quota's reset was shortened (by MaxPause,
+// or a refusal's Retry-After): what it restores then is not known.
 type quota struct {
-	left  int64
-	reset time.Time
-	span  time.Duration
+	left   int64
+	reset  time.Time
+	span   time.Duration
+	capped bool
 }
 
 // Ticket is one reserved send; pass it to exactly one of Done or Lost.
 type Ticket struct {
 	st       *state
+	id       uint64 // the send's number in st; 0 for a Note
 	finished uint64 // st.finished when the send was reserved (or the Note made)
 	note     bool   // not a send (Note): its answer can only add spent quotas
 	at       time.Time
@@ -111,6 +130,10 @@ func (st *state) roll(now time.Time) {
 	n := 0
 	for _, q := range st.quotas[:st.n] {
 		if !q.reset.After(now) {
+			if q.capped {
+				st.awaitProbe(q.span)
+				continue
+			}
 			if st.limit <= 0 || q.span <= 0 {
 				continue
 			}
@@ -122,8 +145,10 @@ func (st *state) roll(now time.Time) {
 	st.n = n
 }
 
-// wait returns how long from now the key's next send must wait.
-func (st *state) wait(now time.Time) time.Duration {
+// wait returns how long from now the key's next send must wait, and,
+// when it waits for a probe's answer, the channel closed when the probe
+// ends.
+func (st *state) wait(now time.Time) (time.Duration, <-chan struct{}) {
 	st.roll(now)
 	at := st.until
 	if st.next.After(at) {
@@ -134,7 +159,36 @@ func (st *state) wait(now time.Time) time.Duration {
 			at = q.reset
 		}
 	}
-	return Left(at, now)
+	if d := Left(at, now); d > 0 {
+		return d, nil
+	}
+	if st.probeID != 0 {
+		if d := Left(st.probeEnd, now); d > 0 {
+			return d, st.probeDone
+		}
+		// The probe has had its time: the next send probes anew.
+		st.endProbe()
+		st.probe = true
+	}
+	return 0, nil
+}
+
+// awaitProbe makes the next send a probe, waited for at most patience
+// (and at least the backoff's first delay): as long again as the pause
+// it ends. A probe that gets no answer (lost, or out of time) keeps the
+// patience for the next.
+func (st *state) awaitProbe(patience time.Duration) {
+	st.probe = true
+	st.patience = max(st.patience, patience)
+}
+
+// endProbe ends the probe in flight, if any: the sends waiting for it
+// look again.
+func (st *state) endProbe() {
+	if st.probeID != 0 {
+		close(st.probeDone)
+		st.probeID, st.probeDone = 0, nil
+	}
 }
 
 // live reports whether the key holds anything that a later send depends
@@ -143,8 +197,8 @@ func (st *state) live(now time.Time, backoffCap time.Duration) bool {
 	if st.inflight > 0 || st.until.After(now) || st.next.After(now) {
 		return true
 	}
-	if st.refusals > 0 && now.Sub(st.until) <= backoffCap {
-		return true // the next bare refusal backs off further
+	if (st.refusals > 0 || st.probe) && now.Sub(st.until) <= backoffCap {
+		return true // the next bare refusal backs off further; the next send probes
 	}
 	for _, q := range st.quotas[:st.n] {
 		if q.reset.After(now) {
@@ -154,16 +208,23 @@ func (st *state) live(now time.Time, backoffCap time.Duration) bool {
 	return false
 }
 
-// reserve counts one send at now.
-func (st *state) reserve(now time.Time) Ticket {
+// reserve counts one send at now; first is the shortest patience of a
+// probe.
+func (st *state) reserve(now time.Time, first time.Duration) Ticket {
 	st.inflight++
+	st.sent++
 	for i := range st.quotas[:st.n] {
 		st.quotas[i].left-- // wait rolled them at now
 	}
 	if st.spacing > 0 {
 		st.next = now.Add(st.spacing)
 	}
-	return Ticket{st: st, finished: st.finished, at: now}
+	if st.probe {
+		st.probe = false
+		st.probeID, st.probeDone = st.sent, make(chan struct{})
+		st.probeEnd = now.Add(max(st.patience, first))
+	}
+	return Ticket{st: st, id: st.sent, finished: st.finished, at: now}
 }
 
 // Left returns how long from now until is: 0 for the zero time or a time
@@ -190,14 +251,15 @@ func (p *Pacer) Wait(ctx context.Context, src *timesrc.Source, key string, deadl
 		now := src.Time()
 		p.mu.Lock()
 		var d time.Duration
+		var probe <-chan struct{}
 		if st := p.keys[key]; st != nil {
-			d = st.wait(now)
+			d, probe = st.wait(now)
 		}
 		p.mu.Unlock()
 		if d <= 0 {
 			return ctx.Err()
 		}
-		if err := sleep(ctx, src, d, deadline); err != nil {
+		if err := sleep(ctx, src, d, probe, deadline); err != nil {
 			return err
 		}
 	}
@@ -214,24 +276,48 @@ func (p *Pacer) Acquire(ctx context.Context, src *timesrc.Source, key string, de
 		now := src.Time()
 		p.mu.Lock()
 		st := p.state(key, now)
-		d := st.wait(now)
+		d, probe := st.wait(now)
 		if d <= 0 {
-			t := st.reserve(now)
+			t := st.reserve(now, p.cfg.First)
 			p.mu.Unlock()
 			return t, nil
 		}
 		p.mu.Unlock()
-		if err := sleep(ctx, src, d, deadline); err != nil {
+		if err := sleep(ctx, src, d, probe, deadline); err != nil {
 			return Ticket{}, err
 		}
 	}
 }
 
-func sleep(ctx context.Context, src *timesrc.Source, d time.Duration, deadline error) error {
-	if timesrc.Outlasts(ctx, d) {
-		return errs.Deadline(deadline, d)
+// sleep waits d on src, or until ctx is done. A wait for a probe's answer
+// (probe not nil) also ends when the probe does, and is not refused for
+// outlasting ctx's deadline: d is only how long the probe may take.
+func sleep(ctx context.Context, src *timesrc.Source, d time.Duration, probe <-chan struct{}, deadline error) error {
+	if probe == nil {
+		if timesrc.Outlasts(ctx, d) {
+			return errs.Deadline(deadline, d)
+		}
+		return src.Sleep(ctx, d)
 	}
-	return src.Sleep(ctx, d)
+	select {
+	case <-probe:
+		return ctx.Err()
+	default:
+	}
+	var timer <-chan time.Time
+	if c := src.Clock(); c != nil {
+		timer = c.After(d)
+	} else {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		timer = tm.C
+	}
+	select {
+	case <-probe:
+	case <-timer:
+	case <-ctx.Done():
+	}
+	return ctx.Err()
 }
 
 // state returns key's state, creating it (and first sweeping the keys
@@ -287,6 +373,10 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 	defer p.mu.Unlock()
 	st := t.st
 	st.inflight--
+	if t.id != 0 && t.id == st.probeID {
+		st.endProbe()
+		st.patience = 0
+	}
 	h := a.Hints
 	var out Outcome
 	if h != nil {
@@ -318,6 +408,10 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 	if until := now.Add(d); until.After(st.until) {
 		st.until = until
 	}
+	// What the server admits when the pause ends is not known (a
+	// Retry-After says when to come back, not how many may): one send
+	// goes and the others wait for its answer.
+	st.awaitProbe(d)
 	out.Pause = max(out.Pause, d)
 	return out
 }
@@ -348,7 +442,7 @@ func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit
 		}
 		left := it.Remaining - overlap
 		if !t.note || left <= 0 {
-			got[n] = quota{left: left, reset: now.Add(reset), span: reset}
+			got[n] = quota{left: left, reset: now.Add(reset), span: reset, capped: reset < it.Reset}
 			n++
 		}
 	}
@@ -449,8 +543,14 @@ func (p *Pacer) Lost(t Ticket) {
 		return
 	}
 	p.mu.Lock()
-	t.st.inflight--
-	t.st.finished++
+	st := t.st
+	st.inflight--
+	st.finished++
+	if t.id != 0 && t.id == st.probeID {
+		// The probe learned nothing: the next send probes anew.
+		st.endProbe()
+		st.probe = true
+	}
 	p.mu.Unlock()
 }
 
@@ -460,7 +560,8 @@ func (p *Pacer) PausedFor(key string, now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.keys[key]; st != nil {
-		return st.wait(now)
+		d, _ := st.wait(now)
+		return d
 	}
 	return 0
 }
@@ -471,7 +572,20 @@ func (p *Pacer) Longest(now time.Time) time.Duration {
 	defer p.mu.Unlock()
 	var d time.Duration
 	for _, st := range p.keys {
-		d = max(d, st.wait(now))
+		w, _ := st.wait(now)
+		d = max(d, w)
 	}
 	return d
+}
+
+// InFlight returns how many sends are reserved and not yet answered or
+// lost, over every key.
+func (p *Pacer) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, st := range p.keys {
+		n += st.inflight
+	}
+	return n
 }

@@ -227,8 +227,9 @@ func TestBackoff(t *testing.T) {
 			f := newFixture(t, cfg)
 			unusable := []*hints.Hints{nil, {HasRetryAfter: true}, answer(item(1000, time.Minute)), answer(item(0, 0))}
 			var highs []time.Duration
+			tk := f.now("k")
 			for k := range 6 {
-				out := f.done(f.now("k"), true, unusable[k%len(unusable)])
+				out := f.done(tk, true, unusable[k%len(unusable)])
 				require.True(t, out.Backoff, "refusal %d", k)
 				hi := min(8*time.Second, time.Second<<k)
 				want := hi
@@ -237,7 +238,7 @@ func TestBackoff(t *testing.T) {
 				}
 				assert.Equal(t, want, out.Pause, "refusal %d", k)
 				highs = append(highs, hi)
-				f.after("k", out.Pause)
+				tk = f.after("k", out.Pause) // the probe after the pause
 			}
 			assert.Equal(t, []time.Duration{1, 2, 4, 8, 8, 8}, func() []time.Duration {
 				s := make([]time.Duration, len(highs))
@@ -246,7 +247,7 @@ func TestBackoff(t *testing.T) {
 				}
 				return s
 			}())
-			f.done(f.now("k"), false, nil)
+			f.done(tk, false, nil)
 			out := f.done(f.now("k"), true, nil)
 			if draw == "high" {
 				assert.Equal(t, time.Second, out.Pause, "a success starts the backoff again")
@@ -429,4 +430,106 @@ func TestExtremeConfigAndPolicies(t *testing.T) {
 	assert.Equal(t, time.Duration(1), ceilDiv(hints.MaxSeconds*time.Second, math.MaxInt64))
 	assert.Equal(t, 600*time.Millisecond, ceilDiv(3*time.Second, 5))
 	assert.Equal(t, time.Duration(334), ceilDiv(1000, 3))
+}
+
+// TestProbeAfterPause: a refusal's pause, and a reset capped at MaxPause,
+// end with one probe: the next send goes alone, the others wait for its
+// answer (as long again as the pause at most), and a probe that gets none
+// (lost, or out of time) hands the probe on to the next send.
+func TestProbeAfterPause(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		refused bool
+		h       *hints.Hints
+		pause   time.Duration
+	}{
+		{"retry-after", true, &hints.Hints{RetryAfter: 5 * time.Second, HasRetryAfter: true}, 5 * time.Second},
+		{"capped retry-after", true, &hints.Hints{RetryAfter: 100 * time.Hour, HasRetryAfter: true}, time.Hour},
+		{"backoff", true, nil, time.Second},
+		{"capped spent quota", false, answer(item(0, 30*time.Hour)), time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.Rand = func(n int64) int64 { return n - 1 } // the first backoff at its longest: 1 s
+			f := newFixture(t, cfg)
+			out := f.done(f.now("k"), tc.refused, tc.h)
+			require.Equal(t, tc.pause, out.Pause)
+			probe := f.after("k", tc.pause)
+
+			// Another send waits for the probe's answer, at most the pause.
+			got := make(chan Ticket, 1)
+			go func() {
+				tk, err := f.p.Acquire(context.Background(), &f.src, "k", errPause)
+				assert.NoError(t, err)
+				got <- tk
+			}()
+			assert.Equal(t, tc.pause, f.clk.Next(t))
+			assert.Equal(t, tc.pause, f.p.PausedFor("k", f.clk.Now()), "waiting for the probe, at most")
+			f.done(probe, false, nil)
+			next := <-got
+			f.now("k") // the probe answered: sends go by what it said (nothing)
+			f.done(next, false, nil)
+		})
+	}
+	t.Run("lost", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, testConfig())
+		f.done(f.now("k"), true, &hints.Hints{RetryAfter: 5 * time.Second, HasRetryAfter: true})
+		probe := f.after("k", 5*time.Second)
+		got := make(chan Ticket, 2)
+		for range 2 {
+			go func() {
+				tk, err := f.p.Acquire(context.Background(), &f.src, "k", errPause)
+				assert.NoError(t, err)
+				got <- tk
+			}()
+			assert.Equal(t, 5*time.Second, f.clk.Next(t))
+		}
+		f.p.Lost(probe)
+		second := <-got // the next probe, alone
+		assert.Equal(t, 5*time.Second, f.clk.Next(t), "the other waits for the second probe")
+		select {
+		case <-got:
+			t.Fatal("two sends after a lost probe")
+		default:
+		}
+		f.done(second, false, nil)
+		f.done(<-got, false, nil)
+	})
+	t.Run("out of time", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, testConfig())
+		f.done(f.now("k"), true, &hints.Hints{RetryAfter: 5 * time.Second, HasRetryAfter: true})
+		probe := f.after("k", 5*time.Second)
+		second := f.after("k", 5*time.Second) // waited the probe's time: probes in turn
+		assert.Equal(t, 5*time.Second, f.p.PausedFor("k", f.clk.Now()), "the second probe is waited for")
+		f.done(probe, false, nil) // an old probe's answer does not end the new one
+		assert.Equal(t, 5*time.Second, f.p.PausedFor("k", f.clk.Now()))
+		f.done(second, false, nil)
+		f.now("k")
+	})
+}
+
+// TestProbeDeadline: a send waiting for a probe's answer is not refused
+// for a deadline shorter than the probe may take; it waits until the
+// deadline, or the answer.
+func TestProbeDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	f.done(f.now("k"), true, &hints.Hints{RetryAfter: time.Minute, HasRetryAfter: true})
+	probe := f.after("k", time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.p.Acquire(ctx, &f.src, "k", errPause)
+		done <- err
+	}()
+	assert.Equal(t, time.Minute, f.clk.Next(t))
+	err := <-done // the real deadline, a second away
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, errPause)
+	f.done(probe, false, nil)
 }

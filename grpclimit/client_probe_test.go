@@ -1,0 +1,119 @@
+package grpclimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/rlkit/ratelimit/internal/timerclock"
+)
+
+// gate is a server interceptor that holds every unary call until the test
+// answers it: each arrival is announced on arrived, and answered with the
+// function the test sends on its reply channel.
+type gate struct {
+	arrived chan gateCall
+	quit    chan struct{}
+}
+
+type gateCall struct {
+	reply chan func(ctx context.Context) error
+}
+
+func (g *gate) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	c := gateCall{reply: make(chan func(context.Context) error, 1)}
+	g.arrived <- c
+	select {
+	case f := <-c.reply:
+		if err := f(ctx); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-g.quit:
+		return nil, status.Error(codes.Unavailable, "test over")
+	}
+}
+
+func startGate(t *testing.T) (*gate, string) {
+	g := &gate{arrived: make(chan gateCall, 64), quit: make(chan struct{})}
+	_, addr := startServer(t, grpc.UnaryInterceptor(g.unary))
+	t.Cleanup(func() { close(g.quit) }) // before the server stops
+	return g, addr
+}
+
+func (g *gate) next(t *testing.T) gateCall {
+	t.Helper()
+	select {
+	case c := <-g.arrived:
+		return c
+	case <-time.After(5 * time.Second):
+		t.Fatal("no call arrived")
+		return gateCall{}
+	}
+}
+
+func (g *gate) none(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.arrived:
+		t.Fatal("a call reached the server")
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// sendHeader answers a call with md as its header metadata.
+func sendHeader(md metadata.MD) func(ctx context.Context) error {
+	return func(ctx context.Context) error { return grpc.SetHeader(ctx, md) }
+}
+
+// TestClientCappedPauseEndsWithOneProbe: a server asking for a day's pause
+// (RetryInfo of 24 h) capped at 10 s: when the cap has passed, one call
+// goes out and the others wait for its answer, then go by what it says.
+// Before, all 20 waiting calls reached the server at once.
+func TestClientCappedPauseEndsWithOneProbe(t *testing.T) {
+	t.Parallel()
+	const waiting = 20
+	g, addr := startGate(t)
+	clk := timerclock.New(clientEpoch)
+	c := newTestClient(t, nil, nil, nil, clk, WithMaxPause(10*time.Second))
+	client, _ := dial(t, addr, c)
+
+	first := callAsync(context.Background(), client)
+	g.next(t).reply <- func(context.Context) error { return denial(24 * time.Hour) }
+	require.Equal(t, codes.ResourceExhausted, status.Code(<-first))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := make(chan error, waiting)
+	for range waiting {
+		go func() { results <- <-callAsync(ctx, client) }()
+	}
+	for range waiting {
+		require.Equal(t, 10*time.Second, clk.Next(t), "each waits for the capped pause")
+	}
+	clk.Add(10 * time.Second)
+	probe := g.next(t)
+	g.none(t)
+	// Its answer: 3 left for a minute. Three go; the rest wait.
+	probe.reply <- sendHeader(metadata.Pairs("ratelimit", `"daily";r=3;t=60`))
+	for range 3 {
+		g.next(t).reply <- sendHeader(metadata.Pairs("ratelimit", `"daily";r=9;t=60`))
+	}
+	for range 4 {
+		require.NoError(t, <-results)
+	}
+	g.none(t)
+	cancel()
+	for range waiting - 4 {
+		assert.Equal(t, codes.Canceled, status.Code(<-results))
+	}
+}
