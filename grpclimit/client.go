@@ -36,7 +36,10 @@ import (
 //     as this package's server interceptors send them), bounds the scope's
 //     calls: at most the remaining count before the reset, less the calls
 //     in flight; a spent quota holds the scope until its reset, so that
-//     the server need not refuse the next call.
+//     the server need not refuse the next call; each reset gives back the
+//     stated limit less the remaining count reported (what a fixed window
+//     or a token bucket has restored by then), whatever order the answers
+//     come back in.
 //   - codes.ResourceExhausted with an errdetails.RetryInfo pauses the
 //     scope for the longest valid RetryDelay, capped ([WithMaxPause]), and
 //     the call is retried if the caller marked it safe ([MarkRetrySafe],

@@ -36,9 +36,13 @@ var ErrNoKey = errors.New("ratelimit: no key for the request")
 //     key's requests: at most r more before the reset, less the requests
 //     the server may have counted after the answered one (those in flight,
 //     and those answered since it was sent), whatever order the answers
-//     come back in. A key whose quota is spent waits for the reset; then
-//     the quota holds the limit the server stated again (less the requests
-//     in flight), so that requests released together do not all go. The
+//     come back in. A key whose quota is spent waits for the reset; each
+//     reset gives back what the server has restored by then, whether it
+//     is a fixed window or a token bucket whose t is the time until it is
+//     full: the limit the server stated less the remaining count the
+//     answer reported, up to that limit less the requests in flight, so
+//     that requests released together do not all go. A reset whose limit
+//     no answer stated ends with a probe (below). The
 //     dialects: the IETF RateLimit field (draft-08 onward,
 //     `"name";r=0;t=3`, and the renamed a/w parameters), its draft-07
 //     dictionary (`limit=5, remaining=0, reset=3`), the draft-06

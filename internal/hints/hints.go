@@ -87,8 +87,8 @@ type Hints struct {
 	HasRetryAfter bool
 	// Limit is the smallest quota any field of the answer states (a
 	// policy's q, draft-07's limit, RateLimit-Limit, X-RateLimit-Limit),
-	// whether or not it names a window; 0 when none does. It is what a
-	// quota holds once it is reset.
+	// whether or not it names a window; 0 when none does. A quota's reset
+	// gives back Limit less the Remaining the answer reported.
 	Limit int64
 }
 

@@ -13,9 +13,11 @@
 //     a reset t) bounds the key's sends: at most r more before the reset,
 //     less every call the server may have counted after the answered one
 //     (those in flight, and those answered since it was sent). A key whose
-//     quota is spent waits for its reset; at the reset the quota holds the
-//     limit the answers stated again (less the calls in flight), until an
-//     answer reports anew.
+//     quota is spent waits for its reset; at each reset the quota gains
+//     what the server has restored by then whether it is a fixed window or
+//     a token bucket (the stated limit less the r reported, up to the
+//     limit less the calls in flight), until an answer reports anew; a
+//     reset whose gain is not known (no limit stated) ends with a probe.
 //   - With Config.Shape, an answer that advertises policies (q per w)
 //     spaces the key's sends at least w/q apart (the slowest policy).
 //   - A pause whose end the answers cannot vouch for ends with a probe:
@@ -103,13 +105,16 @@ type state struct {
 }
 
 // quota is one reported quota: left sends until its reset, which was span
-// away when reported. A capped quota's reset was shortened (by MaxPause,
-// or a refusal's Retry-After): what it restores then is not known.
+// away when reported; each reset adds gain, up to full less the sends in
+// flight. gain is 0 when what a reset restores is not known (no limit
+// stated, or the reset was capped by MaxPause or a refusal's Retry-After):
+// the reset then ends with a probe.
 type quota struct {
-	left   int64
-	reset  time.Time
-	span   time.Duration
-	capped bool
+	left  int64
+	reset time.Time
+	span  time.Duration
+	gain  int64
+	full  int64
 }
 
 // Ticket is one reserved send; pass it to exactly one of Done or Lost.
@@ -121,23 +126,27 @@ type Ticket struct {
 	at       time.Time
 }
 
-// roll renews the quotas whose reset has passed: with the limit known,
-// a quota holds the limit again (less the calls in flight, which the new
-// period may count), until one more span from now; without it, the quota
-// is dropped and sends go unbounded until an answer reports again. The
-// next answer replaces the renewed quotas with what the server counted.
+// roll renews the quotas whose reset has passed. An answer reporting r
+// left of a limit L, restored t from now, is read as the server's state
+// after counting the answered send: a fixed window restores all of L at
+// its end, a token bucket (whose t is the time until it is full) gains
+// L-r over t, continuously, and has gained it all at t whatever was sent
+// meanwhile. So at each reset a quota gains L-r, and never holds more
+// than L less the sends in flight (which the new period may count), for
+// one more span; that is never more than either kind of server admits.
+// A quota whose gain is not known is dropped at its reset, and the next
+// send probes. The next answer replaces the renewed quotas with what the
+// server counted.
 func (st *state) roll(now time.Time) {
 	n := 0
 	for _, q := range st.quotas[:st.n] {
 		if !q.reset.After(now) {
-			if q.capped {
+			if q.gain <= 0 || q.span <= 0 {
 				st.awaitProbe(q.span)
 				continue
 			}
-			if st.limit <= 0 || q.span <= 0 {
-				continue
-			}
-			q.left, q.reset = st.limit-int64(st.inflight), now.Add(q.span)
+			q.left = min(q.left+q.gain, q.full-int64(st.inflight))
+			q.reset = now.Add(q.span)
 		}
 		st.quotas[n] = q
 		n++
@@ -429,7 +438,11 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 // that is not a send's (Note) can only add quotas it finds spent.
 func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit time.Duration) time.Duration {
 	overlap := int64(st.inflight) + int64(st.finished-t.finished)
-	var got [hints.MaxItems]quota
+	var got [hints.MaxItems]struct {
+		quota
+		r      int64 // as reported
+		capped bool
+	}
 	n := 0
 	var spent time.Duration
 	for _, it := range h.Items[:h.NItems] {
@@ -442,7 +455,8 @@ func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit
 		}
 		left := it.Remaining - overlap
 		if !t.note || left <= 0 {
-			got[n] = quota{left: left, reset: now.Add(reset), span: reset, capped: reset < it.Reset}
+			got[n].quota = quota{left: left, reset: now.Add(reset), span: reset}
+			got[n].r, got[n].capped = it.Remaining, reset < it.Reset
 			n++
 		}
 	}
@@ -452,15 +466,19 @@ func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit
 	if h.Limit > 0 {
 		st.limit = h.Limit
 	}
-	if t.note {
-		for _, q := range got[:n] {
-			if st.n < len(st.quotas) {
-				st.quotas[st.n] = q
-				st.n++
-			}
+	for i := range got[:n] {
+		if q := &got[i]; !q.capped && st.limit > q.r {
+			q.gain, q.full = st.limit-q.r, st.limit
 		}
-	} else {
-		st.quotas, st.n = got, n
+	}
+	if !t.note {
+		st.n = 0
+	}
+	for _, q := range got[:n] {
+		if st.n < len(st.quotas) {
+			st.quotas[st.n] = q.quota
+			st.n++
+		}
 	}
 	return spent
 }

@@ -154,10 +154,11 @@ func TestOlderAnswerReplaces(t *testing.T) {
 	assert.Equal(t, 4*time.Second, f.p.PausedFor("k", f.clk.Now()))
 }
 
-// TestResetRenewsQuota: once a quota's reset has passed, it holds the limit
-// the answers stated again, less the sends in flight (which the new period
-// may count), so that callers released together at the reset do not all
-// go; without a stated limit, sends are unbounded until an answer reports.
+// TestResetRenewsQuota: once a quota's reset has passed, it gains the
+// limit the answers stated less the remaining count reported, up to the
+// limit less the sends in flight (which the new period may count), so
+// that callers released together at the reset do not all go; without a
+// stated limit, one send probes and the others wait for its answer.
 func TestResetRenewsQuota(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testConfig())
@@ -175,8 +176,53 @@ func TestResetRenewsQuota(t *testing.T) {
 	g := newFixture(t, testConfig())
 	g.done(g.now("k"), false, answer(item(0, 3*time.Second)))
 	g.clk.Add(3 * time.Second)
+	probe := g.now("k") // no limit stated: what the reset restores is not known
+	assert.Equal(t, 3*time.Second, g.p.PausedFor("k", g.clk.Now()), "the others wait for the probe")
+	g.done(probe, false, nil)
 	for range 10 {
-		g.now("k") // no limit stated: nothing to renew
+		g.now("k") // its answer said nothing: unbounded
+	}
+}
+
+// TestTokenBucketAnswersInAnyOrder: a token bucket of 5 refilling 1 a
+// second counts five sends (4 left, full in 1 s; ... 0 left, full in 5 s)
+// and its answers come back in any order. However they come back, the
+// pacer never lets more go than the bucket holds: at 1 s one token, one
+// more each second, never above 5. Before, with the answers in reverse
+// order, the last read (4 left, full in 1 s) restored all 5 at 1 s.
+func TestTokenBucketAnswersInAnyOrder(t *testing.T) {
+	t.Parallel()
+	for _, order := range [][]int{{0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {2, 4, 0, 3, 1}} {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, testConfig())
+			var tks [5]Ticket
+			for i := range tks {
+				tks[i] = f.now("k")
+			}
+			for _, i := range order { // send i was counted i-th: 4-i left, full in i+1 s
+				h := answer(item(int64(4-i), time.Duration(i+1)*time.Second))
+				h.Limit = 5
+				f.done(tks[i], false, h)
+			}
+			// The bucket: 0 tokens now, 1 a second. The pacer may be
+			// slower, never faster.
+			bucket := 0.0
+			last := f.clk.Now()
+			for step := range 12 {
+				f.clk.Add(500 * time.Millisecond)
+				now := f.clk.Now()
+				bucket = min(5, bucket+now.Sub(last).Seconds())
+				last = now
+				sent := 0
+				for f.p.PausedFor("k", now) == 0 {
+					f.done(f.now("k"), false, nil) // answers without fields: the pacer's own count binds
+					sent++
+					require.LessOrEqual(t, float64(sent), bucket, "step %d: sent %d, the bucket holds %.1f", step, sent, bucket)
+				}
+				bucket -= float64(sent)
+			}
+		})
 	}
 }
 
