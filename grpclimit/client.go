@@ -360,8 +360,10 @@ func (c *Client) reportPause(cl *outCall, out pacer.Outcome) {
 // answers ResourceExhausted with a RetryInfo, and retries calls marked
 // with [MarkRetrySafe] up to [WithRetries] times, each retry waiting for
 // the pause and the limiter again. A call is not retried when the pause is
-// longer than [WithMaxRetryWait] or outlasts its context's deadline: the
-// server's answer is returned. Install it with
+// longer than [WithMaxRetryWait], or when the retry cannot be sent (its
+// wait, for the pause or the limiter, would outlast the context's
+// deadline, or the context ends meanwhile): the server's answer is
+// returned. Install it with
 // grpc.WithChainUnaryInterceptor(c.Unary()).
 func (c *Client) Unary() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -375,9 +377,16 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 		if len(opts) > 0 {
 			callOpts = append(opts[:len(opts):len(opts)], callOpts...)
 		}
+		var refusal error // the server's answer the retry in preparation follows
 		for attempt := 0; ; attempt++ {
 			tk, err := c.ready(&cl)
 			if err != nil {
+				if refusal != nil {
+					// The retry cannot be sent (its wait would outlast the
+					// deadline, the context ended, the limiter refused):
+					// the caller gets the server's answer.
+					return refusal
+				}
 				return err
 			}
 			m.header, m.trailer = nil, nil
@@ -386,6 +395,7 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 			if err == nil || !refused || attempt >= c.retries || d > c.maxRetry || !retrySafe(ctx) || timesrc.Outlasts(ctx, d) {
 				return err
 			}
+			refusal = err
 		}
 	}
 }

@@ -40,8 +40,10 @@ func (s PauseScope) String() string {
 // WithRetries sets how many times a client retries a call its server
 // answered with codes.ResourceExhausted and a RetryInfo (default 0: never),
 // waiting for the announced pause and for the limiter before each retry.
-// Only calls whose context is marked with [MarkRetrySafe] are retried. For
-// [NewClient] and [NewKeyedClient]; streams are never retried.
+// Only calls whose context is marked with [MarkRetrySafe] are retried. A
+// retry that cannot be sent (a wait past the call's deadline, the context
+// ended) gives the caller the server's answer. For [NewClient] and
+// [NewKeyedClient]; streams are never retried.
 func WithRetries(n int) Option {
 	return option{"WithRetries", forClient, func(cfg *config) error {
 		if n < 0 {

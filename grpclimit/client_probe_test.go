@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/timerclock"
 )
 
@@ -115,5 +116,47 @@ func TestClientCappedPauseEndsWithOneProbe(t *testing.T) {
 	cancel()
 	for range waiting - 4 {
 		assert.Equal(t, codes.Canceled, status.Code(<-results))
+	}
+}
+
+// TestClientRetryTooLateReturnsAnswer: a call marked for retries whose
+// retry cannot be sent (the client's limiter would wait past the call's
+// deadline; the context ends while it waits) gets the server's refusal
+// back, as without retries, not an error of its own. Before, the call
+// failed with DeadlineExceeded (or Canceled) and the server's status, with
+// its RetryInfo, was lost.
+func TestClientRetryTooLateReturnsAnswer(t *testing.T) {
+	t.Parallel()
+	for _, cancelled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "limiter outlasts the deadline", true: "cancelled while waiting"}[cancelled], func(t *testing.T) {
+			t.Parallel()
+			svc, addr := startServer(t)
+			clk := timerclock.New(clientEpoch)
+			var lim ratelimit.Limiter
+			if !cancelled {
+				tb, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(1), 1, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				lim = tb
+			}
+			c := newTestClient(t, lim, nil, nil, clk, WithRetries(3))
+			client, _ := dial(t, addr, c)
+			svc.answer(denial(time.Second))
+			ctx, cancel := context.WithTimeout(MarkRetrySafe(context.Background()), 5*time.Second)
+			defer cancel()
+			done := callAsync(ctx, client)
+			assert.Equal(t, time.Second, clk.Next(t), "the server's pause")
+			if cancelled {
+				cancel()
+			} else {
+				clk.Add(time.Second) // then the limiter: a minute, past the deadline
+			}
+			err := <-done
+			st, _ := status.FromError(err)
+			assert.Equal(t, codes.ResourceExhausted, st.Code(), "the server's answer: %v", err)
+			d, has, valid := retryInfo(err)
+			assert.True(t, has && valid, "with its RetryInfo")
+			assert.Equal(t, time.Second, d)
+			assert.Equal(t, 1, svc.count(methodUnary), "not retried")
+		})
 	}
 }

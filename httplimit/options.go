@@ -222,7 +222,12 @@ func WithDecisionInContext(on bool) Option {
 // (the caller's statement that the server deduplicates them). A POST or
 // PATCH without either is handed back with its answer. In every case the
 // body must be replayable: no body, or GetBody set (as http.NewRequest sets
-// for in-memory bodies). For [NewTransport] and [NewKeyedTransport].
+// for in-memory bodies). A retry that cannot be sent (its wait, for the
+// pause or the limiter, would outlast the request's deadline, or the
+// context ends meanwhile) hands back the last answer, body intact: the
+// transport keeps up to 64 KiB of it in memory while it waits, and the
+// rest unread on the connection. For [NewTransport] and
+// [NewKeyedTransport].
 func WithRetries(n int) Option {
 	return option{"WithRetries", forTransport, func(cfg *config) error {
 		if n < 0 {

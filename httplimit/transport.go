@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -16,8 +17,9 @@ import (
 
 // ErrPauseDeadline is returned by [Transport.RoundTrip], without waiting,
 // when the server has asked for a pause that outlasts the request's
-// context deadline. It also matches context.DeadlineExceeded with
-// errors.Is.
+// context deadline (a request refused already, whose retry would wait
+// that long, gets its answer instead). It also matches
+// context.DeadlineExceeded with errors.Is.
 var ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
 
 // ErrNoKey is returned by [Transport.RoundTrip], without sending the
@@ -218,11 +220,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		key = k
 	}
 	send := req
+	var refusal *http.Response // the refusal the retry in preparation answers
 	for attempt := 0; ; attempt++ {
 		tk, err := t.ready(ctx, key, n)
 		if err != nil {
 			closeBody(send)
+			if refusal != nil {
+				// The retry cannot be sent (its wait would outlast the
+				// deadline, the context ended, the limiter refused): the
+				// caller gets the server's answer, as without retries.
+				return refusal, nil
+			}
 			return nil, err
+		}
+		if refusal != nil {
+			discard(refusal)
+			refusal = nil
 		}
 		resp, err := t.base.RoundTrip(send)
 		if err != nil {
@@ -243,11 +256,42 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return resp, nil // cannot replay after all: hand the answer over
 		}
-		// Drain a little so the connection can be reused, then let go.
-		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-		_ = resp.Body.Close()
+		refusal = buffered(resp)
 		send = next
 	}
+}
+
+// maxBuffered is how much of a refusal's body the transport reads while
+// it waits to retry, so that the connection is free meanwhile.
+const maxBuffered = 64 << 10
+
+// buffered reads resp's body into memory (up to maxBuffered, the rest left
+// on the connection) and returns resp reading from there: the answer the
+// caller gets, body intact, if the retry cannot be sent.
+func buffered(resp *http.Response) *http.Response {
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxBuffered))
+	head := bytes.NewReader(buf)
+	if err != nil || len(buf) == maxBuffered {
+		// Perhaps more to come (or an error to repeat): read it after what
+		// was buffered.
+		resp.Body = &bufferedBody{Reader: io.MultiReader(head, resp.Body), Closer: resp.Body}
+		return resp
+	}
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(head)
+	return resp
+}
+
+type bufferedBody struct {
+	io.Reader
+	io.Closer
+}
+
+// discard lets go of an answer the caller will not see: a little more is
+// drained so that the connection can be reused.
+func discard(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	_ = resp.Body.Close()
 }
 
 // ready waits for what the server asked of key, then for the limiter, then
