@@ -107,7 +107,7 @@ func TestClientCappedPauseEndsWithOneProbe(t *testing.T) {
 	// Its answer: 3 left for a minute. Three go; the rest wait.
 	probe.reply <- sendHeader(metadata.Pairs("ratelimit", `"daily";r=3;t=60`))
 	for range 3 {
-		g.next(t).reply <- sendHeader(metadata.Pairs("ratelimit", `"daily";r=9;t=60`))
+		g.next(t).reply <- sendHeader(metadata.Pairs("ratelimit", `"daily";r=0;t=60`))
 	}
 	for range 4 {
 		require.NoError(t, <-results)

@@ -113,7 +113,7 @@ func TestTransportCappedPauseEndsWithOneProbe(t *testing.T) {
 			// wait for the reset.
 			probe.reply <- answer(http.StatusOK, HeaderRateLimit, `"daily";r=3;t=60`)
 			for range 3 {
-				g.next(t).reply <- answer(http.StatusOK, HeaderRateLimit, `"daily";r=9;t=60`)
+				g.next(t).reply <- answer(http.StatusOK, HeaderRateLimit, `"daily";r=0;t=60`)
 			}
 			for range 4 {
 				r := <-results
