@@ -50,8 +50,9 @@ var ErrNoKey = errors.New("ratelimit: no key for the request")
 //     dictionary (`limit=5, remaining=0, reset=3`), the draft-06
 //     RateLimit-Limit/-Remaining/-Reset fields, and X-RateLimit-Remaining
 //     with X-RateLimit-Reset (or X-Rate-Limit-*) read as a delay in
-//     seconds or a Unix time ([ParseXRateLimitReset]). Several quotas in
-//     one answer each bind: the tightest wins.
+//     seconds or a Unix time, told apart by the answer's Date (else the
+//     transport's clock), as [ParseXRateLimitReset] does by its now.
+//     Several quotas in one answer each bind: the tightest wins.
 //   - A 429 Too Many Requests or 503 Service Unavailable pauses the key
 //     for its Retry-After (delay-seconds or an HTTP date) when that is
 //     positive; otherwise for the longest reset of the quotas it reports
@@ -340,14 +341,17 @@ func closeBody(req *http.Request) {
 // write as delay-seconds ("17"), as a Unix time in seconds ("1767225617",
 // as GitHub does) or in milliseconds ("1767225617000"), each perhaps with
 // a fraction ("64.57", "1470173023.123", as Discord does), read relative
-// to now: values below 1,000,000,000 are delays, values from there to
-// below 1,000,000,000,000 Unix seconds, larger ones Unix milliseconds. A
-// fraction finer than the millisecond is rounded up to one; a time in the
-// past gives 0; every reading saturates at about 34 years. It reports
-// false for an empty or malformed value (a sign, an exponent, anything
-// but digits with at most one '.' between them).
+// to now, which also tells the readings apart, so that a clock of any
+// year reads them: values below half of now as Unix seconds are delays
+// (below 883,612,800 in 2026), values from there to below 500 times that
+// (times 2^30 for a now before 2004) Unix seconds, larger ones Unix
+// milliseconds. Pass the answer's Date as now to read a Unix time by the
+// server's clock. A fraction finer than the millisecond is rounded up to
+// one; a time in the past gives 0; every reading saturates at about 34
+// years. It reports false for an empty or malformed value (a sign, an
+// exponent, anything but digits with at most one '.' between them).
 func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
-	return hints.ResetValue(v, now)
+	return hints.ResetValue(v, now, now)
 }
 
 // ParseRetryAfter parses a Retry-After value: delay-seconds ("120") or an
