@@ -111,6 +111,11 @@ func retrySafe(ctx context.Context) bool {
 // [WithMaxRetryWait], [WithMaxPause], [WithPauseScope] (not
 // [PauseByKey]) and [WithPauseHook]; any other, or an invalid one, is an
 // error wrapping [ratelimit.ErrInvalidConfig].
+//
+// The pacing of a scope is held while it has anything live, up to
+// [WithMaxKeys] scopes (65,536 by default); at the cap a call of a new
+// scope fails with ResourceExhausted, matching [ratelimit.ErrTooManyKeys],
+// rather than a live scope being forgotten.
 func NewClient(lim ratelimit.Limiter, opts ...Option) (*Client, error) {
 	if lim != nil && typednil.Is(lim) {
 		return nil, configError("grpclimit.NewClient: the limiter is a nil %T; pass nil for no limiter", lim)
@@ -147,9 +152,14 @@ func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*C
 	return newClient("NewKeyedClient", wait, key, opts)
 }
 
+// defaultMaxKeys is the scopes a client holds unless WithMaxKeys says
+// otherwise.
+const defaultMaxKeys = 1 << 16
+
 func newClient(name string, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Client, error) {
 	c := &Client{wait: wait, key: key, maxRetry: time.Minute,
-		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax}}
+		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax,
+			MaxKeys: defaultMaxKeys, Full: ratelimit.ErrTooManyKeys}}
 	if err := applyOptions(&config{to: forClient, c: c}, opts); err != nil {
 		return nil, err
 	}

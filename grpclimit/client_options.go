@@ -136,6 +136,29 @@ func WithPauseScope(s PauseScope) Option {
 	}}
 }
 
+// WithMaxKeys caps the scopes ([WithPauseScope]: targets, methods of a
+// target, or limiter keys) whose pacing a client holds at n (default
+// 65,536): a scope costs about 240 bytes besides its name while it is
+// held, so the default bounds the pacing state to about 16 MB. A scope is
+// forgotten once it holds nothing live: no pause, backoff or probe
+// pending, no call in flight, every quota its server reported full again
+// (which leaves it as one the client has never seen). When n are held and
+// none can be forgotten, a call of a new scope is not sent: it fails with
+// codes.ResourceExhausted, matching [ratelimit.ErrTooManyKeys], until a
+// held scope has nothing live any more. A live scope is never forgotten
+// to make room: its calls would go out as if its server had not asked
+// them to wait. n must be positive. For [NewClient] and
+// [NewKeyedClient].
+func WithMaxKeys(n int) Option {
+	return option{"WithMaxKeys", forClient, func(cfg *config) error {
+		if n <= 0 {
+			return configError("grpclimit.WithMaxKeys must be positive, got %d", n)
+		}
+		cfg.c.pacing.MaxKeys = n
+		return nil
+	}}
+}
+
 // WithPauseHook makes a client report each pause an answer imposes on a
 // scope, with the context and full method name of the call that was
 // answered, and the pause after the cap ([WithMaxPause]): a RetryInfo's

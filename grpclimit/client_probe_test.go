@@ -160,3 +160,40 @@ func TestClientRetryTooLateReturnsAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestClientBoundsScopes: a client keyed by key (PauseByKey) holds at most
+// WithMaxKeys scopes whose quota is still in use; a call of one more is
+// not sent: ResourceExhausted, matching ratelimit.ErrTooManyKeys. The
+// scopes held go on; once one holds nothing live it makes room.
+func TestClientBoundsScopes(t *testing.T) {
+	t.Parallel()
+	svc, script, addr := pacedServer(t)
+	clk := timerclock.New(clientEpoch)
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1000), 1000), ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	byTenant := func(ctx context.Context, _ string) (string, bool) {
+		k, ok := ctx.Value(tenantKey{}).(string)
+		return k, ok
+	}
+	c := newTestClient(t, nil, kl, byTenant, clk, WithPauseScope(PauseByKey), WithMaxKeys(2))
+	client, _ := dial(t, addr, c)
+	call := func(tenant string) error {
+		script.send(metadata.Pairs("ratelimit-policy", `"hourly";q=101;w=3600`, "ratelimit", `"hourly";r=100;t=3600`))
+		ctx := context.WithValue(context.Background(), tenantKey{}, tenant)
+		_, err := client.UnaryCall(ctx, unaryReq)
+		return err
+	}
+	require.NoError(t, call("a"))
+	require.NoError(t, call("b"))
+	err = call("c")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.ErrorIs(t, err, ratelimit.ErrTooManyKeys)
+	assert.Equal(t, 2, svc.count(methodUnary), "the call of a new scope is not sent")
+	require.NoError(t, call("a"))
+	clk.Add(time.Hour) // the quotas are full again
+	require.NoError(t, call("c"))
+	for _, n := range []int{0, -3} {
+		_, err := NewClient(nil, WithMaxKeys(n))
+		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	}
+}

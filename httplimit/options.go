@@ -3,6 +3,7 @@ package httplimit
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -27,23 +28,33 @@ type target uint8
 
 const (
 	forMiddleware target = 1 << iota
-	forTransport
+	forPlainTransport
+	forKeyedTransport
 	forResolver
+
+	// forTransport is both transports.
+	forTransport = forPlainTransport | forKeyedTransport
 )
 
-// String names the constructors of t, as error messages show them.
+// targetNames are the constructors' names, bit by bit.
+var targetNames = [...]string{"New", "NewTransport", "NewKeyedTransport", "NewIPResolver"}
+
+// String names the constructors of t, as error messages show them:
+// "New, NewTransport and NewKeyedTransport".
 func (t target) String() string {
-	switch t {
-	case forMiddleware:
-		return "New"
-	case forTransport:
-		return "NewTransport and NewKeyedTransport"
-	case forResolver:
-		return "NewIPResolver"
-	case forMiddleware | forTransport:
-		return "New, NewTransport and NewKeyedTransport"
+	var names []string
+	for i, n := range targetNames {
+		if t&(1<<i) != 0 {
+			names = append(names, n)
+		}
 	}
-	return "no constructor"
+	switch len(names) {
+	case 0:
+		return "no constructor"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // config is what options write to: exactly one of m, t and r is set, the
@@ -304,6 +315,29 @@ func WithBackoff(first, max time.Duration) Option {
 func WithPolicyShaping(on bool) Option {
 	return option{"WithPolicyShaping", forTransport, func(cfg *config) error {
 		cfg.t.pacing.Shape = on
+		return nil
+	}}
+}
+
+// WithMaxKeys caps the keys whose pacing a transport from
+// [NewKeyedTransport] holds at n (default 65,536): a key costs about 240
+// bytes besides its own string while it is held (its state, its quotas
+// and its place in the table), so the default bounds the pacing state to
+// about 16 MB, whatever the number of hosts or keys the transport meets. A key is forgotten once it holds nothing live: no
+// pause, backoff or probe pending, no request in flight, every quota its
+// server reported full again (which leaves the key as one the transport
+// has never seen). When n keys are held and none can be forgotten, a
+// request for a new key is not sent: RoundTrip returns an error matching
+// [ratelimit.ErrTooManyKeys], until a held key has nothing live any more.
+// A live key is never forgotten to make room: its requests would go out
+// as if its server had not asked them to wait. n must be positive. For
+// [NewKeyedTransport] (a transport from [NewTransport] has one key).
+func WithMaxKeys(n int) Option {
+	return option{"WithMaxKeys", forKeyedTransport, func(cfg *config) error {
+		if n <= 0 {
+			return configError("httplimit.WithMaxKeys must be positive, got %d", n)
+		}
+		cfg.t.pacing.MaxKeys = n
 		return nil
 	}}
 }

@@ -153,9 +153,14 @@ func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option)
 // instead, end the key function with a constant fallback, as in
 // FirstOf(key, func(*http.Request) (string, bool) { return "other", true }).
 //
+// The pacing state of a key is held while the key has anything live, up
+// to [WithMaxKeys] keys (65,536 by default, about 240 bytes each); at the
+// cap a request for a new key gets an error matching
+// [ratelimit.ErrTooManyKeys] rather than a live key being forgotten.
+//
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when lim or
 // key is nil, or for an invalid option or one that does not apply to a
-// transport (see [NewTransport]).
+// transport (see [NewTransport]; [WithMaxKeys] applies here too).
 func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Transport, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("httplimit.NewKeyedTransport: the limiter must not be nil, got %T", lim)
@@ -167,13 +172,22 @@ func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key K
 	return newTransport(base, wait, key, opts)
 }
 
+// defaultMaxKeys is the keys a keyed transport holds unless WithMaxKeys
+// says otherwise.
+const defaultMaxKeys = 1 << 16
+
 func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Transport, error) {
 	if base == nil || typednil.Is(base) {
 		base = http.DefaultTransport
 	}
 	t := &Transport{base: base, wait: wait, key: key, maxRetry: time.Minute,
-		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax}}
-	if err := applyOptions(&config{to: forTransport, t: t}, opts); err != nil {
+		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax,
+			MaxKeys: defaultMaxKeys, Full: ratelimit.ErrTooManyKeys}}
+	to := forKeyedTransport
+	if key == nil {
+		to = forPlainTransport
+	}
+	if err := applyOptions(&config{to: to, t: t}, opts); err != nil {
 		return nil, err
 	}
 	t.ts = timesrc.New(t.clock)

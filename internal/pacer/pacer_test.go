@@ -579,3 +579,59 @@ func TestProbeDeadline(t *testing.T) {
 	assert.NotErrorIs(t, err, errPause)
 	f.done(probe, false, nil)
 }
+
+// TestMaxKeys: at MaxKeys keys, each live, a new key is refused with an
+// error matching Full, and no live key is forgotten; a key whose quota is
+// full again (after the resets that give back what it lacks), or whose
+// call in flight is answered with nothing to keep, makes room.
+func TestMaxKeys(t *testing.T) {
+	t.Parallel()
+	errFull := errors.New("ratelimit: too many keys")
+	cfg := testConfig()
+	cfg.MaxKeys, cfg.Full = 3, errFull
+	f := newFixture(t, cfg)
+	h := answer(item(1, 10*time.Second)) // 1 left of 4: full after 10 s (gain 3)
+	h.Limit = 4
+	f.done(f.now("a"), false, h)
+	h2 := answer(item(0, 10*time.Second)) // none left of 2: full after 10 s (gain 2)
+	h2.Limit = 2
+	f.done(f.now("b"), false, h2)
+	flying := f.now("c")
+	ctx := context.Background()
+	for range 2 { // the second try finds the sweep fruitless and skips it
+		_, err := f.p.Acquire(ctx, &f.src, "d", errPause)
+		assert.ErrorIs(t, err, errFull)
+		assert.ErrorContains(t, err, "ratelimit: too many keys: 3 held")
+	}
+	assert.Equal(t, 3, f.p.Keys())
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("b", f.clk.Now()), "b's spent quota is kept")
+
+	f.p.Lost(flying) // c holds nothing live any more
+	f.done(f.now("d"), false, nil)
+	assert.Equal(t, 3, f.p.Keys())
+	f.done(f.now("e"), false, nil) // d was answered with nothing to keep: e takes its room
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("b", f.clk.Now()), "b's spent quota is still kept")
+	f.clk.Add(10 * time.Second) // a and b are full again
+	f.now("f")
+	f.now("g")
+	assert.LessOrEqual(t, f.p.Keys(), 3)
+}
+
+// TestRollAddsEveryResetPassed: a quota that has passed several resets
+// gains each one's share (not one, as if a single reset had passed), up to
+// the limit less the sends in flight.
+func TestRollAddsEveryResetPassed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	h := answer(item(0, time.Second)) // a token bucket of 10, 1/s: 0 left, 1 more each second
+	h.Limit = 1
+	f.done(f.now("k"), false, h)
+	h = answer(item(0, 10*time.Second))
+	h.Limit = 10
+	f.done(f.after("k", time.Second), false, h) // now the bucket says: 10 s until full
+	f.clk.Add(25 * time.Second)                 // two resets of 10 s passed: 10 (the limit) back
+	for range 10 {
+		f.now("k")
+	}
+	assert.Equal(t, 5*time.Second, f.p.PausedFor("k", f.clk.Now()), "the next reset, on the quota's own schedule")
+}
