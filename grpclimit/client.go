@@ -108,9 +108,10 @@ func retrySafe(ctx context.Context) bool {
 // call; a nil lim waits for nothing but the pauses servers ask for (a typed
 // nil, such as a nil *ratelimit.TokenBucket, is a mistake and an error). The
 // options that apply are [WithCost], [WithClock], [WithRetries],
-// [WithMaxRetryWait], [WithMaxPause], [WithPauseScope] (not
-// [PauseByKey]) and [WithPauseHook]; any other, or an invalid one, is an
-// error wrapping [ratelimit.ErrInvalidConfig].
+// [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
+// [WithPauseScope] (not [PauseByKey]), [WithMaxKeys] and [WithPauseHook];
+// any other, or an invalid one, is an error wrapping
+// [ratelimit.ErrInvalidConfig].
 //
 // The pacing of a scope is held while it has anything live, up to
 // [WithMaxKeys] scopes (65,536 by default); at the cap a call of a new
@@ -138,9 +139,11 @@ func NewClient(lim ratelimit.Limiter, opts ...Option) (*Client, error) {
 // A call for which key reports no key (ok == false) is not sent: it fails
 // with [ErrNoKey].
 //
-// It returns an error wrapping [ratelimit.ErrInvalidConfig] when lim or
-// key is nil, or for an invalid option or one that does not apply (see
-// [NewClient]).
+// The options that apply are [WithCost], [WithClock], [WithRetries],
+// [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
+// [WithPauseScope], [WithMaxKeys] and [WithPauseHook]. It returns an error
+// wrapping [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an
+// invalid option or any other.
 func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Client, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("grpclimit.NewKeyedClient: the limiter must not be nil, got %T", lim)

@@ -129,8 +129,9 @@ func retrySafe(req *http.Request) bool {
 // nothing but the pauses servers ask for; a typed nil (a nil
 // *ratelimit.TokenBucket, say) is a mistake, not "no limiter", and an
 // error. The options that apply are [WithClock], [WithCost],
-// [WithRetries], [WithMaxRetryWait], [WithMaxPause] and [WithPauseHook];
-// any other is an error wrapping [ratelimit.ErrInvalidConfig].
+// [WithRetries], [WithMaxRetryWait], [WithMaxPause], [WithBackoff],
+// [WithPolicyShaping] and [WithPauseHook]; any other is an error wrapping
+// [ratelimit.ErrInvalidConfig].
 func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option) (*Transport, error) {
 	if lim != nil && typednil.Is(lim) {
 		return nil, configError("httplimit.NewTransport: the limiter is a nil %T; pass nil for no limiter", lim)
@@ -158,9 +159,11 @@ func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option)
 // cap a request for a new key gets an error matching
 // [ratelimit.ErrTooManyKeys] rather than a live key being forgotten.
 //
-// It returns an error wrapping [ratelimit.ErrInvalidConfig] when lim or
-// key is nil, or for an invalid option or one that does not apply to a
-// transport (see [NewTransport]; [WithMaxKeys] applies here too).
+// The options that apply are [WithClock], [WithCost], [WithRetries],
+// [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
+// [WithPauseHook] and [WithMaxKeys]. It returns an error wrapping
+// [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an invalid
+// option or any other.
 func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Transport, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("httplimit.NewKeyedTransport: the limiter must not be nil, got %T", lim)
