@@ -59,7 +59,9 @@ import (
 //     per w) space the scope's unary calls at least w/q apart.
 //
 // Streams wait like calls, and a stream ended by ResourceExhausted with a
-// RetryInfo pauses the scope as above; a stream's metadata is not read.
+// RetryInfo pauses the scope as above; a stream's metadata is not read. A
+// stream is not kept in flight (it may run for long): sent as a probe, it
+// hands the probe on to the next call once it is created.
 //
 // A call the interceptors do not send fails with a gRPC status error
 // whose code says why (Canceled, DeadlineExceeded, ResourceExhausted,

@@ -197,3 +197,34 @@ func TestClientBoundsScopes(t *testing.T) {
 		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 	}
 }
+
+// TestClientStreamProbeHandsOn: a stream sent as the probe after a pause is
+// not waited for (a stream may run for long): once it is created, the next
+// call probes, alone.
+func TestClientStreamProbeHandsOn(t *testing.T) {
+	t.Parallel()
+	svc, addr := startServer(t)
+	clk := timerclock.New(clientEpoch)
+	c := newTestClient(t, nil, nil, nil, clk)
+	client, conn := dial(t, addr, c)
+	svc.answer(denial(5 * time.Second))
+	_, err := client.UnaryCall(context.Background(), unaryReq)
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	streamed := make(chan error, 1)
+	go func() {
+		st, err := client.FullDuplexCall(ctx)
+		if err == nil {
+			err = st.CloseSend()
+		}
+		streamed <- err
+	}()
+	require.Equal(t, 5*time.Second, clk.Next(t))
+	clk.Add(5 * time.Second)
+	require.NoError(t, <-streamed)
+	assert.Zero(t, c.PausedFor(conn.Target(), ""), "the stream's probe is handed on")
+	_, err = client.UnaryCall(context.Background(), unaryReq)
+	require.NoError(t, err)
+}
