@@ -36,7 +36,10 @@ import (
 //     as this package's server interceptors send them), bounds the scope's
 //     calls: at most the remaining count before the reset, less the calls
 //     in flight; a spent quota holds the scope until its reset, so that
-//     the server need not refuse the next call.
+//     the server need not refuse the next call; each reset gives back the
+//     stated limit less the remaining count reported (what a fixed window
+//     or a token bucket has restored by then), whatever order the answers
+//     come back in.
 //   - codes.ResourceExhausted with an errdetails.RetryInfo pauses the
 //     scope for the longest valid RetryDelay, capped ([WithMaxPause]), and
 //     the call is retried if the caller marked it safe ([MarkRetrySafe],
@@ -46,11 +49,19 @@ import (
 //   - A ResourceExhausted without RetryInfo (a cost that can never fit, a
 //     message too large) is neither paused for nor retried; only its
 //     metadata's quotas count.
+//   - When a pause ends (a RetryInfo's, a backoff, a reset that was
+//     capped), one call of the scope goes out alone, a probe: the others
+//     wait for its answer, then go by what it says. A probe without an
+//     answer (an error that may not come from the server, its context
+//     ended) hands on to the next call at once; one that takes longer
+//     than the pause it ended (at least the first backoff delay) too.
 //   - With [WithPolicyShaping], advertised policies (ratelimit-policy: q
 //     per w) space the scope's unary calls at least w/q apart.
 //
 // Streams wait like calls, and a stream ended by ResourceExhausted with a
-// RetryInfo pauses the scope as above; a stream's metadata is not read.
+// RetryInfo pauses the scope as above; a stream's metadata is not read. A
+// stream is not kept in flight (it may run for long): sent as a probe, it
+// hands the probe on to the next call once it is created.
 //
 // A call the interceptors do not send fails with a gRPC status error
 // whose code says why (Canceled, DeadlineExceeded, ResourceExhausted,
@@ -99,9 +110,15 @@ func retrySafe(ctx context.Context) bool {
 // call; a nil lim waits for nothing but the pauses servers ask for (a typed
 // nil, such as a nil *ratelimit.TokenBucket, is a mistake and an error). The
 // options that apply are [WithCost], [WithClock], [WithRetries],
-// [WithMaxRetryWait], [WithMaxPause], [WithPauseScope] (not
-// [PauseByKey]) and [WithPauseHook]; any other, or an invalid one, is an
-// error wrapping [ratelimit.ErrInvalidConfig].
+// [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
+// [WithPauseScope] (not [PauseByKey]), [WithMaxKeys] and [WithPauseHook];
+// any other, or an invalid one, is an error wrapping
+// [ratelimit.ErrInvalidConfig].
+//
+// The pacing of a scope is held while it has anything live, up to
+// [WithMaxKeys] scopes (65,536 by default); at the cap a call of a new
+// scope fails with ResourceExhausted, matching [ratelimit.ErrTooManyKeys],
+// rather than a live scope being forgotten.
 func NewClient(lim ratelimit.Limiter, opts ...Option) (*Client, error) {
 	if lim != nil && typednil.Is(lim) {
 		return nil, configError("grpclimit.NewClient: the limiter is a nil %T; pass nil for no limiter", lim)
@@ -124,9 +141,11 @@ func NewClient(lim ratelimit.Limiter, opts ...Option) (*Client, error) {
 // A call for which key reports no key (ok == false) is not sent: it fails
 // with [ErrNoKey].
 //
-// It returns an error wrapping [ratelimit.ErrInvalidConfig] when lim or
-// key is nil, or for an invalid option or one that does not apply (see
-// [NewClient]).
+// The options that apply are [WithCost], [WithClock], [WithRetries],
+// [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
+// [WithPauseScope], [WithMaxKeys] and [WithPauseHook]. It returns an error
+// wrapping [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an
+// invalid option or any other.
 func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Client, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("grpclimit.NewKeyedClient: the limiter must not be nil, got %T", lim)
@@ -138,9 +157,14 @@ func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*C
 	return newClient("NewKeyedClient", wait, key, opts)
 }
 
+// defaultMaxKeys is the scopes a client holds unless WithMaxKeys says
+// otherwise.
+const defaultMaxKeys = 1 << 16
+
 func newClient(name string, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Client, error) {
 	c := &Client{wait: wait, key: key, maxRetry: time.Minute,
-		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax}}
+		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax,
+			MaxKeys: defaultMaxKeys, Full: ratelimit.ErrTooManyKeys}}
 	if err := applyOptions(&config{to: forClient, c: c}, opts); err != nil {
 		return nil, err
 	}
@@ -154,7 +178,8 @@ func newClient(name string, wait func(context.Context, string, int) error, key K
 
 // PausedFor returns how long, from now, calls of method to target (the
 // string a connection was created with, as grpc.ClientConn.Target
-// returns it) are paused at a server's request; 0 if they are not. Under
+// returns it) are paused at a server's request (while a probe is out,
+// the longest its answer is waited for); 0 if they are not. Under
 // [PauseByTarget] method is ignored. A client paused [PauseByKey] reports
 // its pauses through [Client.PausedForKey]; PausedFor returns 0 for it.
 func (c *Client) PausedFor(target, method string) time.Duration {
@@ -350,8 +375,10 @@ func (c *Client) reportPause(cl *outCall, out pacer.Outcome) {
 // answers ResourceExhausted with a RetryInfo, and retries calls marked
 // with [MarkRetrySafe] up to [WithRetries] times, each retry waiting for
 // the pause and the limiter again. A call is not retried when the pause is
-// longer than [WithMaxRetryWait] or outlasts its context's deadline: the
-// server's answer is returned. Install it with
+// longer than [WithMaxRetryWait], or when the retry cannot be sent (its
+// wait, for the pause or the limiter, would outlast the context's
+// deadline, or the context ends meanwhile): the server's answer is
+// returned. Install it with
 // grpc.WithChainUnaryInterceptor(c.Unary()).
 func (c *Client) Unary() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -365,9 +392,16 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 		if len(opts) > 0 {
 			callOpts = append(opts[:len(opts):len(opts)], callOpts...)
 		}
+		var refusal error // the server's answer the retry in preparation follows
 		for attempt := 0; ; attempt++ {
 			tk, err := c.ready(&cl)
 			if err != nil {
+				if refusal != nil {
+					// The retry cannot be sent (its wait would outlast the
+					// deadline, the context ended, the limiter refused):
+					// the caller gets the server's answer.
+					return refusal
+				}
 				return err
 			}
 			m.header, m.trailer = nil, nil
@@ -376,6 +410,7 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 			if err == nil || !refused || attempt >= c.retries || d > c.maxRetry || !retrySafe(ctx) || timesrc.Outlasts(ctx, d) {
 				return err
 			}
+			refusal = err
 		}
 	}
 }

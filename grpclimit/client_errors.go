@@ -11,8 +11,10 @@ import (
 
 // ErrPauseDeadline is returned by the interceptors of a [Client], without
 // waiting, when a server has asked for a pause that outlasts the call's
-// context deadline. The error also matches context.DeadlineExceeded with
-// errors.Is, and its gRPC code is codes.DeadlineExceeded.
+// context deadline (a call refused already, whose retry would wait that
+// long, gets the server's answer instead). The error also matches
+// context.DeadlineExceeded with errors.Is, and its gRPC code is
+// codes.DeadlineExceeded.
 var ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
 
 // ErrNoKey is returned by the interceptors of a [Client] from

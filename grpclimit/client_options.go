@@ -40,8 +40,10 @@ func (s PauseScope) String() string {
 // WithRetries sets how many times a client retries a call its server
 // answered with codes.ResourceExhausted and a RetryInfo (default 0: never),
 // waiting for the announced pause and for the limiter before each retry.
-// Only calls whose context is marked with [MarkRetrySafe] are retried. For
-// [NewClient] and [NewKeyedClient]; streams are never retried.
+// Only calls whose context is marked with [MarkRetrySafe] are retried. A
+// retry that cannot be sent (a wait past the call's deadline, the context
+// ended) gives the caller the server's answer. For [NewClient] and
+// [NewKeyedClient]; streams are never retried.
 func WithRetries(n int) Option {
 	return option{"WithRetries", forClient, func(cfg *config) error {
 		if n < 0 {
@@ -68,9 +70,10 @@ func WithMaxRetryWait(d time.Duration) Option {
 
 // WithMaxPause caps the pause a single answer can impose on a client
 // (default one hour), so that a wrong or hostile RetryInfo cannot stop the
-// client for days. When the cap has passed, the next call goes out, and a
-// server still refusing asks for another pause. For [NewClient] and
-// [NewKeyedClient].
+// client for days. When the cap has passed, one call of the scope goes
+// out (a probe) and the others wait for its answer: a server still
+// refusing asks for another pause, one that answers lets them go by what
+// it says. For [NewClient] and [NewKeyedClient].
 func WithMaxPause(d time.Duration) Option {
 	return option{"WithMaxPause", forClient, func(cfg *config) error {
 		if d <= 0 {
@@ -129,6 +132,29 @@ func WithPauseScope(s PauseScope) Option {
 			return configError("grpclimit.WithPauseScope: unknown scope, got %v", s)
 		}
 		cfg.c.scope = s
+		return nil
+	}}
+}
+
+// WithMaxKeys caps the scopes ([WithPauseScope]: targets, methods of a
+// target, or limiter keys) whose pacing a client holds at n (default
+// 65,536): a scope costs about 240 bytes besides its name while it is
+// held, so the default bounds the pacing state to about 16 MB. A scope is
+// forgotten once it holds nothing live: no pause, backoff or probe
+// pending, no call in flight, every quota its server reported full again
+// (which leaves it as one the client has never seen). When n are held and
+// none can be forgotten, a call of a new scope is not sent: it fails with
+// codes.ResourceExhausted, matching [ratelimit.ErrTooManyKeys], until a
+// held scope has nothing live any more. A live scope is never forgotten
+// to make room: its calls would go out as if its server had not asked
+// them to wait. n must be positive. For [NewClient] and
+// [NewKeyedClient].
+func WithMaxKeys(n int) Option {
+	return option{"WithMaxKeys", forClient, func(cfg *config) error {
+		if n <= 0 {
+			return configError("grpclimit.WithMaxKeys must be positive, got %d", n)
+		}
+		cfg.c.pacing.MaxKeys = n
 		return nil
 	}}
 }

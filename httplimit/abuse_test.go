@@ -562,9 +562,9 @@ func FuzzXRateLimitReset(f *testing.F) {
 		d, ok := ParseXRateLimitReset(strconv.FormatUint(v, 10), epoch)
 		var want time.Duration
 		switch {
-		case v < 1e9: // delay-seconds
+		case v < uint64(epoch.Unix()/2): // delay-seconds
 			want = time.Duration(v) * time.Second
-		case v < 1e12: // Unix seconds
+		case v < uint64(epoch.Unix()*500): // Unix seconds
 			want = min(max(time.Unix(int64(v), 0).Sub(epoch), 0), maxPauseDur)
 		case v <= 1<<50: // Unix milliseconds
 			want = min(max(time.UnixMilli(int64(v)).Sub(epoch), 0), maxPauseDur)

@@ -115,10 +115,11 @@ func IPv6Prefix(bits int) Option {
 	}}
 }
 
-// NewIPResolver returns a resolver configured by opts: [TrustedProxies],
-// [TrustedPrefixes], [ProxyHeaders], [IPv4Prefix] and [IPv6Prefix]. It
-// returns an error wrapping [ratelimit.ErrInvalidConfig] for an invalid
-// option or one that does not apply to a resolver.
+// NewIPResolver returns a resolver configured by opts. The options that
+// apply are [TrustedProxies], [TrustedPrefixes], [ProxyHeaders],
+// [IPv4Prefix] and [IPv6Prefix]. It returns an error wrapping
+// [ratelimit.ErrInvalidConfig] for an invalid option or one that does not
+// apply to a resolver.
 func NewIPResolver(opts ...Option) (*IPResolver, error) {
 	r := &IPResolver{headers: []proxyHeader{{"X-Forwarded-For", clientip.XForwardedFor}}}
 	r.core.Init()

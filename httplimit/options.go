@@ -3,6 +3,7 @@ package httplimit
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -27,23 +28,33 @@ type target uint8
 
 const (
 	forMiddleware target = 1 << iota
-	forTransport
+	forPlainTransport
+	forKeyedTransport
 	forResolver
+
+	// forTransport is both transports.
+	forTransport = forPlainTransport | forKeyedTransport
 )
 
-// String names the constructors of t, as error messages show them.
+// targetNames are the constructors' names, bit by bit.
+var targetNames = [...]string{"New", "NewTransport", "NewKeyedTransport", "NewIPResolver"}
+
+// String names the constructors of t, as error messages show them:
+// "New, NewTransport and NewKeyedTransport".
 func (t target) String() string {
-	switch t {
-	case forMiddleware:
-		return "New"
-	case forTransport:
-		return "NewTransport and NewKeyedTransport"
-	case forResolver:
-		return "NewIPResolver"
-	case forMiddleware | forTransport:
-		return "New, NewTransport and NewKeyedTransport"
+	var names []string
+	for i, n := range targetNames {
+		if t&(1<<i) != 0 {
+			names = append(names, n)
+		}
 	}
-	return "no constructor"
+	switch len(names) {
+	case 0:
+		return "no constructor"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // config is what options write to: exactly one of m, t and r is set, the
@@ -225,7 +236,12 @@ func WithDecisionInContext(on bool) Option {
 // (the caller's statement that the server deduplicates them). A POST or
 // PATCH without either is handed back with its answer. In every case the
 // body must be replayable: no body, or GetBody set (as http.NewRequest sets
-// for in-memory bodies). For [NewTransport] and [NewKeyedTransport].
+// for in-memory bodies). A retry that cannot be sent (its wait, for the
+// pause or the limiter, would outlast the request's deadline, or the
+// context ends meanwhile) hands back the last answer, body intact: the
+// transport keeps up to 64 KiB of it in memory while it waits, and the
+// rest unread on the connection. For [NewTransport] and
+// [NewKeyedTransport].
 func WithRetries(n int) Option {
 	return option{"WithRetries", forTransport, func(cfg *config) error {
 		if n < 0 {
@@ -252,9 +268,10 @@ func WithMaxRetryWait(d time.Duration) Option {
 
 // WithMaxPause caps the pause a single answer can impose on the transport
 // (default one hour), so that a wrong or hostile Retry-After cannot stop
-// the client for days. When the cap has passed, the next request goes out,
-// and a server still refusing asks for another pause. For [NewTransport]
-// and [NewKeyedTransport].
+// the client for days. When the cap has passed, one request of the key
+// goes out (a probe) and the others wait for its answer: a server still
+// refusing asks for another pause, one that answers lets them go by what
+// it says. For [NewTransport] and [NewKeyedTransport].
 func WithMaxPause(d time.Duration) Option {
 	return option{"WithMaxPause", forTransport, func(cfg *config) error {
 		if d <= 0 {
@@ -301,6 +318,29 @@ func WithBackoff(first, max time.Duration) Option {
 func WithPolicyShaping(on bool) Option {
 	return option{"WithPolicyShaping", forTransport, func(cfg *config) error {
 		cfg.t.pacing.Shape = on
+		return nil
+	}}
+}
+
+// WithMaxKeys caps the keys whose pacing a transport from
+// [NewKeyedTransport] holds at n (default 65,536): a key costs about 240
+// bytes besides its own string while it is held (its state, its quotas
+// and its place in the table), so the default bounds the pacing state to
+// about 16 MB, whatever the number of hosts or keys the transport meets. A key is forgotten once it holds nothing live: no
+// pause, backoff or probe pending, no request in flight, every quota its
+// server reported full again (which leaves the key as one the transport
+// has never seen). When n keys are held and none can be forgotten, a
+// request for a new key is not sent: RoundTrip returns an error matching
+// [ratelimit.ErrTooManyKeys], until a held key has nothing live any more.
+// A live key is never forgotten to make room: its requests would go out
+// as if its server had not asked them to wait. n must be positive. For
+// [NewKeyedTransport] (a transport from [NewTransport] has one key).
+func WithMaxKeys(n int) Option {
+	return option{"WithMaxKeys", forKeyedTransport, func(cfg *config) error {
+		if n <= 0 {
+			return configError("httplimit.WithMaxKeys must be positive, got %d", n)
+		}
+		cfg.t.pacing.MaxKeys = n
 		return nil
 	}}
 }

@@ -111,10 +111,16 @@ const pacingDone = time.Duration(-1)
 // then moves time on further than needed; that only ever gives the
 // clients more time, never less, and cannot hang.
 //
+// Time stands still while a request is out (the Transport has reserved
+// it and not read its answer): the driver moves the clock only when none
+// is, as if the network took no time. Otherwise a client waiting for a
+// probe's answer would have the probe run out of time while it is out.
+//
 // It fails t if a client neither finishes nor starts a timer within
 // timerclock's patience, or starts more than pacingMaxTimers timers; the
 // clients' context is then cancelled and they are waited for, so that no
-// goroutine outlives the test. It never sleeps.
+// goroutine outlives the test. It sleeps only to let requests out come
+// back.
 func drivePacing(t *testing.T, clk *timerclock.Clock, rt http.RoundTripper, url string, workers, each int) *pacingRun {
 	t.Helper()
 	run := &pacingRun{}
@@ -195,7 +201,23 @@ func drivePacing(t *testing.T, clk *timerclock.Clock, rt http.RoundTripper, url 
 		if n > pacingMaxTimers {
 			t.Fatalf("driver: more than %d timers; the client does not converge", pacingMaxTimers)
 		}
+		if tr != nil {
+			waitAnswered(t, tr)
+		}
 		clk.Add(d)
+	}
+}
+
+// waitAnswered waits until no request of tr is out, failing t after a
+// few seconds.
+func waitAnswered(t *testing.T, tr *Transport) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for tr.pacer.InFlight() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("driver: %d requests out for 5 s", tr.pacer.InFlight())
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -16,8 +17,9 @@ import (
 
 // ErrPauseDeadline is returned by [Transport.RoundTrip], without waiting,
 // when the server has asked for a pause that outlasts the request's
-// context deadline. It also matches context.DeadlineExceeded with
-// errors.Is.
+// context deadline (a request refused already, whose retry would wait
+// that long, gets its answer instead). It also matches
+// context.DeadlineExceeded with errors.Is.
 var ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
 
 // ErrNoKey is returned by [Transport.RoundTrip], without sending the
@@ -36,16 +38,21 @@ var ErrNoKey = errors.New("ratelimit: no key for the request")
 //     key's requests: at most r more before the reset, less the requests
 //     the server may have counted after the answered one (those in flight,
 //     and those answered since it was sent), whatever order the answers
-//     come back in. A key whose quota is spent waits for the reset; then
-//     the quota holds the limit the server stated again (less the requests
-//     in flight), so that requests released together do not all go. The
+//     come back in. A key whose quota is spent waits for the reset; each
+//     reset gives back what the server has restored by then, whether it
+//     is a fixed window or a token bucket whose t is the time until it is
+//     full: the limit the server stated less the remaining count the
+//     answer reported, up to that limit less the requests in flight, so
+//     that requests released together do not all go. A reset whose limit
+//     no answer stated ends with a probe (below). The
 //     dialects: the IETF RateLimit field (draft-08 onward,
 //     `"name";r=0;t=3`, and the renamed a/w parameters), its draft-07
 //     dictionary (`limit=5, remaining=0, reset=3`), the draft-06
 //     RateLimit-Limit/-Remaining/-Reset fields, and X-RateLimit-Remaining
 //     with X-RateLimit-Reset (or X-Rate-Limit-*) read as a delay in
-//     seconds or a Unix time ([ParseXRateLimitReset]). Several quotas in
-//     one answer each bind: the tightest wins.
+//     seconds or a Unix time, told apart by the answer's Date (else the
+//     transport's clock), as [ParseXRateLimitReset] does by its now.
+//     Several quotas in one answer each bind: the tightest wins.
 //   - A 429 Too Many Requests or 503 Service Unavailable pauses the key
 //     for its Retry-After (delay-seconds or an HTTP date) when that is
 //     positive; otherwise for the longest reset of the quotas it reports
@@ -54,6 +61,13 @@ var ErrNoKey = errors.New("ratelimit: no key for the request")
 //     ([WithBackoff]): the k-th such refusal in a row waits a random time
 //     between half the first delay and min(max, first·2^k). The next
 //     request to that key never goes out at once.
+//   - When a refusal's pause ends, or a reset that was capped
+//     ([WithMaxPause]), one request of the key goes out alone, a probe:
+//     the others wait for its answer, then go by what it says. A server
+//     said when to come back, not how many may. If the probe gets no
+//     answer (a network error, its context ended) the next request
+//     probes at once; if it takes longer than the pause it ended (at
+//     least the first backoff delay), the next probes too.
 //   - With [WithPolicyShaping], the policies an answer advertises
 //     (RateLimit-Policy: q per w) space the key's requests at least w/q
 //     apart, so that a burst is spread instead of spent at once.
@@ -115,8 +129,9 @@ func retrySafe(req *http.Request) bool {
 // nothing but the pauses servers ask for; a typed nil (a nil
 // *ratelimit.TokenBucket, say) is a mistake, not "no limiter", and an
 // error. The options that apply are [WithClock], [WithCost],
-// [WithRetries], [WithMaxRetryWait], [WithMaxPause] and [WithPauseHook];
-// any other is an error wrapping [ratelimit.ErrInvalidConfig].
+// [WithRetries], [WithMaxRetryWait], [WithMaxPause], [WithBackoff],
+// [WithPolicyShaping] and [WithPauseHook]; any other is an error wrapping
+// [ratelimit.ErrInvalidConfig].
 func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option) (*Transport, error) {
 	if lim != nil && typednil.Is(lim) {
 		return nil, configError("httplimit.NewTransport: the limiter is a nil %T; pass nil for no limiter", lim)
@@ -139,9 +154,16 @@ func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option)
 // instead, end the key function with a constant fallback, as in
 // FirstOf(key, func(*http.Request) (string, bool) { return "other", true }).
 //
-// It returns an error wrapping [ratelimit.ErrInvalidConfig] when lim or
-// key is nil, or for an invalid option or one that does not apply to a
-// transport (see [NewTransport]).
+// The pacing state of a key is held while the key has anything live, up
+// to [WithMaxKeys] keys (65,536 by default, about 240 bytes each); at the
+// cap a request for a new key gets an error matching
+// [ratelimit.ErrTooManyKeys] rather than a live key being forgotten.
+//
+// The options that apply are [WithClock], [WithCost], [WithRetries],
+// [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
+// [WithPauseHook] and [WithMaxKeys]. It returns an error wrapping
+// [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an invalid
+// option or any other.
 func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Transport, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("httplimit.NewKeyedTransport: the limiter must not be nil, got %T", lim)
@@ -153,13 +175,22 @@ func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key K
 	return newTransport(base, wait, key, opts)
 }
 
+// defaultMaxKeys is the keys a keyed transport holds unless WithMaxKeys
+// says otherwise.
+const defaultMaxKeys = 1 << 16
+
 func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Transport, error) {
 	if base == nil || typednil.Is(base) {
 		base = http.DefaultTransport
 	}
 	t := &Transport{base: base, wait: wait, key: key, maxRetry: time.Minute,
-		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax}}
-	if err := applyOptions(&config{to: forTransport, t: t}, opts); err != nil {
+		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax,
+			MaxKeys: defaultMaxKeys, Full: ratelimit.ErrTooManyKeys}}
+	to := forKeyedTransport
+	if key == nil {
+		to = forPlainTransport
+	}
+	if err := applyOptions(&config{to: to, t: t}, opts); err != nil {
 		return nil, err
 	}
 	t.ts = timesrc.New(t.clock)
@@ -169,8 +200,9 @@ func newTransport(base http.RoundTripper, wait func(context.Context, string, int
 
 // PausedFor returns how long from now the next request through t must
 // wait for what the server's answers asked (a pause, a spent quota's
-// reset, a backoff, the policies' spacing); 0 if it may go at once, the
-// limiter aside. For a transport from [NewKeyedTransport] it is the
+// reset, a backoff, the policies' spacing; while a probe is out, the
+// longest its answer is waited for); 0 if it may go at once, the limiter
+// aside. For a transport from [NewKeyedTransport] it is the
 // longest wait of any key.
 func (t *Transport) PausedFor() time.Duration {
 	return t.pacer.Longest(t.now())
@@ -206,11 +238,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		key = k
 	}
 	send := req
+	var refusal *http.Response // the refusal the retry in preparation answers
 	for attempt := 0; ; attempt++ {
 		tk, err := t.ready(ctx, key, n)
 		if err != nil {
 			closeBody(send)
+			if refusal != nil {
+				// The retry cannot be sent (its wait would outlast the
+				// deadline, the context ended, the limiter refused): the
+				// caller gets the server's answer, as without retries.
+				return refusal, nil
+			}
 			return nil, err
+		}
+		if refusal != nil {
+			discard(refusal)
+			refusal = nil
 		}
 		resp, err := t.base.RoundTrip(send)
 		if err != nil {
@@ -231,11 +274,42 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return resp, nil // cannot replay after all: hand the answer over
 		}
-		// Drain a little so the connection can be reused, then let go.
-		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-		_ = resp.Body.Close()
+		refusal = buffered(resp)
 		send = next
 	}
+}
+
+// maxBuffered is how much of a refusal's body the transport reads while
+// it waits to retry, so that the connection is free meanwhile.
+const maxBuffered = 64 << 10
+
+// buffered reads resp's body into memory (up to maxBuffered, the rest left
+// on the connection) and returns resp reading from there: the answer the
+// caller gets, body intact, if the retry cannot be sent.
+func buffered(resp *http.Response) *http.Response {
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxBuffered))
+	head := bytes.NewReader(buf)
+	if err != nil || len(buf) == maxBuffered {
+		// Perhaps more to come (or an error to repeat): read it after what
+		// was buffered.
+		resp.Body = &bufferedBody{Reader: io.MultiReader(head, resp.Body), Closer: resp.Body}
+		return resp
+	}
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(head)
+	return resp
+}
+
+type bufferedBody struct {
+	io.Reader
+	io.Closer
+}
+
+// discard lets go of an answer the caller will not see: a little more is
+// drained so that the connection can be reused.
+func discard(resp *http.Response) {
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	_ = resp.Body.Close()
 }
 
 // ready waits for what the server asked of key, then for the limiter, then
@@ -284,14 +358,17 @@ func closeBody(req *http.Request) {
 // write as delay-seconds ("17"), as a Unix time in seconds ("1767225617",
 // as GitHub does) or in milliseconds ("1767225617000"), each perhaps with
 // a fraction ("64.57", "1470173023.123", as Discord does), read relative
-// to now: values below 1,000,000,000 are delays, values from there to
-// below 1,000,000,000,000 Unix seconds, larger ones Unix milliseconds. A
-// fraction finer than the millisecond is rounded up to one; a time in the
-// past gives 0; every reading saturates at about 34 years. It reports
-// false for an empty or malformed value (a sign, an exponent, anything
-// but digits with at most one '.' between them).
+// to now, which also tells the readings apart, so that a clock of any
+// year reads them: values below half of now as Unix seconds are delays
+// (below 883,612,800 in 2026), values from there to below 500 times that
+// (times 2^30 for a now before 2004) Unix seconds, larger ones Unix
+// milliseconds. Pass the answer's Date as now to read a Unix time by the
+// server's clock. A fraction finer than the millisecond is rounded up to
+// one; a time in the past gives 0; every reading saturates at about 34
+// years. It reports false for an empty or malformed value (a sign, an
+// exponent, anything but digits with at most one '.' between them).
 func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
-	return hints.ResetValue(v, now)
+	return hints.ResetValue(v, now, now)
 }
 
 // ParseRetryAfter parses a Retry-After value: delay-seconds ("120") or an

@@ -552,8 +552,8 @@ func TestOptionsCheckedPerConstructor(t *testing.T) {
 		{"WithRetries to New", second(New(limits, WithRetries(1))), "httplimit.WithRetries applies to NewTransport and NewKeyedTransport, not New"},
 		{"WithPauseHook to New", second(New(limits, WithPauseHook(nil))), "httplimit.WithPauseHook applies to NewTransport and NewKeyedTransport, not New"},
 		{"TrustedProxies to New", second(New(limits, TrustedProxies("10.0.0.0/8"))), "httplimit.TrustedProxies applies to NewIPResolver, not New"},
-		{"WithHeaders to NewTransport", second(NewTransport(nil, nil, WithHeaders(NoHeaders))), "httplimit.WithHeaders applies to New, not NewTransport and NewKeyedTransport"},
-		{"WithLogger to NewKeyedTransport", keyed(WithLogger(nil)), "httplimit.WithLogger applies to New, not NewTransport and NewKeyedTransport"},
+		{"WithHeaders to NewTransport", second(NewTransport(nil, nil, WithHeaders(NoHeaders))), "httplimit.WithHeaders applies to New, not NewTransport"},
+		{"WithLogger to NewKeyedTransport", keyed(WithLogger(nil)), "httplimit.WithLogger applies to New, not NewKeyedTransport"},
 		{"WithCost to NewIPResolver", second(NewIPResolver(WithCost(nil))), "httplimit.WithCost applies to New, NewTransport and NewKeyedTransport, not NewIPResolver"},
 		{"negative WithRetries", keyed(WithRetries(-1)), "httplimit.WithRetries must not be negative, got -1"},
 		{"zero WithMaxPause", second(NewTransport(nil, nil, WithMaxPause(0))), "httplimit.WithMaxPause must be positive, got 0s"},
@@ -575,3 +575,68 @@ func TestOptionsCheckedPerConstructor(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestTransportRetryTooLateReturnsAnswer: with WithRetries, a refused
+// request whose retry cannot be sent in time (the pause, or the local
+// limiter's wait, would outlast its deadline; its context ends while it
+// waits) gets the server's answer back, body intact, as it would without
+// retries. Before, the transport drained the 429 and returned
+// ErrPauseDeadline (or the limiter's error) with no response.
+func TestTransportRetryTooLateReturnsAnswer(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("why: quota spent. ", 8<<10) // 144 KiB: more than the transport buffers
+	for _, tc := range []struct {
+		name    string
+		after   string // the 429's Retry-After
+		body    string
+		limiter bool // a local limiter with nothing left for a minute
+		cancel  bool // the context ends while the retry waits
+	}{
+		{"pause outlasts the deadline", "30", "quota spent", false, false},
+		{"long body", "30", big, false, false},
+		{"limiter outlasts the deadline", "1", "quota spent", true, false},
+		{"cancelled while waiting", "2", "quota spent", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, srv := startScripted(t, func(w http.ResponseWriter) {
+				w.Header().Set(HeaderRetryAfter, tc.after)
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = io.WriteString(w, tc.body)
+			})
+			clk := timerclock.New(epoch)
+			var lim ratelimit.Limiter
+			if tc.limiter {
+				tb, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(1), 1, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				lim = tb
+			}
+			tr, err := NewTransport(nil, lim, WithRetries(3), WithClock(clk))
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+			done := make(chan result, 1)
+			go func() {
+				resp, err := tr.RoundTrip(req)
+				done <- result{resp, err}
+			}()
+			switch {
+			case tc.cancel:
+				assert.Equal(t, 2*time.Second, clk.Next(t))
+				cancel()
+			case tc.limiter:
+				assert.Equal(t, time.Second, clk.Next(t), "the server's pause, then the limiter")
+				clk.Add(time.Second)
+			}
+			r := <-done
+			require.NoError(t, r.err, "the server's answer, not an error")
+			require.Equal(t, http.StatusTooManyRequests, r.resp.StatusCode)
+			body, err := io.ReadAll(r.resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, tc.body, string(body), "the body intact")
+			require.NoError(t, r.resp.Body.Close())
+			assert.Equal(t, int64(1), s.hits.Load(), "not retried")
+		})
+	}
+}

@@ -131,7 +131,7 @@ func (h *Hints) readPolicies(lines []string) {
 
 // readPair reads the item of a remaining field and one or two reset
 // fields, each a single value (its first line).
-func (h *Hints) readPair(get func(string) []string, remName, resetName, afterName string, params bool, now time.Time) {
+func (h *Hints) readPair(get func(string) []string, remName, resetName, afterName string, params bool, now, ref time.Time) {
 	rem := int64(-1)
 	v, st := single(get(remName), params)
 	switch st {
@@ -147,7 +147,7 @@ func (h *Hints) readPair(get func(string) []string, remName, resetName, afterNam
 	var reset time.Duration
 	found := false
 	if v, st := single(get(resetName), params); st == present {
-		reset, found = ResetValue(v, now)
+		reset, found = ResetValue(v, now, ref)
 	}
 	if afterName != noField {
 		if v, st := single(get(afterName), params); st == present {

@@ -64,7 +64,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("metadata %+v, header %+v of %q", md, h, kv)
 		}
 		for _, v := range []string{ra, rl, pol, rem, reset, xreset, xafter} {
-			if d, ok := ResetValue(v, now); ok && (d < 0 || d > maxDuration) {
+			if d, ok := ResetValue(v, now, now); ok && (d < 0 || d > maxDuration) {
 				t.Fatalf("ResetValue(%q) = %v", v, d)
 			}
 			if d, ok := RetryAfter(v, now); ok && (d < 0 || d > maxDuration) {
@@ -111,10 +111,10 @@ func FuzzParseWritten(f *testing.F) {
 		for i := range 3 {
 			want.Items[i] = Item{Remaining: rem, Reset: reset}
 		}
-		// Draft-06's reset is a delay only below 1e9.
+		// Draft-06's reset is a delay only below half of now.
 		want.Items[3] = Item{Remaining: rem, Reset: reset}
-		if secs >= epochSeconds {
-			want.Items[3].Reset, _ = ResetValue(ts, epoch)
+		if delays, _ := thresholds(epoch); secs >= uint64(delays) {
+			want.Items[3].Reset, _ = ResetValue(ts, epoch, epoch)
 		}
 		want.Limit = q // draft-07's limit and both policies state it; 0 is no limit
 		if quota > 0 && secs > 0 {

@@ -25,6 +25,7 @@ package hints
 
 import (
 	"math"
+	"net/http"
 	"time"
 )
 
@@ -87,8 +88,8 @@ type Hints struct {
 	HasRetryAfter bool
 	// Limit is the smallest quota any field of the answer states (a
 	// policy's q, draft-07's limit, RateLimit-Limit, X-RateLimit-Limit),
-	// whether or not it names a window; 0 when none does. It is what a
-	// quota holds once it is reset.
+	// whether or not it names a window; 0 when none does. A quota's reset
+	// gives back Limit less the Remaining the answer reported.
 	Limit int64
 }
 
@@ -109,6 +110,7 @@ const (
 	fieldXHyphenReset     = "X-Rate-Limit-Reset"
 	fieldXLimit           = "X-Ratelimit-Limit"
 	fieldXHyphenLimit     = "X-Rate-Limit-Limit"
+	fieldDate             = "Date"
 	// noField is the name of no field: a dialect without it.
 	noField = ""
 )
@@ -117,7 +119,7 @@ const (
 // lower-case keys (gRPC metadata) can map them once, ahead of time.
 var Fields = [...]string{fieldRetryAfter, fieldRateLimit, fieldRateLimitPolicy, fieldRateLimitLimit,
 	fieldRateLimitRemain, fieldRateLimitReset, fieldXRemaining, fieldXReset, fieldXResetAfter,
-	fieldXHyphenRemaining, fieldXHyphenReset, fieldXLimit, fieldXHyphenLimit}
+	fieldXHyphenRemaining, fieldXHyphenReset, fieldXLimit, fieldXHyphenLimit, fieldDate}
 
 // Whether the parameters of a single-valued field are cut off before its
 // value is read.
@@ -130,7 +132,12 @@ const (
 // returns all the lines of a field by name, such as http.Header.Values or
 // metadata.MD.Get: it is called with the names in [Fields], in Go's
 // canonical case ("Ratelimit-Remaining"), so it must compare names
-// case-insensitively, as both do. now is what Unix times and HTTP dates are read against.
+// case-insensitively, as both do. now is what Unix times and HTTP dates are
+// read against; whether a reset value is a Unix time or a delay is told by
+// the answer's Date (an HTTP date, its first line) when it has a valid
+// one, else by now (gRPC metadata has no Date), so that a server and a
+// client on a clock of any year, such as a testing/synctest bubble's in
+// 2000, read each other.
 //
 // The rules, dialect by dialect:
 //
@@ -171,15 +178,21 @@ const (
 // Parse allocates nothing itself.
 func Parse(get func(name string) []string, now time.Time) Hints {
 	var h Hints
+	ref := now
+	if v, st := single(get(fieldDate), legacyParams); st == present {
+		if d, err := http.ParseTime(v); err == nil {
+			ref = d
+		}
+	}
 	if v, st := single(get(fieldRetryAfter), legacyParams); st == present {
 		h.RetryAfter, h.HasRetryAfter = RetryAfter(v, now)
 	}
 	h.readRateLimit(get(fieldRateLimit))
 	h.readPolicies(get(fieldRateLimitPolicy))
 	h.readPolicies(get(fieldRateLimitLimit))
-	h.readPair(get, fieldRateLimitRemain, fieldRateLimitReset, noField, draft6Params, now)
-	h.readPair(get, fieldXRemaining, fieldXReset, fieldXResetAfter, legacyParams, now)
-	h.readPair(get, fieldXHyphenRemaining, fieldXHyphenReset, noField, legacyParams, now)
+	h.readPair(get, fieldRateLimitRemain, fieldRateLimitReset, noField, draft6Params, now, ref)
+	h.readPair(get, fieldXRemaining, fieldXReset, fieldXResetAfter, legacyParams, now, ref)
+	h.readPair(get, fieldXHyphenRemaining, fieldXHyphenReset, noField, legacyParams, now, ref)
 	for _, f := range [...]string{fieldXLimit, fieldXHyphenLimit} {
 		if v, st := single(get(f), legacyParams); st == present {
 			if n, ok := uintValue(v, math.MaxInt64); ok {

@@ -416,6 +416,49 @@ func TestParseAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { Parse(get, epoch) }); n != 0 {
 		t.Errorf("Parse of an HTTP date allocates %v times", n)
 	}
+	h.Set("Date", epoch.Format(http.TimeFormat))
+	if n := testing.AllocsPerRun(100, func() { Parse(get, epoch) }); n != 0 {
+		t.Errorf("Parse with a Date allocates %v times", n)
+	}
+}
+
+// TestParseTellsEpochByDate: a reset value is told a Unix time or a delay
+// by the answer's Date when it has one, else by now; the delay is always
+// measured from now. A server whose clock is in 2000 (a testing/synctest
+// bubble) writes X-RateLimit-Reset below 1e9, which a fixed threshold
+// read as a delay of 30 years.
+func TestParseTellsEpochByDate(t *testing.T) {
+	t.Parallel()
+	y2k := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	y2100 := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	reset := strconv.FormatInt(y2k.Unix()+3, 10) // 946684803
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		date string
+		want time.Duration
+	}{
+		{"no Date, now in 2000", y2k, "", 3 * time.Second},
+		{"Date in 2000, now in 2000", y2k, y2k.Format(http.TimeFormat), 3 * time.Second},
+		{"Date in 2000, now a second later", y2k.Add(time.Second), y2k.Format(http.TimeFormat), 2 * time.Second},
+		{"no Date, now in 2026: a Unix time, past", epoch, "", 0},
+		{"no Date, now in 2100: a delay", y2100, "", 946684803 * time.Second},
+		{"Date in 2000, now in 2100: a Unix time, past", y2100, y2k.Format(http.TimeFormat), 0},
+		{"unreadable Date, now in 2000", y2k, "yesterday", 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kv := []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", reset}
+			if tc.date != "" {
+				kv = append(kv, "Date", tc.date)
+			}
+			h := Parse(header(kv...), tc.now)
+			require.Equal(t, 1, h.NItems)
+			assert.Equal(t, tc.want, h.Items[0].Reset)
+			m := Parse(metadata(kv...), tc.now) // gRPC metadata: no Date, unless a server sends one
+			assert.Equal(t, h, m)
+		})
+	}
 }
 
 // exactGetter returns a getter of h that allocates nothing: it maps the

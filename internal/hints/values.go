@@ -8,19 +8,24 @@ import (
 	"github.com/rlkit/ratelimit/internal/clientip"
 )
 
-// Thresholds between the readings of a reset value: below epochSeconds
-// (2001-09-09 as a Unix time; 31 years as a delay) a value is a delay in
-// seconds; below epochMillis (the year 33658 in seconds; 2001-09-09 in
+// thresholds returns where the readings of a reset value change, told by
+// the time ref the answer was made at (its Date, or when it was received),
+// so that a clock of any year reads every dialect: below secs (half of ref
+// as Unix seconds: 28 years as a delay in 2026, 1998 as a Unix time) a
+// value is a delay in seconds; below millis (500 times ref, or times
+// 2^30 for a ref before 2004: the year 29,900 in seconds, 1997 in
 // milliseconds) a Unix time in seconds; from it up a Unix time in
-// milliseconds.
-const (
-	epochSeconds = 1_000_000_000
-	epochMillis  = 1_000_000_000_000
-)
+// milliseconds. A ref at or before 1970 reads every value below millis as
+// a Unix time in seconds, which is then the delay itself.
+func thresholds(ref time.Time) (secs, millis int64) {
+	u := ref.Unix()
+	return u / 2, max(u, MaxSeconds) * 500
+}
 
 // maxWhole is where the whole part of a reset value saturates: as a Unix
 // time in milliseconds it is in the year 37648, beyond MaxSeconds from any
-// time a server answers.
+// time a server answers, and it is above every threshold of a year before
+// 37648.
 const maxWhole = 1 << 50
 
 // RetryAfter reads a Retry-After value: delay-seconds ("120") or an HTTP
@@ -46,24 +51,26 @@ func RetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // ResetValue reads a reset value as servers write X-RateLimit-Reset, from
 // now: decimal seconds, perhaps with a fraction ("17", "64.57",
-// "1470173023.123"), whose whole part tells what they count. Below
-// 1,000,000,000 it is a delay; from there to below 1,000,000,000,000 a
-// Unix time in seconds (as GitHub sends); from there up a Unix time in
-// milliseconds. A fraction finer than the millisecond is rounded up to
-// one. A Unix time in the past gives 0; every reading saturates at
-// MaxSeconds. It reports false for an empty or malformed value (signs,
-// exponents, anything but digits and one '.' between digits). Space
-// around the value is ignored.
-func ResetValue(v string, now time.Time) (time.Duration, bool) {
+// "1470173023.123"), whose whole part tells what they count, by the time
+// ref the answer was made at (its Date, else now): below half of ref as
+// Unix seconds it is a delay; from there to below 500 times that (or 500
+// times 2^30, for a ref before 2004) a Unix time in seconds (as GitHub
+// sends); from there up a Unix time in milliseconds. A fraction finer
+// than the millisecond is rounded up to one. A Unix time in the past
+// gives 0; every reading saturates at MaxSeconds. It reports false for an
+// empty or malformed value (signs, exponents, anything but digits and one
+// '.' between digits). Space around the value is ignored.
+func ResetValue(v string, now, ref time.Time) (time.Duration, bool) {
 	whole, ms, ok := fixed(strings.TrimSpace(v))
 	if !ok {
 		return 0, false
 	}
+	secs, millis := thresholds(ref)
 	var at time.Time
 	switch {
-	case whole < epochSeconds:
+	case whole < secs:
 		return clampDuration(time.Duration(whole)*time.Second + time.Duration(ms)*time.Millisecond), true
-	case whole < epochMillis:
+	case whole < millis:
 		at = time.Unix(whole, ms*int64(time.Millisecond))
 	default:
 		at = time.UnixMilli(whole)

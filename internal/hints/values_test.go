@@ -64,8 +64,8 @@ func TestResetValue(t *testing.T) {
 		{unix(-13 * time.Second), 0, true},
 		{"99999999999999999999", maxDuration, true},
 		{"0", 0, true},
-		{"999999999", 999999999 * time.Second, true}, // the largest delay
-		{"1000000000", 0, true},                      // the smallest Unix time, 2001
+		{"883612799", 883612799 * time.Second, true}, // the largest delay in 2026: half of now
+		{"883612800", 0, true},                       // the smallest Unix time then, 1998
 		{"", 0, false}, {"-1", 0, false}, {"+1", 0, false}, {"1e9", 0, false}, {"NaN", 0, false},
 		{"Infinity", 0, false}, {"0x10", 0, false}, {"١٧", 0, false}, {"17s", 0, false},
 		// New: fractions, rounded up to the millisecond.
@@ -75,15 +75,14 @@ func TestResetValue(t *testing.T) {
 		{"64.5701", 64571 * time.Millisecond, true},
 		{"0.0001", time.Millisecond, true},
 		{"0." + strings.Repeat("0", 100) + "1", time.Millisecond, true},
-		{"999999999.9999", 1e9 * time.Second, true},
+		{"883612799.9999", 883612800 * time.Second, true},
 		{unix(23*time.Second) + ".123", 23123 * time.Millisecond, true}, // Discord
 		{unix(-time.Second) + ".5", 0, true},
 		{"12.", 0, false}, {".5", 0, false}, {"1.2.3", 0, false}, {"1,5", 0, false}, {"1.-5", 0, false},
 		{"1.5e3", 0, false},
-		// New: Unix milliseconds from 1e12 up (these were Unix seconds,
-		// saturating).
-		{"999999999999", maxDuration, true}, // year 33658 in seconds
-		{"1000000000000", 0, true},          // 2001 in milliseconds
+		// Unix milliseconds from 500 times now up.
+		{"883612799999", maxDuration, true}, // the year 29970 in seconds
+		{"883612800000", 0, true},           // 1997 in milliseconds
 		{unix(13*time.Second) + "000", 13 * time.Second, true},
 		{unix(13*time.Second) + "250", 13250 * time.Millisecond, true},
 		{unix(13*time.Second) + "000.1", 13001 * time.Millisecond, true},
@@ -91,15 +90,64 @@ func TestResetValue(t *testing.T) {
 		{strings.Repeat("9", 40), maxDuration, true},
 		{strings.Repeat("9", 40) + ".9", maxDuration, true},
 	} {
-		got, ok := ResetValue(c.in, epoch)
+		got, ok := ResetValue(c.in, epoch, epoch)
 		assert.Equal(t, c.want, got, "ResetValue(%q)", c.in)
 		assert.Equal(t, c.ok, ok, "ResetValue(%q)", c.in)
 	}
 	// Against a time between milliseconds, a Unix time's delay is exact.
 	now := epoch.Add(300 * time.Microsecond)
-	d, ok := ResetValue(unix(time.Second), now)
+	d, ok := ResetValue(unix(time.Second), now, now)
 	assert.True(t, ok)
 	assert.Equal(t, time.Second-300*time.Microsecond, d)
+}
+
+// TestResetValueAnyYear: a clock of any year reads delays, Unix seconds and
+// Unix milliseconds of its own time as what they are: testing/synctest's
+// bubble in 2000 (its Unix seconds are below the 1e9 that was the fixed
+// threshold), 2003, 2026, 2400, and the mock clock's default of 1970,
+// where a Unix time in seconds is its own delay (a Unix time in
+// milliseconds cannot be told from seconds there). The readings are told
+// apart by ref (the answer's Date), the delay measured from now.
+func TestResetValueAnyYear(t *testing.T) {
+	t.Parallel()
+	for _, now := range []time.Time{
+		time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), // synctest
+		time.Unix(0, 0), // clock.NewMock()
+		time.Date(2003, 6, 1, 0, 0, 0, 0, time.UTC),
+		epoch,
+		time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		in3 := now.Add(3 * time.Second)
+		cases := []struct {
+			in   string
+			want time.Duration
+		}{
+			{"0", 0}, {"3", 3 * time.Second}, {"3600", time.Hour}, {"86400.5", 86400500 * time.Millisecond},
+			{strconv.FormatInt(in3.Unix(), 10), 3 * time.Second},
+			{strconv.FormatInt(in3.Unix(), 10) + ".25", 3250 * time.Millisecond},
+		}
+		if now.Unix() > 0 {
+			cases = append(cases, struct {
+				in   string
+				want time.Duration
+			}{strconv.FormatInt(in3.UnixMilli(), 10), 3 * time.Second}, struct {
+				in   string
+				want time.Duration
+			}{strconv.FormatInt(now.Add(-time.Hour).Unix(), 10), 0})
+		}
+		for _, c := range cases {
+			got, ok := ResetValue(c.in, now, now)
+			assert.True(t, ok, "ResetValue(%q) at %v", c.in, now)
+			assert.Equal(t, c.want, got, "ResetValue(%q) at %v", c.in, now)
+		}
+		if now.Unix() > 0 {
+			// Told by a Date an hour ahead of now (a skewed client): read
+			// as a Unix time by the Date, the delay measured from now.
+			date := now.Add(time.Hour)
+			got, _ := ResetValue(strconv.FormatInt(date.Add(3*time.Second).Unix(), 10), now, date)
+			assert.Equal(t, time.Hour+3*time.Second, got, "Unix seconds by the Date, at %v", now)
+		}
+	}
 }
 
 // TestExhaustedReset is httplimit's ParseRateLimitReset cases (its
@@ -189,13 +237,14 @@ func FuzzResetValue(f *testing.F) {
 		if ms != 0 {
 			s += "." + strconv.FormatInt(1000+ms, 10)[1:] // three digits
 		}
-		d, ok := ResetValue(s, epoch)
+		d, ok := ResetValue(s, epoch, epoch)
 		w := int64(min(v, maxWhole))
+		secs, millis := thresholds(epoch)
 		var want time.Duration
 		switch {
-		case v < epochSeconds:
+		case v < uint64(secs):
 			want = time.Duration(w)*time.Second + time.Duration(ms)*time.Millisecond
-		case v < epochMillis:
+		case v < uint64(millis):
 			want = clampDuration(time.Unix(w, ms*1e6).Sub(epoch))
 		default:
 			at := time.UnixMilli(w)
@@ -207,7 +256,7 @@ func FuzzResetValue(f *testing.F) {
 		if !ok || d != want {
 			t.Fatalf("ResetValue(%s) = %v, %v; want %v", s, d, ok, want)
 		}
-		if d, ok := ResetValue(raw, epoch); ok && (d < 0 || d > maxDuration) {
+		if d, ok := ResetValue(raw, epoch, epoch); ok && (d < 0 || d > maxDuration) {
 			t.Fatalf("ResetValue(%q) = %v", raw, d)
 		}
 	})

@@ -13,17 +13,34 @@
 //     a reset t) bounds the key's sends: at most r more before the reset,
 //     less every call the server may have counted after the answered one
 //     (those in flight, and those answered since it was sent). A key whose
-//     quota is spent waits for its reset; at the reset the quota holds the
-//     limit the answers stated again (less the calls in flight), until an
-//     answer reports anew.
+//     quota is spent waits for its reset; at each reset the quota gains
+//     what the server has restored by then whether it is a fixed window or
+//     a token bucket (the stated limit less the r reported, up to the
+//     limit less the calls in flight), until an answer reports anew; a
+//     reset whose gain is not known (no limit stated) ends with a probe.
 //   - With Config.Shape, an answer that advertises policies (q per w)
 //     spaces the key's sends at least w/q apart (the slowest policy).
+//   - A pause whose end the answers cannot vouch for ends with a probe:
+//     a refusal's (a Retry-After says when to come back, not how many
+//     may), and a reset that was capped. The first send after it goes
+//     alone; the others wait for its answer, then go by what it says. A
+//     probe that gets none (Lost) hands the probe on to the next send at
+//     once, and one that takes longer than the pause it ended (at least
+//     Config.First) does so too, so that no send waits on a hung one.
 //
 // Every duration read from an answer is capped by Config.MaxPause.
+//
+// The keys held are bounded (Config.MaxKeys): a key is forgotten only once
+// it holds nothing live (no pause or probe pending, no call in flight, its
+// quotas full again), which leaves it as a key never seen; when every key
+// held is live, a send of a new key is refused (Config.Full) rather than
+// a live key forgotten, which would let its calls hammer a server that
+// asked them to wait.
 package pacer
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -36,12 +53,13 @@ import (
 )
 
 // SweepAbove is the number of keys above which adding a key first drops
-// the keys that hold nothing live (no pause, no quota, no call in flight),
-// so that a pacer holds at most its live keys plus about SweepAbove.
+// the keys that hold nothing live (no pause, no quota in use, no call in
+// flight), so that a pacer holds at most its live keys plus about
+// SweepAbove.
 const SweepAbove = 64
 
 // Config is what a Pacer is built with. Callers validate it: MaxPause,
-// First and Cap positive, First <= Cap.
+// First and Cap positive, First <= Cap, MaxKeys not negative.
 type Config struct {
 	// MaxPause caps every pause, reset and spacing read from an answer.
 	MaxPause time.Duration
@@ -53,16 +71,30 @@ type Config struct {
 	Shape bool
 	// Rand returns a uniform int64 in [0, n); nil is math/rand/v2.
 	Rand func(n int64) int64
+	// MaxKeys bounds the keys held; 0 is no bound.
+	MaxKeys int
+	// Full is the sentinel the error of a send refused for want of room
+	// matches (ratelimit.ErrTooManyKeys); nil is a plain error.
+	Full error
 }
 
 // Pacer holds, per key, what the server's answers allow. Create one with
 // New; it is safe for concurrent use.
 type Pacer struct {
-	cfg     Config
-	held    atomic.Int64 // len(keys), readable without mu
+	cfg  Config
+	held atomic.Int64 // len(keys), readable without mu
+
 	mu      sync.Mutex
 	keys    map[string]*state // guarded by mu
 	sweepAt int               // guarded by mu: the size at which a new key sweeps
+	epoch   time.Time         // guarded by mu: what instants count from; the first time seen
+	// At the cap, a full sweep that freed nothing is not repeated until
+	// time reaches freeAt (the earliest a held key may stop being live)
+	// or a call has been answered (settled moved): guarded by mu.
+	freeAt    instant
+	settled   uint64 // answers and losses so far
+	settledAt uint64 // settled at the last fruitless sweep
+	fruitless bool   // the last sweep at the cap freed nothing
 }
 
 // New returns a Pacer built with cfg.
@@ -73,106 +105,212 @@ func New(cfg Config) *Pacer {
 	return &Pacer{cfg: cfg, sweepAt: SweepAbove}
 }
 
+// instant is a time as nanoseconds since the Pacer's epoch: 8 bytes where
+// a time.Time takes 24, so that a key costs less. Differences of times
+// that carry a monotonic reading are monotonic.
+type instant int64
+
+// none is the instant of no constraint, before every instant in use.
+const none instant = math.MinInt64 / 4
+
+// at returns now as an instant; requires p.mu held.
+func (p *Pacer) at(now time.Time) instant {
+	if p.epoch.IsZero() {
+		p.epoch = now
+	}
+	return instant(now.Sub(p.epoch))
+}
+
+func (i instant) add(d time.Duration) instant { return i + instant(d) }
+
+// left returns how long from now until is: 0 if it has passed.
+func left(until, now instant) time.Duration { return max(time.Duration(until-now), 0) }
+
 // state is one key's pacing; guarded by the Pacer's mu.
 type state struct {
-	until    time.Time     // no send before: a refusal's pause
-	next     time.Time     // no send before: the policies' spacing
+	until    instant       // no send before: a refusal's pause (or when a probe became due)
+	next     instant       // no send before: the policies' spacing
 	spacing  time.Duration // from the newest answer that advertised policies
 	refusals int           // refusals in a row without a usable pause
 	inflight int           // sends reserved and not yet answered
 	finished uint64        // sends answered or lost so far
-	limit    int64         // the quota a reset restores, from the newest answer stating one; 0: unknown
-	n        int
-	quotas   [hints.MaxItems]quota
+	sent     uint64        // sends reserved so far: the id of the newest
+	limit    int64         // the stated limit, from the newest answer stating one; 0: unknown
+	// A probe: after a pause whose end the answers cannot vouch for (a
+	// refusal's, a capped reset), the next send goes alone, and the others
+	// wait for its answer, until probeEnd at most.
+	probe     bool          // the next send is a probe
+	probeID   uint64        // the probe in flight; 0 if none
+	probeEnd  instant       // when the others stop waiting for it
+	probeDone chan struct{} // closed when the probe in flight ends
+	patience  time.Duration // how long the next probe is waited for
+	quotas    []quota       // from the newest answer reporting any
 }
 
+func newState() *state { return &state{until: none, next: none, probeEnd: none} }
+
 // quota is one reported quota: left sends until its reset, which was span
-// away when reported.
+// away when reported; each reset adds gain, up to the stated limit less
+// the sends in flight. gain is 0 when what a reset restores is not known
+// (no limit stated, or the reset was capped by MaxPause or a refusal's
+// Retry-After): the reset then ends with a probe.
 type quota struct {
 	left  int64
-	reset time.Time
+	reset instant
 	span  time.Duration
+	gain  int64
 }
 
 // Ticket is one reserved send; pass it to exactly one of Done or Lost.
 type Ticket struct {
 	st       *state
+	id       uint64 // the send's number in st; 0 for a Note
 	finished uint64 // st.finished when the send was reserved (or the Note made)
 	note     bool   // not a send (Note): its answer can only add spent quotas
-	at       time.Time
+	at       instant
 }
 
-// roll renews the quotas whose reset has passed: with the limit known,
-// a quota holds the limit again (less the calls in flight, which the new
-// period may count), until one more span from now; without it, the quota
-// is dropped and sends go unbounded until an answer reports again. The
+// roll renews the quotas whose reset has passed. An answer reporting r
+// left of a limit L, restored t from now, is read as the server's state
+// after counting the answered send: a fixed window restores all of L at
+// its end, a token bucket (whose t is the time until it is full) gains
+// L-r over t, continuously, and has gained it all at t whatever was sent
+// meanwhile. So each reset a quota has passed adds L-r, and it never holds
+// more than L less the sends in flight (which the new period may count);
+// that is never more than either kind of server admits. A quota whose gain
+// is not known is dropped at its reset, and the next send probes. The
 // next answer replaces the renewed quotas with what the server counted.
-func (st *state) roll(now time.Time) {
+func (st *state) roll(now instant) {
 	n := 0
-	for _, q := range st.quotas[:st.n] {
-		if !q.reset.After(now) {
-			if st.limit <= 0 || q.span <= 0 {
+	for _, q := range st.quotas {
+		if q.reset <= now {
+			if q.gain <= 0 || q.span <= 0 {
+				st.awaitProbe(q.reset, q.span)
 				continue
 			}
-			q.left, q.reset = st.limit-int64(st.inflight), now.Add(q.span)
+			room := st.limit - int64(st.inflight)
+			k := 1 + int64(now-q.reset)/int64(q.span) // the resets passed
+			if need := sub(room, q.left); need <= 0 || k > need/q.gain {
+				q.left = room
+			} else {
+				q.left += k * q.gain // at most need: no overflow
+			}
+			q.reset = q.reset.add(time.Duration(k) * q.span) // k spans fit: now - reset did
 		}
 		st.quotas[n] = q
 		n++
 	}
-	st.n = n
+	st.quotas = st.quotas[:n]
 }
 
-// wait returns how long from now the key's next send must wait.
-func (st *state) wait(now time.Time) time.Duration {
+// wait returns how long from now the key's next send must wait, and,
+// when it waits for a probe's answer, the channel closed when the probe
+// ends.
+func (st *state) wait(now instant) (time.Duration, <-chan struct{}) {
 	st.roll(now)
-	at := st.until
-	if st.next.After(at) {
-		at = st.next
-	}
-	for _, q := range st.quotas[:st.n] {
-		if q.left <= 0 && q.reset.After(at) {
+	at := max(st.until, st.next)
+	for _, q := range st.quotas {
+		if q.left <= 0 && q.reset > at {
 			at = q.reset
 		}
 	}
-	return Left(at, now)
+	if d := left(at, now); d > 0 {
+		return d, nil
+	}
+	if st.probeID != 0 {
+		if d := left(st.probeEnd, now); d > 0 {
+			return d, st.probeDone
+		}
+		// The probe has had its time: the next send probes anew.
+		st.endProbe()
+		st.probe = true
+	}
+	return 0, nil
 }
 
-// live reports whether the key holds anything that a later send depends
-// on at now.
-func (st *state) live(now time.Time, backoffCap time.Duration) bool {
-	if st.inflight > 0 || st.until.After(now) || st.next.After(now) {
-		return true
+// awaitProbe makes the next send after due a probe, waited for at most
+// patience (and at least the backoff's first delay): as long again as the
+// pause it ends. A probe that gets no answer (lost, or out of time) keeps
+// the patience for the next.
+func (st *state) awaitProbe(due instant, patience time.Duration) {
+	st.probe = true
+	st.until = max(st.until, due)
+	st.patience = max(st.patience, patience)
+}
+
+// endProbe ends the probe in flight, if any: the sends waiting for it
+// look again.
+func (st *state) endProbe() {
+	if st.probeID != 0 {
+		close(st.probeDone)
+		st.probeID, st.probeDone = 0, nil
 	}
-	if st.refusals > 0 && now.Sub(st.until) <= backoffCap {
-		return true // the next bare refusal backs off further
+}
+
+// liveUntil returns until when, at the latest, the key holds something a
+// later send depends on (a pause, a probe pending, a quota in use, a call
+// in flight), if nothing else happens; a time at or before now if it holds
+// nothing live. A call in flight, or a quota in use, holds it for an
+// unknown time: the far future. backoffCap is how long after a pause a
+// refusal in a row, or a probe pending, still counts.
+func (st *state) liveUntil(now instant, backoffCap time.Duration) instant {
+	st.roll(now)
+	if st.inflight > 0 || st.probeID != 0 {
+		return math.MaxInt64
 	}
-	for _, q := range st.quotas[:st.n] {
-		if q.reset.After(now) {
-			return true
+	end := max(st.until, st.next)
+	if st.refusals > 0 || st.probe {
+		// The next bare refusal backs off further; the next send probes.
+		end = max(end, st.until.add(backoffCap))
+	}
+	for _, q := range st.quotas {
+		switch {
+		case q.gain <= 0:
+			// Until its reset, then a probe pending.
+			end = max(end, later(q.reset, 1, backoffCap))
+		case q.left < st.limit:
+			// In use: full again at the reset that adds what it lacks.
+			need := sub(st.limit, q.left)
+			k := need/q.gain + min(need%q.gain, 1) // rounded up
+			end = max(end, later(q.reset, k-1, q.span))
 		}
 	}
-	return false
+	return end
 }
 
-// reserve counts one send at now.
-func (st *state) reserve(now time.Time) Ticket {
+// sub returns a-b, saturating at math.MaxInt64, for b <= a or b < 0.
+func sub(a, b int64) int64 {
+	if b < 0 && a > math.MaxInt64+b {
+		return math.MaxInt64
+	}
+	return a - b
+}
+
+// later returns at + k·d, saturating.
+func later(at instant, k int64, d time.Duration) instant {
+	if d > 0 && k > (math.MaxInt64-int64(at))/int64(d) {
+		return math.MaxInt64
+	}
+	return at + instant(k)*instant(d)
+}
+
+// reserve counts one send at now; first is the shortest patience of a
+// probe.
+func (st *state) reserve(now instant, first time.Duration) Ticket {
 	st.inflight++
-	for i := range st.quotas[:st.n] {
+	st.sent++
+	for i := range st.quotas {
 		st.quotas[i].left-- // wait rolled them at now
 	}
 	if st.spacing > 0 {
-		st.next = now.Add(st.spacing)
+		st.next = now.add(st.spacing)
 	}
-	return Ticket{st: st, finished: st.finished, at: now}
-}
-
-// Left returns how long from now until is: 0 for the zero time or a time
-// in the past.
-func Left(until, now time.Time) time.Duration {
-	if until.IsZero() {
-		return 0
+	if st.probe {
+		st.probe = false
+		st.probeID, st.probeDone = st.sent, make(chan struct{})
+		st.probeEnd = now.add(max(st.patience, first))
 	}
-	return max(until.Sub(now), 0)
+	return Ticket{st: st, id: st.sent, finished: st.finished, at: now}
 }
 
 // Idle reports whether the pacer holds no key, without taking the lock.
@@ -190,14 +328,15 @@ func (p *Pacer) Wait(ctx context.Context, src *timesrc.Source, key string, deadl
 		now := src.Time()
 		p.mu.Lock()
 		var d time.Duration
+		var probe <-chan struct{}
 		if st := p.keys[key]; st != nil {
-			d = st.wait(now)
+			d, probe = st.wait(p.at(now))
 		}
 		p.mu.Unlock()
 		if d <= 0 {
 			return ctx.Err()
 		}
-		if err := sleep(ctx, src, d, deadline); err != nil {
+		if err := sleep(ctx, src, d, probe, deadline); err != nil {
 			return err
 		}
 	}
@@ -205,7 +344,9 @@ func (p *Pacer) Wait(ctx context.Context, src *timesrc.Source, key string, deadl
 
 // Acquire blocks until a send of key is allowed and reserves it. It
 // returns ctx's error, without a Ticket, when ctx is done: a call whose
-// caller has gone is not sent. See Wait for the deadline.
+// caller has gone is not sent. See Wait for the deadline. A new key that
+// the pacer has no room for (MaxKeys keys held, each live) is refused at
+// once with an error matching Config.Full.
 func (p *Pacer) Acquire(ctx context.Context, src *timesrc.Source, key string, deadline error) (Ticket, error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -213,49 +354,110 @@ func (p *Pacer) Acquire(ctx context.Context, src *timesrc.Source, key string, de
 		}
 		now := src.Time()
 		p.mu.Lock()
-		st := p.state(key, now)
-		d := st.wait(now)
+		at := p.at(now)
+		st, err := p.state(key, at)
+		if err != nil {
+			p.mu.Unlock()
+			return Ticket{}, err
+		}
+		d, probe := st.wait(at)
 		if d <= 0 {
-			t := st.reserve(now)
+			t := st.reserve(at, p.cfg.First)
 			p.mu.Unlock()
 			return t, nil
 		}
 		p.mu.Unlock()
-		if err := sleep(ctx, src, d, deadline); err != nil {
+		if err := sleep(ctx, src, d, probe, deadline); err != nil {
 			return Ticket{}, err
 		}
 	}
 }
 
-func sleep(ctx context.Context, src *timesrc.Source, d time.Duration, deadline error) error {
-	if timesrc.Outlasts(ctx, d) {
-		return errs.Deadline(deadline, d)
+// sleep waits d on src, or until ctx is done. A wait for a probe's answer
+// (probe not nil) also ends when the probe does, and is not refused for
+// outlasting ctx's deadline: d is only how long the probe may take.
+func sleep(ctx context.Context, src *timesrc.Source, d time.Duration, probe <-chan struct{}, deadline error) error {
+	if probe == nil {
+		if timesrc.Outlasts(ctx, d) {
+			return errs.Deadline(deadline, d)
+		}
+		return src.Sleep(ctx, d)
 	}
-	return src.Sleep(ctx, d)
+	select {
+	case <-probe:
+		return ctx.Err()
+	default:
+	}
+	var timer <-chan time.Time
+	if c := src.Clock(); c != nil {
+		timer = c.After(d)
+	} else {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		timer = tm.C
+	}
+	select {
+	case <-probe:
+	case <-timer:
+	case <-ctx.Done():
+	}
+	return ctx.Err()
 }
 
-// state returns key's state, creating it (and first sweeping the keys
-// that hold nothing live, when there are many).
-func (p *Pacer) state(key string, now time.Time) *state {
+// state returns key's state, creating it. Before a key is added to many,
+// the keys that hold nothing live are dropped (all of them, amortized by
+// letting the table double between sweeps); at MaxKeys, when none can be
+// dropped, the key is refused. Requires p.mu held.
+func (p *Pacer) state(key string, now instant) (*state, error) {
 	if st := p.keys[key]; st != nil {
-		return st
+		return st, nil
 	}
 	if p.keys == nil {
 		p.keys = make(map[string]*state)
 	}
-	if len(p.keys) >= p.sweepAt {
-		for k, st := range p.keys {
-			if !st.live(now, p.cfg.Cap) {
-				delete(p.keys, k)
-			}
+	full := p.cfg.MaxKeys > 0 && len(p.keys) >= p.cfg.MaxKeys
+	if full || len(p.keys) >= p.sweepAt {
+		if !full || !p.fruitless || now >= p.freeAt || p.settled != p.settledAt {
+			p.sweep(now)
 		}
 		p.sweepAt = max(SweepAbove, 2*len(p.keys))
+		if p.cfg.MaxKeys > 0 && len(p.keys) >= p.cfg.MaxKeys {
+			return nil, p.fullError()
+		}
 	}
-	st := &state{}
+	st := newState()
 	p.keys[key] = st
 	p.held.Store(int64(len(p.keys)))
-	return st
+	return st, nil
 }
+
+// sweep drops every key that holds nothing live at now, and notes when
+// the first of the others may stop being live. Requires p.mu held.
+func (p *Pacer) sweep(now instant) {
+	first := instant(math.MaxInt64)
+	for k, st := range p.keys {
+		if end := st.liveUntil(now, p.cfg.Cap); end <= now {
+			delete(p.keys, k)
+		} else {
+			first = min(first, end)
+		}
+	}
+	p.held.Store(int64(len(p.keys)))
+	p.fruitless = p.cfg.MaxKeys > 0 && len(p.keys) >= p.cfg.MaxKeys
+	p.freeAt, p.settledAt = first, p.settled
+}
+
+// fullError is the error of a send refused for want of room.
+func (p *Pacer) fullError() error {
+	msg := fmt.Sprintf("ratelimit: too many keys: %d held, each still paced by its server's answers", p.cfg.MaxKeys)
+	if p.cfg.Full == nil {
+		return errs.New(msg)
+	}
+	return errs.New(msg, p.cfg.Full)
+}
+
+// Keys returns how many keys the pacer holds.
+func (p *Pacer) Keys() int { return int(p.held.Load()) }
 
 // Answer is what the server said to one send.
 type Answer struct {
@@ -285,8 +487,14 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	at := p.at(now)
 	st := t.st
 	st.inflight--
+	p.settled++
+	if t.id != 0 && t.id == st.probeID {
+		st.endProbe()
+		st.patience = 0
+	}
 	h := a.Hints
 	var out Outcome
 	if h != nil {
@@ -296,7 +504,7 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 			// it reports (as every draft of the RateLimit fields says).
 			limit = min(limit, h.RetryAfter)
 		}
-		out.Pause = p.quotas(st, t, now, h, limit)
+		out.Pause = p.quotas(st, t, at, h, limit)
 		if p.cfg.Shape && h.NPolicies > 0 && !t.note {
 			p.shape(st, t, h)
 		}
@@ -315,9 +523,10 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 		out.Backoff = true
 	}
 	d = min(d, p.cfg.MaxPause)
-	if until := now.Add(d); until.After(st.until) {
-		st.until = until
-	}
+	// What the server admits when the pause ends is not known (a
+	// Retry-After says when to come back, not how many may): one send
+	// goes and the others wait for its answer.
+	st.awaitProbe(at.add(d), d)
 	out.Pause = max(out.Pause, d)
 	return out
 }
@@ -333,11 +542,13 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 // took them in, and whatever order their answers come back in; so the
 // newest answer replaces the key's quotas, when it reports any. An answer
 // that is not a send's (Note) can only add quotas it finds spent.
-func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit time.Duration) time.Duration {
+func (p *Pacer) quotas(st *state, t Ticket, now instant, h *hints.Hints, limit time.Duration) time.Duration {
 	overlap := int64(st.inflight) + int64(st.finished-t.finished)
-	var got [hints.MaxItems]quota
-	n := 0
+	if h.Limit > 0 {
+		st.limit = h.Limit
+	}
 	var spent time.Duration
+	replaced := t.note // a Note replaces nothing
 	for _, it := range h.Items[:h.NItems] {
 		if it.Remaining < 0 || it.Reset <= 0 {
 			continue // remaining unknown, or restored already
@@ -346,27 +557,19 @@ func (p *Pacer) quotas(st *state, t Ticket, now time.Time, h *hints.Hints, limit
 		if it.Remaining == 0 {
 			spent = max(spent, reset)
 		}
-		left := it.Remaining - overlap
-		if !t.note || left <= 0 {
-			got[n] = quota{left: left, reset: now.Add(reset), span: reset}
-			n++
+		q := quota{left: it.Remaining - overlap, reset: now.add(reset), span: reset}
+		if t.note && q.left > 0 {
+			continue
 		}
-	}
-	if n == 0 {
-		return spent
-	}
-	if h.Limit > 0 {
-		st.limit = h.Limit
-	}
-	if t.note {
-		for _, q := range got[:n] {
-			if st.n < len(st.quotas) {
-				st.quotas[st.n] = q
-				st.n++
-			}
+		if reset == it.Reset && st.limit > it.Remaining {
+			q.gain = st.limit - it.Remaining
 		}
-	} else {
-		st.quotas, st.n = got, n
+		if !replaced {
+			st.quotas, replaced = st.quotas[:0], true
+		}
+		if len(st.quotas) < hints.MaxItems {
+			st.quotas = append(st.quotas, q)
+		}
 	}
 	return spent
 }
@@ -380,9 +583,7 @@ func (p *Pacer) shape(st *state, t Ticket, h *hints.Hints) {
 		}
 	}
 	st.spacing = min(sp, p.cfg.MaxPause)
-	if next := t.at.Add(st.spacing); next.After(st.next) {
-		st.next = next
-	}
+	st.next = max(st.next, t.at.add(st.spacing))
 }
 
 // ceilDiv returns d/n rounded up, for d >= 0 and n > 0, without
@@ -432,10 +633,15 @@ func (p *Pacer) backoff(k int) time.Duration {
 // Note records an answer that is not the answer to a reserved send (the
 // end of a long stream, say): a refusal pauses key as in Done, and
 // quotas it reports spent are added; quotas with room left are not taken
-// (the answer may be older than others).
+// (the answer may be older than others). A key the pacer has no room for
+// is not noted: no send of it can be reserved either.
 func (p *Pacer) Note(key string, now time.Time, a Answer) Outcome {
 	p.mu.Lock()
-	st := p.state(key, now)
+	st, err := p.state(key, p.at(now))
+	if err != nil {
+		p.mu.Unlock()
+		return Outcome{}
+	}
 	st.inflight++ // Done takes it back
 	t := Ticket{st: st, note: true, finished: st.finished}
 	p.mu.Unlock()
@@ -449,8 +655,15 @@ func (p *Pacer) Lost(t Ticket) {
 		return
 	}
 	p.mu.Lock()
-	t.st.inflight--
-	t.st.finished++
+	st := t.st
+	st.inflight--
+	st.finished++
+	p.settled++
+	if t.id != 0 && t.id == st.probeID {
+		// The probe learned nothing: the next send probes anew.
+		st.endProbe()
+		st.probe = true
+	}
 	p.mu.Unlock()
 }
 
@@ -460,7 +673,8 @@ func (p *Pacer) PausedFor(key string, now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.keys[key]; st != nil {
-		return st.wait(now)
+		d, _ := st.wait(p.at(now))
+		return d
 	}
 	return 0
 }
@@ -469,9 +683,23 @@ func (p *Pacer) PausedFor(key string, now time.Time) time.Duration {
 func (p *Pacer) Longest(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	at := p.at(now)
 	var d time.Duration
 	for _, st := range p.keys {
-		d = max(d, st.wait(now))
+		w, _ := st.wait(at)
+		d = max(d, w)
 	}
 	return d
+}
+
+// InFlight returns how many sends are reserved and not yet answered or
+// lost, over every key.
+func (p *Pacer) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, st := range p.keys {
+		n += st.inflight
+	}
+	return n
 }

@@ -154,10 +154,11 @@ func TestOlderAnswerReplaces(t *testing.T) {
 	assert.Equal(t, 4*time.Second, f.p.PausedFor("k", f.clk.Now()))
 }
 
-// TestResetRenewsQuota: once a quota's reset has passed, it holds the limit
-// the answers stated again, less the sends in flight (which the new period
-// may count), so that callers released together at the reset do not all
-// go; without a stated limit, sends are unbounded until an answer reports.
+// TestResetRenewsQuota: once a quota's reset has passed, it gains the
+// limit the answers stated less the remaining count reported, up to the
+// limit less the sends in flight (which the new period may count), so
+// that callers released together at the reset do not all go; without a
+// stated limit, one send probes and the others wait for its answer.
 func TestResetRenewsQuota(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testConfig())
@@ -175,8 +176,53 @@ func TestResetRenewsQuota(t *testing.T) {
 	g := newFixture(t, testConfig())
 	g.done(g.now("k"), false, answer(item(0, 3*time.Second)))
 	g.clk.Add(3 * time.Second)
+	probe := g.now("k") // no limit stated: what the reset restores is not known
+	assert.Equal(t, 3*time.Second, g.p.PausedFor("k", g.clk.Now()), "the others wait for the probe")
+	g.done(probe, false, nil)
 	for range 10 {
-		g.now("k") // no limit stated: nothing to renew
+		g.now("k") // its answer said nothing: unbounded
+	}
+}
+
+// TestTokenBucketAnswersInAnyOrder: a token bucket of 5 refilling 1 a
+// second counts five sends (4 left, full in 1 s; ... 0 left, full in 5 s)
+// and its answers come back in any order. However they come back, the
+// pacer never lets more go than the bucket holds: at 1 s one token, one
+// more each second, never above 5. Before, with the answers in reverse
+// order, the last read (4 left, full in 1 s) restored all 5 at 1 s.
+func TestTokenBucketAnswersInAnyOrder(t *testing.T) {
+	t.Parallel()
+	for _, order := range [][]int{{0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {2, 4, 0, 3, 1}} {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, testConfig())
+			var tks [5]Ticket
+			for i := range tks {
+				tks[i] = f.now("k")
+			}
+			for _, i := range order { // send i was counted i-th: 4-i left, full in i+1 s
+				h := answer(item(int64(4-i), time.Duration(i+1)*time.Second))
+				h.Limit = 5
+				f.done(tks[i], false, h)
+			}
+			// The bucket: 0 tokens now, 1 a second. The pacer may be
+			// slower, never faster.
+			bucket := 0.0
+			last := f.clk.Now()
+			for step := range 12 {
+				f.clk.Add(500 * time.Millisecond)
+				now := f.clk.Now()
+				bucket = min(5, bucket+now.Sub(last).Seconds())
+				last = now
+				sent := 0
+				for f.p.PausedFor("k", now) == 0 {
+					f.done(f.now("k"), false, nil) // answers without fields: the pacer's own count binds
+					sent++
+					require.LessOrEqual(t, float64(sent), bucket, "step %d: sent %d, the bucket holds %.1f", step, sent, bucket)
+				}
+				bucket -= float64(sent)
+			}
+		})
 	}
 }
 
@@ -227,8 +273,9 @@ func TestBackoff(t *testing.T) {
 			f := newFixture(t, cfg)
 			unusable := []*hints.Hints{nil, {HasRetryAfter: true}, answer(item(1000, time.Minute)), answer(item(0, 0))}
 			var highs []time.Duration
+			tk := f.now("k")
 			for k := range 6 {
-				out := f.done(f.now("k"), true, unusable[k%len(unusable)])
+				out := f.done(tk, true, unusable[k%len(unusable)])
 				require.True(t, out.Backoff, "refusal %d", k)
 				hi := min(8*time.Second, time.Second<<k)
 				want := hi
@@ -237,7 +284,7 @@ func TestBackoff(t *testing.T) {
 				}
 				assert.Equal(t, want, out.Pause, "refusal %d", k)
 				highs = append(highs, hi)
-				f.after("k", out.Pause)
+				tk = f.after("k", out.Pause) // the probe after the pause
 			}
 			assert.Equal(t, []time.Duration{1, 2, 4, 8, 8, 8}, func() []time.Duration {
 				s := make([]time.Duration, len(highs))
@@ -246,7 +293,7 @@ func TestBackoff(t *testing.T) {
 				}
 				return s
 			}())
-			f.done(f.now("k"), false, nil)
+			f.done(tk, false, nil)
 			out := f.done(f.now("k"), true, nil)
 			if draw == "high" {
 				assert.Equal(t, time.Second, out.Pause, "a success starts the backoff again")
@@ -429,4 +476,162 @@ func TestExtremeConfigAndPolicies(t *testing.T) {
 	assert.Equal(t, time.Duration(1), ceilDiv(hints.MaxSeconds*time.Second, math.MaxInt64))
 	assert.Equal(t, 600*time.Millisecond, ceilDiv(3*time.Second, 5))
 	assert.Equal(t, time.Duration(334), ceilDiv(1000, 3))
+}
+
+// TestProbeAfterPause: a refusal's pause, and a reset capped at MaxPause,
+// end with one probe: the next send goes alone, the others wait for its
+// answer (as long again as the pause at most), and a probe that gets none
+// (lost, or out of time) hands the probe on to the next send.
+func TestProbeAfterPause(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		refused bool
+		h       *hints.Hints
+		pause   time.Duration
+	}{
+		{"retry-after", true, &hints.Hints{RetryAfter: 5 * time.Second, HasRetryAfter: true}, 5 * time.Second},
+		{"capped retry-after", true, &hints.Hints{RetryAfter: 100 * time.Hour, HasRetryAfter: true}, time.Hour},
+		{"backoff", true, nil, time.Second},
+		{"capped spent quota", false, answer(item(0, 30*time.Hour)), time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.Rand = func(n int64) int64 { return n - 1 } // the first backoff at its longest: 1 s
+			f := newFixture(t, cfg)
+			out := f.done(f.now("k"), tc.refused, tc.h)
+			require.Equal(t, tc.pause, out.Pause)
+			probe := f.after("k", tc.pause)
+
+			// Another send waits for the probe's answer, at most the pause.
+			got := make(chan Ticket, 1)
+			go func() {
+				tk, err := f.p.Acquire(context.Background(), &f.src, "k", errPause)
+				assert.NoError(t, err)
+				got <- tk
+			}()
+			assert.Equal(t, tc.pause, f.clk.Next(t))
+			assert.Equal(t, tc.pause, f.p.PausedFor("k", f.clk.Now()), "waiting for the probe, at most")
+			f.done(probe, false, nil)
+			next := <-got
+			f.now("k") // the probe answered: sends go by what it said (nothing)
+			f.done(next, false, nil)
+		})
+	}
+	t.Run("lost", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, testConfig())
+		f.done(f.now("k"), true, &hints.Hints{RetryAfter: 5 * time.Second, HasRetryAfter: true})
+		probe := f.after("k", 5*time.Second)
+		got := make(chan Ticket, 2)
+		for range 2 {
+			go func() {
+				tk, err := f.p.Acquire(context.Background(), &f.src, "k", errPause)
+				assert.NoError(t, err)
+				got <- tk
+			}()
+			assert.Equal(t, 5*time.Second, f.clk.Next(t))
+		}
+		f.p.Lost(probe)
+		second := <-got // the next probe, alone
+		assert.Equal(t, 5*time.Second, f.clk.Next(t), "the other waits for the second probe")
+		select {
+		case <-got:
+			t.Fatal("two sends after a lost probe")
+		default:
+		}
+		f.done(second, false, nil)
+		f.done(<-got, false, nil)
+	})
+	t.Run("out of time", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, testConfig())
+		f.done(f.now("k"), true, &hints.Hints{RetryAfter: 5 * time.Second, HasRetryAfter: true})
+		probe := f.after("k", 5*time.Second)
+		second := f.after("k", 5*time.Second) // waited the probe's time: probes in turn
+		assert.Equal(t, 5*time.Second, f.p.PausedFor("k", f.clk.Now()), "the second probe is waited for")
+		f.done(probe, false, nil) // an old probe's answer does not end the new one
+		assert.Equal(t, 5*time.Second, f.p.PausedFor("k", f.clk.Now()))
+		f.done(second, false, nil)
+		f.now("k")
+	})
+}
+
+// TestProbeDeadline: a send waiting for a probe's answer is not refused
+// for a deadline shorter than the probe may take; it waits until the
+// deadline, or the answer.
+func TestProbeDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	f.done(f.now("k"), true, &hints.Hints{RetryAfter: time.Minute, HasRetryAfter: true})
+	probe := f.after("k", time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.p.Acquire(ctx, &f.src, "k", errPause)
+		done <- err
+	}()
+	assert.Equal(t, time.Minute, f.clk.Next(t))
+	err := <-done // the real deadline, a second away
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, errPause)
+	f.done(probe, false, nil)
+}
+
+// TestMaxKeys: at MaxKeys keys, each live, a new key is refused with an
+// error matching Full, and no live key is forgotten; a key whose quota is
+// full again (after the resets that give back what it lacks), or whose
+// call in flight is answered with nothing to keep, makes room.
+func TestMaxKeys(t *testing.T) {
+	t.Parallel()
+	errFull := errors.New("ratelimit: too many keys")
+	cfg := testConfig()
+	cfg.MaxKeys, cfg.Full = 3, errFull
+	f := newFixture(t, cfg)
+	h := answer(item(1, 10*time.Second)) // 1 left of 4: full after 10 s (gain 3)
+	h.Limit = 4
+	f.done(f.now("a"), false, h)
+	h2 := answer(item(0, 10*time.Second)) // none left of 2: full after 10 s (gain 2)
+	h2.Limit = 2
+	f.done(f.now("b"), false, h2)
+	flying := f.now("c")
+	ctx := context.Background()
+	for range 2 { // the second try finds the sweep fruitless and skips it
+		_, err := f.p.Acquire(ctx, &f.src, "d", errPause)
+		assert.ErrorIs(t, err, errFull)
+		assert.ErrorContains(t, err, "ratelimit: too many keys: 3 held")
+	}
+	assert.Equal(t, 3, f.p.Keys())
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("b", f.clk.Now()), "b's spent quota is kept")
+
+	f.p.Lost(flying) // c holds nothing live any more
+	f.done(f.now("d"), false, nil)
+	assert.Equal(t, 3, f.p.Keys())
+	f.done(f.now("e"), false, nil) // d was answered with nothing to keep: e takes its room
+	assert.Equal(t, 10*time.Second, f.p.PausedFor("b", f.clk.Now()), "b's spent quota is still kept")
+	f.clk.Add(10 * time.Second) // a and b are full again
+	f.now("f")
+	f.now("g")
+	assert.LessOrEqual(t, f.p.Keys(), 3)
+}
+
+// TestRollAddsEveryResetPassed: a quota that has passed several resets
+// gains each one's share (not one, as if a single reset had passed), up to
+// the limit less the sends in flight.
+func TestRollAddsEveryResetPassed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	h := answer(item(0, time.Second)) // a token bucket of 10, 1/s: 0 left, 1 more each second
+	h.Limit = 1
+	f.done(f.now("k"), false, h)
+	h = answer(item(0, 10*time.Second))
+	h.Limit = 10
+	f.done(f.after("k", time.Second), false, h) // now the bucket says: 10 s until full
+	f.clk.Add(25 * time.Second)                 // two resets of 10 s passed: 10 (the limit) back
+	for range 10 {
+		f.now("k")
+	}
+	assert.Equal(t, 5*time.Second, f.p.PausedFor("k", f.clk.Now()), "the next reset, on the quota's own schedule")
 }

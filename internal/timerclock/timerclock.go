@@ -6,6 +6,7 @@
 package timerclock
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -16,11 +17,19 @@ import (
 const patience = 5 * time.Second
 
 // Clock is a *clock.Mock whose After announces each timer on Timers.
+//
+// Starting a timer and moving time are serialized: clock.Mock (v1.3.5)
+// fires a due timer from both After and Add without holding its lock in
+// between, so that an After racing an Add could fire one timer twice, and
+// the second send on its channel (of one slot) blocked forever while
+// holding the mock's lock: every goroutine reading the clock hung.
 type Clock struct {
 	*clock.Mock
 	// Timers receives the duration of each timer started with After, in
 	// order; it holds up to 64 unread.
 	Timers chan time.Duration
+
+	mu sync.Mutex // held while a timer starts or time moves
 }
 
 // New returns a Clock set to start.
@@ -32,9 +41,25 @@ func New(start time.Time) *Clock {
 
 // After starts a timer on the mock and announces its duration.
 func (c *Clock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
 	ch := c.Mock.After(d)
+	c.mu.Unlock()
 	c.Timers <- d
 	return ch
+}
+
+// Add moves the mock's time on by d, firing the timers due.
+func (c *Clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Mock.Add(d)
+}
+
+// Set moves the mock's time to t, firing the timers due.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Mock.Set(t)
 }
 
 // Next returns the duration of the next timer started on c, failing t if
