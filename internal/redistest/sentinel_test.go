@@ -32,11 +32,8 @@ func TestStartSentinel(t *testing.T) {
 		}
 	}
 	// Replicated: a write the replicas acknowledge is on both.
-	if _, err := m.Do("SET", "k", "v"); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := m.Do("WAIT", "2", "5000"); err != nil || got != "2" {
-		t.Fatalf("WAIT 2 = %q, %v", got, err)
+	if n, err := writeAcked(m.Addr(), 2, 30*time.Second, "SET", "k", "v"); err != nil || n != 2 {
+		t.Fatalf("SET and WAIT 2 on the master = %d, %v; want both replicas", n, err)
 	}
 	for _, r := range sn.Servers()[1:] {
 		if got, err := r.Do("GET", "k"); err != nil || got != "v" {
