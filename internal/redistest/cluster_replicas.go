@@ -23,7 +23,8 @@ const replicasTimeout = 30 * time.Second
 // requires) with replicasPerMaster replicas each, every node a redis-server on a free loopback
 // port with cluster-node-timeout [ClusterNodeTimeout], joined by redis-cli --cluster create
 // --cluster-replicas. It returns once every node reports cluster_state:ok, every node agrees on
-// who serves which slot, and every replica's link to its master is up and its initial sync done.
+// who serves which slot, every replica's link to its master is up with its initial sync done,
+// and every master's replicas acknowledge its writes (a write and WAIT on one connection).
 // opts ([WithArgs]) are given to every node, after the defaults. All nodes are killed when the
 // test ends. It needs redis-server and redis-cli in PATH (skip, or fail when CI is set) and
 // ignores REDIS_ADDR.
@@ -258,7 +259,7 @@ func (c *Cluster) ManualFailover(tb testing.TB, key string) (oldMaster, replica 
 
 // WaitPromoted waits, at most timeout, until a running node other than old serves key's slot as
 // master, every running node agrees and reports cluster_state:ok, and every running replica is
-// in sync with its master. It returns the new master, or fails tb.
+// in sync with its master and acknowledges its writes. It returns the new master, or fails tb.
 func (c *Cluster) WaitPromoted(tb testing.TB, key string, old *Server, timeout time.Duration) *Server {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
@@ -285,9 +286,10 @@ func (c *Cluster) WaitPromoted(tb testing.TB, key string, old *Server, timeout t
 }
 
 // waitHealthy polls until every running node reports cluster_state:ok, every node's view of
-// who serves each slot is the same, and every running replica's link to its master is up with
-// no sync in progress. With masters >= 0 it also wants exactly that many masters holding slots
-// and replicas replicas of each. It returns the last reason for waiting once deadline passes.
+// who serves each slot is the same, every running replica's link to its master is up with
+// no sync in progress, and every master's online replicas acknowledge a write. With
+// masters >= 0 it also wants exactly that many masters holding slots and replicas replicas of
+// each. It returns the last reason for waiting once deadline passes.
 func (c *Cluster) waitHealthy(deadline time.Time, masters, replicas int) error {
 	for {
 		err := c.healthy(masters, replicas)
@@ -343,18 +345,44 @@ func (c *Cluster) healthy(masters, replicas int) error {
 				}
 			}
 		}
-		if me := view[0]; !me.master {
-			repl, err := n.Do("INFO", "replication")
-			if err != nil {
-				return fmt.Errorf("INFO replication on %s: %w", n.Addr(), err)
-			}
+		repl, err := n.Do("INFO", "replication")
+		if err != nil {
+			return fmt.Errorf("INFO replication on %s: %w", n.Addr(), err)
+		}
+		me := view[0]
+		if !me.master {
 			if st := infoField(repl, "master_link_status"); st != "up" {
 				return fmt.Errorf("replica %s: master_link_status:%s", n.Addr(), st)
 			}
 			if infoField(repl, "master_sync_in_progress") != "0" {
 				return fmt.Errorf("replica %s: initial sync in progress", n.Addr())
 			}
+			continue
+		}
+		if online := onlineReplicas(repl); online > 0 && len(me.slots) > 0 {
+			key, err := c.keyIn(n, me)
+			if err != nil {
+				return err
+			}
+			if err := replicasAck(n, key, online); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// keyIn returns a key of a slot that node n (whose CLUSTER NODES line is me) serves.
+func (c *Cluster) keyIn(n *Server, me clusterNode) (string, error) {
+	for i := range 1000 {
+		key := "redistest:ready:" + strconv.Itoa(i)
+		reply, err := n.Do("CLUSTER", "KEYSLOT", key)
+		if err != nil {
+			return "", fmt.Errorf("CLUSTER KEYSLOT on %s: %w", n.Addr(), err)
+		}
+		if slot, err := strconv.Atoi(reply); err == nil && me.serves(slot) {
+			return key, nil
+		}
+	}
+	return "", fmt.Errorf("no key of 1000 tried falls in a slot of %s", n.Addr())
 }

@@ -492,6 +492,27 @@ func writeAcked(addr string, replicas int, timeout time.Duration, args ...string
 	return strconv.Atoi(reply)
 }
 
+// readyProbe is how long a readiness check waits for replicas to acknowledge its write.
+const readyProbe = 100 * time.Millisecond
+
+// replicasAck checks that replicas replicas acknowledge a write of master, which must serve
+// key: INFO can show a replica online and in sync while the master does not stream to it
+// yet. (After a diskless sync, Redis 7.0 starts the stream on the replica's first REPLCONF
+// ACK; an ACK that arrives before the master has reaped the RDB child is spent without
+// starting it, and the next comes a second later: until then no WAIT succeeds.) The key
+// is deleted afterwards.
+func replicasAck(master *Server, key string, replicas int) error {
+	n, err := writeAcked(master.Addr(), replicas, readyProbe, "SET", key, "redistest")
+	if err != nil {
+		return fmt.Errorf("write and WAIT on %s: %w", master.Addr(), err)
+	}
+	_, _ = master.Do("DEL", key)
+	if n < replicas {
+		return fmt.Errorf("master %s: %d of %d replicas acknowledged a write within %v", master.Addr(), n, replicas, readyProbe)
+	}
+	return nil
+}
+
 // roundTrip sends args as a RESP array on conn and reads one reply from r,
 // which reads conn.
 func roundTrip(conn net.Conn, r *bufio.Reader, args ...string) (string, error) {
