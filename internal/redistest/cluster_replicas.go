@@ -3,6 +3,7 @@ package redistest
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,12 +55,28 @@ func StartClusterWithReplicas(tb testing.TB, masters, replicasPerMaster int, opt
 	for range masters * (1 + replicasPerMaster) {
 		c.nodes = append(c.nodes, start(tb, args))
 	}
+	// Registered after the nodes' cleanups, so it runs before they are killed.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("redistest: the cluster's logs:\n%s", c.logs())
+		}
+	})
 
 	c.create(tb, replicasPerMaster, replicasTimeout)
 	if err := c.waitHealthy(time.Now().Add(replicasTimeout), masters, replicasPerMaster); err != nil {
 		tb.Fatalf("redistest: cluster of %d masters and %d replicas each not ready after %v: %v", masters, replicasPerMaster, replicasTimeout, err)
 	}
 	return c
+}
+
+// logs returns the end of every node's log, for the message of a failed test: what each
+// node saw of failures, elections and resyncs.
+func (c *Cluster) logs() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		fmt.Fprintf(&b, "node %s:\n%s\n", n.Addr(), logTail(filepath.Join(n.dir, "redis.log"), 0))
+	}
+	return b.String()
 }
 
 // clusterNode is one line of CLUSTER NODES.
