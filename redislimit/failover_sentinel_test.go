@@ -86,9 +86,13 @@ func runSentinelFailover(t *testing.T, sc sentinelScenario, limit int) sentinelR
 		Key:               "failover",
 		N:                 1,
 		Goroutines:        failoverGoroutines,
-		Duration:          reliability.Pick(25*time.Second, 60*time.Second),
-		Pause:             20 * time.Millisecond,
-		DeniedFor:         failoverFinal,
+		// An upper bound: each process stops DeniedFor after the key is
+		// spent on the new master, which follows the failover however
+		// long that takes (up to redistest.PromotionTimeout, and the wait
+		// for the replicas after it).
+		Duration:  2 * time.Minute,
+		Pause:     20 * time.Millisecond,
+		DeniedFor: failoverFinal,
 	}
 
 	// The parent watches the key on the master and kills it once a third
@@ -125,7 +129,7 @@ func runSentinelFailover(t *testing.T, sc sentinelScenario, limit int) sentinelR
 			time.Sleep(sc.cut)
 		}
 		_, at := sn.KillMaster(t)
-		sn.WaitFailover(t, master, 30*time.Second)
+		sn.WaitFailover(t, master, redistest.PromotionTimeout)
 		run.failover = time.Since(at)
 		// Healthy again: one master, with the replicas WithReplicaAck
 		// needs, for longer than a sentinel takes to deem it down. Seen on

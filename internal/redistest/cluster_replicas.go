@@ -16,6 +16,17 @@ import (
 // two later (the replica's election delay is 500 ms plus up to 500 ms at random).
 const ClusterNodeTimeout = time.Second
 
+// PromotionTimeout is a generous bound for [Cluster.WaitPromoted] and [Sentinel.WaitFailover]
+// after a master is killed. Detection takes [ClusterNodeTimeout] (or [SentinelDownAfter]) and
+// the election a second or two, but an election that fails is tried again only 4 s after it
+// began (a Cluster replica's retry time is 2 x max(2 x node timeout, 2 s); a sentinel's,
+// twice its failover-timeout of 2 s), and on a loaded machine one can fail: a vote that comes
+// after the replica's 2 s, or a master refusing because it has not yet processed the FAIL
+// message. A late vote can fail the next election too (a master must not vote again for a
+// replica of the same master within 2 x node timeout): one master stopped for 3.5 s as the
+// election began made a promotion take 12 s. The bound leaves room for five failed elections.
+const PromotionTimeout = 30 * time.Second
+
 // replicasTimeout bounds StartClusterWithReplicas's wait for a healthy cluster: more nodes
 // take longer to sync on a loaded machine than the three of StartCluster.
 const replicasTimeout = 30 * time.Second

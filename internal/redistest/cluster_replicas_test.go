@@ -115,7 +115,7 @@ func TestClusterWithReplicasFailover(t *testing.T) {
 				t.Errorf("ManualFailover = %s, %s; want %s, %s", gotOld.Addr(), rep.Addr(), old.Addr(), reps[0].Addr())
 			}
 		}
-		m := c.WaitPromoted(t, key, old, 20*time.Second)
+		m := c.WaitPromoted(t, key, old, PromotionTimeout)
 		t.Logf("kill=%v: %s took over from %s in %v", kill, m.Addr(), old.Addr(), time.Since(began))
 		if m != reps[0] {
 			t.Errorf("new master %s, want the replica %s", m.Addr(), reps[0].Addr())

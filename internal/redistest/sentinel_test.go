@@ -51,7 +51,7 @@ func TestStartSentinel(t *testing.T) {
 	if _, err := m.Do("PING"); err == nil {
 		t.Error("the old master answers PING after KillMaster")
 	}
-	next := sn.WaitFailover(t, master, 20*time.Second)
+	next := sn.WaitFailover(t, master, PromotionTimeout)
 	t.Logf("failover to %s %v after the kill", next, time.Since(at))
 	if next == master || (next != sn.Servers()[1].Addr() && next != sn.Servers()[2].Addr()) {
 		t.Fatalf("WaitFailover = %s, want one of the replicas", next)
@@ -60,7 +60,7 @@ func TestStartSentinel(t *testing.T) {
 		t.Errorf("Master() after failover = %s, %v; want %s", got, err, next)
 	}
 	// The other replica follows the new master (parallel-syncs).
-	if got, _ := sn.WaitHealthy(t, 1, time.Second, 20*time.Second); got != next {
+	if got, _ := sn.WaitHealthy(t, 1, time.Second, PromotionTimeout); got != next {
 		t.Errorf("WaitHealthy = %s, want the new master %s", got, next)
 	}
 	nm := sn.server(next)
