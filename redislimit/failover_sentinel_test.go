@@ -279,6 +279,12 @@ func recordSentinel(t *testing.T, sc sentinelScenario, limit int, runs []sentine
 	reliability.Record(t, r)
 }
 
+// sentinelAckTimeout is the replica-ack scenarios' WAIT timeout: far
+// above what a replica takes to acknowledge on a loaded machine (see
+// clusterAckTimeout); an admission whose acknowledgement is late fails,
+// and one that fails before the kill fails checkSentinelRun.
+const sentinelAckTimeout = 500 * time.Millisecond
+
 // sentinelLimit is the key's limit: about a second of the load's
 // admissions after the failover (the load makes roughly 128 calls per
 // 20 ms pause), more in the long version.
@@ -343,7 +349,7 @@ func TestProofSentinelFailoverReplicaAck(t *testing.T) {
 		dataArgs:   []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "5"},
 		failure:    "closed",
 		replicaAck: 1,
-		ackTimeout: 200 * time.Millisecond,
+		ackTimeout: sentinelAckTimeout,
 	}, func(t *testing.T, run sentinelRun) {
 		if run.Over() != 0 {
 			t.Errorf("admitted %d events beyond the limit %d with WithReplicaAck(1): acknowledged writes were lost", run.Over(), sentinelLimit)
@@ -383,7 +389,7 @@ func TestProofSentinelFailoverReplicaAckLagging(t *testing.T) {
 		dataArgs:   []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "5"},
 		failure:    "closed",
 		replicaAck: 1,
-		ackTimeout: 200 * time.Millisecond,
+		ackTimeout: sentinelAckTimeout,
 		cut:        200 * time.Millisecond,
 	}, func(t *testing.T, run sentinelRun) {
 		if run.Over() != 0 {
