@@ -466,8 +466,10 @@ type loadStats struct {
 	Recovery   time.Duration // FaultStart until the end of the last failed call (0 without failures)
 	// Latencies of the calls that started in the fault window: from
 	// FaultStart until the last failed call ended (at least one slot), by
-	// slot; the whole run without a fault. P50 and P99 are bucket upper
-	// bounds (at most 1/16 above the true value), Max is exact.
+	// slot; the whole run without a fault. Latencies are recorded in
+	// whole microseconds (truncated); P50 and P99 are the upper bounds of
+	// their buckets (at most 1/16 above the recorded value), Max is the
+	// largest recorded value.
 	P50, P99, Max time.Duration
 	WindowCalls   int64 // calls in that window
 }
@@ -762,7 +764,12 @@ func TestLoadHarnessExact(t *testing.T) {
 	if slotCalls != st.Calls || slotAdmitted != st.Admitted {
 		t.Errorf("slots count %d calls and %d admitted, totals %d and %d", slotCalls, slotAdmitted, st.Calls, st.Admitted)
 	}
-	if st.WindowCalls != st.Calls || st.P50 <= 0 || st.P50 > st.P99 || st.P99 > st.Max {
+	// Every call is in the histogram and the quantiles are in order. P50
+	// may be 0: the deny cache answers most calls here in less than the
+	// histogram's 1 µs (it failed "p50=0s" on a quiet machine). Max may
+	// not: each admission is a round trip to Redis over loopback, two
+	// system calls and a context switch at the least.
+	if st.WindowCalls != st.Calls || st.P50 > st.P99 || st.P99 > st.Max || st.Max < time.Microsecond {
 		t.Errorf("latencies over the whole run: %d calls of %d, p50=%v p99=%v max=%v", st.WindowCalls, st.Calls, st.P50, st.P99, st.Max)
 	}
 	// Once Redis denied, nothing more was admitted (the key cannot refill).
