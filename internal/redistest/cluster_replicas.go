@@ -388,7 +388,7 @@ func (c *Cluster) healthy(masters, replicas int) error {
 			continue
 		}
 		if online := onlineReplicas(repl); online > 0 && len(me.slots) > 0 {
-			key, err := c.keyIn(n, me)
+			key, err := keyIn(n, me)
 			if err != nil {
 				return err
 			}
@@ -401,7 +401,7 @@ func (c *Cluster) healthy(masters, replicas int) error {
 }
 
 // keyIn returns a key of a slot that node n (whose CLUSTER NODES line is me) serves.
-func (c *Cluster) keyIn(n *Server, me clusterNode) (string, error) {
+func keyIn(n *Server, me clusterNode) (string, error) {
 	for i := range 1000 {
 		key := "redistest:ready:" + strconv.Itoa(i)
 		reply, err := n.Do("CLUSTER", "KEYSLOT", key)
