@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,20 @@ func startRedis() (stop func(), err error) {
 		redisAddr = addr
 		return func() {}, nil
 	}
+	// The port is free when chosen, but another process may take it before
+	// redis-server binds it (other tests on the machine start servers too):
+	// then try another.
+	for range 5 {
+		if stop, err = startRedisOnce(); err == nil {
+			return stop, nil
+		}
+	}
+	return nil, err
+}
+
+// startRedisOnce starts a redis-server on a port free now and returns once
+// it answers, and is the process started (not another that owns the port).
+func startRedisOnce() (stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -58,12 +73,24 @@ func startRedis() (stop func(), err error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("redis-server (needed by the examples, or set REDIS_ADDR): %w", err)
 	}
-	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	redisAddr = "127.0.0.1:" + strconv.Itoa(port)
-	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop = func() { _ = cmd.Process.Kill(); <-exited }
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c.Ping(context.Background()).Err() == nil {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("redis-server on port %d exited at start (port taken?)", port)
+		default:
+		}
+		if info, err := c.Info(context.Background(), "server").Result(); err == nil {
+			if !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+				stop()
+				return nil, fmt.Errorf("port %d is served by another redis-server", port)
+			}
+			redisAddr = addr
 			return stop, nil
 		}
 		if time.Now().After(deadline) {

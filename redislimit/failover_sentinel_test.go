@@ -86,9 +86,13 @@ func runSentinelFailover(t *testing.T, sc sentinelScenario, limit int) sentinelR
 		Key:               "failover",
 		N:                 1,
 		Goroutines:        failoverGoroutines,
-		Duration:          reliability.Pick(25*time.Second, 60*time.Second),
-		Pause:             20 * time.Millisecond,
-		DeniedFor:         failoverFinal,
+		// An upper bound: each process stops DeniedFor after the key is
+		// spent on the new master, which follows the failover however
+		// long that takes (up to redistest.PromotionTimeout, and the wait
+		// for the replicas after it).
+		Duration:  2 * time.Minute,
+		Pause:     20 * time.Millisecond,
+		DeniedFor: failoverFinal,
 	}
 
 	// The parent watches the key on the master and kills it once a third
@@ -125,7 +129,7 @@ func runSentinelFailover(t *testing.T, sc sentinelScenario, limit int) sentinelR
 			time.Sleep(sc.cut)
 		}
 		_, at := sn.KillMaster(t)
-		sn.WaitFailover(t, master, 30*time.Second)
+		sn.WaitFailover(t, master, redistest.PromotionTimeout)
 		run.failover = time.Since(at)
 		// Healthy again: one master, with the replicas WithReplicaAck
 		// needs, for longer than a sentinel takes to deem it down. Seen on
@@ -275,6 +279,12 @@ func recordSentinel(t *testing.T, sc sentinelScenario, limit int, runs []sentine
 	reliability.Record(t, r)
 }
 
+// sentinelAckTimeout is the replica-ack scenarios' WAIT timeout: far
+// above what a replica takes to acknowledge on a loaded machine (see
+// clusterAckTimeout); an admission whose acknowledgement is late fails,
+// and one that fails before the kill fails checkSentinelRun.
+const sentinelAckTimeout = 500 * time.Millisecond
+
 // sentinelLimit is the key's limit: about a second of the load's
 // admissions after the failover (the load makes roughly 128 calls per
 // 20 ms pause), more in the long version.
@@ -339,7 +349,7 @@ func TestProofSentinelFailoverReplicaAck(t *testing.T) {
 		dataArgs:   []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "5"},
 		failure:    "closed",
 		replicaAck: 1,
-		ackTimeout: 200 * time.Millisecond,
+		ackTimeout: sentinelAckTimeout,
 	}, func(t *testing.T, run sentinelRun) {
 		if run.Over() != 0 {
 			t.Errorf("admitted %d events beyond the limit %d with WithReplicaAck(1): acknowledged writes were lost", run.Over(), sentinelLimit)
@@ -379,7 +389,7 @@ func TestProofSentinelFailoverReplicaAckLagging(t *testing.T) {
 		dataArgs:   []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "5"},
 		failure:    "closed",
 		replicaAck: 1,
-		ackTimeout: 200 * time.Millisecond,
+		ackTimeout: sentinelAckTimeout,
 		cut:        200 * time.Millisecond,
 	}, func(t *testing.T, run sentinelRun) {
 		if run.Over() != 0 {

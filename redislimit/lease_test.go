@@ -537,8 +537,12 @@ func TestLeaseReplicaAck(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: master.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	mock := newMock()
+	// WAIT's timeout bounds how long a healthy replica may take to
+	// acknowledge; 2 s, as in TestReplicaAck, is far above what a loaded
+	// machine takes (tens of ms) and is paid once, by the grant with the
+	// replica stopped.
 	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Hour), WithPrefix(uniquePrefix(t)), WithClock(mock), WithClientTime(),
-		WithFailurePolicy(FailClosed), WithBreaker(0), WithLogger(nil), WithReplicaAck(1, 300*time.Millisecond),
+		WithFailurePolicy(FailClosed), WithBreaker(0), WithLogger(nil), WithReplicaAck(1, 2*time.Second),
 		WithLeases(LeaseConfig{MaxShare: 10}))
 	for range 9 {
 		if d, err := l.AllowN(bg(), "k", 1); err != nil || !d.Allowed {

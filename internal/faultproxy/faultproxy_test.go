@@ -121,22 +121,27 @@ func TestLatency(t *testing.T) {
 	e := startEcho(t)
 	p := startProxy(t, e.ln.Addr().String())
 	c, r := dial(t, p)
-	p.Set(Up, Faults{Latency: 50 * time.Millisecond})
-	p.Set(Down, Faults{Latency: 30 * time.Millisecond})
+	// The added latency is large enough that a round trip without it is
+	// not mistaken for one with it on a loaded machine: with 80 ms, a
+	// scheduling stall of that size (233 ms was measured while the whole
+	// suite ran with both CPUs busy) would fail the check after Clear.
+	const up, down = 500 * time.Millisecond, 300 * time.Millisecond
+	p.Set(Up, Faults{Latency: up})
+	p.Set(Down, Faults{Latency: down})
 	start := time.Now()
 	if _, err := roundTrip(c, r, "x", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el < 80*time.Millisecond {
-		t.Fatalf("round trip took %v, want at least 80ms of added latency", el)
+	if el := time.Since(start); el < up+down {
+		t.Fatalf("round trip took %v, want at least %v of added latency", el, up+down)
 	}
 	p.Clear() // faults change while the connection is open
 	start = time.Now()
 	if _, err := roundTrip(c, r, "x", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el >= 80*time.Millisecond {
-		t.Fatalf("round trip after Clear took %v, want well under 80ms", el)
+	if el := time.Since(start); el >= up+down {
+		t.Fatalf("round trip after Clear took %v, want less than the %v it took with the latency", el, up+down)
 	}
 }
 

@@ -3,6 +3,7 @@ package redistest
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,17 @@ import (
 // two later (the replica's election delay is 500 ms plus up to 500 ms at random).
 const ClusterNodeTimeout = time.Second
 
+// PromotionTimeout is a generous bound for [Cluster.WaitPromoted] and [Sentinel.WaitFailover]
+// after a master is killed. Detection takes [ClusterNodeTimeout] (or [SentinelDownAfter]) and
+// the election a second or two, but an election that fails is tried again only 4 s after it
+// began (a Cluster replica's retry time is 2 x max(2 x node timeout, 2 s); a sentinel's,
+// twice its failover-timeout of 2 s), and on a loaded machine one can fail: a vote that comes
+// after the replica's 2 s, or a master refusing because it has not yet processed the FAIL
+// message. A late vote can fail the next election too (a master must not vote again for a
+// replica of the same master within 2 x node timeout): one master stopped for 3.5 s as the
+// election began made a promotion take 12 s. The bound leaves room for five failed elections.
+const PromotionTimeout = 30 * time.Second
+
 // replicasTimeout bounds StartClusterWithReplicas's wait for a healthy cluster: more nodes
 // take longer to sync on a loaded machine than the three of StartCluster.
 const replicasTimeout = 30 * time.Second
@@ -23,7 +35,8 @@ const replicasTimeout = 30 * time.Second
 // requires) with replicasPerMaster replicas each, every node a redis-server on a free loopback
 // port with cluster-node-timeout [ClusterNodeTimeout], joined by redis-cli --cluster create
 // --cluster-replicas. It returns once every node reports cluster_state:ok, every node agrees on
-// who serves which slot, and every replica's link to its master is up and its initial sync done.
+// who serves which slot, every replica's link to its master is up with its initial sync done,
+// and every master's replicas acknowledge its writes (a write and WAIT on one connection).
 // opts ([WithArgs]) are given to every node, after the defaults. All nodes are killed when the
 // test ends. It needs redis-server and redis-cli in PATH (skip, or fail when CI is set) and
 // ignores REDIS_ADDR.
@@ -53,12 +66,28 @@ func StartClusterWithReplicas(tb testing.TB, masters, replicasPerMaster int, opt
 	for range masters * (1 + replicasPerMaster) {
 		c.nodes = append(c.nodes, start(tb, args))
 	}
+	// Registered after the nodes' cleanups, so it runs before they are killed.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("redistest: the cluster's logs:\n%s", c.logs())
+		}
+	})
 
 	c.create(tb, replicasPerMaster, replicasTimeout)
 	if err := c.waitHealthy(time.Now().Add(replicasTimeout), masters, replicasPerMaster); err != nil {
 		tb.Fatalf("redistest: cluster of %d masters and %d replicas each not ready after %v: %v", masters, replicasPerMaster, replicasTimeout, err)
 	}
 	return c
+}
+
+// logs returns the end of every node's log, for the message of a failed test: what each
+// node saw of failures, elections and resyncs.
+func (c *Cluster) logs() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		fmt.Fprintf(&b, "node %s:\n%s\n", n.Addr(), logTail(filepath.Join(n.dir, "redis.log"), 0))
+	}
+	return b.String()
 }
 
 // clusterNode is one line of CLUSTER NODES.
@@ -258,7 +287,7 @@ func (c *Cluster) ManualFailover(tb testing.TB, key string) (oldMaster, replica 
 
 // WaitPromoted waits, at most timeout, until a running node other than old serves key's slot as
 // master, every running node agrees and reports cluster_state:ok, and every running replica is
-// in sync with its master. It returns the new master, or fails tb.
+// in sync with its master and acknowledges its writes. It returns the new master, or fails tb.
 func (c *Cluster) WaitPromoted(tb testing.TB, key string, old *Server, timeout time.Duration) *Server {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
@@ -285,9 +314,10 @@ func (c *Cluster) WaitPromoted(tb testing.TB, key string, old *Server, timeout t
 }
 
 // waitHealthy polls until every running node reports cluster_state:ok, every node's view of
-// who serves each slot is the same, and every running replica's link to its master is up with
-// no sync in progress. With masters >= 0 it also wants exactly that many masters holding slots
-// and replicas replicas of each. It returns the last reason for waiting once deadline passes.
+// who serves each slot is the same, every running replica's link to its master is up with
+// no sync in progress, and every master's online replicas acknowledge a write. With
+// masters >= 0 it also wants exactly that many masters holding slots and replicas replicas of
+// each. It returns the last reason for waiting once deadline passes.
 func (c *Cluster) waitHealthy(deadline time.Time, masters, replicas int) error {
 	for {
 		err := c.healthy(masters, replicas)
@@ -343,18 +373,44 @@ func (c *Cluster) healthy(masters, replicas int) error {
 				}
 			}
 		}
-		if me := view[0]; !me.master {
-			repl, err := n.Do("INFO", "replication")
-			if err != nil {
-				return fmt.Errorf("INFO replication on %s: %w", n.Addr(), err)
-			}
+		repl, err := n.Do("INFO", "replication")
+		if err != nil {
+			return fmt.Errorf("INFO replication on %s: %w", n.Addr(), err)
+		}
+		me := view[0]
+		if !me.master {
 			if st := infoField(repl, "master_link_status"); st != "up" {
 				return fmt.Errorf("replica %s: master_link_status:%s", n.Addr(), st)
 			}
 			if infoField(repl, "master_sync_in_progress") != "0" {
 				return fmt.Errorf("replica %s: initial sync in progress", n.Addr())
 			}
+			continue
+		}
+		if online := onlineReplicas(repl); online > 0 && len(me.slots) > 0 {
+			key, err := keyIn(n, me)
+			if err != nil {
+				return err
+			}
+			if err := replicasAck(n, key, online); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// keyIn returns a key of a slot that node n (whose CLUSTER NODES line is me) serves.
+func keyIn(n *Server, me clusterNode) (string, error) {
+	for i := range 1000 {
+		key := "redistest:ready:" + strconv.Itoa(i)
+		reply, err := n.Do("CLUSTER", "KEYSLOT", key)
+		if err != nil {
+			return "", fmt.Errorf("CLUSTER KEYSLOT on %s: %w", n.Addr(), err)
+		}
+		if slot, err := strconv.Atoi(reply); err == nil && me.serves(slot) {
+			return key, nil
+		}
+	}
+	return "", fmt.Errorf("no key of 1000 tried falls in a slot of %s", n.Addr())
 }

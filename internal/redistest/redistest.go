@@ -262,6 +262,10 @@ func (s *Server) stop() {
 // [ErrNil]; an error reply returns an error with Redis's text (such as "ERR unknown command
 // ...") and no prefix. Arrays are returned with their elements joined by "\n", nil elements
 // as "". Do is for tests; use a real client for anything else.
+//
+// Since each call has its own connection, a command that depends on what its connection did
+// before does not see an earlier call: WAIT after Do("SET", ...) returns at once with the
+// number of connected replicas, whether they have the write or not.
 func (s *Server) Do(args ...string) (string, error) {
 	return do(s.addr, args...)
 }
@@ -463,6 +467,55 @@ func do(addr string, args ...string) (string, error) {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return roundTrip(conn, bufio.NewReader(conn), args...)
+}
+
+// writeAcked sends the write command args to addr and then, on the same connection, WAIT
+// replicas timeout, and returns how many replicas acknowledged the write. (WAIT counts the
+// replicas that have everything its own connection wrote: after a write sent on another
+// connection, as [Server.Do] sends each command, it answers at once.)
+func writeAcked(addr string, replicas int, timeout time.Duration, args ...string) (int, error) {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return 0, fmt.Errorf("redistest: %w", err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout + 10*time.Second))
+	r := bufio.NewReader(conn)
+	if _, err := roundTrip(conn, r, args...); err != nil {
+		return 0, err
+	}
+	reply, err := roundTrip(conn, r, "WAIT", strconv.Itoa(replicas), strconv.FormatInt(timeout.Milliseconds(), 10))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(reply)
+}
+
+// readyProbe is how long a readiness check waits for replicas to acknowledge its write.
+const readyProbe = 100 * time.Millisecond
+
+// replicasAck checks that replicas replicas acknowledge a write of master, which must serve
+// key: INFO can show a replica online and in sync while the master does not stream to it
+// yet. (After a diskless sync, Redis 7.0 starts the stream on the replica's first REPLCONF
+// ACK; an ACK that arrives before the master has reaped the RDB child is spent without
+// starting it, and the next comes a second later: until then no WAIT succeeds.) The key
+// is deleted afterwards.
+func replicasAck(master *Server, key string, replicas int) error {
+	n, err := writeAcked(master.Addr(), replicas, readyProbe, "SET", key, "redistest")
+	if err != nil {
+		return fmt.Errorf("write and WAIT on %s: %w", master.Addr(), err)
+	}
+	_, _ = master.Do("DEL", key)
+	if n < replicas {
+		return fmt.Errorf("master %s: %d of %d replicas acknowledged a write within %v", master.Addr(), n, replicas, readyProbe)
+	}
+	return nil
+}
+
+// roundTrip sends args as a RESP array on conn and reads one reply from r,
+// which reads conn.
+func roundTrip(conn net.Conn, r *bufio.Reader, args ...string) (string, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -471,7 +524,7 @@ func do(addr string, args ...string) (string, error) {
 	if _, err := conn.Write(b.Bytes()); err != nil {
 		return "", fmt.Errorf("redistest: %w", err)
 	}
-	return readReply(bufio.NewReader(conn))
+	return readReply(r)
 }
 
 // readReply reads one RESP2 reply.

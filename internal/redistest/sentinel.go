@@ -69,7 +69,8 @@ type Sentinel struct {
 // master) and three redis-sentinel processes monitoring the master under
 // the name "rlkit" with quorum 2, down-after-milliseconds
 // [SentinelDownAfter], failover-timeout 2 s and parallel-syncs 1. It
-// returns once every replica is in sync and every sentinel knows the
+// returns once every replica is in sync (it acknowledges a write of the
+// master: a write and WAIT on one connection) and every sentinel knows the
 // master, every replica and the other two sentinels (so that a failover
 // can be authorized at once). Everything is killed when the test ends.
 //
@@ -133,6 +134,11 @@ func (sn *Sentinel) ready(master *Server, replicas int) error {
 		}
 		if got := infoField(info, "master_link_status"); got != "up" {
 			return fmt.Errorf("replica %s: master_link_status %s", r.Addr(), got)
+		}
+	}
+	if replicas > 0 {
+		if err := replicasAck(master, sentinelReadyKey, replicas); err != nil {
+			return err
 		}
 	}
 	for _, s := range sn.sentinels {
@@ -390,7 +396,8 @@ func (sn *Sentinel) Logs() string {
 }
 
 // WaitHealthy waits until the sentinels agree on a master that answers with
-// role:master and has at least replicas replicas online, and that has held
+// role:master and has at least replicas replicas online that acknowledge
+// its writes (a write and WAIT on one connection), and that has held
 // (same master) for stable; it returns that master and when the stable
 // period began. It fails tb after timeout. After a failover this is when
 // the setup can acknowledge writes again; it also sees a second failover
@@ -431,18 +438,31 @@ func (sn *Sentinel) healthy(replicas int) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if online := onlineReplicas(info); online < replicas {
+		return "", fmt.Errorf("master %s has %d replicas online, want %d", addr, online, replicas)
+	}
+	if m := sn.server(addr); m != nil && replicas > 0 {
+		if err := replicasAck(m, sentinelReadyKey, replicas); err != nil {
+			return "", err
+		}
+	}
+	return addr, nil
+}
+
+// sentinelReadyKey is the key of the write that checks that the replicas acknowledge the
+// master's writes; it is deleted afterwards.
+const sentinelReadyKey = "redistest:ready"
+
+// onlineReplicas counts the replicas an INFO replication reply shows online.
+func onlineReplicas(info string) int {
 	online := 0
 	for i := 0; ; i++ {
 		v := infoField(info, "slave"+strconv.Itoa(i))
 		if v == "" {
-			break
+			return online
 		}
 		if strings.Contains(v, "state=online") {
 			online++
 		}
 	}
-	if online < replicas {
-		return "", fmt.Errorf("master %s has %d replicas online, want %d", addr, online, replicas)
-	}
-	return addr, nil
 }

@@ -32,11 +32,8 @@ func TestStartSentinel(t *testing.T) {
 		}
 	}
 	// Replicated: a write the replicas acknowledge is on both.
-	if _, err := m.Do("SET", "k", "v"); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := m.Do("WAIT", "2", "5000"); err != nil || got != "2" {
-		t.Fatalf("WAIT 2 = %q, %v", got, err)
+	if n, err := writeAcked(m.Addr(), 2, 30*time.Second, "SET", "k", "v"); err != nil || n != 2 {
+		t.Fatalf("SET and WAIT 2 on the master = %d, %v; want both replicas", n, err)
 	}
 	for _, r := range sn.Servers()[1:] {
 		if got, err := r.Do("GET", "k"); err != nil || got != "v" {
@@ -54,7 +51,7 @@ func TestStartSentinel(t *testing.T) {
 	if _, err := m.Do("PING"); err == nil {
 		t.Error("the old master answers PING after KillMaster")
 	}
-	next := sn.WaitFailover(t, master, 20*time.Second)
+	next := sn.WaitFailover(t, master, PromotionTimeout)
 	t.Logf("failover to %s %v after the kill", next, time.Since(at))
 	if next == master || (next != sn.Servers()[1].Addr() && next != sn.Servers()[2].Addr()) {
 		t.Fatalf("WaitFailover = %s, want one of the replicas", next)
@@ -63,7 +60,7 @@ func TestStartSentinel(t *testing.T) {
 		t.Errorf("Master() after failover = %s, %v; want %s", got, err, next)
 	}
 	// The other replica follows the new master (parallel-syncs).
-	if got, _ := sn.WaitHealthy(t, 1, time.Second, 20*time.Second); got != next {
+	if got, _ := sn.WaitHealthy(t, 1, time.Second, PromotionTimeout); got != next {
 		t.Errorf("WaitHealthy = %s, want the new master %s", got, next)
 	}
 	nm := sn.server(next)
