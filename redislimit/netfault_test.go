@@ -36,6 +36,14 @@ const netTimeout = 50 * time.Millisecond
 // take seconds (go-redis's read timeout is 3 s).
 const netSlack = time.Second
 
+// netRecoveryBound bounds how long a run waits, after its afterFor, for a
+// call to find Redis again once the fault is cleared. Generous on
+// purpose (a healthy Redis on loopback answers in milliseconds): it only
+// keeps a broken recovery from hanging the test, and a machine loaded
+// enough to starve the callers for this long fails the timeout checks
+// anyway.
+const netRecoveryBound = 30 * time.Second
+
 const (
 	netLimit   = 500 // the key's limit: TokenBucket of 500 per day, burst 500
 	netWorkers = 8
@@ -133,6 +141,11 @@ func runNetScenario(t *testing.T, sc netScenario) {
 
 	var mu sync.Mutex
 	var outs []netOutcome
+	// cleared is when the fault was switched off (Unix ns, 0 before), and
+	// recovered is set by the first call that starts a timeout after that
+	// and is decided by Redis.
+	var cleared atomic.Int64
+	var recovered atomic.Bool
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range netWorkers {
@@ -163,6 +176,9 @@ func runNetScenario(t *testing.T, sc netScenario) {
 				case err != nil:
 					o.other = err
 				}
+				if c := cleared.Load(); c > 0 && !o.failed && o.other == nil && o.start > c+int64(netTimeout) {
+					recovered.Store(true)
+				}
 				mine = append(mine, o)
 			}
 		}()
@@ -173,7 +189,16 @@ func runNetScenario(t *testing.T, sc netScenario) {
 	px.Clear()
 	px.MatchRequests("evalsha") // Clear cleared it
 	faultEnd := time.Now()
+	cleared.Store(faultEnd.UnixNano())
+	// The run goes on afterFor, and then until a call has found Redis
+	// again, for at most netRecoveryBound: on a machine loaded enough,
+	// calls that begin just after the fault (re-dialling through the
+	// proxy, scheduled late) can take all of afterFor, and a run that ended
+	// then would see no call after the fault, although nothing is wrong.
 	time.Sleep(afterFor)
+	for bound := time.Now().Add(netRecoveryBound); !recovered.Load() && time.Now().Before(bound); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	close(stop)
 	wg.Wait()
 	runEnd := time.Now()
@@ -237,7 +262,7 @@ func runNetScenario(t *testing.T, sc netScenario) {
 
 	how := fmt.Sprintf("redis-server 7 on loopback behind internal/faultproxy; go-redis v9 client with default options but ContextTimeoutEnabled and Addr = the proxy; "+
 		"Limiter with WithTimeout(%v), %s, WithBreaker(0) and WithDenyCache(0) (every call goes to Redis); %d goroutines calling AllowN(key, 1) in a loop on one key, "+
-		"token bucket of %d per day (burst %d: it cannot refill during the run); fault: %s, switched on as the load starts, for %v, then %v without it.",
+		"token bucket of %d per day (burst %d: it cannot refill during the run); fault: %s, switched on as the load starts, for %v, then %v without it (longer if no call has found Redis again by then).",
 		netTimeout, map[bool]string{false: "FailClosed", true: "WithLocalFallback(4)"}[sc.local], netWorkers, netLimit, netLimit, sc.fault, faultFor, afterFor)
 	res := reliability.Result{
 		Group: "network", Scenario: sc.id, Title: sc.title, How: how,
