@@ -368,13 +368,18 @@
 //     out (its k), a lease that an admin call drops (its rest), a lease
 //     that SetPolicy retires, a give-back that fails, and, for a bucket,
 //     the refill x elapsed that a give-back withholds (in case refill has
-//     cancelled it) when the bucket was not in fact full meanwhile. Token and
-//     leaky bucket: parked events come back when they are given back (the
-//     key's next decision, a sweep, ReleaseLeases), else by refill.
+//     cancelled it) when the bucket was not in fact full meanwhile: all
+//     of a lease's rest once it is given back rest/refill after the grant
+//     (so a process that stalls holding a lease may lose its rest). Token
+//     and leaky bucket: parked events come back when they are given back
+//     (the key's next decision, a sweep, ReleaseLeases), else by refill.
 //     Fixed window, quota: events parked at a window's end are lost with
-//     it, so a saturated window admits at least Limit - P x k when no
-//     grant is lost. Sliding counter: the same per window (the parked
-//     events also count, weighted, as the next window's previous count).
+//     it, so a window in which a call is denied admits at least
+//     Limit - P x k when no grant is lost. Sliding counter: a denial at a
+//     fraction f into a window proves only that its count reached Limit
+//     less the previous window's weighted by 1 - f; of that, at most
+//     P x k is parked and lost (the parked events also count, weighted,
+//     as the next window's previous count).
 //   - Over-admission (apart from a Reset racing other processes'
 //     give-backs, below): none on Redis's clock for the fixed window, the
 //     sliding counter (the estimate at each event, by the events' own

@@ -227,7 +227,7 @@ type leaseFlight struct {
 	done   chan struct{}
 	n      int
 	d      ratelimit.Decision // the asker's Decision: the denial of n, when denied
-	at     int64              // the grant's time on Redis's clock, Unix ns
+	at     int64              // the script's time on Redis's clock, Unix ns
 	denied bool
 	err    error
 	// owner is the asker's claim on its n events of the lease: 0 until
@@ -381,8 +381,8 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			e.lease.left -= n
 			d := e.decision(g.policy.Limit, now)
 			e.mu.Unlock()
-			if l.admitHook != nil {
-				l.admitHook(now)
+			if l.decideHook != nil {
+				l.decideHook(d, now, now)
 			}
 			return d, nil
 		}
@@ -397,6 +397,9 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			case f.err != nil:
 				return l.failed(ctx, g, key, n, f.err)
 			case f.denied && f.n == n:
+				if l.decideHook != nil {
+					l.decideHook(f.d, f.at, f.at)
+				}
 				return f.d, nil
 			}
 			waited = f
@@ -424,6 +427,9 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 				l.giveBackKey(ctx, g, e, back)
 			}
 			if hit {
+				if l.decideHook != nil {
+					l.decideHook(cached, now, now)
+				}
 				return cached, nil
 			}
 			return l.allowExact(ctx, g, key, n)
@@ -455,8 +461,8 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			return l.failed(ctx, g, key, n, f.err)
 		}
 		t.sweep(ctx, l, g, l.ts.Now(), 4)
-		if f.d.Allowed && l.admitHook != nil {
-			l.admitHook(f.at)
+		if l.decideHook != nil {
+			l.decideHook(f.d, f.at, f.at)
 		}
 		return f.d, nil
 	}
@@ -494,6 +500,10 @@ func (l *Limiter) giveBackKey(ctx context.Context, g *generation, e *leaseKey, b
 
 // allowExact is allowN's one script per decision.
 func (l *Limiter) allowExact(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
+	var sent int64
+	if l.decideHook != nil {
+		sent = l.ts.Now()
+	}
 	now, local := l.times(g)
 	var d ratelimit.Decision
 	var err error
@@ -502,8 +512,8 @@ func (l *Limiter) allowExact(ctx context.Context, g *generation, key string, n i
 	} else if d, err = l.decide(ctx, g, key, now, n, commit); err != nil {
 		return l.failed(ctx, g, key, n, err)
 	}
-	if err == nil && d.Allowed && l.admitHook != nil {
-		l.admitHook(l.ts.Now())
+	if err == nil && l.decideHook != nil {
+		l.decideHook(d, sent, l.ts.Now())
 	}
 	return d, err
 }
@@ -514,7 +524,8 @@ func (l *Limiter) allowExact(ctx context.Context, g *generation, key string, n i
 // n, or else answers the exact denial of n. The same script first gives
 // back the unused events of the key's previous lease, back, as giveBack
 // would. It returns the caller's Decision, the lease (the rest), and the
-// grant's time on Redis's clock in Unix ns (for the admission hook).
+// script's time on Redis's clock in Unix ns, of a denial too (for the
+// decision hook).
 func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int, back lease) (ratelimit.Decision, lease, int64, error) {
 	sent := l.ts.Now()
 	sent -= sent % 1000 // the script's microsecond, and never later than its now
@@ -549,6 +560,9 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 	if len(v) != 7 {
 		return ratelimit.Decision{}, lease{}, 0, &scriptError{values: len(v)}
 	}
+	if back.left > 0 && l.giveBackHook != nil {
+		l.giveBackHook(back.left, back.at*1000, v[5]*1000, v[5]*1000, nil)
+	}
 	limit := g.policy.Limit
 	if v[0] != 1 {
 		d := ratelimit.Decision{
@@ -560,7 +574,7 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 		if g.cache != nil && v[0] == 0 && d.Remaining == 0 && l.ordered(sent) {
 			g.cache.put(h, key, n, sent, g.cacheSpan(n, d), gen, d)
 		}
-		return d, lease{}, 0, nil
+		return d, lease{}, v[5] * 1000, nil
 	}
 	if g.cache != nil {
 		g.cache.invalidate(h, key)
@@ -609,7 +623,14 @@ func (l *Limiter) giveBack(ctx context.Context, g *generation, key string, back 
 	default:
 		args = g.args(l, back.at, back.left, refund)
 	}
-	_ = l.run(ctx, g, g.refundScript, g.keys(l, key), args, (*redis.Cmd).Err)
+	var sent int64
+	if l.giveBackHook != nil {
+		sent = l.ts.Now()
+	}
+	err := l.run(ctx, g, g.refundScript, g.keys(l, key), args, (*redis.Cmd).Err)
+	if l.giveBackHook != nil {
+		l.giveBackHook(back.left, back.at*1000, sent, l.ts.Now(), err)
+	}
 	if g.cache != nil {
 		g.cache.invalidate(g.cache.hash(key), key)
 	}

@@ -50,11 +50,21 @@ type Limiter struct {
 	batch       batcher
 	ackTimeout  time.Duration // WithReplicaAck's timeout, for errors
 	leases      *LeaseConfig  // WithLeases, defaults filled in; nil: off
-	// admitHook, set by tests only, is called with the time (Unix ns) of
-	// every admission that lease mode decides: the local time of one from
-	// a lease, Redis's time of a grant, the local time after the reply of
-	// one script per decision.
-	admitHook func(at int64)
+	// decideHook, set by tests only, is called with every Decision that
+	// lease mode makes (not a failure's) and the interval, in Unix ns, in
+	// which it was made: [t, t] for one from a lease (t the local time)
+	// and for a grant, admitted or denied, and the callers sharing it (t
+	// its script's time on Redis's clock); otherwise (one script per
+	// decision, the deny cache) the local times around the call (with
+	// Redis on this host, one clock: Redis decided in between).
+	decideHook func(d ratelimit.Decision, from, to int64)
+	// giveBackHook, set by tests only, is called with every give-back of
+	// a lease's unused events, left, of the lease granted at granted on
+	// Redis's clock, and the interval (Unix ns, as decideHook's) in which
+	// it was made: [t, t] in the script of the next grant (t its time),
+	// the local times around its refund script otherwise, with the
+	// script's error.
+	giveBackHook func(left int, granted, from, to int64, err error)
 }
 
 var _ ratelimit.KeyedLimiter = (*Limiter)(nil)
