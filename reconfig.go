@@ -74,7 +74,8 @@ func (k *Keyed) newGeneration(p Policy, st keyedStore, seq uint64, mode Inherita
 // policy starts fresh.
 //
 // Why this rule: a change never hands a key more than the mode defines
-// (used never shrinks below what the mode says), it never locks a key out
+// (used never shrinks below what the mode says; the one exception is the
+// key left more than four changes behind, above), it never locks a key out
 // (used is at most p's limit, so the key recovers within one window of p),
 // and the same lazy rule works on Redis, where many processes share the
 // state and no process can rewrite every key at once.
@@ -94,6 +95,10 @@ func (k *Keyed) newGeneration(p Policy, st keyedStore, seq uint64, mode Inherita
 // change, or four changes later. A change costs the memory of the keys
 // its policy's states hold, and about 200 bytes once it holds none.
 //
+// Setting the policy in force again with KeepUsed or ScaleUsed changes
+// nothing (a configuration reload may re-apply it as often as it likes);
+// with StartFresh it starts every key fresh.
+//
 // It returns an error wrapping [ErrInvalidConfig], and changes nothing,
 // when p is invalid or mode is not one of the three. SetPolicy is safe to
 // call concurrently with decisions.
@@ -108,6 +113,9 @@ func (k *Keyed) SetPolicy(p Policy, mode Inheritance) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	old := k.cur.Load()
+	if mode != StartFresh && samePolicy(old.policy, p, k.ts.Now()) {
+		return nil
+	}
 	g := k.newGeneration(p, st, old.seq+1, mode)
 	g.prev.Store(old)
 	// next first: a decision that finds old's shard retired moves on to g.
@@ -122,6 +130,14 @@ func (k *Keyed) SetPolicy(p Policy, mode Inheritance) error {
 	old.idleAt.Store(idleBy(old.policy, now))
 	k.prune(now)
 	return nil
+}
+
+// samePolicy reports whether a change from the policy in force, from, to
+// to changes nothing (see [reconf.Unchanged]), at now in Unix ns.
+func samePolicy(from, to Policy, now int64) bool {
+	zf, zt := from.Calendar.Location, to.Calendar.Location
+	from.Calendar.Location, to.Calendar.Location = nil, nil
+	return from == to && reconf.Unchanged(zf, zt, time.Unix(0, now))
 }
 
 // inherit converts used, the events a key used under a policy of limit

@@ -581,11 +581,7 @@ func TestSetPolicyDropsEmptyGenerations(t *testing.T) {
 
 	require.True(t, must(k.AllowN(ctx, "key", 6)).Allowed)
 	first := k.cur.Load()
-	for i := range keptPolicies {
-		limit := 10
-		if i == 1 {
-			limit = 5 // 6 used -> 5 used
-		}
+	for _, limit := range []int{9, 5, 11, 10} { // 6 used -> 6, 5, 5, 5 used
 		require.NoError(t, k.SetPolicy(FixedWindowPolicy(limit, time.Minute), KeepUsed))
 	}
 	dropped := 0
@@ -597,6 +593,20 @@ func TestSetPolicyDropsEmptyGenerations(t *testing.T) {
 	assert.Equal(t, keptPolicies-1, dropped, "every empty generation between dropped")
 	assert.False(t, first.dropped.Load())
 	assert.Equal(t, 5, must(k.Peek(ctx, "key", 0)).Remaining, "every step, one of them a tightening")
+}
+
+// variant returns p for an even i, else a policy with p's limit that
+// differs from it (a longer period; for a calendar quota, another reset
+// hour): a change that leaves a key's remaining quota as it is.
+func variant(p Policy, i int) Policy {
+	switch {
+	case i%2 == 0:
+	case p.Algorithm == QuotaAlgorithm:
+		p.Calendar.Hour = 1
+	default:
+		p.Period *= 2
+	}
+	return p
 }
 
 // TestSetPolicyKeepsFourPrevious: a key's state converts across the last
@@ -612,14 +622,22 @@ func TestSetPolicyKeepsFourPrevious(t *testing.T) {
 		t.Run(algo.String(), func(t *testing.T) {
 			t.Parallel()
 			k, _ := newReconfigKeyed(t, policyOf(algo, 10))
+			// Each change is a real one (setting the policy in force again
+			// is none): every other one to a variant with the same limit.
+			changes := 0
+			change := func() {
+				t.Helper()
+				changes++
+				require.NoError(t, k.SetPolicy(variant(policyOf(algo, 10), changes), KeepUsed))
+			}
 			require.True(t, must(k.AllowN(ctx, "oldest", 6)).Allowed)
-			require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+			change()
 			require.True(t, must(k.AllowN(ctx, "newer", 6)).Allowed)
 			for range keptPolicies - 1 {
-				require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+				change()
 			}
 			assert.Equal(t, 4, must(k.Peek(ctx, "oldest", 0)).Remaining, "four changes back: converted")
-			require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+			change()
 			assert.Equal(t, 10, must(k.Peek(ctx, "oldest", 0)).Remaining, "five changes back: fresh")
 			assert.Equal(t, 4, must(k.Peek(ctx, "newer", 0)).Remaining, "four changes back: converted")
 			depth := 0
@@ -628,9 +646,63 @@ func TestSetPolicyKeepsFourPrevious(t *testing.T) {
 			}
 			assert.Equal(t, keptPolicies, depth)
 			assert.Equal(t, 1, k.Len(), "the oldest key is forgotten with its generation")
-			require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+			change()
 			assert.Equal(t, 10, must(k.AllowN(ctx, "newer", 0)).Remaining, "five changes back: fresh")
 			assert.False(t, k.chained.Load())
 		})
 	}
+}
+
+// TestSetPolicyAgainChangesNothing: a configuration reload that sets the
+// policy in force again, with KeepUsed or ScaleUsed, is no change: a key
+// that used its daily quota and is not touched across twenty reloads
+// stays used up (it used to start fresh once four "changes" had passed),
+// also when the reload loads the zone anew (another *time.Location of the
+// same zone). StartFresh to the same policy still starts every key over.
+func TestSetPolicyAgainChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	zone := func() *time.Location {
+		loc, err := time.LoadLocation("America/New_York")
+		require.NoError(t, err)
+		return loc
+	}
+	quota := func() Policy { return QuotaPolicy(5, Calendar{Unit: Daily, Location: zone()}) }
+	for _, algo := range reconfigAlgorithms {
+		for _, mode := range []Inheritance{KeepUsed, ScaleUsed} {
+			t.Run(fmt.Sprintf("%v/%v", algo, mode), func(t *testing.T) {
+				t.Parallel()
+				p := policyOf(algo, 5)
+				if algo == QuotaAlgorithm {
+					p = quota()
+				}
+				k, clk := newReconfigKeyed(t, p)
+				require.True(t, must(k.AllowN(ctx, "used", 5)).Allowed)
+				for range 20 {
+					again := p
+					if algo == QuotaAlgorithm {
+						again = quota()
+					}
+					require.NoError(t, k.SetPolicy(again, mode))
+					clk.Add(time.Millisecond)
+					must(k.AllowN(ctx, "other", 1))
+				}
+				assert.False(t, must(k.AllowN(ctx, "used", 1)).Allowed, "a used-up key after 20 reloads of its policy")
+				assert.Nil(t, k.cur.Load().prev.Load(), "no generation was added")
+			})
+		}
+	}
+	t.Run("StartFresh", func(t *testing.T) {
+		k, _ := newReconfigKeyed(t, quota())
+		require.True(t, must(k.AllowN(ctx, "used", 5)).Allowed)
+		require.NoError(t, k.SetPolicy(quota(), StartFresh))
+		assert.True(t, must(k.AllowN(ctx, "used", 5)).Allowed)
+	})
+	t.Run("another zone of the same name", func(t *testing.T) {
+		k, _ := newReconfigKeyed(t, quota())
+		require.True(t, must(k.AllowN(ctx, "used", 5)).Allowed)
+		other := QuotaPolicy(5, Calendar{Unit: Daily, Location: time.FixedZone("America/New_York", 3600)})
+		require.NoError(t, k.SetPolicy(other, KeepUsed))
+		assert.NotNil(t, k.cur.Load().prev.Load(), "a zone with other offsets is a change")
+	})
 }

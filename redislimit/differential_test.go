@@ -502,10 +502,11 @@ func TestDifferentialAdmin(t *testing.T) {
 	}
 }
 
-// TestChangeBackSaltsKeyNames: a change back to an earlier policy, or to
-// the same one, names the keys with a salt, so that state under the
-// earlier policy converts (here: StartFresh forgets it); a process given
-// the same previous policies by WithPrevious uses the same names.
+// TestChangeBackSaltsKeyNames: a change back to an earlier policy names
+// the keys with a salt, so that state under the earlier policy converts
+// (here: StartFresh forgets it); setting the policy in force again with
+// KeepUsed changes nothing; a process given the same previous policies by
+// WithPrevious uses the same names.
 func TestChangeBackSaltsKeyNames(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
@@ -520,8 +521,9 @@ func TestChangeBackSaltsKeyNames(t *testing.T) {
 	d, err := l.Peek(bg(), "k", 0)
 	require.NoError(t, err)
 	require.Equal(t, 10, d.Remaining, "StartFresh back to the first policy")
+	salted := l.Key("k")
 	require.NoError(t, l.SetPolicy(a, ratelimit.KeepUsed))
-	require.Contains(t, l.Key("k"), ".2:{")
+	require.Equal(t, salted, l.Key("k"), "the policy in force set again: no change")
 	later := mustNew(t, c, a, WithClock(mock), WithClientTime(), WithPrefix(l.base),
 		WithPrevious(a, ratelimit.KeepUsed), WithPrevious(b, ratelimit.StartFresh), WithPrevious(a, ratelimit.KeepUsed))
 	require.Equal(t, l.Key("k"), later.Key("k"), "WithPrevious names keys as SetPolicy did")
@@ -627,4 +629,39 @@ func TestScriptArgsAllocateOnce(t *testing.T) {
 		require.Zero(t, testing.AllocsPerRun(100, func() { _ = m.arg() }), "mode %q", m)
 	}
 	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = g.args(l, "", 1, commit) }))
+}
+
+// TestSetPolicyAgainChangesNothing: as in memory, setting the policy in
+// force again with KeepUsed or ScaleUsed (a configuration reload, here
+// loading the quota's zone anew each time) is no change: a used-up key
+// untouched across twenty reloads stays used up (it used to start fresh
+// once four "changes" had passed, as its state fell out of the chain), the
+// keys keep their names, and a process started with the reload in its
+// WithPrevious names them alike.
+func TestSetPolicyAgainChangesNothing(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	quota := func() ratelimit.Policy {
+		loc, err := time.LoadLocation("America/New_York")
+		require.NoError(t, err)
+		return ratelimit.QuotaPolicy(5, ratelimit.Calendar{Unit: ratelimit.Daily, Location: loc})
+	}
+	for _, mode := range []ratelimit.Inheritance{ratelimit.KeepUsed, ratelimit.ScaleUsed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			l, mock := clientLimiter(t, c, quota())
+			require.True(t, allowed(t, l, "used", 5))
+			name := l.Key("used")
+			for range 20 {
+				require.NoError(t, l.SetPolicy(quota(), mode))
+				mock.Add(time.Millisecond)
+				allowed(t, l, "other", 1)
+			}
+			require.False(t, allowed(t, l, "used", 1), "a used-up key after 20 reloads of its policy")
+			require.Equal(t, name, l.Key("used"))
+			later := mustNew(t, c, quota(), WithClock(mock), WithClientTime(), WithPrefix(l.base), WithPrevious(quota(), mode))
+			require.Equal(t, name, later.Key("used"), "WithPrevious skips the step that changed nothing")
+			require.False(t, allowed(t, later, "used", 1))
+		})
+	}
 }

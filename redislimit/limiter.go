@@ -139,13 +139,20 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 	// it as SetPolicy would have named it; newest first in the chain.
 	var prev []link
 	var fs []forgotten
-	for _, pp := range cfg.previous {
+	for i, pp := range cfg.previous {
 		if err := checkMode("WithPrevious", pp.mode); err != nil {
 			return nil, err
 		}
 		sc, err := l.scriptsFor(pp.policy, "WithPrevious")
 		if err != nil {
 			return nil, err
+		}
+		next := p
+		if i+1 < len(cfg.previous) {
+			next = cfg.previous[i+1].policy
+		}
+		if pp.mode != ratelimit.StartFresh && samePolicy(pp.policy, next, l.ts.Now()) {
+			continue // SetPolicy(next, pp.mode) changed nothing
 		}
 		pg := &generation{policy: pp.policy, scripts: sc, natural: l.naturalPrefix(sc.code, pp.policy)}
 		pg.salt, pg.prefix = salted(pg.natural, prev, fs)

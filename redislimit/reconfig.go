@@ -139,7 +139,8 @@ type previous struct {
 // earlier policy: give the same changes, in the same order, to every
 // process. Of the policies given, the last four convert state (as
 // SetPolicy keeps four); the older ones only keep their key names taken
-// (see "Changing the policy"). Policies given by WithPrevious are never
+// (see "Changing the policy"). A step to the same policy with KeepUsed or
+// ScaleUsed is skipped, as SetPolicy makes no change of it. Policies given by WithPrevious are never
 // forgotten for idleness: drop the option once every key has been idle
 // under the new policy for the old policy's idle time.
 func WithPrevious(p ratelimit.Policy, mode ratelimit.Inheritance) Option {
@@ -342,9 +343,11 @@ const blockInfix = "blk:{"
 // touched (AllowN, Peek, WaitN, RefundN, Penalize): its used quota (the old
 // limit minus the old remaining quota) passes to p as mode says (see
 // [ratelimit.Inheritance] and the package documentation, "Changing the
-// policy"). Blocks are kept. A change back to an earlier policy, or to
-// the one in force, converts state kept under it too (StartFresh to the
-// same policy starts every key over): the key names then take a salt.
+// policy"). Blocks are kept. Setting the policy in force again with
+// KeepUsed or ScaleUsed changes nothing (a configuration reload may
+// re-apply it as often as it likes); with StartFresh it starts every key
+// over. A change back to an earlier policy converts state kept under it
+// too: the key names then take a salt.
 // State is converted across the last four changes: a key whose state is
 // older than that, and not idle yet, starts fresh, as in memory; so a
 // decision's work stays the same however often the policy changes. The
@@ -366,6 +369,9 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 	defer l.setMu.Unlock()
 	old := l.cur.Load()
 	now := l.ts.Now()
+	if mode != ratelimit.StartFresh && samePolicy(old.policy, p, now) {
+		return nil
+	}
 	lk, err := old.linkTo(mode, now, "SetPolicy")
 	if err != nil {
 		return err
@@ -403,6 +409,16 @@ func (l *Limiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) erro
 	l.cur.Store(g)
 	close(old.replaced)
 	return nil
+}
+
+// samePolicy reports whether a change from the policy in force, from, to
+// to changes nothing, at now in Unix ns: then SetPolicy with KeepUsed or
+// ScaleUsed keeps the policy in force, as memory does (see
+// [reconf.Unchanged]), and WithPrevious skips such a step.
+func samePolicy(from, to ratelimit.Policy, now int64) bool {
+	zf, zt := from.Calendar.Location, to.Calendar.Location
+	from.Calendar.Location, to.Calendar.Location = nil, nil
+	return from == to && reconf.Unchanged(zf, zt, time.Unix(0, now))
 }
 
 // idleTime returns the longest time state under lk's policy, last written
