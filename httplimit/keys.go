@@ -209,20 +209,40 @@ func validMuxPattern(pattern string) (ok bool) {
 // an outer mux's "/"), so HEAD requests served by a GET pattern, subtrees
 // and precedence all count as mux decides, wherever the middleware sits:
 // around mux, inside it, or behind an outer mux or [http.StripPrefix] that
-// hands mux the request. A route that ServeMux would refuse to register
-// is a configuration error that [New] reports (through [When], [FirstOf]
-// and [Combine]).
+// hands mux the request. A route that ServeMux would refuse to register,
+// or that is spelled otherwise than ServeMux patterns are written (a method
+// in lower case, such as "post /login", or more than one space after it,
+// such as "POST  /login": compared with the pattern as registered, it
+// would never match), is a configuration error that [New] reports
+// (through [When], [FirstOf] and [Combine]). A valid route that mux does
+// not have (say "POST /login/" for "POST /login") cannot be told apart
+// from one registered later: it matches nothing.
 func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
 	if mux == nil {
 		return invalidMatch
 	}
-	if !validMuxPattern(route) {
+	if !validMuxPattern(route) || !canonicalRoute(route) {
 		return invalidRouteMatch
 	}
 	return func(r *http.Request) bool {
 		_, pattern := mux.Handler(r)
 		return pattern == route
 	}
+}
+
+// canonicalRoute reports whether route is spelled as ServeMux patterns
+// usually are: no space around it, the method (if any) in upper case and
+// one space after it. Registered in another spelling, a route would still
+// be one ServeMux accepts, but IsMuxRoute compares spellings.
+func canonicalRoute(route string) bool {
+	if route != strings.TrimSpace(route) || strings.ContainsAny(route, "\t") {
+		return false
+	}
+	method, rest, found := strings.Cut(route, " ")
+	if !found {
+		return true
+	}
+	return method == strings.ToUpper(method) && !strings.HasPrefix(rest, " ")
 }
 
 // FirstOf keys a request by the first of keys that applies to it, such as
