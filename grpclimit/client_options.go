@@ -143,11 +143,15 @@ func WithPauseScope(s PauseScope) Option {
 // forgotten once it holds nothing live: no pause, backoff or probe
 // pending, no call in flight, every quota its server reported full again
 // (which leaves it as one the client has never seen). When n are held and
-// none can be forgotten, a call of a new scope is not sent: it fails with
-// codes.ResourceExhausted, matching [ratelimit.ErrTooManyKeys], until a
-// held scope has nothing live any more. A live scope is never forgotten
-// to make room: its calls would go out as if its server had not asked
-// them to wait. n must be positive. For [NewClient] and
+// none can be forgotten, one free to go makes room: nothing in flight,
+// nothing to wait for, and every quota its server reported at least half
+// left (at least one call left when no limit was stated); it becomes a
+// scope never seen, paced again by its next answer. When there is none
+// either, a call of a new scope is not sent: it fails with
+// codes.ResourceExhausted, matching [ratelimit.ErrTooManyKeys]. A scope
+// paused, backing off or nearly spent is never forgotten to make room:
+// its calls would go out as if its server had not asked them to wait. n
+// must be positive. For [NewClient] and
 // [NewKeyedClient].
 func WithMaxKeys(n int) Option {
 	return option{"WithMaxKeys", forClient, func(cfg *config) error {

@@ -162,9 +162,11 @@ func TestClientRetryTooLateReturnsAnswer(t *testing.T) {
 }
 
 // TestClientBoundsScopes: a client keyed by key (PauseByKey) holds at most
-// WithMaxKeys scopes whose quota is still in use; a call of one more is
+// WithMaxKeys scopes whose quota is mostly spent; a call of one more is
 // not sent: ResourceExhausted, matching ratelimit.ErrTooManyKeys. The
-// scopes held go on; once one holds nothing live it makes room.
+// scopes held go on; once one holds nothing live it makes room, and so
+// does one with plenty left (r=100 of 101), which used to count as live
+// for an hour and lock new scopes out.
 func TestClientBoundsScopes(t *testing.T) {
 	t.Parallel()
 	svc, script, addr := pacedServer(t)
@@ -177,8 +179,14 @@ func TestClientBoundsScopes(t *testing.T) {
 	}
 	c := newTestClient(t, nil, kl, byTenant, clk, WithPauseScope(PauseByKey), WithMaxKeys(2))
 	client, _ := dial(t, addr, c)
+	left := "10"
 	call := func(tenant string) error {
-		script.send(metadata.Pairs("ratelimit-policy", `"hourly";q=101;w=3600`, "ratelimit", `"hourly";r=100;t=3600`))
+		script.send(metadata.Pairs("ratelimit-policy", `"hourly";q=101;w=3600`, "ratelimit", `"hourly";r=`+left+`;t=3600`))
+		defer func() { // the answer of a call not sent is not the next one's
+			script.mu.Lock()
+			script.script = nil
+			script.mu.Unlock()
+		}()
 		ctx := context.WithValue(context.Background(), tenantKey{}, tenant)
 		_, err := client.UnaryCall(ctx, unaryReq)
 		return err
@@ -192,6 +200,10 @@ func TestClientBoundsScopes(t *testing.T) {
 	require.NoError(t, call("a"))
 	clk.Add(time.Hour) // the quotas are full again
 	require.NoError(t, call("c"))
+	left = "100"
+	for _, tenant := range []string{"d", "e", "f"} {
+		require.NoError(t, call(tenant), "scope %s, the others but c with plenty left", tenant)
+	}
 	for _, n := range []int{0, -3} {
 		_, err := NewClient(nil, WithMaxKeys(n))
 		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)

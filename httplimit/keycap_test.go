@@ -35,9 +35,9 @@ func (openLimiter) Peek(context.Context, string, int) (ratelimit.Decision, error
 func byPath(r *http.Request) (string, bool) { return r.URL.Path, true }
 
 // TestKeyedTransportBoundsKeys: a keyed transport meeting more keys than
-// WithMaxKeys holds at most that many: keys whose quota is still in use
-// (each answered `"hourly";r=100;t=3600`) are never forgotten, so a
-// request for one more key is refused, not sent, with an error matching
+// WithMaxKeys holds at most that many: keys whose quota is mostly spent
+// (each answered `"hourly";r=10;t=3600` of q=101) are never forgotten, so
+// a request for one more key is refused, not sent, with an error matching
 // ratelimit.ErrTooManyKeys, while the keys held go on; once a key holds
 // nothing live (its quota is back, its backoff over) it makes room.
 // Before, every key was kept: 100,000 hosts cost 45 MB.
@@ -46,7 +46,7 @@ func TestKeyedTransportBoundsKeys(t *testing.T) {
 	s, srv := startScripted(t)
 	hourly := func(w http.ResponseWriter) {
 		w.Header().Set(HeaderRateLimitPolicy, `"hourly";q=101;w=3600`)
-		w.Header().Set(HeaderRateLimit, `"hourly";r=100;t=3600`)
+		w.Header().Set(HeaderRateLimit, `"hourly";r=10;t=3600`)
 		_, _ = io.WriteString(w, "ok")
 	}
 	for range 100 {
@@ -113,11 +113,11 @@ func TestKeyedTransportKeepsLiveKeysAtCap(t *testing.T) {
 }
 
 // TestKeyedTransportDefaultCap: without WithMaxKeys a keyed transport
-// holds 65,536 keys whose quota is in use, and refuses the next new key.
+// holds 65,536 keys whose quota is spent, and refuses the next new key.
 // Before, it held every key it met (100,000 hosts: 45 MB).
 func TestKeyedTransportDefaultCap(t *testing.T) {
 	t.Parallel()
-	h := http.Header{"Ratelimit": {`"hourly";r=100;t=3600`}}
+	h := http.Header{"Ratelimit": {`"hourly";r=0;t=3600`}}
 	tr, err := NewKeyedTransport(fieldsAnswer(h), openLimiter{}, byPath, WithClock(timerclock.New(epoch)))
 	require.NoError(t, err)
 	for i := range 1 << 16 {
@@ -203,4 +203,49 @@ func BenchmarkKeyedTransportKeyBytes(b *testing.B) {
 			b.ReportMetric(total/float64(b.N)/keys, "bytes/key")
 		})
 	}
+}
+
+// TestKeyedTransportForgetsHealthyKeysAtCap: at the cap, keys whose
+// servers said they have plenty left (r=100 of 101, or r=100 with no limit
+// stated) and that wait for nothing make room for new keys: 200 hosts
+// through a cap of 100 all get their answer, and at most 100 keys are held.
+// Before, each such key counted as live for an hour and the 101st host got
+// ErrTooManyKeys. A key nearly spent (r=10 of 101) or paused is kept.
+func TestKeyedTransportForgetsHealthyKeysAtCap(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+	}{
+		{"limit stated", http.Header{"Ratelimit-Policy": {`"hourly";q=101;w=3600`}, "Ratelimit": {`"hourly";r=100;t=3600`}}},
+		{"no limit stated", http.Header{"Ratelimit": {`"hourly";r=100;t=3600`}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tr, err := NewKeyedTransport(fieldsAnswer(tc.header), openLimiter{}, byPath, WithClock(timerclock.New(epoch)), WithMaxKeys(100))
+			require.NoError(t, err)
+			for i := range 200 {
+				req, _ := http.NewRequest(http.MethodGet, "http://h/"+strconv.Itoa(i), nil)
+				resp, err := tr.RoundTrip(req)
+				require.NoError(t, err, "key %d", i)
+				_ = resp.Body.Close()
+				require.LessOrEqual(t, tr.pacer.Keys(), 100)
+			}
+		})
+	}
+	t.Run("nearly spent", func(t *testing.T) {
+		t.Parallel()
+		h := http.Header{"Ratelimit-Policy": {`"hourly";q=101;w=3600`}, "Ratelimit": {`"hourly";r=10;t=3600`}}
+		tr, err := NewKeyedTransport(fieldsAnswer(h), openLimiter{}, byPath, WithClock(timerclock.New(epoch)), WithMaxKeys(100))
+		require.NoError(t, err)
+		for i := range 100 {
+			req, _ := http.NewRequest(http.MethodGet, "http://h/"+strconv.Itoa(i), nil)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://h/new", nil)
+		_, err = tr.RoundTrip(req)
+		require.ErrorIs(t, err, ratelimit.ErrTooManyKeys)
+	})
 }

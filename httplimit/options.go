@@ -329,11 +329,15 @@ func WithPolicyShaping(on bool) Option {
 // about 16 MB, whatever the number of hosts or keys the transport meets. A key is forgotten once it holds nothing live: no
 // pause, backoff or probe pending, no request in flight, every quota its
 // server reported full again (which leaves the key as one the transport
-// has never seen). When n keys are held and none can be forgotten, a
-// request for a new key is not sent: RoundTrip returns an error matching
-// [ratelimit.ErrTooManyKeys], until a held key has nothing live any more.
-// A live key is never forgotten to make room: its requests would go out
-// as if its server had not asked them to wait. n must be positive. For
+// has never seen). When n keys are held and none can be forgotten, one
+// free to go makes room: nothing in flight, nothing to wait for, and
+// every quota its server reported at least half left (at least one
+// request left when no limit was stated); it becomes a key never seen,
+// paced again by its next answer. When there is none either, a request
+// for a new key is not sent: RoundTrip returns an error matching
+// [ratelimit.ErrTooManyKeys]. A key paused, backing off or nearly spent is
+// never forgotten to make room: its requests would go out as if its
+// server had not asked them to wait. n must be positive. For
 // [NewKeyedTransport] (a transport from [NewTransport] has one key).
 func WithMaxKeys(n int) Option {
 	return option{"WithMaxKeys", forKeyedTransport, func(cfg *config) error {

@@ -95,6 +95,9 @@ type Pacer struct {
 	settled   uint64 // answers and losses so far
 	settledAt uint64 // settled at the last fruitless sweep
 	fruitless bool   // the last sweep at the cap freed nothing
+	// spare are keys the last sweep found free to go (see free), to be
+	// forgotten one by one when a new key finds the table full.
+	spare []string
 }
 
 // New returns a Pacer built with cfg.
@@ -407,7 +410,8 @@ func sleep(ctx context.Context, src *timesrc.Source, d time.Duration, probe <-ch
 // state returns key's state, creating it. Before a key is added to many,
 // the keys that hold nothing live are dropped (all of them, amortized by
 // letting the table double between sweeps); at MaxKeys, when none can be
-// dropped, the key is refused. Requires p.mu held.
+// dropped, a key free to go (see free) is forgotten, and when there is
+// none either, the key is refused. Requires p.mu held.
 func (p *Pacer) state(key string, now instant) (*state, error) {
 	if st := p.keys[key]; st != nil {
 		return st, nil
@@ -421,7 +425,7 @@ func (p *Pacer) state(key string, now instant) (*state, error) {
 			p.sweep(now)
 		}
 		p.sweepAt = max(SweepAbove, 2*len(p.keys))
-		if p.cfg.MaxKeys > 0 && len(p.keys) >= p.cfg.MaxKeys {
+		if p.cfg.MaxKeys > 0 && len(p.keys) >= p.cfg.MaxKeys && !p.evict(now) {
 			return nil, p.fullError()
 		}
 	}
@@ -435,16 +439,58 @@ func (p *Pacer) state(key string, now instant) (*state, error) {
 // the first of the others may stop being live. Requires p.mu held.
 func (p *Pacer) sweep(now instant) {
 	first := instant(math.MaxInt64)
+	p.spare = p.spare[:0]
+	spares := max(16, p.cfg.MaxKeys/16) // amortizes the sweep over as many new keys
 	for k, st := range p.keys {
 		if end := st.liveUntil(now, p.cfg.Cap); end <= now {
 			delete(p.keys, k)
 		} else {
 			first = min(first, end)
+			if p.cfg.MaxKeys > 0 && len(p.spare) < spares && st.free(now) {
+				p.spare = append(p.spare, k)
+			}
 		}
 	}
 	p.held.Store(int64(len(p.keys)))
-	p.fruitless = p.cfg.MaxKeys > 0 && len(p.keys) >= p.cfg.MaxKeys
+	p.fruitless = p.cfg.MaxKeys > 0 && len(p.keys) >= p.cfg.MaxKeys && len(p.spare) == 0
 	p.freeAt, p.settledAt = first, p.settled
+}
+
+// evict forgets one key of spare that is still free to go, and reports
+// whether it found one. Requires p.mu held.
+func (p *Pacer) evict(now instant) bool {
+	for len(p.spare) > 0 {
+		k := p.spare[len(p.spare)-1]
+		p.spare = p.spare[:len(p.spare)-1]
+		if st := p.keys[k]; st != nil {
+			st.roll(now)
+			if st.free(now) {
+				delete(p.keys, k)
+				p.held.Store(int64(len(p.keys)))
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// free reports whether forgetting st costs little, its state rolled to
+// now: nothing in flight, no pause, spacing, backoff or probe pending, and
+// every quota its server reported at least half full (at least one send
+// left when no limit was stated). A key forgotten then is one never seen:
+// its next send goes out (as it would have), and its answer paces it
+// again. A key paused or nearly spent is never forgotten: its sends would
+// go out as if its server had not asked them to wait.
+func (st *state) free(now instant) bool {
+	if st.inflight > 0 || st.probeID != 0 || st.probe || st.refusals > 0 || st.until > now || st.next > now {
+		return false
+	}
+	for _, q := range st.quotas {
+		if q.left < 1 || st.limit > 0 && 2*q.left < st.limit {
+			return false
+		}
+	}
+	return true
 }
 
 // fullError is the error of a send refused for want of room.
