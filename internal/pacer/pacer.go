@@ -154,14 +154,19 @@ func newState() *state { return &state{until: none, next: none, probeEnd: none} 
 
 // quota is one reported quota: left sends until its reset, which was span
 // away when reported; each reset adds gain, up to the stated limit less
-// the sends in flight. gain is 0 when what a reset restores is not known
-// (no limit stated, or the reset was capped by MaxPause or a refusal's
+// the sends in flight, and the resets after the first come every period:
+// span, or the longest window the answer's policies state when that is
+// longer (a fixed window's next reset is a whole window after the first,
+// however close to its end the answer was; a bucket refills no faster than
+// its policy says). gain is 0 when what a reset restores is not known (no
+// limit stated, or the reset was capped by MaxPause or a refusal's
 // Retry-After): the reset then ends with a probe.
 type quota struct {
-	left  int64
-	reset instant
-	span  time.Duration
-	gain  int64
+	left   int64
+	reset  instant
+	span   time.Duration
+	period time.Duration
+	gain   int64
 }
 
 // Ticket is one reserved send; pass it to exactly one of Done or Lost.
@@ -192,13 +197,13 @@ func (st *state) roll(now instant) {
 				continue
 			}
 			room := st.limit - int64(st.inflight)
-			k := 1 + int64(now-q.reset)/int64(q.span) // the resets passed
+			k := 1 + int64(now-q.reset)/int64(q.period) // the resets passed
 			if need := sub(room, q.left); need <= 0 || k > need/q.gain {
 				q.left = room
 			} else {
 				q.left += k * q.gain // at most need: no overflow
 			}
-			q.reset = q.reset.add(time.Duration(k) * q.span) // k spans fit: now - reset did
+			q.reset = q.reset.add(time.Duration(k) * q.period) // k periods fit: now - reset did
 		}
 		st.quotas[n] = q
 		n++
@@ -275,7 +280,7 @@ func (st *state) liveUntil(now instant, backoffCap time.Duration) instant {
 			// In use: full again at the reset that adds what it lacks.
 			need := sub(st.limit, q.left)
 			k := need/q.gain + min(need%q.gain, 1) // rounded up
-			end = max(end, later(q.reset, k-1, q.span))
+			end = max(end, later(q.reset, k-1, q.period))
 		}
 	}
 	return end
@@ -593,6 +598,10 @@ func (p *Pacer) quotas(st *state, t Ticket, now instant, h *hints.Hints, limit t
 	if h.Limit > 0 {
 		st.limit = h.Limit
 	}
+	var window time.Duration // the longest window a policy states
+	for _, pol := range h.Policies[:h.NPolicies] {
+		window = max(window, pol.Window)
+	}
 	var spent time.Duration
 	replaced := t.note // a Note replaces nothing
 	for _, it := range h.Items[:h.NItems] {
@@ -603,7 +612,7 @@ func (p *Pacer) quotas(st *state, t Ticket, now instant, h *hints.Hints, limit t
 		if it.Remaining == 0 {
 			spent = max(spent, reset)
 		}
-		q := quota{left: it.Remaining - overlap, reset: now.add(reset), span: reset}
+		q := quota{left: it.Remaining - overlap, reset: now.add(reset), span: reset, period: max(reset, window)}
 		if t.note && q.left > 0 {
 			continue
 		}

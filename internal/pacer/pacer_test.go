@@ -226,6 +226,47 @@ func TestTokenBucketAnswersInAnyOrder(t *testing.T) {
 	}
 }
 
+// TestFixedWindowAnswersReorderedAcrossItsBoundary: a fixed window of 5
+// per 10 s (RateLimit-Policy q=5;w=10); send A, the last of one window
+// (r=0, t=1), is answered after send B, the first of the next (r=4,
+// t=10). The pacer never sends more in a window than the server has
+// left. It used to add the whole limit again at every t after A's reset,
+// one second apart, so a burst 2 s later found 5 where the window had 4
+// (one refused, after both answers had been read).
+func TestFixedWindowAnswersReorderedAcrossItsBoundary(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	const window = 10 * time.Second
+	fw := func(r int64, reset time.Duration) *hints.Hints {
+		h := answer(item(r, reset))
+		h.Policies[0], h.NPolicies = hints.Policy{Quota: 5, Window: window}, 1
+		h.Limit = 5
+		return h
+	}
+	f.clk.Add(8 * time.Second)
+	for r := int64(4); r >= 1; r-- {
+		f.done(f.now("k"), false, fw(r, 2*time.Second))
+	}
+	f.clk.Add(time.Second)
+	a := f.now("k") // counted at +9 s: the window's last
+	f.clk.Add(1500 * time.Millisecond)
+	b := f.now("k") // counted at +10.5 s: the next window's first
+	f.done(b, false, fw(4, 10*time.Second))
+	f.done(a, false, fw(0, time.Second))
+	sent := map[int64]int{1: 1} // per window: B in window 1
+	for range 60 {
+		f.clk.Add(500 * time.Millisecond)
+		now := f.clk.Now()
+		k := int64(now.Sub(start) / window)
+		for f.p.PausedFor("k", now) == 0 {
+			f.done(f.now("k"), false, nil) // no fields: the pacer's own count binds
+			sent[k]++
+			require.LessOrEqual(t, sent[k], 5, "window %d at +%v: sent %d of 5", k, now.Sub(start), sent[k])
+		}
+	}
+	assert.Equal(t, 5, sent[1], "window 1 used in full")
+}
+
 // TestRefusalPauses: a refusal's positive Retry-After, else its spent
 // quotas' reset (remaining 0 or unknown), pauses the key; no backoff.
 func TestRefusalPauses(t *testing.T) {
