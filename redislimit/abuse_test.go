@@ -702,7 +702,7 @@ func TestAbusePolicyChangeMidTraffic(t *testing.T) {
 	require.EqualValues(t, 30, newAdmitted.Load(), "new policy")
 }
 
-// TestDocumentedKeyName: the example key name in the package doc and the
+// TestDocumentedKeyName: the example key name in docs/redis.md and the
 // README is the real one.
 func TestDocumentedKeyName(t *testing.T) {
 	t.Parallel()

@@ -64,7 +64,7 @@ type LeaseConfig struct {
 	MaxShare int
 }
 
-// WithLeases turns lease mode on (see the package documentation,
+// WithLeases turns lease mode on (see docs/redis.md,
 // "Leases"): a hot key's decisions are served in memory from a share of
 // its quota that one script took from Redis, pre-charged there exactly as
 // an AllowN of that share would be, so that nothing is admitted that
@@ -73,7 +73,7 @@ type LeaseConfig struct {
 //
 // The price is coarser Decisions (Remaining, ResetAfter) and quota parked
 // in the leases of other processes (under-admission), bounded per
-// algorithm in the package documentation. New returns an error wrapping
+// algorithm in docs/redis.md ("Leases"). New returns an error wrapping
 // [ratelimit.ErrInvalidConfig] for a sliding log policy, which cannot be
 // leased exactly, and for invalid cfg fields (the error names the field).
 // Call [Limiter.ReleaseLeases] at shutdown to give back what is held.

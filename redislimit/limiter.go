@@ -208,7 +208,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 //
 // When Redis cannot decide within the timeout, AllowN returns the failure
 // policy's Decision and an error wrapping [ErrUnavailable] and the cause;
-// act on the Decision either way (see the package documentation). When
+// act on the Decision either way (see the package documentation, "Failures"). When
 // ctx is done first, AllowN returns a denial with RetryAfter
 // [CanceledRetryAfter] and ctx.Err(), never the failure policy's Decision
 // (a nil ctx gets the same denial and an error). With [WithObserver], every

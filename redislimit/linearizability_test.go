@@ -28,7 +28,7 @@ import (
 // with porcupine against the in-memory limiter of the same policy
 // replayed (internal/lincheck). Durations are compared at the microsecond
 // Redis keeps: the scripts work in whole microseconds and round
-// RetryAfter and ResetAfter up (doc.go, Time), which the differential and
+// RetryAfter and ResetAfter up (docs/redis.md, Time), which the differential and
 // conformance suites already demand (roundDecision); every phase time is
 // a whole microsecond.
 

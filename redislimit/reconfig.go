@@ -134,7 +134,7 @@ type previous struct {
 // oldest first. A process started after a policy change (a deploy, or
 // [Limiter.SetPolicy] in another process) then converts the state a key
 // still holds under the previous policies exactly as [Limiter.SetPolicy]
-// does (see the package documentation, "Changing the policy"), and names
+// does (see docs/redis.md, "Changing the policy"), and names
 // the keys as that process does, salt included after a change back to an
 // earlier policy: give the same changes, in the same order, to every
 // process. Of the policies given, the last four convert state (as
@@ -341,7 +341,7 @@ const blockInfix = "blk:{"
 // each key has under the policies before lazily, the first time the key is
 // touched (AllowN, Peek, WaitN, RefundN, Penalize): its used quota (the old
 // limit minus the old remaining quota) passes to p as mode says (see
-// [ratelimit.Inheritance] and the package documentation, "Changing the
+// [ratelimit.Inheritance] and docs/redis.md, "Changing the
 // policy"). Blocks are kept. A change back to an earlier policy, or to
 // the one in force, converts state kept under it too (StartFresh to the
 // same policy starts every key over): the key names then take a salt.
