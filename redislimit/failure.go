@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -98,4 +99,27 @@ func localShare(p ratelimit.Policy, instances int) (ratelimit.Policy, error) {
 		return p, invalid("WithLocalFallback(%d) gives each instance a share of the policy that is invalid, %v: %v", instances, p, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidConfig.Error()+": "))
 	}
 	return p, nil
+}
+
+// report logs err, the error of a call Redis could not decide, at most
+// once per reportEvery, or counts it. quiet says the breaker answered the
+// call: counted, never reported on its own.
+func (l *Limiter) report(ctx context.Context, err error, quiet bool) {
+	logger := l.logger.Get()
+	if logger == nil {
+		return
+	}
+	if quiet {
+		l.reports.Skip()
+		return
+	}
+	suppressed, ok := l.reports.Admit(l.ts.Now(), l.reportEvery)
+	if !ok {
+		return
+	}
+	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
+		slog.String("limit", l.name),
+		slog.String("algorithm", l.cur.Load().policy.Algorithm.String()),
+		slog.Any("error", err),
+		slog.Int64("suppressed", suppressed))
 }

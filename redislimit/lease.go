@@ -543,7 +543,7 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 		gen = g.cache.gen(h).Load()
 	}
 	var v []int64
-	ack := l.batch.ackWant > 0
+	ack := l.wire.Acks()
 	err := l.runCall(ctx, g, g.leaseScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64Slice()
 		return err

@@ -403,7 +403,7 @@ func TestLeaseFailurePolicy(t *testing.T) {
 	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Second), WithClock(mock), WithClientTime(),
 		WithTimeout(100*time.Millisecond), WithFailurePolicy(FailClosed), WithLogger(nil), WithLeases(LeaseConfig{}), WithBreaker(0))
 	g := l.acquire()
-	grants := &countScript{hash: g.leaseScript.hash.(string)}
+	grants := &countScript{hash: g.leaseScript.Hash()}
 	g.release()
 	c.AddHook(grants)
 	check := func(when string) {

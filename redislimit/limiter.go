@@ -15,6 +15,7 @@ import (
 	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
+	"github.com/rlkit/ratelimit/redislimit/internal/exec"
 )
 
 // Limiter is a [ratelimit.KeyedLimiter] whose state lives in Redis: one
@@ -37,7 +38,6 @@ type Limiter struct {
 	ts          timesrc.Source // local time: deny cache, breaker, reports, WaitN, client time
 	clientTime  bool           // pass the local time to the scripts instead of Redis's TIME
 	plain       bool           // key names hold keys as given, not digests
-	dials       *dialRecorder  // nil: the client cannot be hooked
 	observer    ratelimit.Observer
 	name        string
 	epoch       time.Time       // real time at New: time.Since(epoch) reads only the monotonic clock, for Latency
@@ -45,11 +45,8 @@ type Limiter struct {
 	reportEvery time.Duration   // at most one report per reportEvery
 	reports     report.Throttle // paces the reports
 	latest      atomic.Int64    // with client time: the latest decision time seen (local ns)
-	reloaded    atomic.Int64    // Unix ns of the last Cluster topology reload asked for (topology.go)
-	brk         breaker
-	batch       batcher
-	ackTimeout  time.Duration // WithReplicaAck's timeout, for errors
-	leases      *LeaseConfig  // WithLeases, defaults filled in; nil: off
+	wire        *exec.Wire      // runs the scripts: batcher, retries, breaker, WAIT
+	leases      *LeaseConfig    // WithLeases, defaults filled in; nil: off
 	// decideHook, set by tests only, is called with every Decision that
 	// lease mode makes (not a failure's) and the interval, in Unix ns, in
 	// which it was made: [t, t] for one from a lease (t the local time)
@@ -102,38 +99,22 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		ts:          timesrc.New(cfg.clock),
 		clientTime:  cfg.clientTime,
 		plain:       cfg.plain,
-		dials:       recorderFor(client),
 		observer:    cfg.observer,
 		name:        cfg.name,
 		epoch:       time.Now(),
 		logger:      cfg.logger,
 		reportEvery: cfg.reportEvery,
 		leases:      cfg.leases,
-		brk:         breaker{cooldown: int64(cfg.breaker)},
-		batch: batcher{
-			client:      client,
-			timeout:     cfg.timeout,
-			inline:      honoursDeadlines(client),
-			maxFlushers: defaultFlushers,
-			maxBatch:    defaultMaxBatch,
-			maxQueue:    defaultMaxQueue,
-		},
 	}
-	if cfg.ackSet {
-		switch client.(type) {
-		case *redis.Client, *redis.ClusterClient:
-		case *redis.Ring:
-			return nil, invalid("WithReplicaAck is not supported on a *redis.Ring (WAIT must run on the connection of each shard)")
-		default:
-			// A wrapper could send the keyless WAIT on another connection
-			// than the scripts', where it would count nothing unreplicated.
-			return nil, invalid("WithReplicaAck needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection that ran the scripts), got %T", client)
-		}
-		l.ackTimeout = cfg.ackTimeout
-		l.batch.ackWant = cfg.ackReplicas
-		l.batch.ackReplicas = cfg.ackReplicas
-		l.batch.ackMillis = ackMillis(cfg.ackTimeout)
-		l.batch.cluster, _ = client.(*redis.ClusterClient)
+	if l.wire, err = exec.New(exec.Config{
+		Client:      client,
+		Timeout:     cfg.timeout,
+		Breaker:     cfg.breaker,
+		Now:         l.ts.Now,
+		AckReplicas: cfg.ackReplicas,
+		AckTimeout:  cfg.ackTimeout,
+	}); err != nil {
+		return nil, invalid("%v", err)
 	}
 	// Oldest first, as the options give them, each named after those before
 	// it as SetPolicy would have named it; newest first in the chain.
@@ -507,7 +488,7 @@ func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any
 func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, bool, error) {
 	args := g.args(l, now, n, mode)
 	var v []int64
-	ack := mode == commit && l.batch.ackWant > 0
+	ack := mode == commit && l.wire.Acks()
 	err := l.runCall(ctx, g, g.decideScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64Slice()
 		return err
@@ -529,51 +510,6 @@ func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string
 		RetryAfter: time.Duration(v[2]) * time.Microsecond,
 		ResetAfter: time.Duration(v[3]) * time.Microsecond,
 	}, v[0] == 0, nil
-}
-
-// run runs script on key with args through the batcher and the breaker,
-// and hands the reply to read.
-func (l *Limiter) run(ctx context.Context, g *generation, sc *script, keys []string, args []any, read func(*redis.Cmd) error) error {
-	return l.runCall(ctx, g, sc, keys, args, false, read)
-}
-
-// runCall is run; with ack (WithReplicaAck, a decision that may admit)
-// its round trip ends with WAIT, and when fewer replicas than asked
-// acknowledged, runCall returns a *notReplicatedError after read has
-// read the reply (which the breaker counts as a success: Redis answered).
-func (l *Limiter) runCall(ctx context.Context, g *generation, sc *script, keys []string, args []any, ack bool, read func(*redis.Cmd) error) error {
-	var now int64
-	if l.brk.cooldown != 0 {
-		now = l.ts.Now()
-	}
-	ok, probe, err := l.brk.allow(now)
-	if !ok {
-		l.reloadOnFailure(err)
-		return err
-	}
-	c := getCall()
-	c.script = sc
-	c.keys = keys
-	c.args = args
-	c.ack = ack
-	acks := 0
-	if err = l.batch.do(ctx, c, l.timeout); err == nil {
-		err = read(c.cmd)
-		acks = c.acks
-		putCall(c)
-	}
-	callerDone := ctx.Err() != nil
-	if err != nil && !callerDone {
-		l.reloadOnFailure(err)
-		err = l.cause(err)
-	}
-	if l.brk.cooldown != 0 {
-		l.brk.done(l.ts.Now(), probe, err, callerDone)
-	}
-	if err == nil && ack && acks < l.batch.ackWant {
-		err = &notReplicatedError{acks: acks, want: l.batch.ackWant, timeout: l.ackTimeout}
-	}
-	return err
 }
 
 // RefundN gives back n events that AllowN admitted for key just before, as

@@ -9,6 +9,7 @@ import (
 	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/typednil"
+	"github.com/rlkit/ratelimit/redislimit/internal/exec"
 )
 
 // Defaults.
@@ -111,8 +112,8 @@ func newConfig(opts []Option) (config, error) {
 		err = invalid("WithReplicaAck timeout must be positive, got %v", cfg.ackTimeout)
 	case cfg.ackSet && cfg.ackTimeout >= cfg.timeout:
 		err = invalid("WithReplicaAck timeout (%v) must be shorter than WithTimeout (%v)", cfg.ackTimeout, cfg.timeout)
-	case cfg.ackSet && ackMillis(cfg.ackTimeout)*int64(time.Millisecond) >= int64(cfg.timeout):
-		err = invalid("WithReplicaAck timeout (%v, in whole milliseconds for WAIT: %dms) must be shorter than WithTimeout (%v)", cfg.ackTimeout, ackMillis(cfg.ackTimeout), cfg.timeout)
+	case cfg.ackSet && exec.AckMillis(cfg.ackTimeout)*int64(time.Millisecond) >= int64(cfg.timeout):
+		err = invalid("WithReplicaAck timeout (%v, in whole milliseconds for WAIT: %dms) must be shorter than WithTimeout (%v)", cfg.ackTimeout, exec.AckMillis(cfg.ackTimeout), cfg.timeout)
 	}
 	if err == nil && cfg.leases != nil {
 		err = checkLeases(cfg.leases)
@@ -335,10 +336,4 @@ const DefaultBreakerCooldown = time.Second
 // becomes a read timeout.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.ackReplicas, c.ackTimeout, c.ackSet = replicas, timeout, true })
-}
-
-// ackMillis is d in whole milliseconds, rounded up: WAIT's timeout (whose
-// 0 would mean forever).
-func ackMillis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
