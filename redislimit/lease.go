@@ -30,10 +30,6 @@ const (
 // maxLeaseLifetime bounds [LeaseConfig.Lifetime]: a lease must be short.
 const maxLeaseLifetime = time.Second
 
-// minLease is the smallest lease worth taking: a key whose observed rate
-// times Target is below it is cold and decided one script per decision.
-const minLease = 2
-
 // LeaseConfig configures lease mode ([WithLeases]). The zero value takes
 // every default.
 type LeaseConfig struct {
@@ -79,6 +75,11 @@ func WithLeases(cfg LeaseConfig) Option {
 }
 
 // checkLeases fills in cfg's defaults and validates it.
+// newTable returns a table of leases sized by cfg for policy p.
+func (cfg *LeaseConfig) newTable(p ratelimit.Policy) *leaseTable {
+	return newLeaseTable(cfg.Target, cfg.Lifetime, cfg.MaxKeys, max(1, p.Limit/cfg.MaxShare))
+}
+
 func checkLeases(cfg *LeaseConfig) error {
 	if cfg.Target == 0 {
 		cfg.Target = DefaultLeaseTarget
@@ -146,7 +147,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 		// granted before now.
 		now := l.ts.Now()
 		if waited == nil {
-			e.note(now, n, t.cfg.Target)
+			e.note(now, n, t.target)
 		}
 		if e.fence > 0 {
 			// An admin call is changing the key's state in Redis.
@@ -356,7 +357,7 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 		g.cache.invalidate(h, key)
 	}
 	granted, at := int(v[4]), v[5]
-	life := int64(g.leases.cfg.Lifetime)
+	life := int64(g.leases.lifetime)
 	if v[6] >= 0 {
 		// A windowed policy: the lease ends with the window it was
 		// charged in. sent is not later than the script's now, so

@@ -21,11 +21,13 @@ import (
 // table, so that no lease granted under the old policy admits under the
 // new one.
 type leaseTable struct {
-	cfg   LeaseConfig
-	limit int // the lease cap: max(1, Limit/MaxShare)
-	keys  sync.Map
-	size  atomic.Int64 // entries in keys
-	swept atomic.Int64 // local ns of the last sweep made for want of room
+	target   time.Duration // the traffic a lease covers (LeaseConfig.Target)
+	lifetime time.Duration // how long a lease is used (LeaseConfig.Lifetime)
+	maxKeys  int           // the entries at most (LeaseConfig.MaxKeys)
+	limit    int           // the lease cap: max(1, Limit/MaxShare)
+	keys     sync.Map
+	size     atomic.Int64 // entries in keys
+	swept    atomic.Int64 // local ns of the last sweep made for want of room
 
 	// mu guards ring and cursor: the entries in a slice that the sweep
 	// walks a few at a time.
@@ -46,9 +48,16 @@ type leaseTable struct {
 // leaseDoor is the doorkeeper's size, a power of 2 (8 KiB a table).
 const leaseDoor = 1024
 
-func newLeaseTable(cfg LeaseConfig, p ratelimit.Policy) *leaseTable {
-	return &leaseTable{cfg: cfg, limit: max(1, p.Limit/cfg.MaxShare), seed: maphash.MakeSeed()}
+// newLeaseTable returns an empty table whose leases cover target of a
+// key's traffic, last at most lifetime and hold at most limit events, for
+// at most maxKeys keys.
+func newLeaseTable(target, lifetime time.Duration, maxKeys, limit int) *leaseTable {
+	return &leaseTable{target: target, lifetime: lifetime, maxKeys: maxKeys, limit: limit, seed: maphash.MakeSeed()}
 }
+
+// minLease is the smallest lease worth taking: a key whose observed rate
+// times Target is below it is cold and decided one script per decision.
+const minLease = 2
 
 // leaseKey is what one process knows of one key: its rate and its lease.
 type leaseKey struct {
@@ -142,12 +151,12 @@ func (t *leaseTable) get(key string, now int64) (e *leaseKey, full bool) {
 	if v, ok := t.keys.Load(key); ok {
 		return v.(*leaseKey), false
 	}
-	if t.size.Load() >= int64(t.cfg.MaxKeys) {
+	if t.size.Load() >= int64(t.maxKeys) {
 		return nil, true
 	}
 	slot := &t.door[maphash.String(t.seed, key)&(leaseDoor-1)]
 	first := slot.Load()
-	if first == 0 || now-first >= int64(t.cfg.Target) || now < first {
+	if first == 0 || now-first >= int64(t.target) || now < first {
 		slot.Store(now)
 		return nil, false
 	}
@@ -165,7 +174,7 @@ func (t *leaseTable) add(e *leaseKey) (*leaseKey, bool) {
 	if v, ok := t.keys.Load(key); ok {
 		return v.(*leaseKey), false
 	}
-	if t.size.Load() >= int64(t.cfg.MaxKeys) {
+	if t.size.Load() >= int64(t.maxKeys) {
 		return nil, true
 	}
 	e.ring = len(t.ring)
@@ -239,7 +248,7 @@ func (e *leaseKey) decision(limit int, now int64) ratelimit.Decision {
 
 // leaseIdle is how long a key goes without a decision before the sweep
 // forgets its rate (its lease has ended long before).
-func (t *leaseTable) leaseIdle() int64 { return int64(max(10*t.cfg.Lifetime, time.Second)) }
+func (t *leaseTable) leaseIdle() int64 { return int64(max(10*t.lifetime, time.Second)) }
 
 // sweepTable visits up to count entries from where the last sweep
 // stopped: it takes the unused events of up to room leases that have

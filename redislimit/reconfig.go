@@ -263,7 +263,7 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link, fs [
 		if err := checkLeasable(p, op); err != nil {
 			return nil, err
 		}
-		g.leases = newLeaseTable(*l.leases, p)
+		g.leases = l.leases.newTable(p)
 	}
 	if l.cacheKeys > 0 && sc.exactRetry {
 		g.cache = newDenyCache(l.cacheKeys)
