@@ -3,7 +3,6 @@ package redislimit
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
-	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
@@ -281,96 +279,6 @@ func (l *Limiter) failed(ctx context.Context, g *generation, key string, n int, 
 		return l.canceled(ctx)
 	}
 	return l.fail(ctx, g, "allow", key, n, err)
-}
-
-// observe reports a decision to the observer; start is when the decision
-// began, as time.Since(l.epoch) (one monotonic clock read, where time.Now
-// reads two clocks).
-func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err error, wait bool, start time.Duration) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	l.observer.Observe(ctx, ratelimit.Event{
-		Limit:     l.name,
-		Algorithm: l.cur.Load().policy.Algorithm,
-		Home:      ratelimit.HomeRedis,
-		Outcome:   outcome(d, err),
-		N:         n,
-		Decision:  d,
-		Err:       err,
-		Wait:      wait,
-		Latency:   time.Since(l.epoch) - start,
-	})
-}
-
-// init tells the servers of packages httplimit and grpclimit, which
-// report the decisions of the limits they serve themselves, how to label
-// this home's: Home redis, a fallback for every error that wraps
-// ErrUnavailable, and whether the limiter reports to an observer or a
-// logger of its own.
-func init() {
-	observe.Register(func(l any) (observe.Info, bool) {
-		lim, ok := l.(*Limiter)
-		if !ok || lim == nil {
-			return observe.Info{}, false
-		}
-		return observe.Info{
-			Home:     uint8(ratelimit.HomeRedis),
-			Observed: lim.observer != nil,
-			Logs:     lim.logger.Get() != nil,
-			Fallback: isUnavailable,
-		}, true
-	})
-}
-
-// isUnavailable reports whether err says that Redis could not decide, so
-// that the failure policy did.
-func isUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
-
-// outcome classifies a decision for the observer: refused by the limit
-// (Denied), decided by the failure policy (the error wraps
-// ErrUnavailable), or refused before anything was decided (a done ctx, an
-// impossible wait).
-func outcome(d ratelimit.Decision, err error) ratelimit.Outcome {
-	switch {
-	case err == nil && d.Allowed:
-		return ratelimit.OutcomeAllowed
-	case err == nil:
-		return ratelimit.OutcomeDenied
-	case errors.Is(err, ErrUnavailable):
-		return ratelimit.OutcomeFallback
-	}
-	return ratelimit.OutcomeError
-}
-
-// cacheSpan returns how long the denial d of n events keeps its Remaining
-// (at least; 0 when that is not known), so that a cached copy says exactly
-// what Redis would. Remaining r < n grows by one when a token arrives or
-// the bucket leaks one (every Period/Refill or Period), and n-r-1 such
-// steps come before n fit at RetryAfter; a fixed window's Remaining holds
-// until the window ends (its RetryAfter); a sliding log's grows whenever
-// its oldest event leaves, which only RetryAfter says when r = n-1.
-// RetryAfter was rounded up to the microsecond, hence the microsecond off.
-func (g *generation) cacheSpan(n int, d ratelimit.Decision) int64 {
-	k := int64(n - d.Remaining - 1)
-	if k <= 0 || g.policy.Algorithm == ratelimit.FixedWindowAlgorithm || g.policy.Algorithm == ratelimit.QuotaAlgorithm {
-		return int64(d.RetryAfter)
-	}
-	per := int64(g.policy.Period)
-	if k > math.MaxInt64/per {
-		return 0
-	}
-	var steps int64
-	switch g.policy.Algorithm {
-	case ratelimit.TokenBucketAlgorithm:
-		r := int64(g.policy.Refill)
-		steps = (k*per + r - 1) / r
-	case ratelimit.LeakyBucketAlgorithm:
-		steps = k * per
-	default:
-		return 0
-	}
-	return max(int64(d.RetryAfter)-steps-int64(time.Microsecond), 0)
 }
 
 // ordered reports whether mono is not earlier than any time a decision
