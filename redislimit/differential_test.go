@@ -522,7 +522,7 @@ func TestChangeBackSaltsKeyNames(t *testing.T) {
 	require.Equal(t, 10, d.Remaining, "StartFresh back to the first policy")
 	require.NoError(t, l.SetPolicy(a, ratelimit.KeepUsed))
 	require.Contains(t, l.Key("k"), ".2:{")
-	later := mustNew(t, c, a, WithClock(mock), WithClientTime(), WithPrefix(l.base),
+	later := mustNew(t, c, a, WithClock(mock), WithPrefix(l.base),
 		WithPrevious(a, ratelimit.KeepUsed), WithPrevious(b, ratelimit.StartFresh), WithPrevious(a, ratelimit.KeepUsed))
 	require.Equal(t, l.Key("k"), later.Key("k"), "WithPrevious names keys as SetPolicy did")
 	require.True(t, allowed(t, later, "k", 10))

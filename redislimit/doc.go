@@ -28,7 +28,7 @@
 // ([WithDenyCache]).
 //
 // Time comes from the Redis server's clock (TIME), so clock skew between
-// application servers does not matter; [WithClientTime] decides on the
+// application servers does not matter; [WithClock] decides on the
 // limiter's own clock instead (for tests). Redis keeps time in integer
 // microseconds: a Policy's Period must be whole microseconds, and
 // RetryAfter and ResetAfter are the in-memory durations rounded up to the

@@ -99,7 +99,7 @@ func TestClusterFollowsFailover(t *testing.T) {
 	// breaker's cooldown (a probe) plus a reload of the topology, with a
 	// margin for a loaded machine (where a probe may time out and the
 	// breaker wait another cooldown).
-	recoverBy := 2*DefaultBreakerCooldown + 2*time.Second
+	recoverBy := 2*defaultBreakerCooldown + 2*time.Second
 
 	var killedSlotMaster *redistest.Server
 	for _, kill := range []bool{true, false} {
@@ -203,7 +203,7 @@ func clusterTail(sc clusterScenario) time.Duration {
 	if !sc.kill {
 		return reliability.Pick(clusterTimeout+3*time.Second, 17*time.Second)
 	}
-	return reliability.Pick(2*DefaultBreakerCooldown+clusterTimeout+2500*time.Millisecond, 25*time.Second)
+	return reliability.Pick(2*defaultBreakerCooldown+clusterTimeout+2500*time.Millisecond, 25*time.Second)
 }
 
 // runClusterScenario starts 3 masters with a replica each, runs the load of
@@ -323,7 +323,7 @@ func runClusterScenario(t *testing.T, sc clusterScenario) (st loadStats, promoti
 		"redislimit.New on redis.NewClusterClient (ContextTimeoutEnabled, go-redis defaults otherwise), FailClosed, WithTimeout(%v), "+
 		"breaker at its default %v",
 		redisVersion(t, cl), redistest.ClusterNodeTimeout, clusterProcs, clusterGoroutines, spec.Pause, clusterFaultAfter, spec.StopAfterFault,
-		time.Duration(st.Stop-st.Start).Round(time.Millisecond), spec.Limit, spec.Window, clusterTimeout, DefaultBreakerCooldown)
+		time.Duration(st.Stop-st.Start).Round(time.Millisecond), spec.Limit, spec.Window, clusterTimeout, defaultBreakerCooldown)
 	if sc.ack > 0 {
 		how += fmt.Sprintf(", WithReplicaAck(%d, %v)", sc.ack, clusterAckTimeout)
 	}
@@ -400,7 +400,7 @@ func checkClusterFailover(t *testing.T, st loadStats, quiet time.Duration) {
 // two cooldowns, a timeout and a second.
 func checkFoundNewMaster(t *testing.T, st loadStats, promotion time.Duration) {
 	t.Helper()
-	if bound := promotion + 2*DefaultBreakerCooldown + clusterTimeout + time.Second; st.Recovery > bound {
+	if bound := promotion + 2*defaultBreakerCooldown + clusterTimeout + time.Second; st.Recovery > bound {
 		t.Errorf("calls failed until %v after the fault, the replica was promoted after %v: want recovery within %v", st.Recovery, promotion, bound)
 	}
 }

@@ -11,20 +11,12 @@ import (
 	"github.com/rlkit/ratelimit"
 )
 
-// Lease defaults: see [LeaseConfig].
+// The defaults of [LeaseConfig]'s fields.
 const (
-	// DefaultLeaseTarget is the traffic a lease covers unless
-	// [LeaseConfig.Target] says otherwise.
-	DefaultLeaseTarget = 10 * time.Millisecond
-	// DefaultLeaseLifetime is the longest a lease is used unless
-	// [LeaseConfig.Lifetime] says otherwise.
-	DefaultLeaseLifetime = 50 * time.Millisecond
-	// DefaultLeaseKeys is the number of keys whose rate and lease a
-	// Limiter tracks unless [LeaseConfig.MaxKeys] says otherwise.
-	DefaultLeaseKeys = 10000
-	// DefaultLeaseShare is [LeaseConfig.MaxShare] unless it says otherwise:
-	// a lease holds at most a sixteenth of the policy's limit.
-	DefaultLeaseShare = 16
+	defaultLeaseTarget   = 10 * time.Millisecond
+	defaultLeaseLifetime = 50 * time.Millisecond
+	defaultLeaseKeys     = 10000
+	defaultLeaseShare    = 16 // a lease holds at most a sixteenth of the limit
 )
 
 // maxLeaseLifetime bounds [LeaseConfig.Lifetime]: a lease must be short.
@@ -37,23 +29,21 @@ type LeaseConfig struct {
 	// observed rate (events asked per second, admitted or not) times
 	// Target, at least the n asked and at most Limit/MaxShare. A key gets
 	// leases once that product reaches 2 events; below, each decision is
-	// one script as without leases. 0 means [DefaultLeaseTarget]; it must
-	// not exceed Lifetime.
+	// one script as without leases. 0 means 10ms; it must not exceed
+	// Lifetime.
 	Target time.Duration
 	// Lifetime is the longest a lease is used, counted from the moment
-	// its grant was sent to Redis: at most 1s, 0 means
-	// [DefaultLeaseLifetime]. A lease of a windowed policy (fixed window,
+	// its grant was sent to Redis: at most 1s, 0 means 50ms. A lease of a windowed policy (fixed window,
 	// sliding counter, quota) also ends with the window it was charged in.
 	Lifetime time.Duration
 	// MaxKeys bounds the keys whose rate and lease the Limiter tracks
 	// (about 250 bytes each, plus the key): a key is tracked from its
 	// second decision within Target; keys beyond MaxKeys are decided one
-	// script per decision. 0 means [DefaultLeaseKeys].
+	// script per decision. 0 means 10000.
 	MaxKeys int
 	// MaxShare caps a lease at Limit/MaxShare events (at least 1, and
 	// never less than the n asked): with P processes leasing one key, at
-	// most P*Limit/MaxShare events are parked in leases. 0 means
-	// [DefaultLeaseShare].
+	// most P*Limit/MaxShare events are parked in leases. 0 means 16.
 	MaxShare int
 }
 
@@ -74,24 +64,24 @@ func WithLeases(cfg LeaseConfig) Option {
 	return optionFunc(func(c *config) { c.leases = &cfg })
 }
 
-// checkLeases fills in cfg's defaults and validates it.
 // newTable returns a table of leases sized by cfg for policy p.
 func (cfg *LeaseConfig) newTable(p ratelimit.Policy) *leaseTable {
 	return newLeaseTable(cfg.Target, cfg.Lifetime, cfg.MaxKeys, max(1, p.Limit/cfg.MaxShare))
 }
 
+// checkLeases fills in cfg's defaults and validates it.
 func checkLeases(cfg *LeaseConfig) error {
 	if cfg.Target == 0 {
-		cfg.Target = DefaultLeaseTarget
+		cfg.Target = defaultLeaseTarget
 	}
 	if cfg.Lifetime == 0 {
-		cfg.Lifetime = DefaultLeaseLifetime
+		cfg.Lifetime = defaultLeaseLifetime
 	}
 	if cfg.MaxKeys == 0 {
-		cfg.MaxKeys = DefaultLeaseKeys
+		cfg.MaxKeys = defaultLeaseKeys
 	}
 	if cfg.MaxShare == 0 {
-		cfg.MaxShare = DefaultLeaseShare
+		cfg.MaxShare = defaultLeaseShare
 	}
 	switch {
 	case cfg.Target < 0:

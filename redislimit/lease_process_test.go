@@ -318,7 +318,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // saturated admits less without any fault of the leases.
 func checkLeasedRun(t *testing.T, p ratelimit.Policy, origin, stop int64, ds []leaseDecision, backs []leaseGiveBack) {
 	t.Helper()
-	parked := leaseProcesses * max(1, p.Limit/DefaultLeaseShare) // the documented bound
+	parked := leaseProcesses * max(1, p.Limit/defaultLeaseShare) // the documented bound
 	w := int64(p.Period)
 	admitted, denied := decidedAt(p, ds)
 	his := make([]int64, len(admitted))

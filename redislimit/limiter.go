@@ -30,7 +30,7 @@ type Limiter struct {
 	base        string                     // the prefix of every Redis key name (WithPrefix)
 	timeout     time.Duration
 	failure     FailurePolicy
-	instances   int // FailLocal only: the instances sharing the limit
+	instances   int // WithLocalFallback only: the instances sharing the limit
 	cacheKeys   int // the deny cache's size, 0: none
 	clock       ratelimit.Clock
 	ts          timesrc.Source // local time: deny cache, breaker, reports, WaitN, client time
@@ -145,11 +145,8 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 // Policy returns the policy l runs for every key.
 func (l *Limiter) Policy() ratelimit.Policy { return l.cur.Load().policy }
 
-// Name returns the name given with [WithName], "" without one.
-func (l *Limiter) Name() string { return l.name }
-
 // nowArg is the script's time argument: "" for the server's clock, the
-// local time in Unix microseconds with [WithClientTime].
+// local time in Unix microseconds with [WithClock].
 func (l *Limiter) nowArg() any {
 	if !l.clientTime {
 		return ""
@@ -158,7 +155,7 @@ func (l *Limiter) nowArg() any {
 }
 
 // times returns the script's time argument and, when the deny cache needs
-// it, the local time (ns) the decision is made at. With [WithClientTime]
+// it, the local time (ns) the decision is made at. With [WithClock]
 // both come from one reading, truncated to the microsecond as the script
 // sees it, so that the cache does not deny past the moment the script
 // would admit.
@@ -189,7 +186,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 // policy's Decision and an error wrapping [ErrUnavailable] and the cause;
 // act on the Decision either way (see the package documentation, "Failures"). When
 // ctx is done first, AllowN returns a denial with RetryAfter
-// [CanceledRetryAfter] and ctx.Err(), never the failure policy's Decision
+// [FailClosedRetryAfter] and ctx.Err(), never the failure policy's Decision
 // (a nil ctx gets the same denial and an error). With [WithObserver], every
 // call is reported as one Event.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
@@ -207,7 +204,7 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Deci
 	g := l.acquire()
 	defer g.release()
 	if ctx == nil {
-		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
+		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: FailClosedRetryAfter}, errNilContext
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
@@ -266,7 +263,7 @@ func (l *Limiter) allowCached(ctx context.Context, g *generation, key string, n 
 		// exactly what Redis would answer until the span ends. A denial
 		// with some left may be followed by another instance's admission
 		// that this one never sees (a cached Remaining of 1 after Redis
-		// said 0 elsewhere: TestDenyCacheLinearizable).
+		// said 0 elsewhere).
 		g.cache.put(h, key, n, local, g.cacheSpan(n, d), gen, d)
 	}
 	return d, nil
@@ -305,7 +302,7 @@ func (l *Limiter) ordered(mono int64) bool {
 // ctx.Err(), never the failure policy (which is for Redis failures), and
 // nothing reported: the caller gave up, Redis did not fail.
 func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
-	return ratelimit.Decision{Limit: l.cur.Load().policy.Limit, RetryAfter: CanceledRetryAfter}, ctx.Err()
+	return ratelimit.Decision{Limit: l.cur.Load().policy.Limit, RetryAfter: FailClosedRetryAfter}, ctx.Err()
 }
 
 // Peek reports the Decision AllowN(ctx, key, n) would return now, without
@@ -316,7 +313,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 	g := l.acquire()
 	defer g.release()
 	if ctx == nil {
-		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
+		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: FailClosedRetryAfter}, errNilContext
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
@@ -516,7 +513,7 @@ func (l *Limiter) waitN(ctx context.Context, key string, n int) (ratelimit.Decis
 		if d.Allowed {
 			return d, nil
 		}
-		if err != nil && l.failure != FailLocal {
+		if err != nil && l.failure != failLocal {
 			return d, err
 		}
 		if d.RetryAfter == ratelimit.RetryNever {

@@ -268,7 +268,7 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link, fs [
 	if l.cacheKeys > 0 && sc.exactRetry {
 		g.cache = newDenyCache(l.cacheKeys)
 	}
-	if l.failure == FailLocal {
+	if l.failure == failLocal {
 		share, err := localShare(p, l.instances)
 		if err != nil {
 			return nil, err

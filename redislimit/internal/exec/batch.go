@@ -92,8 +92,8 @@ type batcher struct {
 }
 
 // Defaults of the batcher. Two flushers let one pipeline be written while
-// the previous one is executed by Redis; more gain nothing measurable on
-// one Redis node and only split batches.
+// the previous one is executed by Redis; one Redis node runs scripts one at
+// a time, so more would only split batches.
 const (
 	defaultFlushers = 2
 	defaultMaxBatch = 512
