@@ -200,8 +200,8 @@ func TestForeignStateNoLockout(t *testing.T) {
 	for _, pp := range pairs {
 		t.Run(name(pp[0])+"_then_"+name(pp[1]), func(t *testing.T) {
 			mock := newMock()
-			a := mustNew(t, c, pp[0], WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
-			b := mustNew(t, c, pp[1], WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
+			a := mustNew(t, c, pp[0], WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
+			b := mustNew(t, c, pp[1], WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 			for range pp[0].Limit {
 				d, err := a.AllowN(bg(), "k", 1)
 				require.NoError(t, err)
@@ -266,7 +266,7 @@ func TestSmallBackwardStepHolds(t *testing.T) {
 		ratelimit.SlidingCounterPolicy(5, time.Second),
 	} {
 		mock := newMock()
-		l := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
+		l := mustNew(t, c, p, WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 		mock.Set(mock.Now().Truncate(time.Second).Add(time.Second)) // a window boundary
 		for range 5 {
 			d, err := l.AllowN(bg(), "k", 1)
@@ -404,7 +404,7 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 	}
 }
 
-// TestClientTimeBeforeEpoch: with WithClientTime, a clock before 1970
+// TestClientTimeBeforeEpoch: with WithClock, a clock before 1970
 // (negative Unix microseconds) is still a clock: state written then must
 // read back as valid, not as garbage (which would make every call fresh and
 // the limit unlimited). (The in-memory reference is no guide there: its
@@ -415,7 +415,7 @@ func TestClientTimeBeforeEpoch(t *testing.T) {
 	for _, p := range policies() {
 		mock := newMock()
 		mock.Set(time.Date(1969, 6, 1, 12, 0, 0, 123456000, time.UTC))
-		l := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
+		l := mustNew(t, c, p, WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 		admitted := 0
 		for range p.Limit + 3 {
 			d, err := l.AllowN(bg(), "k", 1)

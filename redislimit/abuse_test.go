@@ -87,7 +87,7 @@ func TestCanceledContextBeforeCall(t *testing.T) {
 					}
 				}
 				require.Zero(t, logs.len(), "error reported for the caller's own cancellation")
-				require.Zero(t, l.brk.openUntil.Load(), "breaker opened by the caller's own cancellation")
+				require.False(t, l.wire.BreakerOpen(), "breaker opened by the caller's own cancellation")
 				if backend == "live" {
 					d, err := l.Peek(bg(), "k", 0)
 					require.NoError(t, err)
@@ -174,7 +174,7 @@ func TestCanceledContextMidCall(t *testing.T) {
 				wg.Wait()
 				cont()
 				require.Zero(t, logs.len(), "error reported for the callers' own cancellation")
-				require.Zero(t, l.brk.openUntil.Load(), "breaker opened by the callers' own cancellation")
+				require.False(t, l.wire.BreakerOpen(), "breaker opened by the callers' own cancellation")
 				_, err = l.AllowN(bg(), "after", 1)
 				require.NoError(t, err, "after SIGCONT")
 			})
@@ -345,9 +345,9 @@ func TestSecretsNeverInErrors(t *testing.T) {
 						mu.Unlock()
 					}
 				}
-				mock := clock.NewMock() // WaitN sleeps on it under FailLocal
+				mock := clock.NewMock() // WaitN sleeps on it under the local fallback
 				l := mustNew(t, refusedClient(t, true), ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5), fp.opt,
-					WithBreaker(brk), WithTimeout(30*time.Millisecond), WithClock(mock), WithLogger(logs.logger()), WithErrorReportInterval(0),
+					WithBreaker(brk), WithTimeout(30*time.Millisecond), withLocalClock(mock), WithLogger(logs.logger()), WithErrorReportInterval(0),
 					WithObserver(ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
 						mu.Lock()
 						texts = append(texts, fmt.Sprintf("%v", e), fmt.Sprintf("%+v", e), fmt.Sprintf("%#v", e), e.Limit)
@@ -390,26 +390,32 @@ func TestNewTypedNilClient(t *testing.T) {
 	}
 }
 
-// TestFailLocalPolicy: WithFailurePolicy(FailLocal) is accepted together
-// with WithLocalFallback, in either order; alone it is an error that says
-// what is missing.
+// TestFailLocalPolicy: WithLocalFallback selects the local fallback, and
+// the last failure option given wins; WithFailurePolicy cannot select the
+// fallback (it does not know the instances sharing the limit): given the
+// fallback's value, it is an error that names WithLocalFallback.
 func TestFailLocalPolicy(t *testing.T) {
 	t.Parallel()
 	c := refusedClient(t, false)
 	p := ratelimit.FixedWindowPolicy(10, time.Second)
-	for _, opts := range [][]Option{
-		{WithFailurePolicy(FailLocal), WithLocalFallback(2)},
-		{WithLocalFallback(2), WithFailurePolicy(FailLocal)},
-		{WithLocalFallback(2)},
+	for _, tc := range []struct {
+		opts  []Option
+		want  FailurePolicy
+		local bool
+	}{
+		{[]Option{WithLocalFallback(2)}, failLocal, true},
+		{[]Option{WithFailurePolicy(FailClosed), WithLocalFallback(2)}, failLocal, true},
+		{[]Option{WithLocalFallback(2), WithFailurePolicy(FailClosed)}, FailClosed, false},
 	} {
-		l, err := New(c, p, opts...)
+		l, err := New(c, p, tc.opts...)
 		require.NoError(t, err)
-		require.Equal(t, FailLocal, l.failure)
-		require.NotNil(t, l.cur.Load().fallback)
+		require.Equal(t, tc.want, l.failure)
+		require.Equal(t, tc.local, l.cur.Load().fallback != nil)
 	}
-	_, err := New(c, p, WithFailurePolicy(FailLocal))
+	_, err := New(c, p, WithFailurePolicy(failLocal))
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 	require.Contains(t, err.Error(), "WithLocalFallback(instances)")
+	require.Equal(t, "local", failLocal.String())
 }
 
 // TestDenyCacheInvalidatedByAdmission: denied n=4, admitted n=2, then
@@ -421,7 +427,7 @@ func TestDenyCacheInvalidatedByAdmission(t *testing.T) {
 	mock := newMock()
 	mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
 	require.NoError(t, err)
-	l := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+	l := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)))
 	for _, n := range []int{3, 4, 2, 4, 4} {
 		want, _ := mem.AllowN(bg(), "k", n)
 		got, err := l.AllowN(bg(), "k", n)
@@ -456,7 +462,7 @@ func TestDenyCacheMicrosecondTime(t *testing.T) {
 	} {
 		mock := newMock()
 		mock.Add(500 * time.Nanosecond)
-		l := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+		l := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)))
 		d, err := l.AllowN(bg(), "k", 1)
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
@@ -527,14 +533,14 @@ func TestErrorReportsRateLimited(t *testing.T) {
 	logs := &logRecorder{}
 	mock := newMock()
 	l, err := New(refusedClient(t, true), ratelimit.FixedWindowPolicy(5, time.Second), WithTimeout(20*time.Millisecond),
-		WithBreaker(0), WithClock(mock), WithLogger(logs.logger()), WithName("login"))
+		WithBreaker(0), withLocalClock(mock), WithLogger(logs.logger()), WithName("login"))
 	require.NoError(t, err)
 	for range 10 {
 		_, err := l.AllowN(bg(), "k", 1)
 		require.Error(t, err)
 	}
 	require.Equal(t, 1, logs.len(), "the logger heard every failure")
-	mock.Add(DefaultErrorReportInterval)
+	mock.Add(defaultErrorReportInterval)
 	_, err = l.AllowN(bg(), "k", 1)
 	require.Error(t, err)
 	require.Equal(t, 2, logs.len())
@@ -702,7 +708,7 @@ func TestAbusePolicyChangeMidTraffic(t *testing.T) {
 	require.EqualValues(t, 30, newAdmitted.Load(), "new policy")
 }
 
-// TestDocumentedKeyName: the example key name in the package doc and the
+// TestDocumentedKeyName: the example key name in docs/redis.md and the
 // README is the real one.
 func TestDocumentedKeyName(t *testing.T) {
 	t.Parallel()
@@ -775,23 +781,6 @@ func TestTimeoutReportedAsTimeout(t *testing.T) {
 			require.Equal(t, err.Error(), reported.Error())
 		})
 	}
-}
-
-// TestBreakerProbeCanceled: the probe of a half-open breaker whose caller
-// gives up says nothing about Redis: the breaker neither closes nor
-// reopens for a full cooldown, and the next call probes.
-func TestBreakerProbeCanceled(t *testing.T) {
-	t.Parallel()
-	b := breaker{cooldown: 100}
-	b.done(0, false, &timeoutError{}, false) // open until 100
-	ok, probe, _ := b.allow(100)
-	require.True(t, ok)
-	require.True(t, probe)
-	b.done(105, probe, context.Canceled, true)
-	require.EqualValues(t, 100, b.openUntil.Load(), "a cancelled probe moved the breaker")
-	ok, probe, _ = b.allow(106)
-	require.True(t, ok, "no probe after a cancelled one")
-	require.True(t, probe)
 }
 
 // TestNilContext: a nil ctx is a denial and an error from AllowN, Peek and

@@ -40,7 +40,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // Block denies every AllowN, Peek and WaitN for key for d from now (the
-// Redis server's clock, or the client's with [WithClientTime]), whatever
+// Redis server's clock, or the client's with [WithClock]), whatever
 // the policy would decide: Allowed false, Remaining 0, RetryAfter the rest
 // of the block. A blocked decision charges nothing; the key's state is
 // kept and applies again when the block ends, and the block survives

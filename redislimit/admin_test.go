@@ -19,7 +19,7 @@ func clientLimiter(t *testing.T, c redis.UniversalClient, p ratelimit.Policy, op
 	mock := newMock()
 	// Start at a whole minute, so that minute windows are easy to reason about.
 	mock.Set(mock.Now().Truncate(time.Minute))
-	opts = append([]Option{WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t))}, opts...)
+	opts = append([]Option{WithClock(mock), WithPrefix(uniquePrefix(t))}, opts...)
 	return mustNew(t, c, p, opts...), mock
 }
 
@@ -154,7 +154,7 @@ func TestWithPreviousConvertsForANewProcess(t *testing.T) {
 	_, c := startRedis(t)
 	old, mock := clientLimiter(t, c, ratelimit.FixedWindowPolicy(10, time.Minute))
 	require.True(t, allowed(t, old, "k", 6))
-	l := mustNew(t, c, ratelimit.FixedWindowPolicy(20, time.Minute), WithClock(mock), WithClientTime(), WithPrefix(old.base),
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(20, time.Minute), WithClock(mock), WithPrefix(old.base),
 		WithPrevious(ratelimit.FixedWindowPolicy(10, time.Minute), ratelimit.ScaleUsed))
 	d, err := l.Peek(bg(), "k", 0)
 	require.NoError(t, err)
@@ -247,7 +247,7 @@ func TestGarbageNeverAllowsAll(t *testing.T) {
 	}
 }
 
-// TestQuotaBoundaryFromServerClock: without WithClientTime the period is
+// TestQuotaBoundaryFromServerClock: without WithClock the period is
 // the one holding Redis's TIME. An application clock a day behind still
 // counts in the server's day; one far away fails (the failure policy).
 func TestQuotaBoundaryFromServerClock(t *testing.T) {
@@ -255,13 +255,13 @@ func TestQuotaBoundaryFromServerClock(t *testing.T) {
 	_, c := startRedis(t)
 	p := ratelimit.QuotaPolicy(5, ratelimit.Calendar{Unit: ratelimit.Daily})
 	lagging := lincheck.NewClock(time.Now().Add(-24 * time.Hour))
-	l := mustNew(t, c, p, WithClock(lagging), WithPrefix(uniquePrefix(t)))
+	l := mustNew(t, c, p, withLocalClock(lagging), WithPrefix(uniquePrefix(t)))
 	d, err := l.AllowN(bg(), "k", 1)
 	require.NoError(t, err)
 	end := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 	require.InDelta(t, float64(time.Until(end)), float64(d.ResetAfter), float64(5*time.Second), "ResetAfter must point at the end of the server's day")
 	far := lincheck.NewClock(time.Now().Add(-10 * 24 * time.Hour))
-	l2 := mustNew(t, c, p, WithClock(far), WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailClosed))
+	l2 := mustNew(t, c, p, withLocalClock(far), WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailClosed))
 	d, err = l2.AllowN(bg(), "k", 1)
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.False(t, d.Allowed)

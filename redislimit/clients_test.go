@@ -44,7 +44,7 @@ func TestSlidingLogMemory(t *testing.T) {
 	_, c := startRedis(t)
 	mock := newMock()
 	for _, entries := range []int{100, 10_000} {
-		l := mustNew(t, c, ratelimit.SlidingLogPolicy(entries, time.Hour), WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+		l := mustNew(t, c, ratelimit.SlidingLogPolicy(entries, time.Hour), WithClock(mock), WithPrefix(uniquePrefix(t)))
 		for range entries {
 			mock.Add(time.Millisecond)
 			if d, err := l.AllowN(bg(), "k", 1); !d.Allowed || err != nil {

@@ -93,7 +93,7 @@ func hammer(s hammerSpec) (admitted [hammerKeys]int64, errs int64, err error) {
 	opts := []Option{WithPrefix(s.Prefix), WithTimeout(10 * time.Second)}
 	if !s.ServerTime {
 		// A frozen clock, identical in every process.
-		opts = append(opts, WithClock(newMock()), WithClientTime())
+		opts = append(opts, WithClock(newMock()))
 	}
 	l, err := New(c, p, opts...)
 	if err != nil {

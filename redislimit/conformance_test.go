@@ -52,7 +52,7 @@ func newPairAt(t *testing.T, c redis.UniversalClient, p ratelimit.Policy, start 
 	}
 	// Default options otherwise: the deny cache is on, and must not change
 	// a single Decision.
-	rl := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
+	rl := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
 	return &pair{mock: mock, mem: mem, rl: rl}
 }
 

@@ -50,7 +50,7 @@ func TestSlidingLogDenialWritesNothing(t *testing.T) {
 	mock := newMock()
 	prefix := uniquePrefix(t)
 	l := mustNew(t, c, ratelimit.SlidingLogPolicy(5, 300*time.Millisecond),
-		WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(prefix))
+		WithClock(mock), WithDenyCache(0), WithPrefix(prefix))
 	for _, st := range []struct {
 		advance time.Duration
 		n       int
@@ -99,7 +99,7 @@ func TestDenialsWriteNothing(t *testing.T) {
 			mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
 			require.NoError(t, err)
 			prefix := uniquePrefix(t)
-			rl := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithPrefix(prefix))
+			rl := mustNew(t, c, p, WithClock(mock), WithPrefix(prefix))
 			rng := newRand(uint64(p.Limit))
 			window := p.Window()
 			if p.Algorithm == ratelimit.QuotaAlgorithm {

@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,4 +192,34 @@ func (c *denyCache) len() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// cacheSpan returns how long the denial d of n events keeps its Remaining
+// (at least; 0 when that is not known), so that a cached copy says exactly
+// what Redis would. Remaining r < n grows by one when a token arrives or
+// the bucket leaks one (every Period/Refill or Period), and n-r-1 such
+// steps come before n fit at RetryAfter; a fixed window's Remaining holds
+// until the window ends (its RetryAfter); a sliding log's grows whenever
+// its oldest event leaves, which only RetryAfter says when r = n-1.
+// RetryAfter was rounded up to the microsecond, hence the microsecond off.
+func (g *generation) cacheSpan(n int, d ratelimit.Decision) int64 {
+	k := int64(n - d.Remaining - 1)
+	if k <= 0 || g.policy.Algorithm == ratelimit.FixedWindowAlgorithm || g.policy.Algorithm == ratelimit.QuotaAlgorithm {
+		return int64(d.RetryAfter)
+	}
+	per := int64(g.policy.Period)
+	if k > math.MaxInt64/per {
+		return 0
+	}
+	var steps int64
+	switch g.policy.Algorithm {
+	case ratelimit.TokenBucketAlgorithm:
+		r := int64(g.policy.Refill)
+		steps = (k*per + r - 1) / r
+	case ratelimit.LeakyBucketAlgorithm:
+		steps = k * per
+	default:
+		return 0
+	}
+	return max(int64(d.RetryAfter)-steps-int64(time.Microsecond), 0)
 }

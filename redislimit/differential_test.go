@@ -524,7 +524,7 @@ func TestChangeBackSaltsKeyNames(t *testing.T) {
 	salted := l.Key("k")
 	require.NoError(t, l.SetPolicy(a, ratelimit.KeepUsed))
 	require.Equal(t, salted, l.Key("k"), "the policy in force set again: no change")
-	later := mustNew(t, c, a, WithClock(mock), WithClientTime(), WithPrefix(l.base),
+	later := mustNew(t, c, a, WithClock(mock), WithPrefix(l.base),
 		WithPrevious(a, ratelimit.KeepUsed), WithPrevious(b, ratelimit.StartFresh), WithPrevious(a, ratelimit.KeepUsed))
 	require.Equal(t, l.Key("k"), later.Key("k"), "WithPrevious names keys as SetPolicy did")
 	require.True(t, allowed(t, later, "k", 10))
@@ -659,7 +659,7 @@ func TestSetPolicyAgainChangesNothing(t *testing.T) {
 			}
 			require.False(t, allowed(t, l, "used", 1), "a used-up key after 20 reloads of its policy")
 			require.Equal(t, name, l.Key("used"))
-			later := mustNew(t, c, quota(), WithClock(mock), WithClientTime(), WithPrefix(l.base), WithPrevious(quota(), mode))
+			later := mustNew(t, c, quota(), WithClock(mock), WithPrefix(l.base), WithPrevious(quota(), mode))
 			require.Equal(t, name, later.Key("used"), "WithPrevious skips the step that changed nothing")
 			require.False(t, allowed(t, later, "used", 1))
 		})

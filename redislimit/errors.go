@@ -1,13 +1,12 @@
 package redislimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/redislimit/internal/exec"
 )
 
 var (
@@ -18,17 +17,15 @@ var (
 	// ErrBreakerOpen is wrapped (with [ErrUnavailable]) by the errors of
 	// calls that a [Limiter] answered without trying Redis because a
 	// recent call found Redis unreachable (see [WithBreaker]).
-	ErrBreakerOpen = errors.New("ratelimit: breaker open")
+	ErrBreakerOpen = exec.ErrBreakerOpen
 	// ErrNotReplicated is wrapped (with [ErrUnavailable]) by the error of
 	// a call that Redis admitted but whose write fewer replicas than
 	// [WithReplicaAck] asks for acknowledged in time: the failure policy
 	// decided instead.
-	ErrNotReplicated = errors.New("ratelimit: redis write not acknowledged by replicas")
+	ErrNotReplicated = exec.ErrNotReplicated
 	// errNilContext is returned, with a denial, to a call given a nil
 	// context.
 	errNilContext = errors.New("ratelimit: nil context")
-	// errOverloaded is the cause when too many calls are queued.
-	errOverloaded = errors.New("too many calls waiting for redis")
 )
 
 // nError reports a WaitN or RefundN call with an n that can never be
@@ -49,58 +46,9 @@ func (e *unavailableError) Error() string {
 }
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
-// The causes below are wrapped in an unavailableError, which says
-// "ratelimit:" first: their own messages do not repeat it.
-
-// breakerError is the cause of a call answered while the breaker is open.
-type breakerError struct{ last error }
-
-func (e *breakerError) Error() string {
-	if e.last == nil {
-		return "breaker open"
-	}
-	return fmt.Sprintf("breaker open after: %v", e.last)
-}
-func (e *breakerError) Unwrap() error { return ErrBreakerOpen }
-
-// timeoutError is the cause when Redis did not answer within the
-// limiter's timeout. It matches context.DeadlineExceeded.
-type timeoutError struct{ d time.Duration }
-
-func (e *timeoutError) Error() string { return fmt.Sprintf("no reply within %v", e.d) }
-func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
-
-// connectError is the cause when the call ran out of time while go-redis
-// was failing to connect (it retries a failed dial with backoff, so a
-// refused connection shows up as a timeout): it names the dial's error.
-type connectError struct {
-	d    time.Duration
-	dial error
-}
-
-func (e *connectError) Error() string {
-	return fmt.Sprintf("cannot connect to redis (gave up after %v): %v", e.d, e.dial)
-}
-func (e *connectError) Unwrap() []error { return []error{e.dial, context.DeadlineExceeded} }
-
 // scriptError is the cause when a script's reply is not what it returns.
 type scriptError struct{ values int }
 
 func (e *scriptError) Error() string {
 	return fmt.Sprintf("script returned %d values, want 4", e.values)
 }
-
-// notReplicatedError is the cause when a decision's write was acknowledged
-// by fewer replicas than WithReplicaAck asks for (acks -1: WAIT failed).
-type notReplicatedError struct {
-	acks, want int
-	timeout    time.Duration
-}
-
-func (e *notReplicatedError) Error() string {
-	if e.acks < 0 {
-		return fmt.Sprintf("write not acknowledged: WAIT %d failed", e.want)
-	}
-	return fmt.Sprintf("write acknowledged by %d of %d replicas within %v", e.acks, e.want, e.timeout)
-}
-func (e *notReplicatedError) Unwrap() error { return ErrNotReplicated }

@@ -12,7 +12,7 @@ import (
 )
 
 // exampleClock is a clock that moves only when told, so that the examples
-// print the same durations every run (with redislimit.WithClientTime, the
+// print the same durations every run (with redislimit.WithClock, the
 // scripts decide on it instead of the Redis server's clock).
 type exampleClock struct {
 	mu sync.Mutex
@@ -39,7 +39,7 @@ func examplePrefix() string { return fmt.Sprintf("example:%d:", time.Now().UnixN
 
 // A limit of 10,000 requests a day, the day being the customer's calendar
 // day in New York (23 or 25 hours long when the clocks change), on Redis.
-// RetryAfter points at the next midnight there; without WithClientTime the
+// RetryAfter points at the next midnight there; without WithClock the
 // day's end comes from the Redis server's clock.
 func Example_dailyQuota() {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
@@ -49,7 +49,7 @@ func Example_dailyQuota() {
 
 	daily := ratelimit.QuotaPolicy(10_000, ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny})
 	limiter, err := redislimit.New(client, daily,
-		redislimit.WithPrefix(examplePrefix()), redislimit.WithClock(clock), redislimit.WithClientTime())
+		redislimit.WithPrefix(examplePrefix()), redislimit.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -79,7 +79,7 @@ func ExampleLimiter_SetPolicy() {
 	clock := &exampleClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 
 	limiter, err := redislimit.New(client, ratelimit.FixedWindowPolicy(100, time.Minute),
-		redislimit.WithPrefix(examplePrefix()), redislimit.WithClock(clock), redislimit.WithClientTime())
+		redislimit.WithPrefix(examplePrefix()), redislimit.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -110,7 +110,7 @@ func ExampleWithPrevious() {
 	ctx := context.Background()
 
 	before, err := redislimit.New(client, ratelimit.FixedWindowPolicy(100, time.Minute),
-		redislimit.WithPrefix(prefix), redislimit.WithClock(clock), redislimit.WithClientTime())
+		redislimit.WithPrefix(prefix), redislimit.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -119,7 +119,7 @@ func ExampleWithPrevious() {
 
 	after, err := redislimit.New(client, ratelimit.FixedWindowPolicy(1000, time.Minute),
 		redislimit.WithPrevious(ratelimit.FixedWindowPolicy(100, time.Minute), ratelimit.ScaleUsed),
-		redislimit.WithPrefix(prefix), redislimit.WithClock(clock), redislimit.WithClientTime())
+		redislimit.WithPrefix(prefix), redislimit.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -139,7 +139,7 @@ func ExampleLimiter_Block() {
 	clock := &exampleClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 
 	logins, err := redislimit.New(client, ratelimit.TokenBucketPolicy(ratelimit.PerMinute(20), 20),
-		redislimit.WithPrefix(examplePrefix()), redislimit.WithClock(clock), redislimit.WithClientTime())
+		redislimit.WithPrefix(examplePrefix()), redislimit.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)
 		return

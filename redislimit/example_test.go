@@ -31,7 +31,7 @@ func ExampleNew() {
 		// While Redis is down, each of the 4 instances admits a quarter.
 		redislimit.WithLocalFallback(4),
 		// Failures are logged through log/slog, at most once per
-		// redislimit.DefaultErrorReportInterval, with the number of
+		// 10 seconds (WithErrorReportInterval), with the number of
 		// failures each report stands for; keys appear as digests only.
 		redislimit.WithLogger(slog.Default()),
 		redislimit.WithName("api"),

@@ -99,7 +99,7 @@ func TestClusterFollowsFailover(t *testing.T) {
 	// breaker's cooldown (a probe) plus a reload of the topology, with a
 	// margin for a loaded machine (where a probe may time out and the
 	// breaker wait another cooldown).
-	recoverBy := 2*DefaultBreakerCooldown + 2*time.Second
+	recoverBy := 2*defaultBreakerCooldown + 2*time.Second
 
 	var killedSlotMaster *redistest.Server
 	for _, kill := range []bool{true, false} {
@@ -172,41 +172,6 @@ func TestClusterFollowsFailover(t *testing.T) {
 	}
 }
 
-// TestTopologySuspect checks which failures make a Cluster client reload
-// its topology: no answer, the open breaker, and the error replies of a
-// cluster in reconfiguration, but not other error replies (a script's).
-func TestTopologySuspect(t *testing.T) {
-	t.Parallel()
-	_, c := startRedis(t)
-	reply := func(text string) error {
-		return c.Eval(bg(), "return redis.error_reply(ARGV[1])", nil, text).Err()
-	}
-	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 50 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { _ = dead.Close() })
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{dead.Ping(bg()).Err(), true},
-		{&timeoutError{time.Second}, true},
-		{&breakerError{}, true},
-		{context.DeadlineExceeded, true},
-		{reply("CLUSTERDOWN The cluster is down"), true},
-		{reply("TRYAGAIN Multiple keys request during rehashing of slot"), true},
-		{reply("MASTERDOWN Link with MASTER is down"), true},
-		{reply("LOADING Redis is loading the dataset in memory"), true},
-		{reply("READONLY You can't write against a read only replica."), true},
-		{reply("ERR user_script:1: boom"), false},
-		{reply("NOSCRIPT No matching script"), false},
-		{errOverloaded, false},
-		{&scriptError{values: 3}, false},
-	} {
-		if got := topologySuspect(tc.err); got != tc.want {
-			t.Errorf("topologySuspect(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-	}
-}
-
 // clusterScenario is one failover scenario on a Cluster with replicas.
 type clusterScenario struct {
 	id, title string
@@ -238,7 +203,7 @@ func clusterTail(sc clusterScenario) time.Duration {
 	if !sc.kill {
 		return reliability.Pick(clusterTimeout+3*time.Second, 17*time.Second)
 	}
-	return reliability.Pick(2*DefaultBreakerCooldown+clusterTimeout+2500*time.Millisecond, 25*time.Second)
+	return reliability.Pick(2*defaultBreakerCooldown+clusterTimeout+2500*time.Millisecond, 25*time.Second)
 }
 
 // runClusterScenario starts 3 masters with a replica each, runs the load of
@@ -358,7 +323,7 @@ func runClusterScenario(t *testing.T, sc clusterScenario) (st loadStats, promoti
 		"redislimit.New on redis.NewClusterClient (ContextTimeoutEnabled, go-redis defaults otherwise), FailClosed, WithTimeout(%v), "+
 		"breaker at its default %v",
 		redisVersion(t, cl), redistest.ClusterNodeTimeout, clusterProcs, clusterGoroutines, spec.Pause, clusterFaultAfter, spec.StopAfterFault,
-		time.Duration(st.Stop-st.Start).Round(time.Millisecond), spec.Limit, spec.Window, clusterTimeout, DefaultBreakerCooldown)
+		time.Duration(st.Stop-st.Start).Round(time.Millisecond), spec.Limit, spec.Window, clusterTimeout, defaultBreakerCooldown)
 	if sc.ack > 0 {
 		how += fmt.Sprintf(", WithReplicaAck(%d, %v)", sc.ack, clusterAckTimeout)
 	}
@@ -435,7 +400,7 @@ func checkClusterFailover(t *testing.T, st loadStats, quiet time.Duration) {
 // two cooldowns, a timeout and a second.
 func checkFoundNewMaster(t *testing.T, st loadStats, promotion time.Duration) {
 	t.Helper()
-	if bound := promotion + 2*DefaultBreakerCooldown + clusterTimeout + time.Second; st.Recovery > bound {
+	if bound := promotion + 2*defaultBreakerCooldown + clusterTimeout + time.Second; st.Recovery > bound {
 		t.Errorf("calls failed until %v after the fault, the replica was promoted after %v: want recovery within %v", st.Recovery, promotion, bound)
 	}
 }

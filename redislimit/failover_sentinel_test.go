@@ -186,7 +186,7 @@ func checkSentinelRun(t *testing.T, sc sentinelScenario, run sentinelRun) {
 	// Every failure ends within the failover, plus the breaker's cooldown
 	// and a timeout (a replica-ack run also waits for the remaining
 	// replica to resync): a generous bound, far below the run.
-	if limit := sc.cut + run.healthy + DefaultBreakerCooldown + 2*failoverTimeout + 5*time.Second; st.Recovery > limit {
+	if limit := sc.cut + run.healthy + defaultBreakerCooldown + 2*failoverTimeout + 5*time.Second; st.Recovery > limit {
 		t.Errorf("recovery %v, longer than the failover (%v, healthy after %v) allows (%v): %s; errors %v\n%s", st.Recovery, run.failover, run.healthy, limit, window, st.Errors,
 			st.slotTable(st.sinceStart(st.FaultStart)-time.Second, st.sinceStart(st.LastFailEnd)+time.Second))
 	}
@@ -253,7 +253,7 @@ func recordSentinel(t *testing.T, sc sentinelScenario, limit int, runs []sentine
 			"%sthe master is SIGKILLed once a third of the key is spent (read with Peek on the master), the run goes on "+
 			"until %v after the key is spent on the new master (at most %v); %d run(s), figures of the worst",
 			sc.replicas, args, redistest.SentinelDownAfter.Milliseconds(), failoverProcs, failoverGoroutines, spec.Pause,
-			limit, failure, failoverTimeout, DefaultBreakerCooldown, ack, cut, failoverFinal, spec.Duration, len(runs)),
+			limit, failure, failoverTimeout, defaultBreakerCooldown, ack, cut, failoverFinal, spec.Duration, len(runs)),
 	})
 	if sc.failure == "local" {
 		r.Notes = append(r.Notes, fmt.Sprintf("By design: during the failover each of the %d processes decides on its own "+

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -21,34 +22,31 @@ const (
 	// FailClosed denies every request while Redis is unavailable, with
 	// Remaining 0 and RetryAfter [FailClosedRetryAfter].
 	FailClosed
-	// FailLocal decides with an in-memory [ratelimit.Keyed] limiter
-	// holding a share of the limit; see [WithLocalFallback], which
-	// selects it and gives the share.
-	FailLocal
+	// failLocal decides with an in-memory [ratelimit.Keyed] limiter
+	// holding a share of the limit: [WithLocalFallback] selects it and
+	// gives the share.
+	failLocal
 )
 
-// String returns "open", "closed" or "local".
+// String returns "open", "closed" or, for [WithLocalFallback]'s policy,
+// "local".
 func (f FailurePolicy) String() string {
 	switch f {
 	case FailOpen:
 		return "open"
 	case FailClosed:
 		return "closed"
-	case FailLocal:
+	case failLocal:
 		return "local"
 	}
 	return fmt.Sprintf("FailurePolicy(%d)", uint8(f))
 }
 
 // FailClosedRetryAfter is the RetryAfter of the Decisions a [FailClosed]
-// limiter returns while Redis is unavailable.
+// limiter returns while Redis is unavailable, and of the denial any
+// [Limiter] returns when the caller's ctx is done before Redis decides:
+// in both cases there is no answer to count from.
 const FailClosedRetryAfter = time.Second
-
-// CanceledRetryAfter is the RetryAfter of the Decision a [Limiter] returns
-// when the caller's ctx is done before Redis decides: nothing was decided,
-// and a second is what a [FailClosed] limiter announces for the same
-// reason (no answer).
-const CanceledRetryAfter = FailClosedRetryAfter
 
 // fail applies the failure policy to a call Redis could not decide.
 func (l *Limiter) fail(ctx context.Context, g *generation, op, key string, n int, cause error) (ratelimit.Decision, error) {
@@ -60,7 +58,7 @@ func (l *Limiter) fail(ctx context.Context, g *generation, op, key string, n int
 	switch l.failure {
 	case FailClosed:
 		return ratelimit.Decision{Limit: limit, RetryAfter: FailClosedRetryAfter}, err
-	case FailLocal:
+	case failLocal:
 		d, _ := g.fallback.AllowN(ctx, key, n)
 		return d, err
 	}
@@ -72,7 +70,7 @@ func (l *Limiter) fail(ctx context.Context, g *generation, op, key string, n int
 // cause, and reports it.
 func (l *Limiter) unavailable(ctx context.Context, op, key string, cause error) error {
 	quiet := errors.Is(cause, ErrBreakerOpen)
-	err := &unavailableError{op: op, digest: KeyDigest(key), err: cause}
+	err := &unavailableError{op: op, digest: keyDigest(key), err: cause}
 	l.report(ctx, err, quiet)
 	return err
 }
@@ -98,4 +96,27 @@ func localShare(p ratelimit.Policy, instances int) (ratelimit.Policy, error) {
 		return p, invalid("WithLocalFallback(%d) gives each instance a share of the policy that is invalid, %v: %v", instances, p, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidConfig.Error()+": "))
 	}
 	return p, nil
+}
+
+// report logs err, the error of a call Redis could not decide, at most
+// once per reportEvery, or counts it. quiet says the breaker answered the
+// call: counted, never reported on its own.
+func (l *Limiter) report(ctx context.Context, err error, quiet bool) {
+	logger := l.logger.Get()
+	if logger == nil {
+		return
+	}
+	if quiet {
+		l.reports.Skip()
+		return
+	}
+	suppressed, ok := l.reports.Admit(l.ts.Now(), l.reportEvery)
+	if !ok {
+		return
+	}
+	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
+		slog.String("limit", l.name),
+		slog.String("algorithm", l.cur.Load().policy.Algorithm.String()),
+		slog.Any("error", err),
+		slog.Int64("suppressed", suppressed))
 }

@@ -60,11 +60,11 @@ func digest(key string, buf *[keyDigestLen]byte) {
 	base64.RawURLEncoding.Encode(buf[:], sum[:16])
 }
 
-// KeyDigest returns the digest of key that the errors of a [Limiter] show
+// keyDigest returns the digest of key that the errors of a [Limiter] show
 // in place of the key ("sha256:" and 12 hex digits), so that an operator
 // can match an error to a known key: keys may be API keys, and no error
 // carries one.
-func KeyDigest(key string) string {
+func keyDigest(key string) string {
 	sum := keyHash(key)
 	return "sha256:" + hex.EncodeToString(sum[:6])
 }

@@ -3,39 +3,24 @@ package redislimit
 import (
 	"context"
 	"errors"
-	"hash/maphash"
-	"math"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
 )
 
-// Lease defaults: see [LeaseConfig].
+// The defaults of [LeaseConfig]'s fields.
 const (
-	// DefaultLeaseTarget is the traffic a lease covers unless
-	// [LeaseConfig.Target] says otherwise.
-	DefaultLeaseTarget = 10 * time.Millisecond
-	// DefaultLeaseLifetime is the longest a lease is used unless
-	// [LeaseConfig.Lifetime] says otherwise.
-	DefaultLeaseLifetime = 50 * time.Millisecond
-	// DefaultLeaseKeys is the number of keys whose rate and lease a
-	// Limiter tracks unless [LeaseConfig.MaxKeys] says otherwise.
-	DefaultLeaseKeys = 10000
-	// DefaultLeaseShare is [LeaseConfig.MaxShare] unless it says otherwise:
-	// a lease holds at most a sixteenth of the policy's limit.
-	DefaultLeaseShare = 16
+	defaultLeaseTarget   = 10 * time.Millisecond
+	defaultLeaseLifetime = 50 * time.Millisecond
+	defaultLeaseKeys     = 10000
+	defaultLeaseShare    = 16 // a lease holds at most a sixteenth of the limit
 )
 
 // maxLeaseLifetime bounds [LeaseConfig.Lifetime]: a lease must be short.
 const maxLeaseLifetime = time.Second
-
-// minLease is the smallest lease worth taking: a key whose observed rate
-// times Target is below it is cold and decided one script per decision.
-const minLease = 2
 
 // LeaseConfig configures lease mode ([WithLeases]). The zero value takes
 // every default.
@@ -44,27 +29,25 @@ type LeaseConfig struct {
 	// observed rate (events asked per second, admitted or not) times
 	// Target, at least the n asked and at most Limit/MaxShare. A key gets
 	// leases once that product reaches 2 events; below, each decision is
-	// one script as without leases. 0 means [DefaultLeaseTarget]; it must
-	// not exceed Lifetime.
+	// one script as without leases. 0 means 10ms; it must not exceed
+	// Lifetime.
 	Target time.Duration
 	// Lifetime is the longest a lease is used, counted from the moment
-	// its grant was sent to Redis: at most 1s, 0 means
-	// [DefaultLeaseLifetime]. A lease of a windowed policy (fixed window,
+	// its grant was sent to Redis: at most 1s, 0 means 50ms. A lease of a windowed policy (fixed window,
 	// sliding counter, quota) also ends with the window it was charged in.
 	Lifetime time.Duration
 	// MaxKeys bounds the keys whose rate and lease the Limiter tracks
 	// (about 250 bytes each, plus the key): a key is tracked from its
 	// second decision within Target; keys beyond MaxKeys are decided one
-	// script per decision. 0 means [DefaultLeaseKeys].
+	// script per decision. 0 means 10000.
 	MaxKeys int
 	// MaxShare caps a lease at Limit/MaxShare events (at least 1, and
 	// never less than the n asked): with P processes leasing one key, at
-	// most P*Limit/MaxShare events are parked in leases. 0 means
-	// [DefaultLeaseShare].
+	// most P*Limit/MaxShare events are parked in leases. 0 means 16.
 	MaxShare int
 }
 
-// WithLeases turns lease mode on (see the package documentation,
+// WithLeases turns lease mode on (see docs/redis.md,
 // "Leases"): a hot key's decisions are served in memory from a share of
 // its quota that one script took from Redis, pre-charged there exactly as
 // an AllowN of that share would be, so that nothing is admitted that
@@ -73,7 +56,7 @@ type LeaseConfig struct {
 //
 // The price is coarser Decisions (Remaining, ResetAfter) and quota parked
 // in the leases of other processes (under-admission), bounded per
-// algorithm in the package documentation. New returns an error wrapping
+// algorithm in docs/redis.md ("Leases"). New returns an error wrapping
 // [ratelimit.ErrInvalidConfig] for a sliding log policy, which cannot be
 // leased exactly, and for invalid cfg fields (the error names the field).
 // Call [Limiter.ReleaseLeases] at shutdown to give back what is held.
@@ -81,19 +64,24 @@ func WithLeases(cfg LeaseConfig) Option {
 	return optionFunc(func(c *config) { c.leases = &cfg })
 }
 
+// newTable returns a table of leases sized by cfg for policy p.
+func (cfg *LeaseConfig) newTable(p ratelimit.Policy) *leaseTable {
+	return newLeaseTable(cfg.Target, cfg.Lifetime, cfg.MaxKeys, max(1, p.Limit/cfg.MaxShare))
+}
+
 // checkLeases fills in cfg's defaults and validates it.
 func checkLeases(cfg *LeaseConfig) error {
 	if cfg.Target == 0 {
-		cfg.Target = DefaultLeaseTarget
+		cfg.Target = defaultLeaseTarget
 	}
 	if cfg.Lifetime == 0 {
-		cfg.Lifetime = DefaultLeaseLifetime
+		cfg.Lifetime = defaultLeaseLifetime
 	}
 	if cfg.MaxKeys == 0 {
-		cfg.MaxKeys = DefaultLeaseKeys
+		cfg.MaxKeys = defaultLeaseKeys
 	}
 	if cfg.MaxShare == 0 {
-		cfg.MaxShare = DefaultLeaseShare
+		cfg.MaxShare = defaultLeaseShare
 	}
 	switch {
 	case cfg.Target < 0:
@@ -123,227 +111,6 @@ func checkLeasable(p ratelimit.Policy, op string) error {
 	return nil
 }
 
-// leaseTable is a generation's leases and the rates they are sized by,
-// one leaseKey per tracked key. A new generation (SetPolicy) starts a new
-// table, so that no lease granted under the old policy admits under the
-// new one.
-type leaseTable struct {
-	cfg   LeaseConfig
-	limit int // the lease cap: max(1, Limit/MaxShare)
-	keys  sync.Map
-	size  atomic.Int64 // entries in keys
-	swept atomic.Int64 // local ns of the last sweep made for want of room
-
-	// mu guards ring and cursor: the entries in a slice that the sweep
-	// walks a few at a time.
-	mu     sync.Mutex
-	ring   []*leaseKey
-	cursor int
-
-	// door is the doorkeeper: a key gets an entry only on its second
-	// event within Target, so that keys decided once do not fill the
-	// table. Each slot holds the local ns at which a key hashed to it
-	// was first seen (0: never). Two keys sharing a slot may let one in
-	// early: an entry too many, as before the doorkeeper, never a lease
-	// that is not charged.
-	door [leaseDoor]atomic.Int64
-	seed maphash.Seed
-}
-
-// leaseDoor is the doorkeeper's size, a power of 2 (8 KiB a table).
-const leaseDoor = 1024
-
-func newLeaseTable(cfg LeaseConfig, p ratelimit.Policy) *leaseTable {
-	return &leaseTable{cfg: cfg, limit: max(1, p.Limit/cfg.MaxShare), seed: maphash.MakeSeed()}
-}
-
-// leaseKey is what one process knows of one key: its rate and its lease.
-type leaseKey struct {
-	key string
-
-	// ring is the entry's index in leaseTable.ring, guarded by
-	// leaseTable.mu (not by mu).
-	ring int
-
-	// mu guards everything below.
-	mu   sync.Mutex
-	dead bool // removed from the table: look the key up again
-
-	// The rate: asked events since since (local ns), and the lease size
-	// they call for, the smoothed events per Target (0: cold).
-	since int64
-	asked int64
-	want  float64
-	used  int64 // local ns of the last decision
-
-	lease  lease
-	flight *leaseFlight // the grant in flight, nil: none
-
-	// epoch is bumped by dropLease (an admin call changed the key's state
-	// in Redis): a grant sent before installs no lease when its reply
-	// comes after, so its events are neither admitted nor given back.
-	epoch uint64
-	// fence counts the admin calls in progress on the key: meanwhile its
-	// decisions are exact and nothing is granted or given back.
-	fence int
-	// busy counts the key's grant and give-backs in flight; quiet is
-	// closed when it drops to 0 (admin calls wait for it, so that no
-	// give-back lands on the state they leave).
-	busy  int
-	quiet chan struct{}
-}
-
-// begin counts a grant or give-back of e in flight. Requires e.mu held.
-func (e *leaseKey) begin() {
-	if e.busy == 0 {
-		e.quiet = make(chan struct{})
-	}
-	e.busy++
-}
-
-// end ends what begin counted.
-func (e *leaseKey) end() {
-	e.mu.Lock()
-	e.busy--
-	if e.busy == 0 {
-		close(e.quiet)
-		e.quiet = nil
-	}
-	e.mu.Unlock()
-}
-
-// lease is a grant in use.
-type lease struct {
-	left      int   // events not yet admitted
-	expires   int64 // local ns: not used from then on
-	at        int64 // the grant's time on Redis's clock, µs: the give-back's time
-	remaining int   // Redis's Remaining after the grant
-	resetAt   int64 // local ns at which Redis's ResetAfter at the grant ends
-}
-
-// leaseFlight is a grant in flight; the others asking for the key wait
-// for it and then use its lease, or share its denial.
-type leaseFlight struct {
-	done   chan struct{}
-	n      int
-	d      ratelimit.Decision // the asker's Decision: the denial of n, when denied
-	at     int64              // the script's time on Redis's clock, Unix ns
-	denied bool
-	err    error
-	// owner is the asker's claim on its n events of the lease: 0 until
-	// either side moves, ownerGone when the asker's ctx ended first (the
-	// n go back into the lease), ownerServed when the lease was
-	// installed with the n taken.
-	owner atomic.Int32
-}
-
-const (
-	ownerGone int32 = 1 + iota
-	ownerServed
-)
-
-// get returns the entry of key, making one when there is room and the
-// key was seen within Target before (the doorkeeper); nil, with full
-// when the table has no room, otherwise.
-func (t *leaseTable) get(key string, now int64) (e *leaseKey, full bool) {
-	if v, ok := t.keys.Load(key); ok {
-		return v.(*leaseKey), false
-	}
-	if t.size.Load() >= int64(t.cfg.MaxKeys) {
-		return nil, true
-	}
-	slot := &t.door[maphash.String(t.seed, key)&(leaseDoor-1)]
-	first := slot.Load()
-	if first == 0 || now-first >= int64(t.cfg.Target) || now < first {
-		slot.Store(now)
-		return nil, false
-	}
-	// The rate counts the event the doorkeeper saw (as one event).
-	e, full = t.add(&leaseKey{key: key, since: first, used: now, asked: 1})
-	return e, full
-}
-
-// add puts e in the table unless its key is there (then it returns that
-// entry) or the table is full.
-func (t *leaseTable) add(e *leaseKey) (*leaseKey, bool) {
-	key := e.key
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if v, ok := t.keys.Load(key); ok {
-		return v.(*leaseKey), false
-	}
-	if t.size.Load() >= int64(t.cfg.MaxKeys) {
-		return nil, true
-	}
-	e.ring = len(t.ring)
-	t.ring = append(t.ring, e)
-	t.keys.Store(key, e)
-	t.size.Add(1)
-	return e, false
-}
-
-// note counts n events asked at now and, once per Target, updates the
-// lease size they call for. Requires e.mu held.
-func (e *leaseKey) note(now int64, n int, target time.Duration) {
-	e.used = now
-	el := now - e.since
-	if el < int64(target) {
-		e.asked += int64(n)
-		return
-	}
-	// The events asked in [since, now): one per Target is a rate of one
-	// per Target, not two.
-	m := float64(e.asked) * float64(target) / float64(el)
-	if e.want > 0 && el < 2*int64(target) {
-		// Smoothed over consecutive measurements; after a pause the
-		// rate is what the pause says, so that a key that went quiet
-		// gets no lease sized by its old traffic.
-		m = (m + e.want) / 2
-	}
-	e.want = m
-	e.since, e.asked = now, int64(n)
-}
-
-// size returns the lease to ask for n events, 0 when the key is cold.
-// Requires e.mu held.
-func (e *leaseKey) size(n, capped int) int {
-	if e.want < minLease {
-		return 0
-	}
-	k := capped
-	if e.want < float64(capped) {
-		k = int(math.Ceil(e.want))
-	}
-	return max(k, n)
-}
-
-// drop forgets e's lease without giving it back and bumps e's epoch, so
-// that a grant in flight installs no lease either: the key's state in
-// Redis changed under it. Requires e.mu held.
-func (e *leaseKey) drop() {
-	e.epoch++
-	e.lease = lease{}
-}
-
-// take removes the unused part of e's lease and returns it. Requires e.mu
-// held.
-func (e *leaseKey) take() lease {
-	back := e.lease
-	e.lease = lease{}
-	return back
-}
-
-// decision is the Decision of an admission from e's lease at now.
-// Requires e.mu held.
-func (e *leaseKey) decision(limit int, now int64) ratelimit.Decision {
-	return ratelimit.Decision{
-		Allowed:    true,
-		Limit:      limit,
-		Remaining:  e.lease.left + e.lease.remaining,
-		ResetAfter: time.Duration(max(e.lease.resetAt-now, 0)),
-	}
-}
-
 // allowLeased is allowN for a limiter with leases; n is valid and ctx is
 // not done.
 func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n int) (ratelimit.Decision, error) {
@@ -352,7 +119,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 	e, full := t.get(key, seen)
 	if e == nil {
 		if full {
-			t.makeRoom(ctx, l, g, seen)
+			l.makeRoom(ctx, g, seen)
 		}
 		return l.allowExact(ctx, g, key, n)
 	}
@@ -370,7 +137,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 		// granted before now.
 		now := l.ts.Now()
 		if waited == nil {
-			e.note(now, n, t.cfg.Target)
+			e.note(now, n, t.target)
 		}
 		if e.fence > 0 {
 			// An admin call is changing the key's state in Redis.
@@ -460,7 +227,7 @@ func (l *Limiter) allowLeased(ctx context.Context, g *generation, key string, n 
 			// No sweep: Redis is failing, and the caller has waited.
 			return l.failed(ctx, g, key, n, f.err)
 		}
-		t.sweep(ctx, l, g, l.ts.Now(), 4)
+		l.sweep(ctx, g, l.ts.Now(), 4)
 		if l.decideHook != nil {
 			l.decideHook(f.d, f.at, f.at)
 		}
@@ -543,7 +310,7 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 		gen = g.cache.gen(h).Load()
 	}
 	var v []int64
-	ack := l.batch.ackWant > 0
+	ack := l.wire.Acks()
 	err := l.runCall(ctx, g, g.leaseScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64Slice()
 		return err
@@ -580,7 +347,7 @@ func (l *Limiter) grant(ctx context.Context, g *generation, key string, k, n int
 		g.cache.invalidate(h, key)
 	}
 	granted, at := int(v[4]), v[5]
-	life := int64(g.leases.cfg.Lifetime)
+	life := int64(g.leases.lifetime)
 	if v[6] >= 0 {
 		// A windowed policy: the lease ends with the window it was
 		// charged in. sent is not later than the script's now, so
@@ -636,101 +403,34 @@ func (l *Limiter) giveBack(ctx context.Context, g *generation, key string, back 
 	}
 }
 
-// leaseIdle is how long a key goes without a decision before the sweep
-// forgets its rate (its lease has ended long before).
-func (t *leaseTable) leaseIdle() int64 { return int64(max(10*t.cfg.Lifetime, time.Second)) }
-
-// sweepBacks bounds the give-backs one sweep makes: they run on the
-// caller's path (one round trip each, up to the limiter's timeout when
-// Redis is slow). A background worker would take them off that path, but
-// would need a lifecycle (a Close) that the Limiter does not have.
-const sweepBacks = 1
-
-// mayGiveBack reports whether a caller with ctx can afford a give-back on
-// its path: its ctx is not done and its deadline, if any, is not nearer
-// than the limiter's timeout.
-func (l *Limiter) mayGiveBack(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	dl, ok := ctx.Deadline()
-	return !ok || time.Until(dl) >= l.timeout
-}
-
-// sweep visits up to count entries from where the last sweep stopped:
-// it gives back the unused events of up to sweepBacks leases that have
-// ended (none when the caller cannot afford it: mayGiveBack), and forgets
-// keys that have been idle for leaseIdle. Every successful grant runs it,
-// so cold keys do not park quota while the process keeps deciding; a
-// process that stops deciding altogether should call ReleaseLeases.
-func (t *leaseTable) sweep(ctx context.Context, l *Limiter, g *generation, now int64, count int) {
-	var backs []*leaseKey
-	var leases []lease
+// sweep runs the table's sweep over up to count entries (see
+// sweepTable) and gives back the unused events of up to sweepBacks leases
+// that have ended (none when the caller cannot afford it: mayGiveBack).
+// Every successful grant runs it, so cold keys do not park quota while
+// the process keeps deciding; a process that stops deciding altogether
+// should call ReleaseLeases.
+func (l *Limiter) sweep(ctx context.Context, g *generation, now int64, count int) {
 	room := 0
 	if l.mayGiveBack(ctx) {
 		room = sweepBacks
 	}
-	t.mu.Lock()
-	for i := 0; i < count && len(t.ring) > 0; i++ {
-		if t.cursor >= len(t.ring) {
-			t.cursor = 0
-		}
-		e := t.ring[t.cursor]
-		e.mu.Lock()
-		if len(backs) < room && e.flight == nil && e.lease.left > 0 && now >= e.lease.expires {
-			backs = append(backs, e)
-			leases = append(leases, e.take())
-			e.begin()
-		}
-		if e.flight == nil && e.busy == 0 && e.fence == 0 && e.lease.left == 0 && now-e.used >= t.leaseIdle() {
-			e.dead = true
-			t.keys.Delete(e.key)
-			last := t.ring[len(t.ring)-1]
-			t.ring[t.cursor], last.ring = last, t.cursor
-			t.ring[len(t.ring)-1] = nil
-			t.ring = t.ring[:len(t.ring)-1]
-			t.size.Add(-1)
-			e.mu.Unlock()
-			continue
-		}
-		e.mu.Unlock()
-		t.cursor++
-	}
-	t.mu.Unlock()
-	for i, e := range backs {
-		l.giveBackKey(ctx, g, e, leases[i])
+	for _, b := range g.leases.sweepTable(now, count, room) {
+		l.giveBackKey(ctx, g, b.e, b.ls)
 	}
 }
 
-// makeRoom sweeps the full table, at most once a millisecond, so that
-// idle keys leave room for new ones even when no key takes leases (and so
-// no grant sweeps).
-func (t *leaseTable) makeRoom(ctx context.Context, l *Limiter, g *generation, now int64) {
-	last := t.swept.Load()
-	if now-last < int64(time.Millisecond) || !t.swept.CompareAndSwap(last, now) {
-		return
+// makeRoom sweeps the full table when it is due (roomDue), so that idle
+// keys leave room for new ones.
+func (l *Limiter) makeRoom(ctx context.Context, g *generation, now int64) {
+	if g.leases.roomDue(now) {
+		l.sweep(ctx, g, now, 16)
 	}
-	t.sweep(ctx, l, g, now, 16)
 }
 
-// release takes every lease of the table and gives back its unused
+// releaseLeases takes every lease of g's table and gives back its unused
 // events, up to 16 at a time.
-func (t *leaseTable) release(ctx context.Context, l *Limiter, g *generation) error {
-	t.mu.Lock()
-	type back struct {
-		e  *leaseKey
-		ls lease
-	}
-	var backs []back
-	for _, e := range t.ring {
-		e.mu.Lock()
-		if e.lease.left > 0 {
-			backs = append(backs, back{e, e.take()})
-			e.begin()
-		}
-		e.mu.Unlock()
-	}
-	t.mu.Unlock()
+func (l *Limiter) releaseLeases(ctx context.Context, g *generation) error {
+	backs := g.leases.takeAll()
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for i, b := range backs {
@@ -754,6 +454,23 @@ func (t *leaseTable) release(ctx context.Context, l *Limiter, g *generation) err
 	return nil
 }
 
+// sweepBacks bounds the give-backs one sweep makes: they run on the
+// caller's path (one round trip each, up to the limiter's timeout when
+// Redis is slow). A background worker would take them off that path, but
+// would need a lifecycle (a Close) that the Limiter does not have.
+const sweepBacks = 1
+
+// mayGiveBack reports whether a caller with ctx can afford a give-back on
+// its path: its ctx is not done and its deadline, if any, is not nearer
+// than the limiter's timeout.
+func (l *Limiter) mayGiveBack(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) >= l.timeout
+}
+
 // ReleaseLeases gives back to Redis the unused events of every lease this
 // Limiter holds ([WithLeases]), so that other processes may admit them;
 // call it at shutdown, after the last decision. The Limiter stays usable:
@@ -772,51 +489,5 @@ func (l *Limiter) ReleaseLeases(ctx context.Context) error {
 	if g.leases == nil {
 		return nil
 	}
-	return g.leases.release(ctx, l, g)
-}
-
-// dropLease forgets key's lease without giving it back: an admin call
-// (Reset, Block, Penalize) changed the key's state in Redis, and the lease
-// must not admit on top of it. It bumps the key's epoch, so that a grant
-// in flight installs no lease either.
-func (t *leaseTable) dropLease(key string) {
-	if v, ok := t.keys.Load(key); ok {
-		e := v.(*leaseKey)
-		e.mu.Lock()
-		e.drop()
-		e.mu.Unlock()
-	}
-}
-
-// fence prepares an admin call on key: it drops the key's lease, makes
-// its decisions exact (no grant, no give-back) until unfence, and waits
-// for the grant and give-backs of the key in flight in this process, so
-// that none lands on the state the admin call leaves. When ctx ends
-// first it returns ctx.Err() (already unfenced).
-func (t *leaseTable) fence(ctx context.Context, key string) (unfence func(), err error) {
-	v, ok := t.keys.Load(key)
-	if !ok {
-		return func() { t.dropLease(key) }, nil
-	}
-	e := v.(*leaseKey)
-	e.mu.Lock()
-	e.fence++
-	e.drop()
-	quiet := e.quiet
-	e.mu.Unlock()
-	unfence = func() {
-		e.mu.Lock()
-		e.fence--
-		e.drop()
-		e.mu.Unlock()
-	}
-	if quiet != nil {
-		select {
-		case <-quiet:
-		case <-ctx.Done():
-			unfence()
-			return nil, ctx.Err()
-		}
-	}
-	return unfence, nil
+	return l.releaseLeases(ctx, g)
 }

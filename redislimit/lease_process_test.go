@@ -318,7 +318,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // saturated admits less without any fault of the leases.
 func checkLeasedRun(t *testing.T, p ratelimit.Policy, origin, stop int64, ds []leaseDecision, backs []leaseGiveBack) {
 	t.Helper()
-	parked := leaseProcesses * max(1, p.Limit/DefaultLeaseShare) // the documented bound
+	parked := leaseProcesses * max(1, p.Limit/defaultLeaseShare) // the documented bound
 	w := int64(p.Period)
 	admitted, denied := decidedAt(p, ds)
 	his := make([]int64, len(admitted))
@@ -457,7 +457,7 @@ func checkLeasedRun(t *testing.T, p ratelimit.Policy, origin, stop int64, ds []l
 // admitted in (T1, T2] are at most the leases parked at T2 and what the
 // give-backs made in between withheld: a bucket's give-back withholds up
 // to refill x (its time - the grant's), at most the events it gives back,
-// in case refill cancelled them (the package doc, "Leases": that is the
+// in case refill cancelled them (docs/redis.md, "Leases": that is the
 // under-admission it documents besides the parked leases).
 func checkBucketUnder(t *testing.T, p ratelimit.Policy, rate float64, parked int, admitted, denied []span, backs []leaseGiveBack) {
 	t.Helper()

@@ -31,7 +31,7 @@ func (r *leaseRig) holdScript(lease, before bool) *scriptHold {
 		sc = g.leaseScript
 	}
 	g.release()
-	h := &scriptHold{hash: sc.hash.(string), before: before, held: make(chan struct{}), release: make(chan struct{})}
+	h := &scriptHold{hash: sc.Hash(), before: before, held: make(chan struct{}), release: make(chan struct{})}
 	h.armed.Store(true)
 	r.c.AddHook(h)
 	r.t.Cleanup(func() {
@@ -320,7 +320,7 @@ func TestLeaseSweepBounded(t *testing.T) {
 		// No breaker: the failure must not stop the give-backs by itself.
 		r := setup(t, WithBreaker(0), WithLogger(nil))
 		g := r.l.acquire()
-		r.c.AddHook(failLeases{hash: g.leaseScript.hash.(string)})
+		r.c.AddHook(failLeases{hash: g.leaseScript.Hash()})
 		g.release()
 		if _, err := r.l.AllowN(bg(), r.key, 1); err == nil {
 			t.Fatal("AllowN with the lease script failing: no error")

@@ -64,7 +64,7 @@ func TestLeaseConfigErrors(t *testing.T) {
 }
 
 // leaseRig is a limiter with leases on the manual clock, deciding at that
-// clock's time (WithClientTime), and a second limiter without leases on
+// clock's time (WithClock), and a second limiter without leases on
 // the same keys, whose Peek shows what Redis holds.
 type leaseRig struct {
 	t     *testing.T
@@ -80,13 +80,13 @@ func newLeaseRig(t *testing.T, p ratelimit.Policy, cfg LeaseConfig, opts ...Opti
 	_, c := startRedis(t)
 	mock := newMock()
 	prefix := uniquePrefix(t)
-	opts = append([]Option{WithPrefix(prefix), WithClock(mock), WithClientTime(), WithLeases(cfg)}, opts...)
+	opts = append([]Option{WithPrefix(prefix), WithClock(mock), WithLeases(cfg)}, opts...)
 	return &leaseRig{
 		t:     t,
 		c:     c,
 		mock:  mock,
 		l:     mustNew(t, c, p, opts...),
-		exact: mustNew(t, c, p, WithPrefix(prefix), WithClock(mock), WithClientTime(), WithDenyCache(0)),
+		exact: mustNew(t, c, p, WithPrefix(prefix), WithClock(mock), WithDenyCache(0)),
 		key:   "hot",
 	}
 }
@@ -350,7 +350,7 @@ func TestLeaseCanceledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg())
 	cancel()
 	d, err := r.l.AllowN(ctx, r.key, 1)
-	if d.Allowed || d.RetryAfter != CanceledRetryAfter || !errors.Is(err, context.Canceled) {
+	if d.Allowed || d.RetryAfter != FailClosedRetryAfter || !errors.Is(err, context.Canceled) {
 		t.Fatalf("AllowN with a done ctx = %+v, %v; want the canceled denial", d, err)
 	}
 	// The lease is untouched: 28 more from it, then a grant.
@@ -400,10 +400,10 @@ func TestLeaseFailurePolicy(t *testing.T) {
 	c := refusedClient(t, true)
 	mock := newMock()
 	// No breaker: every call, the grant included, tries Redis.
-	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Second), WithClock(mock), WithClientTime(),
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Second), WithClock(mock),
 		WithTimeout(100*time.Millisecond), WithFailurePolicy(FailClosed), WithLogger(nil), WithLeases(LeaseConfig{}), WithBreaker(0))
 	g := l.acquire()
-	grants := &countScript{hash: g.leaseScript.hash.(string)}
+	grants := &countScript{hash: g.leaseScript.Hash()}
 	g.release()
 	c.AddHook(grants)
 	check := func(when string) {
@@ -467,7 +467,7 @@ func TestLeaseObserver(t *testing.T) {
 			allowed.Add(1)
 		}
 	})
-	l := mustNew(t, c, ratelimit.FixedWindowPolicy(100, time.Second), WithPrefix(uniquePrefix(t)), WithClock(mock), WithClientTime(),
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(100, time.Second), WithPrefix(uniquePrefix(t)), WithClock(mock),
 		WithObserver(obs), WithLeases(LeaseConfig{MaxShare: 1}))
 	for range 10 {
 		l.Allow(bg(), "k")
@@ -541,7 +541,7 @@ func TestLeaseReplicaAck(t *testing.T) {
 	// acknowledge; 2 s, as in TestReplicaAck, is far above what a loaded
 	// machine takes (tens of ms) and is paid once, by the grant with the
 	// replica stopped.
-	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Hour), WithPrefix(uniquePrefix(t)), WithClock(mock), WithClientTime(),
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Hour), WithPrefix(uniquePrefix(t)), WithClock(mock),
 		WithFailurePolicy(FailClosed), WithBreaker(0), WithLogger(nil), WithReplicaAck(1, 2*time.Second),
 		WithLeases(LeaseConfig{MaxShare: 10}))
 	for range 9 {

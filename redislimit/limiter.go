@@ -3,7 +3,6 @@ package redislimit
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,10 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
-	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"github.com/rlkit/ratelimit/internal/typednil"
+	"github.com/rlkit/ratelimit/redislimit/internal/exec"
 )
 
 // Limiter is a [ratelimit.KeyedLimiter] whose state lives in Redis: one
@@ -31,13 +30,12 @@ type Limiter struct {
 	base        string                     // the prefix of every Redis key name (WithPrefix)
 	timeout     time.Duration
 	failure     FailurePolicy
-	instances   int // FailLocal only: the instances sharing the limit
+	instances   int // WithLocalFallback only: the instances sharing the limit
 	cacheKeys   int // the deny cache's size, 0: none
 	clock       ratelimit.Clock
 	ts          timesrc.Source // local time: deny cache, breaker, reports, WaitN, client time
 	clientTime  bool           // pass the local time to the scripts instead of Redis's TIME
 	plain       bool           // key names hold keys as given, not digests
-	dials       *dialRecorder  // nil: the client cannot be hooked
 	observer    ratelimit.Observer
 	name        string
 	epoch       time.Time       // real time at New: time.Since(epoch) reads only the monotonic clock, for Latency
@@ -45,11 +43,8 @@ type Limiter struct {
 	reportEvery time.Duration   // at most one report per reportEvery
 	reports     report.Throttle // paces the reports
 	latest      atomic.Int64    // with client time: the latest decision time seen (local ns)
-	reloaded    atomic.Int64    // Unix ns of the last Cluster topology reload asked for (topology.go)
-	brk         breaker
-	batch       batcher
-	ackTimeout  time.Duration // WithReplicaAck's timeout, for errors
-	leases      *LeaseConfig  // WithLeases, defaults filled in; nil: off
+	wire        *exec.Wire      // runs the scripts: batcher, retries, breaker, WAIT
+	leases      *LeaseConfig    // WithLeases, defaults filled in; nil: off
 	// decideHook, set by tests only, is called with every Decision that
 	// lease mode makes (not a failure's) and the interval, in Unix ns, in
 	// which it was made: [t, t] for one from a lease (t the local time)
@@ -102,38 +97,22 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 		ts:          timesrc.New(cfg.clock),
 		clientTime:  cfg.clientTime,
 		plain:       cfg.plain,
-		dials:       recorderFor(client),
 		observer:    cfg.observer,
 		name:        cfg.name,
 		epoch:       time.Now(),
 		logger:      cfg.logger,
 		reportEvery: cfg.reportEvery,
 		leases:      cfg.leases,
-		brk:         breaker{cooldown: int64(cfg.breaker)},
-		batch: batcher{
-			client:      client,
-			timeout:     cfg.timeout,
-			inline:      honoursDeadlines(client),
-			maxFlushers: defaultFlushers,
-			maxBatch:    defaultMaxBatch,
-			maxQueue:    defaultMaxQueue,
-		},
 	}
-	if cfg.ackSet {
-		switch client.(type) {
-		case *redis.Client, *redis.ClusterClient:
-		case *redis.Ring:
-			return nil, invalid("WithReplicaAck is not supported on a *redis.Ring (WAIT must run on the connection of each shard)")
-		default:
-			// A wrapper could send the keyless WAIT on another connection
-			// than the scripts', where it would count nothing unreplicated.
-			return nil, invalid("WithReplicaAck needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection that ran the scripts), got %T", client)
-		}
-		l.ackTimeout = cfg.ackTimeout
-		l.batch.ackWant = cfg.ackReplicas
-		l.batch.ackReplicas = cfg.ackReplicas
-		l.batch.ackMillis = ackMillis(cfg.ackTimeout)
-		l.batch.cluster, _ = client.(*redis.ClusterClient)
+	if l.wire, err = exec.New(exec.Config{
+		Client:      client,
+		Timeout:     cfg.timeout,
+		Breaker:     cfg.breaker,
+		Now:         l.ts.Now,
+		AckReplicas: cfg.ackReplicas,
+		AckTimeout:  cfg.ackTimeout,
+	}); err != nil {
+		return nil, invalid("%v", err)
 	}
 	// Oldest first, as the options give them, each named after those before
 	// it as SetPolicy would have named it; newest first in the chain.
@@ -173,11 +152,8 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 // Policy returns the policy l runs for every key.
 func (l *Limiter) Policy() ratelimit.Policy { return l.cur.Load().policy }
 
-// Name returns the name given with [WithName], "" without one.
-func (l *Limiter) Name() string { return l.name }
-
 // nowArg is the script's time argument: "" for the server's clock, the
-// local time in Unix microseconds with [WithClientTime].
+// local time in Unix microseconds with [WithClock].
 func (l *Limiter) nowArg() any {
 	if !l.clientTime {
 		return ""
@@ -186,7 +162,7 @@ func (l *Limiter) nowArg() any {
 }
 
 // times returns the script's time argument and, when the deny cache needs
-// it, the local time (ns) the decision is made at. With [WithClientTime]
+// it, the local time (ns) the decision is made at. With [WithClock]
 // both come from one reading, truncated to the microsecond as the script
 // sees it, so that the cache does not deny past the moment the script
 // would admit.
@@ -215,9 +191,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) bool {
 //
 // When Redis cannot decide within the timeout, AllowN returns the failure
 // policy's Decision and an error wrapping [ErrUnavailable] and the cause;
-// act on the Decision either way (see the package documentation). When
+// act on the Decision either way (see the package documentation, "Failures"). When
 // ctx is done first, AllowN returns a denial with RetryAfter
-// [CanceledRetryAfter] and ctx.Err(), never the failure policy's Decision
+// [FailClosedRetryAfter] and ctx.Err(), never the failure policy's Decision
 // (a nil ctx gets the same denial and an error). With [WithObserver], every
 // call is reported as one Event.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error) {
@@ -235,7 +211,7 @@ func (l *Limiter) allowN(ctx context.Context, key string, n int) (ratelimit.Deci
 	g := l.acquire()
 	defer g.release()
 	if ctx == nil {
-		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
+		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: FailClosedRetryAfter}, errNilContext
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
@@ -294,7 +270,7 @@ func (l *Limiter) allowCached(ctx context.Context, g *generation, key string, n 
 		// exactly what Redis would answer until the span ends. A denial
 		// with some left may be followed by another instance's admission
 		// that this one never sees (a cached Remaining of 1 after Redis
-		// said 0 elsewhere: TestDenyCacheLinearizable).
+		// said 0 elsewhere).
 		g.cache.put(h, key, n, local, g.cacheSpan(n, d), gen, d)
 	}
 	return d, nil
@@ -307,96 +283,6 @@ func (l *Limiter) failed(ctx context.Context, g *generation, key string, n int, 
 		return l.canceled(ctx)
 	}
 	return l.fail(ctx, g, "allow", key, n, err)
-}
-
-// observe reports a decision to the observer; start is when the decision
-// began, as time.Since(l.epoch) (one monotonic clock read, where time.Now
-// reads two clocks).
-func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err error, wait bool, start time.Duration) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	l.observer.Observe(ctx, ratelimit.Event{
-		Limit:     l.name,
-		Algorithm: l.cur.Load().policy.Algorithm,
-		Home:      ratelimit.HomeRedis,
-		Outcome:   outcome(d, err),
-		N:         n,
-		Decision:  d,
-		Err:       err,
-		Wait:      wait,
-		Latency:   time.Since(l.epoch) - start,
-	})
-}
-
-// init tells the servers of packages httplimit and grpclimit, which
-// report the decisions of the limits they serve themselves, how to label
-// this home's: Home redis, a fallback for every error that wraps
-// ErrUnavailable, and whether the limiter reports to an observer or a
-// logger of its own.
-func init() {
-	observe.Register(func(l any) (observe.Info, bool) {
-		lim, ok := l.(*Limiter)
-		if !ok || lim == nil {
-			return observe.Info{}, false
-		}
-		return observe.Info{
-			Home:     uint8(ratelimit.HomeRedis),
-			Observed: lim.observer != nil,
-			Logs:     lim.logger.Get() != nil,
-			Fallback: isUnavailable,
-		}, true
-	})
-}
-
-// isUnavailable reports whether err says that Redis could not decide, so
-// that the failure policy did.
-func isUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
-
-// outcome classifies a decision for the observer: refused by the limit
-// (Denied), decided by the failure policy (the error wraps
-// ErrUnavailable), or refused before anything was decided (a done ctx, an
-// impossible wait).
-func outcome(d ratelimit.Decision, err error) ratelimit.Outcome {
-	switch {
-	case err == nil && d.Allowed:
-		return ratelimit.OutcomeAllowed
-	case err == nil:
-		return ratelimit.OutcomeDenied
-	case errors.Is(err, ErrUnavailable):
-		return ratelimit.OutcomeFallback
-	}
-	return ratelimit.OutcomeError
-}
-
-// cacheSpan returns how long the denial d of n events keeps its Remaining
-// (at least; 0 when that is not known), so that a cached copy says exactly
-// what Redis would. Remaining r < n grows by one when a token arrives or
-// the bucket leaks one (every Period/Refill or Period), and n-r-1 such
-// steps come before n fit at RetryAfter; a fixed window's Remaining holds
-// until the window ends (its RetryAfter); a sliding log's grows whenever
-// its oldest event leaves, which only RetryAfter says when r = n-1.
-// RetryAfter was rounded up to the microsecond, hence the microsecond off.
-func (g *generation) cacheSpan(n int, d ratelimit.Decision) int64 {
-	k := int64(n - d.Remaining - 1)
-	if k <= 0 || g.policy.Algorithm == ratelimit.FixedWindowAlgorithm || g.policy.Algorithm == ratelimit.QuotaAlgorithm {
-		return int64(d.RetryAfter)
-	}
-	per := int64(g.policy.Period)
-	if k > math.MaxInt64/per {
-		return 0
-	}
-	var steps int64
-	switch g.policy.Algorithm {
-	case ratelimit.TokenBucketAlgorithm:
-		r := int64(g.policy.Refill)
-		steps = (k*per + r - 1) / r
-	case ratelimit.LeakyBucketAlgorithm:
-		steps = k * per
-	default:
-		return 0
-	}
-	return max(int64(d.RetryAfter)-steps-int64(time.Microsecond), 0)
 }
 
 // ordered reports whether mono is not earlier than any time a decision
@@ -423,7 +309,7 @@ func (l *Limiter) ordered(mono int64) bool {
 // ctx.Err(), never the failure policy (which is for Redis failures), and
 // nothing reported: the caller gave up, Redis did not fail.
 func (l *Limiter) canceled(ctx context.Context) (ratelimit.Decision, error) {
-	return ratelimit.Decision{Limit: l.cur.Load().policy.Limit, RetryAfter: CanceledRetryAfter}, ctx.Err()
+	return ratelimit.Decision{Limit: l.cur.Load().policy.Limit, RetryAfter: FailClosedRetryAfter}, ctx.Err()
 }
 
 // Peek reports the Decision AllowN(ctx, key, n) would return now, without
@@ -434,7 +320,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int) (ratelimit.Decisi
 	g := l.acquire()
 	defer g.release()
 	if ctx == nil {
-		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: CanceledRetryAfter}, errNilContext
+		return ratelimit.Decision{Limit: g.policy.Limit, RetryAfter: FailClosedRetryAfter}, errNilContext
 	}
 	if ctx.Err() != nil {
 		return l.canceled(ctx)
@@ -514,7 +400,7 @@ func (l *Limiter) decide(ctx context.Context, g *generation, key string, now any
 func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string, now any, n int, mode commitMode) (ratelimit.Decision, bool, error) {
 	args := g.args(l, now, n, mode)
 	var v []int64
-	ack := mode == commit && l.batch.ackWant > 0
+	ack := mode == commit && l.wire.Acks()
 	err := l.runCall(ctx, g, g.decideScript, g.keys(l, key), args, ack, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64Slice()
 		return err
@@ -536,51 +422,6 @@ func (l *Limiter) decideCacheable(ctx context.Context, g *generation, key string
 		RetryAfter: time.Duration(v[2]) * time.Microsecond,
 		ResetAfter: time.Duration(v[3]) * time.Microsecond,
 	}, v[0] == 0, nil
-}
-
-// run runs script on key with args through the batcher and the breaker,
-// and hands the reply to read.
-func (l *Limiter) run(ctx context.Context, g *generation, sc *script, keys []string, args []any, read func(*redis.Cmd) error) error {
-	return l.runCall(ctx, g, sc, keys, args, false, read)
-}
-
-// runCall is run; with ack (WithReplicaAck, a decision that may admit)
-// its round trip ends with WAIT, and when fewer replicas than asked
-// acknowledged, runCall returns a *notReplicatedError after read has
-// read the reply (which the breaker counts as a success: Redis answered).
-func (l *Limiter) runCall(ctx context.Context, g *generation, sc *script, keys []string, args []any, ack bool, read func(*redis.Cmd) error) error {
-	var now int64
-	if l.brk.cooldown != 0 {
-		now = l.ts.Now()
-	}
-	ok, probe, err := l.brk.allow(now)
-	if !ok {
-		l.reloadOnFailure(err)
-		return err
-	}
-	c := getCall()
-	c.script = sc
-	c.keys = keys
-	c.args = args
-	c.ack = ack
-	acks := 0
-	if err = l.batch.do(ctx, c, l.timeout); err == nil {
-		err = read(c.cmd)
-		acks = c.acks
-		putCall(c)
-	}
-	callerDone := ctx.Err() != nil
-	if err != nil && !callerDone {
-		l.reloadOnFailure(err)
-		err = l.cause(err)
-	}
-	if l.brk.cooldown != 0 {
-		l.brk.done(l.ts.Now(), probe, err, callerDone)
-	}
-	if err == nil && ack && acks < l.batch.ackWant {
-		err = &notReplicatedError{acks: acks, want: l.batch.ackWant, timeout: l.ackTimeout}
-	}
-	return err
 }
 
 // RefundN gives back n events that AllowN admitted for key just before, as
@@ -679,7 +520,7 @@ func (l *Limiter) waitN(ctx context.Context, key string, n int) (ratelimit.Decis
 		if d.Allowed {
 			return d, nil
 		}
-		if err != nil && l.failure != FailLocal {
+		if err != nil && l.failure != failLocal {
 			return d, err
 		}
 		if d.RetryAfter == ratelimit.RetryNever {

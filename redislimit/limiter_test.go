@@ -43,8 +43,8 @@ func TestNewValidation(t *testing.T) {
 		{"typed nil clock", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithClock((*manualClock)(nil))}, "redislimit.WithClock: clock is a nil *lincheck.Clock"},
 		{"negative deny cache", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithDenyCache(-1)}, "WithDenyCache"},
 		{"no instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithLocalFallback(0)}, "WithLocalFallback"},
-		{"FailLocal without instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(FailLocal)}, "WithLocalFallback"},
-		{"unknown failure policy", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(9)}, "redislimit.WithFailurePolicy must be FailOpen, FailClosed or FailLocal, got FailurePolicy(9)"},
+		{"local fallback without instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(failLocal)}, "WithLocalFallback(instances)"},
+		{"unknown failure policy", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(9)}, "redislimit.WithFailurePolicy must be FailOpen or FailClosed (or use WithLocalFallback), got FailurePolicy(9)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -175,7 +175,7 @@ func TestDenyCache(t *testing.T) {
 	} {
 		t.Run(name(p), func(t *testing.T) {
 			mock := newMock()
-			l := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+			l := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)))
 			var denied ratelimit.Decision
 			for i := 0; ; i++ {
 				d, err := l.AllowN(bg(), "k", 1)
@@ -217,7 +217,7 @@ func TestDenyCache(t *testing.T) {
 	}
 	t.Run("bounded", func(t *testing.T) {
 		mock := newMock()
-		l := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour), WithClock(mock), WithClientTime(), WithDenyCache(64), WithPrefix(uniquePrefix(t)))
+		l := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour), WithClock(mock), WithDenyCache(64), WithPrefix(uniquePrefix(t)))
 		for i := range 1000 {
 			k := strconv.Itoa(i)
 			l.AllowN(bg(), k, 1)
@@ -237,7 +237,7 @@ func TestDenyCache(t *testing.T) {
 	})
 	t.Run("refund drops the entry", func(t *testing.T) {
 		mock := newMock()
-		l := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour), WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+		l := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour), WithClock(mock), WithPrefix(uniquePrefix(t)))
 		l.AllowN(bg(), "k", 1)
 		if d, _ := l.AllowN(bg(), "k", 1); d.Allowed {
 			t.Fatal("second event admitted")
@@ -302,8 +302,8 @@ func TestSkew(t *testing.T) {
 			}
 			one := run(mustNew(t, c, p, WithPrefix(uniquePrefix(t))))
 			prefix := uniquePrefix(t)
-			ahead := mustNew(t, c, p, WithPrefix(prefix), WithClock(offsetClock{clock.New(), 5 * time.Second}))
-			behind := mustNew(t, c, p, WithPrefix(prefix), WithClock(offsetClock{clock.New(), -5 * time.Second}))
+			ahead := mustNew(t, c, p, WithPrefix(prefix), withLocalClock(offsetClock{clock.New(), 5 * time.Second}))
+			behind := mustNew(t, c, p, WithPrefix(prefix), withLocalClock(offsetClock{clock.New(), -5 * time.Second}))
 			two := run(ahead, behind)
 			if one != int64(p.Limit) || two != one {
 				t.Errorf("one limiter admitted %d, two with clocks 10s apart %d; want both %d", one, two, p.Limit)
@@ -359,7 +359,7 @@ func TestDeniedStoresNothing(t *testing.T) {
 	_, c := startRedis(t)
 	for _, p := range policies() {
 		mock := newMock()
-		l := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
+		l := mustNew(t, c, p, WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 		for {
 			d, err := l.AllowN(bg(), "k", 1)
 			if err != nil {

@@ -24,11 +24,11 @@ import (
 // The linearizability proofs of issue 12 on Redis: concurrent decisions
 // of one or several limiters (goroutines, processes) sharing a Redis
 // server or Cluster, with time passed to the scripts from a manual clock
-// that moves only between phases (WithClock + WithClientTime), checked
+// that moves only between phases (WithClock), checked
 // with porcupine against the in-memory limiter of the same policy
 // replayed (internal/lincheck). Durations are compared at the microsecond
 // Redis keeps: the scripts work in whole microseconds and round
-// RetryAfter and ResetAfter up (doc.go, Time), which the differential and
+// RetryAfter and ResetAfter up (docs/redis.md, Time), which the differential and
 // conformance suites already demand (roundDecision); every phase time is
 // a whole microsecond.
 
@@ -60,7 +60,7 @@ func linPolicy(algo ratelimit.Algorithm) ratelimit.Policy {
 // the default options otherwise (the deny cache on).
 func linLimiter(t testing.TB, c redis.UniversalClient, p ratelimit.Policy, prefix string, clk *lincheck.Clock, opts ...Option) *Limiter {
 	t.Helper()
-	opts = append([]Option{WithClock(clk), WithClientTime(), WithPrefix(prefix), WithTimeout(10 * time.Second)}, opts...)
+	opts = append([]Option{WithClock(clk), WithPrefix(prefix), WithTimeout(10 * time.Second)}, opts...)
 	return mustNew(t, c, p, opts...)
 }
 
@@ -134,7 +134,7 @@ func TestProofLinearizableRedis(t *testing.T) {
 		Group: "linearizability", Scenario: "linearizability-redis",
 		Title: "Redis single node, every algorithm, concurrent goroutines",
 		How: fmt.Sprintf("redis-server 7 on loopback; one redislimit.Limiter per algorithm (go-redis Client, batching and deny cache on) "+
-			"deciding at a manual clock's time (WithClock + WithClientTime); %d goroutines, "+
+			"deciding at a manual clock's time (WithClock); %d goroutines, "+
 			"%d calls each per phase on %d keys (AllowN n=1..3, 10%% Peek), %d phases with seeded clock steps between them; "+
 			"checked against the in-memory limiter replayed, durations at Redis's microsecond", clients, reliability.Pick(2, 4), len(linKeys), phases),
 		Ops: st.Ops, Histories: st.Histories, Verdict: linVerdict(t), Seed: int64(seed), Notes: st.Notes,
@@ -365,8 +365,8 @@ func TestDenyCacheLinearizable(t *testing.T) {
 		p := ratelimit.FixedWindowPolicy(5, time.Hour)
 		clk := lincheck.NewClock(linStart)
 		prefix := uniquePrefix(t)
-		a := linLimiter(t, c, p, prefix, clk, WithDenyCache(DefaultDenyCacheKeys))
-		b := linLimiter(t, c, p, prefix, clk, WithDenyCache(DefaultDenyCacheKeys))
+		a := linLimiter(t, c, p, prefix, clk, WithDenyCache(defaultDenyCacheKeys))
+		b := linLimiter(t, c, p, prefix, clk, WithDenyCache(defaultDenyCacheKeys))
 		var rec lincheck.Recorder
 		// One call after the other: A takes 4 of 5, is denied 3 (cached,
 		// Remaining 1), B takes the last one, A asks for 3 again.
@@ -386,7 +386,7 @@ func TestDenyCacheLinearizable(t *testing.T) {
 		for _, algo := range allAlgorithms {
 			p := linPolicy(algo)
 			clk := lincheck.NewClock(linStart)
-			l := linLimiter(t, c, p, uniquePrefix(t), clk, WithDenyCache(DefaultDenyCacheKeys))
+			l := linLimiter(t, c, p, uniquePrefix(t), clk, WithDenyCache(defaultDenyCacheKeys))
 			w := linWorkload(seed+uint64(algo), 32, linKeys)
 			var rec lincheck.Recorder
 			for k, at := range lincheck.Schedule(seed, linStart, 10, p.Window()) {

@@ -9,17 +9,16 @@ import (
 	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/typednil"
+	"github.com/rlkit/ratelimit/redislimit/internal/exec"
 )
 
-// Defaults.
+// The defaults, each stated in its option's documentation.
 const (
-	// DefaultPrefix is the key prefix unless [WithPrefix] says otherwise.
-	DefaultPrefix = "ratelimit:"
-	// DefaultTimeout bounds each call unless [WithTimeout] says otherwise.
-	DefaultTimeout = 100 * time.Millisecond
-	// DefaultDenyCacheKeys is the number of denied keys remembered
-	// locally unless [WithDenyCache] says otherwise.
-	DefaultDenyCacheKeys = 10000
+	defaultPrefix              = "ratelimit:"
+	defaultTimeout             = 100 * time.Millisecond
+	defaultDenyCacheKeys       = 10000
+	defaultBreakerCooldown     = time.Second
+	defaultErrorReportInterval = 10 * time.Second
 )
 
 // Option configures a [Limiter]; pass options to [New].
@@ -30,26 +29,25 @@ type Option interface {
 // config is what the options set; newConfig fills in the defaults and
 // checks it.
 type config struct {
-	prefix       string
-	timeout      time.Duration
-	failure      FailurePolicy
-	instances    int
-	instancesSet bool // WithLocalFallback gave instances
-	clock        ratelimit.Clock
-	clientTime   bool
-	cacheKeys    int
-	breaker      time.Duration
-	plain        bool
-	logger       report.Logger
-	reportEvery  time.Duration
-	observer     ratelimit.Observer
-	name         string
-	previous     []previous // WithPrevious, oldest first
-	ackReplicas  int        // WithReplicaAck: replicas, 0 off
-	ackTimeout   time.Duration
-	ackSet       bool
-	leases       *LeaseConfig // WithLeases; nil: off
-	err          error        // the first invalid option
+	prefix      string
+	timeout     time.Duration
+	failure     FailurePolicy
+	instances   int // WithLocalFallback's
+	clock       ratelimit.Clock
+	clientTime  bool // WithClock: the scripts decide at clock's time
+	cacheKeys   int
+	breaker     time.Duration
+	plain       bool
+	logger      report.Logger
+	reportEvery time.Duration
+	observer    ratelimit.Observer
+	name        string
+	previous    []previous // WithPrevious, oldest first
+	ackReplicas int        // WithReplicaAck: replicas, 0 off
+	ackTimeout  time.Duration
+	ackSet      bool
+	leases      *LeaseConfig // WithLeases; nil: off
+	err         error        // the first invalid option
 }
 
 type optionFunc func(*config)
@@ -73,13 +71,13 @@ func invalid(format string, args ...any) error {
 // newConfig applies opts over the defaults and checks the result.
 func newConfig(opts []Option) (config, error) {
 	cfg := config{
-		prefix:      DefaultPrefix,
-		timeout:     DefaultTimeout,
+		prefix:      defaultPrefix,
+		timeout:     defaultTimeout,
 		failure:     FailOpen,
-		cacheKeys:   DefaultDenyCacheKeys,
-		breaker:     DefaultBreakerCooldown,
+		cacheKeys:   defaultDenyCacheKeys,
+		breaker:     defaultBreakerCooldown,
 		logger:      report.To(nil), // no reports without WithLogger
-		reportEvery: DefaultErrorReportInterval,
+		reportEvery: defaultErrorReportInterval,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -99,20 +97,18 @@ func newConfig(opts []Option) (config, error) {
 		err = invalid("WithDenyCache must not be negative, got %d", cfg.cacheKeys)
 	case cfg.breaker < 0:
 		err = invalid("WithBreaker must not be negative, got %v", cfg.breaker)
-	case cfg.failure == FailLocal && !cfg.instancesSet:
-		err = invalid("WithFailurePolicy(FailLocal) needs the number of instances sharing the limit: use WithLocalFallback(instances)")
-	case cfg.failure == FailLocal && cfg.instances <= 0:
+	case cfg.failure == failLocal && cfg.instances <= 0:
 		err = invalid("WithLocalFallback instances must be positive, got %d", cfg.instances)
-	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != FailLocal:
-		err = invalid("WithFailurePolicy must be FailOpen, FailClosed or FailLocal, got %v", cfg.failure)
+	case cfg.failure != FailOpen && cfg.failure != FailClosed && cfg.failure != failLocal:
+		err = invalid("WithFailurePolicy must be FailOpen or FailClosed (or use WithLocalFallback), got %v", cfg.failure)
 	case cfg.ackSet && cfg.ackReplicas < 1:
 		err = invalid("WithReplicaAck replicas must be at least 1, got %d", cfg.ackReplicas)
 	case cfg.ackSet && cfg.ackTimeout <= 0:
 		err = invalid("WithReplicaAck timeout must be positive, got %v", cfg.ackTimeout)
 	case cfg.ackSet && cfg.ackTimeout >= cfg.timeout:
 		err = invalid("WithReplicaAck timeout (%v) must be shorter than WithTimeout (%v)", cfg.ackTimeout, cfg.timeout)
-	case cfg.ackSet && ackMillis(cfg.ackTimeout)*int64(time.Millisecond) >= int64(cfg.timeout):
-		err = invalid("WithReplicaAck timeout (%v, in whole milliseconds for WAIT: %dms) must be shorter than WithTimeout (%v)", cfg.ackTimeout, ackMillis(cfg.ackTimeout), cfg.timeout)
+	case cfg.ackSet && exec.AckMillis(cfg.ackTimeout)*int64(time.Millisecond) >= int64(cfg.timeout):
+		err = invalid("WithReplicaAck timeout (%v, in whole milliseconds for WAIT: %dms) must be shorter than WithTimeout (%v)", cfg.ackTimeout, exec.AckMillis(cfg.ackTimeout), cfg.timeout)
 	}
 	if err == nil && cfg.leases != nil {
 		err = checkLeases(cfg.leases)
@@ -120,13 +116,13 @@ func newConfig(opts []Option) (config, error) {
 	return cfg, err
 }
 
-// WithPrefix sets the prefix of every Redis key (default [DefaultPrefix]).
+// WithPrefix sets the prefix of every Redis key (default "ratelimit:").
 // It must not contain '{' or '}', which would change the Cluster hash tag.
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) { c.prefix = prefix })
 }
 
-// WithTimeout bounds each call to Redis (default [DefaultTimeout]); a
+// WithTimeout bounds each call to Redis (default 100ms); a
 // call also ends at ctx's deadline when that comes first.
 //
 // Set ContextTimeoutEnabled in the go-redis options: callers are bounded
@@ -141,17 +137,24 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithFailurePolicy sets what the limiter decides when Redis cannot:
-// [FailOpen] (the default), [FailClosed] or [FailLocal]. FailLocal needs
-// the number of instances that share the limit, which only
-// [WithLocalFallback] gives (it selects FailLocal itself): New returns an
-// error for FailLocal without it, rather than guess one instance and let
-// every instance admit the whole limit.
+// [FailOpen] (the default) or [FailClosed]. For a local in-memory
+// fallback, use [WithLocalFallback] instead. The last of these options
+// given wins.
 func WithFailurePolicy(f FailurePolicy) Option {
-	return optionFunc(func(c *config) { c.failure = f })
+	return optionFunc(func(c *config) {
+		if f == failLocal {
+			// The local fallback needs the instances sharing the limit,
+			// which only WithLocalFallback gives: guessing one would let
+			// every instance admit the whole limit.
+			c.setErr(invalid("WithFailurePolicy(%v): use WithLocalFallback(instances) for a local fallback", f))
+			return
+		}
+		c.failure = f
+	})
 }
 
 // WithLocalFallback makes the limiter decide in memory while Redis is
-// unavailable ([FailLocal]), with the share of the policy that one of
+// unavailable, with an in-memory [ratelimit.Keyed] holding the share of the policy that one of
 // instances processes should admit, so that instances processes together
 // admit about the limit rather than instances times it:
 //
@@ -163,12 +166,8 @@ func WithFailurePolicy(f FailurePolicy) Option {
 // the limit, each instance still admits one). The fallback starts empty
 // (full quota) and its state is not carried back to Redis.
 func WithLocalFallback(instances int) Option {
-	return optionFunc(func(c *config) { c.failure, c.instances, c.instancesSet = FailLocal, instances, true })
+	return optionFunc(func(c *config) { c.failure, c.instances = failLocal, instances })
 }
-
-// DefaultErrorReportInterval is how often, at most, a [Limiter] logs that
-// Redis could not decide, unless [WithErrorReportInterval] says otherwise.
-const DefaultErrorReportInterval = 10 * time.Second
 
 // WithLogger makes the limiter report to logger that Redis could not
 // decide (nil: no reports, the default). Without it the limiter logs
@@ -181,7 +180,8 @@ const DefaultErrorReportInterval = 10 * time.Second
 // [WithErrorReportInterval], at level Error, with the message "ratelimit:
 // redis unavailable" and the attributes limit (the [WithName] name),
 // algorithm, error (the error the caller got, wrapping [ErrUnavailable];
-// it names the key by a digest, [KeyDigest], never the key) and suppressed
+// it names the key by a digest, "sha256:" and the first 12 hex digits
+// of the key's SHA-256, never the key) and suppressed
 // (how many failed calls were not reported since the previous report,
 // those the breaker answered included). The caller's own cancellation is
 // not reported. To see every decision, errors included, use
@@ -191,8 +191,7 @@ func WithLogger(logger *slog.Logger) Option {
 }
 
 // WithErrorReportInterval sets how often, at most, the limiter reports to
-// its logger ([WithLogger]) that Redis could not decide (default
-// [DefaultErrorReportInterval]). d <= 0 reports every failed call but those
+// its logger ([WithLogger]) that Redis could not decide (default 10s). d <= 0 reports every failed call but those
 // the breaker answered, which are counted in the next report.
 func WithErrorReportInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.reportEvery = max(d, 0) })
@@ -224,11 +223,16 @@ func WithName(name string) Option {
 	return optionFunc(func(c *config) { c.name = name })
 }
 
-// WithClock sets the limiter's local clock: it times the deny cache, the
-// breaker's cooldown, the error reports' interval, WaitN's sleeps and the
-// local fallback, and, with [WithClientTime], the decisions themselves. By
-// default the real clock. Without WithClientTime, decisions use the Redis
-// server's time whatever this clock says. The observer's Latency is always
+// WithClock makes the limiter decide at c's time instead of the Redis
+// server's TIME (by default, the server's clock decides and the real clock
+// times the rest): the scripts get c's time at [New] plus the time elapsed
+// since on c, truncated to the microsecond (on the real clock, the
+// monotonic time: a step of the wall clock after New does not move it).
+// c also times the deny cache, the breaker's cooldown, the error reports'
+// interval, WaitN's sleeps and the local fallback. Every process sharing
+// keys must then have synchronized clocks: this is for deterministic tests
+// (a *clock.Mock of github.com/benbjohnson/clock), or to decide on the
+// callers' own clocks (clock.New()). The observer's Latency is always
 // measured on the real clock. A typed nil clock is an error.
 func WithClock(c ratelimit.Clock) Option {
 	return optionFunc(func(o *config) {
@@ -236,22 +240,19 @@ func WithClock(c ratelimit.Clock) Option {
 			o.setErr(invalid("WithClock: clock is a nil %T", c))
 			return
 		}
-		o.clock = c
+		o.clock, o.clientTime = c, c != nil
 	})
 }
 
-// WithClientTime makes the scripts decide at the limiter's local time,
-// truncated to the microsecond, instead of the Redis server's TIME: the
-// clock's time (see [WithClock]) when [New] ran plus the time elapsed since
-// on that clock (on the real clock, the monotonic time: a step of the wall
-// clock after New does not move it). Every process sharing keys must then
-// have synchronized clocks. Useful for deterministic tests.
-func WithClientTime() Option {
-	return optionFunc(func(o *config) { o.clientTime = true })
+// withLocalClock is WithClock for the local timing only: decisions stay on
+// the server's TIME. Tests use it to drive the breaker, the reports and
+// the application's view of a calendar without moving Redis's time.
+func withLocalClock(c ratelimit.Clock) Option {
+	return optionFunc(func(o *config) { o.clock, o.clientTime = c, false })
 }
 
 // WithDenyCache sets how many denied keys the limiter remembers locally
-// (default [DefaultDenyCacheKeys]; 0 disables the cache). A request for n
+// (default 10000; 0 disables the cache). A request for n
 // events on a key whose last request for the same n was denied with
 // nothing remaining (Remaining 0) and RetryAfter r is denied locally,
 // without a round trip, until r has passed or, sooner, until the quota may
@@ -266,9 +267,9 @@ func WithClientTime() Option {
 // This is exact — the Decision is the one the server would return — for
 // the token bucket, leaky bucket, fixed window, sliding log and quota, as
 // long as no refund or admin call (Reset, Penalize) intervenes on another
-// instance: the conformance tests run with the cache on, and the
-// linearizability proofs check it with several instances on one key. The sliding counter is not cached: its RetryAfter is
-// documented as an estimate.
+// instance: only a denial that leaves nothing is remembered, and while
+// nothing remains no instance can admit anything on the key. The sliding
+// counter is not cached: its RetryAfter is documented as an estimate.
 func WithDenyCache(maxKeys int) Option {
 	return optionFunc(func(o *config) { o.cacheKeys = maxKeys })
 }
@@ -292,7 +293,7 @@ func WithPlainKeys() Option {
 // count them without logging each. After cooldown, one call at a time
 // tries Redis; the first success closes the breaker.
 //
-// On by default with [DefaultBreakerCooldown]: an outage costs one call
+// On by default with a cooldown of one second: an outage costs one call
 // the timeout, not every call. WithBreaker(0) turns it off, so that every
 // call tries Redis and waits up to its timeout. One limiter spans every
 // node of a Redis Cluster, so one unreachable node opens the breaker for
@@ -300,10 +301,6 @@ func WithPlainKeys() Option {
 func WithBreaker(cooldown time.Duration) Option {
 	return optionFunc(func(o *config) { o.breaker = cooldown })
 }
-
-// DefaultBreakerCooldown is the breaker's cooldown unless [WithBreaker]
-// says otherwise.
-const DefaultBreakerCooldown = time.Second
 
 // WithReplicaAck makes every round trip of decisions wait until replicas
 // replicas have acknowledged its writes, at most timeout: the round trip
@@ -335,10 +332,4 @@ const DefaultBreakerCooldown = time.Second
 // becomes a read timeout.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) { c.ackReplicas, c.ackTimeout, c.ackSet = replicas, timeout, true })
-}
-
-// ackMillis is d in whole milliseconds, rounded up: WAIT's timeout (whose
-// 0 would mean forever).
-func ackMillis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -15,7 +15,7 @@ import (
 // passes the boundaries of four consecutive periods around the
 // application's time (the previous period, the current one and the next
 // two: five instants), and the script counts in the one holding its own
-// now, the server's TIME unless WithClientTime. A server clock outside
+// now, the server's TIME unless WithClock. A server clock outside
 // those four periods fails the call ("Redis clock more than a period away
 // from the application's"), and the failure policy applies.
 

@@ -69,7 +69,7 @@ func TestQuotaZoneRulesDisagree(t *testing.T) {
 			var ls [2]*Limiter
 			for i, z := range zones {
 				ls[i] = mustNew(t, c, ratelimit.QuotaPolicy(5, ratelimit.Calendar{Unit: ratelimit.Daily, Location: z}),
-					WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(prefix))
+					WithClock(mock), WithDenyCache(0), WithPrefix(prefix))
 			}
 			require.Equal(t, ls[0].Key("k"), ls[1].Key("k"), "one name, one key")
 			admitted := 0
@@ -191,7 +191,7 @@ func TestQuotaZoneHelperProcess(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	l, err := New(c, ratelimit.QuotaPolicy(5, ratelimit.Calendar{Unit: ratelimit.Daily, Location: paris}),
-		WithPrefix(prefix), WithClientTime(), WithClock(lincheck.NewClock(time.Unix(0, at))), WithFailurePolicy(FailClosed),
+		WithPrefix(prefix), WithClock(lincheck.NewClock(time.Unix(0, at))), WithFailurePolicy(FailClosed),
 		WithTimeout(10*time.Second)) // a loaded machine runs the suite beside this process
 	require.NoError(t, err)
 	d, err := l.AllowN(bg(), "k", 1)
@@ -251,7 +251,7 @@ func TestQuotaStoredPeriodCounts(t *testing.T) {
 	prefix := uniquePrefix(t)
 	mk := func(off int) *Limiter {
 		cal := ratelimit.Calendar{Unit: ratelimit.Daily, Location: time.FixedZone("Corp/Office", off)}
-		return mustNew(t, c, ratelimit.QuotaPolicy(5, cal), WithClock(mock), WithClientTime(), WithDenyCache(0), WithPrefix(prefix))
+		return mustNew(t, c, ratelimit.QuotaPolicy(5, cal), WithClock(mock), WithDenyCache(0), WithPrefix(prefix))
 	}
 	utc, tokyo := mk(0), mk(9*3600)
 	d, err := tokyo.AllowN(bg(), "k", 3)

@@ -134,7 +134,7 @@ type previous struct {
 // oldest first. A process started after a policy change (a deploy, or
 // [Limiter.SetPolicy] in another process) then converts the state a key
 // still holds under the previous policies exactly as [Limiter.SetPolicy]
-// does (see the package documentation, "Changing the policy"), and names
+// does (see docs/redis.md, "Changing the policy"), and names
 // the keys as that process does, salt included after a change back to an
 // earlier policy: give the same changes, in the same order, to every
 // process. Of the policies given, the last four convert state (as
@@ -264,12 +264,12 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link, fs [
 		if err := checkLeasable(p, op); err != nil {
 			return nil, err
 		}
-		g.leases = newLeaseTable(*l.leases, p)
+		g.leases = l.leases.newTable(p)
 	}
 	if l.cacheKeys > 0 && sc.exactRetry {
 		g.cache = newDenyCache(l.cacheKeys)
 	}
-	if l.failure == FailLocal {
+	if l.failure == failLocal {
 		share, err := localShare(p, l.instances)
 		if err != nil {
 			return nil, err
@@ -342,12 +342,12 @@ const blockInfix = "blk:{"
 // each key has under the policies before lazily, the first time the key is
 // touched (AllowN, Peek, WaitN, RefundN, Penalize): its used quota (the old
 // limit minus the old remaining quota) passes to p as mode says (see
-// [ratelimit.Inheritance] and the package documentation, "Changing the
-// policy"). Blocks are kept. Setting the policy in force again with
-// KeepUsed or ScaleUsed changes nothing (a configuration reload may
-// re-apply it as often as it likes); with StartFresh it starts every key
-// over. A change back to an earlier policy converts state kept under it
-// too: the key names then take a salt.
+// [ratelimit.Inheritance] and docs/redis.md, "Changing the policy").
+// Blocks are kept. Setting the policy in force again with KeepUsed or
+// ScaleUsed changes nothing (a configuration reload may re-apply it as
+// often as it likes); with StartFresh it starts every key over. A change
+// back to an earlier policy converts state kept under it too: the key
+// names then take a salt.
 // State is converted across the last four changes: a key whose state is
 // older than that, and not idle yet, starts fresh, as in memory; so a
 // decision's work stays the same however often the policy changes. The

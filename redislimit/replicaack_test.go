@@ -32,7 +32,7 @@ func TestReplicaAckConfig(t *testing.T) {
 		{[]Option{WithReplicaAck(-1, 10*time.Millisecond)}, "redislimit.WithReplicaAck replicas must be at least 1, got -1"},
 		{[]Option{WithReplicaAck(1, 0)}, "redislimit.WithReplicaAck timeout must be positive, got 0s"},
 		{[]Option{WithReplicaAck(1, -time.Second)}, "redislimit.WithReplicaAck timeout must be positive"},
-		{[]Option{WithReplicaAck(1, DefaultTimeout)}, "must be shorter than WithTimeout (100ms)"},
+		{[]Option{WithReplicaAck(1, defaultTimeout)}, "must be shorter than WithTimeout (100ms)"},
 		{[]Option{WithReplicaAck(1, math.MaxInt64)}, "WithReplicaAck timeout (2562047h47m16.854775807s) must be shorter than WithTimeout (100ms)"},
 		{[]Option{WithTimeout(20 * time.Millisecond), WithReplicaAck(1, 19500*time.Microsecond)}, "(19.5ms, in whole milliseconds for WAIT: 20ms) must be shorter than WithTimeout (20ms)"},
 	} {

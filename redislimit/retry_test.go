@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/faultproxy"
 	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/redislimit/internal/exec"
 	"github.com/stretchr/testify/require"
 )
 
@@ -331,8 +329,8 @@ func TestUnexecutedErrorsRetried(t *testing.T) {
 		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") || d.Allowed {
 			t.Fatalf("AllowN on a replica = %+v, %v; want FailClosed's denial and READONLY", d, err)
 		}
-		if got := cmdCalls(t, replica.Addr(), "evalsha") - before; got != maxAttempts {
-			t.Fatalf("EVALSHA ran %d times, want %d attempts", got, maxAttempts)
+		if got := cmdCalls(t, replica.Addr(), "evalsha") - before; got != exec.MaxAttempts {
+			t.Fatalf("EVALSHA ran %d times, want %d attempts", got, exec.MaxAttempts)
 		}
 		if el := time.Since(start); el > 3*time.Second {
 			t.Fatalf("AllowN took %v, beyond its timeout", el)
@@ -344,7 +342,7 @@ func TestUnexecutedErrorsRetried(t *testing.T) {
 
 	// A master without its replicas under min-replicas-to-write refuses
 	// the scripts' first write with NOREPLICAS: every algorithm's decision
-	// is tried maxAttempts times and writes nothing (the scripts read
+	// is tried exec.MaxAttempts times and writes nothing (the scripts read
 	// before they write, and Redis 7 checks at each write call).
 	t.Run("NOREPLICAS writes nothing", func(t *testing.T) {
 		t.Parallel()
@@ -364,8 +362,8 @@ func TestUnexecutedErrorsRetried(t *testing.T) {
 			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "NOREPLICAS") || d.Allowed {
 				t.Fatalf("%v: AllowN without replicas = %+v, %v; want FailClosed's denial and NOREPLICAS", p, d, err)
 			}
-			if got := cmdCalls(t, s.Addr(), "evalsha") - before; got != maxAttempts {
-				t.Fatalf("%v: EVALSHA ran %d times, want %d", p, got, maxAttempts)
+			if got := cmdCalls(t, s.Addr(), "evalsha") - before; got != exec.MaxAttempts {
+				t.Fatalf("%v: EVALSHA ran %d times, want %d", p, got, exec.MaxAttempts)
 			}
 		}
 		if keys, err := s.Do("DBSIZE"); err != nil || keys != "0" {
@@ -428,50 +426,6 @@ func (h promoteOnReadOnly) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 
 func (h promoteOnReadOnly) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
-}
-
-// replyError is an error reply as go-redis returns one.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-func (replyError) RedisError()     {}
-
-// TestUnexecutedClassification lists which errors the limiter retries
-// (they prove the script did not run) and which it never retries (the
-// script may have run).
-func TestUnexecutedClassification(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, true},
-		{fmt.Errorf("wrapped: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), true},
-		{redis.ErrPoolTimeout, true},
-		{replyError("LOADING Redis is loading the dataset in memory"), true},
-		{replyError("READONLY You can't write against a read only replica. script: 544e, on @user_script:310."), true},
-		{replyError("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), true},
-		{replyError("CLUSTERDOWN The cluster is down"), true},
-		{replyError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
-		{replyError("NOREPLICAS Not enough good replicas to write."), true},
-		{replyError("ERR max number of clients reached"), true},
-		{replyError("MOVED 3999 127.0.0.1:6381"), true},
-		{replyError("ASK 3999 127.0.0.1:6381"), true},
-		{replyError("ERR Error running script: user_script:1: oops"), false},
-		{replyError("OOM command not allowed when used memory > 'maxmemory'."), false},
-		{replyError("BUSY Redis is busy running a script."), false},
-		{io.EOF, false},
-		{io.ErrUnexpectedEOF, false},
-		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false},
-		{&net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}, false},
-		{context.DeadlineExceeded, false},
-		{os.ErrDeadlineExceeded, false},
-		{errors.New("READONLY but not a reply"), false},
-	} {
-		if got := unexecuted(tc.err); got != tc.want {
-			t.Errorf("unexecuted(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-	}
 }
 
 // TestRetriedCallHoldsUpNoOtherCall: a call whose script is refused before
@@ -547,15 +501,4 @@ func TestRetriedCallHoldsUpNoOtherCall(t *testing.T) {
 	t.Logf("%d of %d calls on healthy keys failed", failed.Load(), calls.Load())
 	// Loose for a loaded machine under -race; 4.5 % before the fix.
 	require.LessOrEqual(t, failed.Load()*100, calls.Load(), "more than 1 in 100 calls on healthy keys failed behind the hot key's retries")
-}
-
-// TestUnexecutedNilAllocatesNothing: the batcher asks unexecuted about
-// every call's error, nil for nearly all of them; its errors.As targets
-// escape to the heap, so it cost every successful decision 2 allocations
-// before it returned early on nil.
-func TestUnexecutedNilAllocatesNothing(t *testing.T) {
-	var got bool
-	allocs := testing.AllocsPerRun(100, func() { got = unexecuted(nil) })
-	require.False(t, got)
-	require.Zero(t, allocs, "allocations per unexecuted(nil)")
 }

@@ -24,7 +24,7 @@ func TestWaitRetryAfterSucceedsRedis(t *testing.T) {
 	} {
 		t.Run(name(p), func(t *testing.T) {
 			mock := newMock()
-			l := mustNew(t, c, p, WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+			l := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)))
 			for i := range 3 {
 				d, err := l.AllowN(bg(), "k", 1)
 				require.NoError(t, err)
@@ -58,9 +58,9 @@ func TestAllowAllRedisReportsLongestRetryAfter(t *testing.T) {
 		t.Run(order, func(t *testing.T) {
 			mock := newMock()
 			perSecond := mustNew(t, c, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 1),
-				WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+				WithClock(mock), WithPrefix(uniquePrefix(t)))
 			perHour := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour),
-				WithClock(mock), WithClientTime(), WithPrefix(uniquePrefix(t)))
+				WithClock(mock), WithPrefix(uniquePrefix(t)))
 			dims := []ratelimit.Dimension{
 				{Name: "second", Limiter: perSecond, Key: "k"},
 				{Name: "hour", Limiter: perHour, Key: "k"},

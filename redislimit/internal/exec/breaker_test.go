@@ -1,11 +1,13 @@
-package redislimit
+package exec
 
 import (
+	"context"
 	"errors"
 	"io"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 )
 
 // TestBreakerStates walks the breaker through its states with errors of
@@ -40,4 +42,21 @@ func TestBreakerStates(t *testing.T) {
 	if ok, _, _ := off.allow(0); !ok {
 		t.Fatal("disabled breaker refused a call")
 	}
+}
+
+// TestBreakerProbeCanceled: the probe of a half-open breaker whose caller
+// gives up says nothing about Redis: the breaker neither closes nor
+// reopens for a full cooldown, and the next call probes.
+func TestBreakerProbeCanceled(t *testing.T) {
+	t.Parallel()
+	b := breaker{cooldown: 100}
+	b.done(0, false, &timeoutError{}, false) // open until 100
+	ok, probe, _ := b.allow(100)
+	require.True(t, ok)
+	require.True(t, probe)
+	b.done(105, probe, context.Canceled, true)
+	require.EqualValues(t, 100, b.openUntil.Load(), "a cancelled probe moved the breaker")
+	ok, probe, _ = b.allow(106)
+	require.True(t, ok, "no probe after a cancelled one")
+	require.True(t, probe)
 }

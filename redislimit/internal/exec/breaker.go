@@ -1,4 +1,4 @@
-package redislimit
+package exec
 
 import (
 	"errors"

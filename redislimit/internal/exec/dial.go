@@ -1,9 +1,7 @@
-package redislimit
+package exec
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"net"
 	"runtime"
 	"sync"
@@ -13,55 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
-
-// report logs err, the error of a call Redis could not decide, at most
-// once per reportEvery, or counts it. quiet says the breaker answered the
-// call: counted, never reported on its own.
-func (l *Limiter) report(ctx context.Context, err error, quiet bool) {
-	logger := l.logger.Get()
-	if logger == nil {
-		return
-	}
-	if quiet {
-		l.reports.Skip()
-		return
-	}
-	suppressed, ok := l.reports.Admit(l.ts.Now(), l.reportEvery)
-	if !ok {
-		return
-	}
-	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
-		slog.String("limit", l.name),
-		slog.String("algorithm", l.cur.Load().policy.Algorithm.String()),
-		slog.Any("error", err),
-		slog.Int64("suppressed", suppressed))
-}
-
-// cause turns the error of a call that tried Redis into the truthful
-// cause: a timeout of the limiter's own (not the caller's) becomes a
-// timeoutError, or a connectError when a dial failed meanwhile.
-func (l *Limiter) cause(err error) error {
-	var ce *connectError
-	if errors.As(err, &ce) {
-		return err
-	}
-	var te *timeoutError
-	if !errors.As(err, &te) {
-		// go-redis, which never retries a script (noretry.go), reports a
-		// read cut short by the deadline as the network's i/o timeout.
-		var ne net.Error
-		if !errors.Is(err, context.DeadlineExceeded) && (!errors.As(err, &ne) || !ne.Timeout()) {
-			return err
-		}
-		te = &timeoutError{l.timeout}
-	}
-	if l.dials != nil {
-		if f := l.dials.last.Load(); f != nil && time.Since(f.at) <= 2*l.timeout+time.Second {
-			return &connectError{d: te.d, dial: f.err}
-		}
-	}
-	return te
-}
 
 // dialRecorder remembers the last failed dial of a client's connection
 // pools, as a go-redis hook, so that errors can name the real cause.

@@ -1,4 +1,4 @@
-package redislimit
+package exec
 
 import (
 	"context"
@@ -22,20 +22,21 @@ import (
 // under-admission (the events were charged, the caller got the failure
 // policy), never an over-admission.
 
-// maxAttempts bounds the sends of one script run, NOSCRIPT's EVAL aside.
-const maxAttempts = 3
+// MaxAttempts bounds the sends of one script run, NOSCRIPT's EVAL aside.
+const MaxAttempts = 3
 
-// script is a Lua script of this package: go-redis's Script (EVALSHA,
+// Script is a Lua script of redislimit: go-redis's Script (EVALSHA,
 // Load, ...) plus its hash and source boxed once as command arguments, so
 // that sending it boxes neither.
-type script struct {
+type Script struct {
 	*redis.Script
 	hash, src any
 }
 
-func newScript(src string) *script {
+// NewScript returns the Script of src.
+func NewScript(src string) *Script {
 	s := redis.NewScript(src)
-	return &script{Script: s, hash: s.Hash(), src: src}
+	return &Script{Script: s, hash: s.Hash(), src: src}
 }
 
 // The command names, boxed once.

@@ -1,4 +1,4 @@
-package redislimit
+package exec
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // round trips: a call is queued, and a flusher goroutine sends everything
 // queued as one pipeline of EVALSHAs (each script is still atomic on its
 // own; the pipeline only saves round trips and system calls). Every path
-// sends through send (noretry.go): go-redis never retries a script. While a
+// sends through send (retry.go): go-redis never retries a script. While a
 // pipeline is in flight, new calls queue up and go together in the next
 // one, so a lone caller pays one round trip and 64 concurrent callers share
 // a few.
@@ -36,7 +36,7 @@ import (
 
 // call is one script run waiting for a flusher.
 type call struct {
-	script *script
+	script *Script
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd    // set by the flusher before done is signalled
@@ -92,8 +92,8 @@ type batcher struct {
 }
 
 // Defaults of the batcher. Two flushers let one pipeline be written while
-// the previous one is executed by Redis; more gain nothing measurable on
-// one Redis node and only split batches.
+// the previous one is executed by Redis; one Redis node runs scripts one at
+// a time, so more would only split batches.
 const (
 	defaultFlushers = 2
 	defaultMaxBatch = 512
@@ -121,7 +121,7 @@ func putTimer(t *time.Timer) {
 //
 // A reply proving that the script did not run (see unexecuted) is retried
 // here, on the caller's goroutine, after a short backoff, at most
-// maxAttempts times in all and within timeout.
+// MaxAttempts times in all and within timeout.
 func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error {
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
@@ -132,7 +132,7 @@ func (b *batcher) do(ctx context.Context, c *call, timeout time.Duration) error 
 		if err := b.once(ctx, c, left, timeout); err != nil {
 			return err
 		}
-		if attempt == maxAttempts || !unexecuted(c.cmd.Err()) ||
+		if attempt == MaxAttempts || !unexecuted(c.cmd.Err()) ||
 			!pause(ctx, retryBackoff(timeout, attempt+1), start.Add(timeout)) {
 			return nil
 		}

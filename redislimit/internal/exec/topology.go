@@ -1,4 +1,4 @@
-package redislimit
+package exec
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // reloadEvery): once the promoted replica is in CLUSTER SLOTS, the next
 // call (the breaker's next probe) reaches it.
 
-// reloadEvery is the least time between two reloads a Limiter asks for:
+// reloadEvery is the least time between two reloads a Wire asks for:
 // while Redis is away every call fails (the open breaker answers them at
 // once), and each would otherwise start a reload.
 const reloadEvery = 100 * time.Millisecond
@@ -27,16 +27,16 @@ const reloadEvery = 100 * time.Millisecond
 // reloadOnFailure asks the client, when it is a Cluster client, to reload
 // its topology after a call failed with err (not the caller's
 // cancellation), at most once per reloadEvery.
-func (l *Limiter) reloadOnFailure(err error) {
-	c, ok := l.batch.client.(*redis.ClusterClient)
+func (w *Wire) reloadOnFailure(err error) {
+	c, ok := w.client.(*redis.ClusterClient)
 	if !ok {
 		return
 	}
 	// The clock first: while the breaker is open every call fails here,
 	// and topologySuspect allocates.
 	now := time.Now().UnixNano()
-	last := l.reloaded.Load()
-	if now-last < int64(reloadEvery) || !topologySuspect(err) || !l.reloaded.CompareAndSwap(last, now) {
+	last := w.reloaded.Load()
+	if now-last < int64(reloadEvery) || !topologySuspect(err) || !w.reloaded.CompareAndSwap(last, now) {
 		return
 	}
 	c.ReloadState(context.Background())
@@ -47,10 +47,9 @@ func (l *Limiter) reloadOnFailure(err error) {
 // the open breaker), or answered that the cluster or the node cannot
 // serve the slot now. Other error replies (a script error) do not.
 func topologySuspect(err error) bool {
-	var se *scriptError
 	switch {
-	case errors.Is(err, errOverloaded) || errors.As(err, &se):
-		return false // the limiter's own queue, a reply of the wrong shape
+	case errors.Is(err, errOverloaded):
+		return false // the limiter's own queue
 	case !isReply(err):
 		return true // no answer, or the open breaker (ErrBreakerOpen is not a reply)
 	}
