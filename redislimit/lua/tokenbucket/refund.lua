@@ -3,7 +3,7 @@
 -- (mode 'g<at>', or giveBackAt in a lease script) gives back only what
 -- refill since the grant has not cancelled (see prelude.lua).
 --
--- KEYS[1]  as in tokenbucket.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, capacity, r, p, "r" or "g<at>", then the previous policies
 local key = KEYS[1]
 local now = clock()

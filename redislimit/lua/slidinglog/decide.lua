@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  sorted set: "b" scored base, then one member per entry named by
 --          its time (Unix µs) and scored with the events from base through
---          it (see slLoad in the prelude). Events at the time of the newest
+--          it (see slLoad in state.lua). Events at the time of the newest
 --          entry, or earlier, merge into it, so there is at most one entry
 --          per microsecond: at most limit entries.
 -- KEYS[2]  the client's block key; KEYS[3..] its keys under previous policies

@@ -1,7 +1,7 @@
 -- Sliding window counter refund: take n events back from the window that
 -- holds them. Mirrors slidingCounterAlg.refund.
 --
--- KEYS[1]  as in slidingcounter.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
 local key = KEYS[1]
 local now = giveBackAt or clock() -- a lease's give-back: its grant time

@@ -1,4 +1,4 @@
--- tb.lua: the state helpers of the token bucket scripts, placed between
+-- tokenbucket/state.lua: the state helpers of the token bucket scripts, placed between
 -- the prelude and each script.
 
 -- tbLoad returns a token bucket's valid state "<last> <debt>" at key, or

@@ -1,4 +1,4 @@
--- fw.lua: the state helpers of the fixed window scripts, placed between
+-- fixedwindow/state.lua: the state helpers of the fixed window scripts, placed between
 -- the prelude and each script.
 
 -- fwLoad returns a fixed window's valid state "<k> <count>" at key, or the

@@ -3,7 +3,7 @@
 -- key these may be another request's events a moment younger than the
 -- refunded ones; the count is exact.
 --
--- KEYS[1]  as in slidinglog.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
 local key = KEYS[1]
 local now = giveBackAt or clock() -- a lease's give-back: its grant time

@@ -1,7 +1,7 @@
 -- Calendar quota refund: take n events back from the counted period (see
 -- qLoad) if it holds now. Mirrors quotaAlg.refund.
 --
--- KEYS[1]  as in quota.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, limit, five boundaries (Unix µs), "r", then
 --          the previous policies
 local key = KEYS[1]

@@ -1,4 +1,4 @@
--- q.lua: the state helpers of the calendar quota scripts, placed between
+-- quota/state.lua: the state helpers of the calendar quota scripts, placed between
 -- the prelude and each script.
 --
 -- A quota's state is "<start> <end> <count>": the counted period (Unix µs,

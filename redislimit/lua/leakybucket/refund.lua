@@ -3,7 +3,7 @@
 -- in a lease script) lowers it only by what has not leaked since the
 -- grant (see prelude.lua).
 --
--- KEYS[1]  as in leakybucket.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, capacity, every (µs), "r" or "g<at>", then the previous policies
 local key = KEYS[1]
 local now = clock()

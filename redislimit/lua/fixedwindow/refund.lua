@@ -1,7 +1,7 @@
 -- Fixed window refund: take n events back from the current window if it is
 -- the one that holds them. Mirrors fixedWindowAlg.refund.
 --
--- KEYS[1]  as in fixedwindow.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
 local key = KEYS[1]
 local now = giveBackAt or clock() -- a lease's give-back: its grant time

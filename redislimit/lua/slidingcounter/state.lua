@@ -1,4 +1,4 @@
--- sc.lua: the state helpers of the sliding counter scripts, placed between
+-- slidingcounter/state.lua: the state helpers of the sliding counter scripts, placed between
 -- the prelude and each script.
 
 -- scLoad returns a sliding counter's valid state "<k> <cur> <prev>" at key

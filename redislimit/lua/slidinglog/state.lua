@@ -1,4 +1,4 @@
--- sl.lua: the state helpers of the sliding log scripts, placed between
+-- slidinglog/state.lua: the state helpers of the sliding log scripts, placed between
 -- the prelude and each script.
 
 -- score parses a sorted set score reply as an exact integer, or gives nil.

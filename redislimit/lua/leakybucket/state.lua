@@ -1,4 +1,4 @@
--- lb.lua: the state helpers of the leaky bucket scripts, placed between
+-- leakybucket/state.lua: the state helpers of the leaky bucket scripts, placed between
 -- the prelude and each script.
 
 -- lbLoad returns a leaky bucket's valid state (the time it is empty) at
