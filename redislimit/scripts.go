@@ -14,6 +14,7 @@ import (
 //
 //	lua/prelude.lua            the head of every script (time, arithmetic, parsing)
 //	lua/chain.lua, nochain.lua inheriting state from previous policies, or not
+//	lua/decision.lua           modes, blocks and replies of the decision scripts
 //	lua/lease.lua              a lease grant's give-back (lease.go)
 //	lua/block.lua, reset.lua   the admin scripts (admin.go)
 //	lua/<algorithm>/state.lua  an algorithm's state: reading, checking, converting
@@ -21,7 +22,9 @@ import (
 //	lua/<algorithm>/refund.lua its refund script
 //
 // A script is its parts concatenated in order (see assemble): the prelude,
-// the state helpers, chain.lua or nochain.lua, then the script itself.
+// the state helpers, chain.lua or nochain.lua, then the script itself
+// (a decision script after decision.lua, a lease script after lease.lua
+// and decision.lua).
 // Every script is a package-level [redis.Script] value (wrapped, see
 // noretry.go): EVALSHA first, EVAL when the server answers NOSCRIPT
 // (after a restart, a failover or SCRIPT FLUSH).
@@ -93,12 +96,12 @@ func newAlgoScripts(alg string) algoScripts {
 		return newScript(assemble(slots, append(append([]string(nil), head...), tail...)...))
 	}
 	return algoScripts{
-		decide:      script(own, alg+"/decide"),
+		decide:      script(own, "decision", alg+"/decide"),
 		refund:      script(own, alg+"/refund"),
-		decideChain: script(all, alg+"/decide"),
+		decideChain: script(all, "decision", alg+"/decide"),
 		refundChain: script(all, alg+"/refund"),
-		lease:       script(own, "lease", alg+"/decide"),
-		leaseChain:  script(all, "lease", alg+"/decide"),
+		lease:       script(own, "lease", "decision", alg+"/decide"),
+		leaseChain:  script(all, "lease", "decision", alg+"/decide"),
 	}
 }
 

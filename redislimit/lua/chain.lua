@@ -52,15 +52,15 @@ end
 local function remainingOf(code, key, now, limit, x, y)
   if code == 'tb' then
     local full = limit * y
-    local last, debt = tbLoad(key, now, full, x)
+    local last, debt = tbLoad(load(key), now, full, x)
     last, debt = tbRefill(last, debt, now, x)
     return fdiv(full - debt, y)
   elseif code == 'lb' then
     local span = limit * x
-    local level = math.max(lbLoad(key, now, span) - now, 0)
+    local level = math.max(lbLoad(load(key), now, span) - now, 0)
     return fdiv(math.max(span - level, 0), x)
   elseif code == 'fw' then
-    local k, count = fwLoad(key, now, limit, x)
+    local k, count = fwLoad(load(key), now, limit, x)
     if fdiv(now, x) > k then
       count = 0
     end
@@ -69,7 +69,7 @@ local function remainingOf(code, key, now, limit, x, y)
     local base, _, _, cum = slLoad(key, now, limit, x)
     return limit - (cum - base)
   elseif code == 'sc' then
-    local storedK, cur, prev = scLoad(key, now, limit, x)
+    local storedK, cur, prev = scLoad(load(key), now, limit, x)
     local k = fdiv(now, x)
     local e = now - k * x
     if k == storedK + 1 then

@@ -23,7 +23,8 @@ local function qPeriod(now, at)
   return nil
 end
 
--- qLoad returns a quota's valid state at key as seen in the period [s, e)
+-- qLoad returns, from v (the key's value: a string, or nil or false for
+-- none), a quota's valid state at key as seen in the period [s, e)
 -- holding now, or the fresh state: no events in [s, e). A state of an
 -- older period is counted as fresh. A stored period that holds now is
 -- counted in, whether or not it is [s, e): another one is that of a
@@ -36,8 +37,8 @@ end
 -- clock that stepped back across a boundary). A stored period longer than
 -- twice [s, e) (or than qMaxPeriod) is no period of this calendar, and
 -- read as fresh.
-local function qLoad(key, now, limit, s, e)
-  local st, en, c = fields(load(key), 3)
+local function qLoad(v, now, limit, s, e)
+  local st, en, c = fields(v, 3)
   if st and c >= 0 and c <= limit and st < en and en - st <= math.min(2 * (e - s), qMaxPeriod)
       and st - now <= maxSkew and now < en then
     return st, en, c

@@ -1,11 +1,12 @@
 -- tokenbucket/state.lua: the state helpers of the token bucket scripts, placed between
 -- the prelude and each script.
 
--- tbLoad returns a token bucket's valid state "<last> <debt>" at key, or
--- the fresh state, a full bucket at now: the debt must be within a full
--- bucket, and last at most min(refill time, maxSkew) ahead of now.
-local function tbLoad(key, now, full, r)
-  local last, debt = fields(load(key), 2)
+-- tbLoad returns a token bucket's valid state "<last> <debt>" in v (the
+-- key's value: a string, or nil or false for none), or the fresh state, a
+-- full bucket at now: the debt must be within a full bucket, and last at
+-- most min(refill time, maxSkew) ahead of now.
+local function tbLoad(v, now, full, r)
+  local last, debt = fields(v, 2)
   if last and debt >= 0 and debt <= full and last - now <= math.min(cdiv(full, r), maxSkew) then
     return last, debt
   end
