@@ -13,16 +13,19 @@ import (
 // The Lua scripts live under lua/, laid out one way:
 //
 //	lua/prelude.lua            the head of every script (time, arithmetic, parsing)
+//	lua/store.lua, window.lua  helpers some parts use (see assemble)
 //	lua/chain.lua, nochain.lua inheriting state from previous policies, or not
 //	lua/decision.lua           modes, blocks and replies of the decision scripts
 //	lua/lease.lua              a lease grant's give-back (lease.go)
 //	lua/block.lua, reset.lua   the admin scripts (admin.go)
-//	lua/<algorithm>/state.lua  an algorithm's state: reading, checking, converting
+//	lua/<algorithm>/state.lua  an algorithm's state: reading and checking it
+//	lua/<algorithm>/charge.lua converting state under another policy to it
 //	lua/<algorithm>/decide.lua its decision script
 //	lua/<algorithm>/refund.lua its refund script
 //
 // A script is its parts concatenated in order (see assemble): the prelude,
-// the state helpers, chain.lua or nochain.lua, then the script itself
+// the state helpers (every algorithm's states and charges with previous
+// policies), chain.lua or nochain.lua, then the script itself
 // (a decision script after decision.lua, a lease script after lease.lua
 // and decision.lua).
 // Every script is a package-level [redis.Script] value (wrapped, see
@@ -41,27 +44,45 @@ func luaPart(name string) string {
 	return string(b)
 }
 
-// assemble returns the parts named (lua/<name>.lua) concatenated. A line
-// "--@<slot>" in a part is replaced by the part that slots maps it to (a
-// lease script puts the algorithm's refund inside lua/lease.lua).
+// assemble returns the parts named (lua/<name>.lua) concatenated, with
+// two directives, each a line of its own: "--@uses <part>" puts that part
+// in its place unless the script has it already (a part says so at its
+// top for the shared helpers it needs beyond the prelude, lua/store.lua
+// and lua/window.lua, so that a script carries, and a run makes closures
+// for, only the helpers it uses); "--@<slot>" is replaced by the part
+// slots maps it to (a lease script puts the algorithm's refund inside
+// lua/lease.lua).
 func assemble(slots map[string]string, names ...string) string {
 	var b strings.Builder
-	for _, name := range names {
+	have := map[string]bool{}
+	var put func(name string)
+	put = func(name string) {
+		have[name] = true
 		src := luaPart(name)
 		for _, line := range strings.SplitAfter(src, "\n") {
-			if slot, ok := strings.CutPrefix(strings.TrimSpace(line), "--@"); ok {
-				if part, ok := slots[slot]; ok {
-					b.WriteString(luaPart(part))
-					b.WriteString("\n")
-					continue
-				}
-				panic("redislimit: Lua part " + name + " has an unknown slot " + slot)
+			directive, ok := strings.CutPrefix(strings.TrimSpace(line), "--@")
+			if !ok {
+				b.WriteString(line)
+				continue
 			}
-			b.WriteString(line)
+			if part, ok := strings.CutPrefix(directive, "uses "); ok {
+				if !have[part] {
+					put(part)
+				}
+				continue
+			}
+			part, ok := slots[directive]
+			if !ok {
+				panic("redislimit: Lua part " + name + " has an unknown slot " + directive)
+			}
+			put(part)
 		}
 		if !strings.HasSuffix(src, "\n") {
 			b.WriteString("\n")
 		}
+	}
+	for _, name := range names {
+		put(name)
 	}
 	return b.String()
 }
@@ -89,6 +110,9 @@ func newAlgoScripts(alg string) algoScripts {
 	all := []string{"prelude"}
 	for _, a := range algorithms {
 		all = append(all, a+"/state")
+	}
+	for _, a := range algorithms {
+		all = append(all, a+"/charge")
 	}
 	all = append(all, "chain")
 	script := func(head []string, tail ...string) *script {

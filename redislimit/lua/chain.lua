@@ -10,6 +10,7 @@
 -- KEYS[3..2+m] are the keys of the client under them, in the same order:
 -- the same hash tag as KEYS[1], so the same slot. After the tuples, the
 -- current policy's code and two parameters.
+--@uses store
 
 -- mulDivUp returns ceil(a*b/c) exactly for integers 0 <= a <= c <= 2^52
 -- and 0 <= b < 2^53: long multiplication over the bits of b, keeping

@@ -9,6 +9,7 @@
 -- (see prelude.lua: a windowed policy takes the events back only from the
 -- window that was charged, a bucket only what refill has not cancelled);
 -- the decision that follows reads the state it left.
+--@uses store
 local leaseBackAt = tonumber(ARGV[#ARGV - 1])
 local leaseBack = tonumber(ARGV[#ARGV])
 if leaseBack and leaseBack > 0 then

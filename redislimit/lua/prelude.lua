@@ -71,17 +71,6 @@ local function ttl(us)
   return string.format('%d', math.max(cdiv(us + slack, 1000), 1))
 end
 
--- int formats an integer argument that Redis must parse as an integer (a
--- list index), for the same reason.
-local function int(x)
-  return string.format('%d', x)
-end
-
--- expire sets key to expire once its state is idle, us microseconds from now.
-local function expire(key, us)
-  redis.call('PEXPIRE', key, ttl(us))
-end
-
 -- Every script ends by returning {allowed (0/1), remaining, retryAfter µs,
 -- resetAfter µs} (decisions) or 1/0 (refunds: whether state was changed).
 
@@ -96,26 +85,6 @@ end
 -- would have. Beyond min(idle time of the policy, maxSkew) it is foreign or
 -- forged, and read as fresh. One minute, the same as the client-time slack.
 local maxSkew = 60000000
-
--- unlink deletes key, off Redis's main thread where the server can
--- (UNLINK, Redis 4+: a sliding log may hold many entries).
-local function unlink(key)
-  local r = redis.pcall('UNLINK', key)
-  if type(r) == 'table' then
-    redis.call('DEL', key)
-  end
-end
-
--- load returns the string stored at key, or nil when there is none or the
--- key holds another type (SET replaces any type, so the next write repairs
--- it).
-local function load(key)
-  local v = redis.pcall('GET', key)
-  if type(v) ~= 'string' then
-    return nil
-  end
-  return v
-end
 
 -- num parses a decimal integer as written by int(): digits with an optional
 -- minus sign and no leading zero, exact (below 2^53 in magnitude). Anything
@@ -162,26 +131,6 @@ local function fields(v, count)
   return nil
 end
 
--- windowOK reports whether a stored window index storedK may be honoured
--- at now with windows of w µs: a past or current window, or the next one
--- when it starts within maxSkew (a clock that stepped back across a
--- boundary).
-local function windowOK(storedK, now, w)
-  local k = fdiv(now, w)
-  return storedK <= k or (storedK == k + 1 and storedK * w - now <= maxSkew)
-end
-
--- Modes of a decision script (its mode argument, after the policy's
--- parameters): '1' AllowN (consume if admitted), '0' Peek, 'x' AllowN of an
--- n that can never be admitted (the usual RetryNever denial, which a block
--- does not change; like any AllowN it converts and stores the key's state
--- under an earlier policy), 'n' the same for Peek (stores nothing), 'p'
--- Penalize (charge min(n, remaining) without a decision, whatever a block
--- says). Refund scripts pass 'r'.
-local function writes(mode)
-  return mode == '1' or mode == 'x' or mode == 'p' or mode == 'r' or mode == 'l'
-end
-
 -- unstored is set by inherit (chain.lua) when the script decides on the
 -- conversion of the client's state under an earlier policy without storing
 -- it (a Peek, or a blocked AllowN): that state is made anew, at each call's
@@ -199,13 +148,3 @@ local unstored = false
 -- been full meanwhile), and a give-back must never return more than the
 -- lease still holds down.
 local giveBackAt
-
--- givenBackAt returns the grant time in a refund's mode argument 'g<at>'
--- (a lease's give-back), nil for 'r'.
-local function givenBackAt(mode)
-  if mode and string.sub(mode, 1, 1) == 'g' then
-    return num(string.sub(mode, 2))
-  end
-  return nil
-end
-

@@ -1,5 +1,6 @@
 -- fixedwindow/state.lua: the state helpers of the fixed window scripts, placed between
 -- the prelude and each script.
+--@uses window
 
 -- fwLoad returns, from v (the key's value: a string, or nil or false for
 -- none), a fixed window's valid state "<k> <count>" at key, or the
@@ -10,11 +11,4 @@ local function fwLoad(v, now, limit, w)
     return storedK, count
   end
   return fdiv(now, w), 0
-end
-
--- fwCharged stores at key u events counted in the window of now: the state
--- a previous policy's usage converts to (chain.lua).
-local function fwCharged(key, now, u, w)
-  local k = fdiv(now, w)
-  redis.call('SET', key, int(k) .. ' ' .. int(u), 'PX', ttl((k + 1) * w - now))
 end

@@ -16,7 +16,7 @@ local span = capacity * every
 
 local u = inherit and inherit(now, 6, capacity, mode, function(u) lbCharged(key, now, u, every) end)
 if u and writes(mode) then
-  stored[1] = load(key) -- as the conversion stored it
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
 end
 local empty = lbLoad(stored[1], now, span)
 if u and not writes(mode) then

@@ -5,6 +5,7 @@
 --
 -- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, capacity, every (µs), "r" or "g<at>", then the previous policies
+--@uses store
 local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])

@@ -12,9 +12,3 @@ local function lbLoad(v, now, span)
   end
   return now
 end
-
--- lbCharged stores at key an empty bucket charged u events at now: the
--- state a previous policy's usage converts to (chain.lua).
-local function lbCharged(key, now, u, every)
-  redis.call('SET', key, int(now + u * every), 'PX', ttl(u * every))
-end

@@ -22,7 +22,7 @@ end
 
 local u = inherit and inherit(now, 10, limit, mode, function(u) qCharged(key, now, u, s, e) end)
 if u and writes(mode) then
-  stored[1] = load(key) -- as the conversion stored it
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
 end
 local st, en, count = qLoad(stored[1], now, limit, s, e)
 if u and not writes(mode) then

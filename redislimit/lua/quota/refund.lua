@@ -4,6 +4,7 @@
 -- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, limit, five boundaries (Unix µs), "r", then
 --          the previous policies
+--@uses store
 local key = KEYS[1]
 local now = giveBackAt or now -- a lease's give-back: its grant time
 local n = tonumber(ARGV[2])

@@ -16,7 +16,7 @@ local mode = decisionMode(ARGV[5], stored[2])
 
 local u = inherit and inherit(now, 6, limit, mode, function(u) scCharged(key, now, u, w) end)
 if u and writes(mode) then
-  stored[1] = load(key) -- as the conversion stored it
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
 end
 local storedK, storedCur, storedPrev = scLoad(stored[1], now, limit, w)
 if u and not writes(mode) then

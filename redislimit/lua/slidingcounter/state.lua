@@ -1,5 +1,6 @@
 -- slidingcounter/state.lua: the state helpers of the sliding counter scripts, placed between
 -- the prelude and each script.
+--@uses window
 
 -- scLoad returns, from v (the key's value: a string, or nil or false for
 -- none), a sliding counter's valid state "<k> <cur> <prev>" at key
@@ -13,12 +14,4 @@ local function scLoad(v, now, limit, w)
     return storedK, storedCur, storedPrev
   end
   return fdiv(now, w), 0, 0
-end
-
--- scCharged stores at key u events counted in the window of now and none
--- in the previous: the state a previous policy's usage converts to
--- (chain.lua).
-local function scCharged(key, now, u, w)
-  local k = fdiv(now, w)
-  redis.call('SET', key, int(k) .. ' ' .. int(u) .. ' 0', 'PX', ttl((k + 2) * w - now))
 end

@@ -1,5 +1,6 @@
 -- slidinglog/state.lua: the state helpers of the sliding log scripts, placed between
 -- the prelude and each script.
+--@uses store
 
 -- score parses a sorted set score reply as an exact integer, or gives nil.
 -- Redis may format scores in exponent notation (7.2+ prints the shortest
@@ -179,11 +180,4 @@ local function slRebase(key, base)
     end
   end
   return base
-end
-
--- slCharged stores at key a log of u events at now: the state a previous
--- policy's usage converts to (chain.lua).
-local function slCharged(key, now, u, w)
-  redis.call('ZADD', key, 0, 'b', int(u), int(now))
-  expire(key, w)
 end

@@ -19,7 +19,7 @@ local full = capacity * p
 
 local u = inherit and inherit(now, 7, capacity, mode, function(u) tbCharged(key, now, u, p, r) end)
 if u and writes(mode) then
-  stored[1] = load(key) -- as the conversion stored it
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
 end
 local last, debt = tbLoad(stored[1], now, full, r)
 if u and not writes(mode) then

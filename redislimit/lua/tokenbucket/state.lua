@@ -30,9 +30,3 @@ local function tbRefill(last, debt, now, r)
   end
   return now, debt
 end
-
--- tbCharged stores at key a full bucket charged u events at now: the state
--- a previous policy's usage converts to (chain.lua).
-local function tbCharged(key, now, u, p, r)
-  redis.call('SET', key, int(now) .. ' ' .. int(u * p), 'PX', ttl(cdiv(u * p, r)))
-end
