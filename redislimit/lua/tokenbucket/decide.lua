@@ -32,11 +32,12 @@ local function decide(n, commit)
   local avail = full - debt
   if avail >= need then
     local nd = debt + need
+    local toFull = cdiv(nd, r) -- µs until the bucket is full again
     if commit then
       -- Idle (back to full) once now - last >= ceil(nd / r).
-      redis.call('SET', key, string.format('%d %d', last, nd), 'PX', ttl(last + cdiv(nd, r) - now))
+      redis.call('SET', key, string.format('%d %d', last, nd), 'PX', ttl(last + toFull - now))
     end
-    return {1, fdiv(avail - need, p), 0, cdiv(nd, r)}
+    return {1, fdiv(avail - need, p), 0, toFull}
   end
   return {0, fdiv(math.max(avail, 0), p), cdiv(need - avail, r), cdiv(debt, r)}
 end

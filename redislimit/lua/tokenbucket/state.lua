@@ -7,7 +7,7 @@
 -- most min(refill time, maxSkew) ahead of now.
 local function tbLoad(v, now, full, r)
   local last, debt = fields(v, 2)
-  if last and debt >= 0 and debt <= full and last - now <= math.min(cdiv(full, r), maxSkew) then
+  if last and debt >= 0 and debt <= full and (last <= now or last - now <= math.min(cdiv(full, r), maxSkew)) then
     return last, debt
   end
   return now, 0
