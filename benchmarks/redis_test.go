@@ -26,7 +26,7 @@ import (
 //	ping                  PING on the same client: the floor of a round trip
 //	redis_rate            github.com/go-redis/redis_rate/v10 Limiter.Allow
 //	                      (GCRA, one EVALSHA per call)
-//	ratelimit-<algorithm> this module's redislimit.Limiter.AllowN, all five
+//	ratelimit-<algorithm> this module's redislimit.Limiter.AllowN, all six
 //	                      algorithms (one script per decision, concurrent
 //	                      decisions pipelined)
 //
@@ -35,7 +35,9 @@ import (
 // admits nearly every call (1M/s with a burst of 1M; windows of 1e9), keys
 // cycle over 1000 clients, and every library runs in one mode before the
 // next mode. Serial runs also report server-µs/op, the server's
-// usec_per_call for the script from INFO commandstats (reset before each).
+// usec_per_call for the script from INFO commandstats (reset before each),
+// and redis-calls/op, the commands the script ran per decision (TIME, GET,
+// SET...: the part of its server time that does not depend on load).
 //
 // It uses the Redis at REDIS_ADDR, or starts redis-server on a free
 // loopback port (internal/redistest is not importable from this module),
@@ -69,6 +71,7 @@ func BenchmarkRedis(b *testing.B) {
 		ratelimit.FixedWindowPolicy(1_000_000_000, time.Second),
 		ratelimit.SlidingLogPolicy(1_000_000_000, time.Second),
 		ratelimit.SlidingCounterPolicy(1_000_000, time.Second),
+		ratelimit.QuotaPolicy(1_000_000_000, ratelimit.Calendar{Unit: ratelimit.Daily}),
 	} {
 		l, err := redislimit.New(c, p, redislimit.WithPrefix(prefix), redislimit.WithTimeout(time.Second))
 		if err != nil {
@@ -93,8 +96,18 @@ func BenchmarkRedis(b *testing.B) {
 				i++
 			}
 			if e.script {
-				if us := redisUsecPerCall(c, "evalsha"); us > 0 {
+				st := redisCommandStats(c)
+				if us := st["evalsha"].usecPerCall; us > 0 {
 					b.ReportMetric(us, "server-µs/op")
+				}
+				if n := st["evalsha"].calls; n > 0 {
+					inner := 0.0
+					for name, s := range st {
+						if name != "evalsha" && name != "config|resetstat" && name != "info" {
+							inner += s.calls
+						}
+					}
+					b.ReportMetric(inner/n, "redis-calls/op")
 				}
 			}
 		})
@@ -160,23 +173,35 @@ func benchRedisAddr(b *testing.B) string {
 	return addr
 }
 
-// redisUsecPerCall returns INFO commandstats' usec_per_call of cmd, or 0.
-func redisUsecPerCall(c *redis.Client, cmd string) float64 {
+// cmdStat is one command's line of INFO commandstats.
+type cmdStat struct{ calls, usecPerCall float64 }
+
+// redisCommandStats returns INFO commandstats by command name (lower
+// case; the commands a script calls are counted under their own names).
+func redisCommandStats(c *redis.Client) map[string]cmdStat {
+	out := map[string]cmdStat{}
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
-		return 0
+		return out
 	}
 	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
 			continue
 		}
+		var st cmdStat
 		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-				us, _ := strconv.ParseFloat(v, 64)
-				return us
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				st.calls = x
+			case "usec_per_call":
+				st.usecPerCall = x
 			}
 		}
+		out[name] = st
 	}
-	return 0
+	return out
 }

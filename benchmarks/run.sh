@@ -190,7 +190,7 @@ fi
 echo
 echo "== benchstat $OUT"
 cat "$TMP/benchstat.txt"
-METRICS=(ns/op cpu-ns/op bytes/key allocs/op)
+METRICS=(ns/op cpu-ns/op server-µs/op redis-calls/op bytes/key allocs/op)
 for m in "${METRICS[@]}"; do
 	echo
 	echo "== ours / theirs, $m (medians, same run)"

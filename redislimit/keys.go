@@ -5,13 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"time"
 	"unsafe"
 
 	"github.com/rlkit/ratelimit"
 )
 
-// Key names. The state of key K lives in
+// Every Redis key name is built here. The state of key K lives in
 //
 //	prefix + code + ":" + policy fingerprint + ":{" + digest(K) + "}"
 //
@@ -21,9 +22,113 @@ import (
 // numbers; a change back to a policy that a previous one shares the
 // fingerprint with adds a salt to it (see salted). The digest is the first
 // 128 bits of SHA-256(K) in unpadded base64url (22 characters): key names
-// hold no secret and have a fixed length. It
-// depends on K only, so the same K has the same hash tag under every
-// limiter (state for one client can be colocated on one Cluster node).
+// hold no secret and have a fixed length. It depends on K only, so the
+// same K has the same hash tag under every limiter (state for one client
+// can be colocated on one Cluster node). The client's block is kept in
+// prefix + "blk:{" + digest(K) + "}", independent of the policy; with
+// [WithPlainKeys] K itself takes the digest's place.
+
+// quotaFingerprint returns the 8 hex digits that name a quota policy in
+// its Redis keys: the limit and the calendar's normalized description
+// (unit, reset time, week start or month day, zone name), which differs
+// between calendars with different periods and is equal for calendars with
+// the same ones (a nil Location and UTC, MonthDay 0 and 1).
+func quotaFingerprint(p ratelimit.Policy) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "cq/%d/%v", p.Limit, p.Calendar))
+	return hex.EncodeToString(sum[:4])
+}
+
+// naturalPrefix returns the key-name prefix of the state under policy p,
+// without a salt.
+func (l *Limiter) naturalPrefix(code string, p ratelimit.Policy) string {
+	fp := ""
+	if p.Algorithm == ratelimit.QuotaAlgorithm {
+		fp = quotaFingerprint(p)
+	} else {
+		fp = policyFingerprint(code, p)
+	}
+	return l.base + code + ":" + fp + ":{"
+}
+
+// salted returns the salt and prefix of a policy whose natural prefix is
+// natural, after the previous policies prev and the names fs forgotten
+// before their states were idle. A change back to a policy that a
+// previous one still holds state under (or to the same policy) must not
+// read that state as its own: in memory, and so here, that state converts
+// step by step like any other (a sliding log is re-timed, StartFresh
+// forgets it), and state under a policy more than keptPolicies changes
+// back is forgotten. So the key names take a salt then, one more than the
+// largest salt of a previous or forgotten policy with the same natural
+// name: "tb:53a22938.1:{". It depends only on the previous policies, so a
+// process given them by WithPrevious names the keys as one that went
+// through the changes with SetPolicy.
+func salted(natural string, prev []link, fs []forgotten) (int, string) {
+	salt := -1
+	for _, lk := range prev {
+		if lk.natural == natural {
+			salt = max(salt, lk.salt)
+		}
+	}
+	for _, f := range fs {
+		if f.natural == natural {
+			salt = max(salt, f.salt)
+		}
+	}
+	if salt < 0 {
+		return 0, natural
+	}
+	salt++
+	return salt, natural[:len(natural)-2] + "." + strconv.Itoa(salt) + ":{"
+}
+
+// keyNames returns the key names of a client's keys up to its hash tag,
+// in the scripts' KEYS order: its state under the policy whose prefix is
+// prefix, its block, its state under each previous policy; and their
+// total length.
+func (l *Limiter) keyNames(prefix string, prev []link) ([]string, int) {
+	names := make([]string, 0, 2+len(prev))
+	names = append(names, prefix, l.base+blockInfix)
+	for _, lk := range prev {
+		names = append(names, lk.prefix)
+	}
+	n := 0
+	for _, name := range names {
+		n += len(name)
+	}
+	return names, n
+}
+
+// tag returns the hash tag of key's names: its digest, or key itself with
+// WithPlainKeys, without the braces.
+func (l *Limiter) tag(key string, buf *[keyDigestLen]byte) string {
+	if l.plain {
+		return key
+	}
+	digest(key, buf)
+	return unsafe.String(&buf[0], keyDigestLen)
+}
+
+// keys returns the names of key's state under g's policy, of its block and
+// of its state under the previous policies, in that order (the scripts'
+// KEYS), all with one hash tag, in one allocation.
+func (g *generation) keys(l *Limiter, key string) []string {
+	var buf [keyDigestLen]byte
+	tag := l.tag(key, &buf)
+	b := make([]byte, 0, g.namesLen+len(g.names)*(len(tag)+1))
+	keys := make([]string, len(g.names))
+	for i, name := range g.names {
+		start := len(b)
+		b = append(b, name...)
+		b = append(b, tag...)
+		b = append(b, '}')
+		keys[i] = unsafe.String(unsafe.SliceData(b[start:]), len(b)-start)
+	}
+	return keys
+}
+
+// blockInfix follows the prefix in the name of a block key, which is
+// independent of the policy: prefix + "blk:{" + digest + "}".
+const blockInfix = "blk:{"
 
 // keyDigestLen is the length of the digest of a key in its Redis name.
 const keyDigestLen = 22

@@ -1,9 +1,6 @@
 package redislimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -19,16 +16,6 @@ import (
 // those four periods fails the call ("Redis clock more than a period away
 // from the application's"), and the failure policy applies.
 
-// quotaFingerprint returns the 8 hex digits that name a quota policy in
-// its Redis keys: the limit and the calendar's normalized description
-// (unit, reset time, week start or month day, zone name), which differs
-// between calendars with different periods and is equal for calendars with
-// the same ones (a nil Location and UTC, MonthDay 0 and 1).
-func quotaFingerprint(p ratelimit.Policy) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "cq/%d/%v", p.Limit, p.Calendar))
-	return hex.EncodeToString(sum[:4])
-}
-
 // checkZone returns an error when the zone of cal cannot be identified by
 // its name. The name is all that the Redis keys say of the zone (it is in
 // the policy's fingerprint; the rules stay in each process), so processes
@@ -42,7 +29,7 @@ func quotaFingerprint(p ratelimit.Policy) string {
 // the database, or a zone loaded from other data under a database name.
 // Names the database does not know are the user's own, and taken as
 // given. (Processes that still disagree, such as two hosts with two
-// tzdata releases, converge on the period stored first: see q.lua.)
+// tzdata releases, converge on the period stored first: see lua/quota/state.lua.)
 func checkZone(cal ratelimit.Calendar, now time.Time, op string) error {
 	loc := cal.Location
 	if loc == nil {

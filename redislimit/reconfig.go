@@ -3,10 +3,8 @@ package redislimit
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/reconf"
@@ -181,49 +179,6 @@ func (l *Limiter) scriptsFor(p ratelimit.Policy, op string) (scripts, error) {
 	return sc, err
 }
 
-// naturalPrefix returns the key-name prefix of the state under policy p,
-// without a salt.
-func (l *Limiter) naturalPrefix(code string, p ratelimit.Policy) string {
-	fp := ""
-	if p.Algorithm == ratelimit.QuotaAlgorithm {
-		fp = quotaFingerprint(p)
-	} else {
-		fp = policyFingerprint(code, p)
-	}
-	return l.base + code + ":" + fp + ":{"
-}
-
-// salted returns the salt and prefix of a policy whose natural prefix is
-// natural, after the previous policies prev and the names fs forgotten
-// before their states were idle. A change back to a policy that a
-// previous one still holds state under (or to the same policy) must not
-// read that state as its own: in memory, and so here, that state converts
-// step by step like any other (a sliding log is re-timed, StartFresh
-// forgets it), and state under a policy more than keptPolicies changes
-// back is forgotten. So the key names take a salt then, one more than the
-// largest salt of a previous or forgotten policy with the same natural
-// name: "tb:53a22938.1:{". It depends only on the previous policies, so a
-// process given them by WithPrevious names the keys as one that went
-// through the changes with SetPolicy.
-func salted(natural string, prev []link, fs []forgotten) (int, string) {
-	salt := -1
-	for _, lk := range prev {
-		if lk.natural == natural {
-			salt = max(salt, lk.salt)
-		}
-	}
-	for _, f := range fs {
-		if f.natural == natural {
-			salt = max(salt, f.salt)
-		}
-	}
-	if salt < 0 {
-		return 0, natural
-	}
-	salt++
-	return salt, natural[:len(natural)-2] + "." + strconv.Itoa(salt) + ":{"
-}
-
 // newGeneration validates p and builds what a Limiter running it needs,
 // with the previous policies prev (newest first, at most keptPolicies)
 // and the names fs forgotten before their states were idle.
@@ -238,13 +193,7 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link, fs [
 		return nil, invalid("%s: Policy.Limit must be at most 2^52 to convert state between policies exactly, got %d", op, p.Limit)
 	}
 	g.prev, g.forgotten = prev, fs
-	g.names = append(g.names, g.prefix, l.base+blockInfix)
-	for _, lk := range prev {
-		g.names = append(g.names, lk.prefix)
-	}
-	for _, name := range g.names {
-		g.namesLen += len(name)
-	}
+	g.names, g.namesLen = l.keyNames(g.prefix, prev)
 	g.decideScript, g.refundScript, g.leaseScript = sc.decide, sc.refund, sc.lease
 	if len(prev) > 0 {
 		g.decideScript, g.refundScript, g.leaseScript = sc.decideChain, sc.refundChain, sc.leaseChain
@@ -305,38 +254,6 @@ func (g *generation) args(l *Limiter, now any, n int, mode commitMode) []any {
 	args = append(args, mode.arg())
 	return append(args, g.chainArgs...)
 }
-
-// tag returns the hash tag of key's names: its digest, or key itself with
-// WithPlainKeys, without the braces.
-func (l *Limiter) tag(key string, buf *[keyDigestLen]byte) string {
-	if l.plain {
-		return key
-	}
-	digest(key, buf)
-	return unsafe.String(&buf[0], keyDigestLen)
-}
-
-// keys returns the names of key's state under g's policy, of its block and
-// of its state under the previous policies, in that order (the scripts'
-// KEYS), all with one hash tag, in one allocation.
-func (g *generation) keys(l *Limiter, key string) []string {
-	var buf [keyDigestLen]byte
-	tag := l.tag(key, &buf)
-	b := make([]byte, 0, g.namesLen+len(g.names)*(len(tag)+1))
-	keys := make([]string, len(g.names))
-	for i, name := range g.names {
-		start := len(b)
-		b = append(b, name...)
-		b = append(b, tag...)
-		b = append(b, '}')
-		keys[i] = unsafe.String(unsafe.SliceData(b[start:]), len(b)-start)
-	}
-	return keys
-}
-
-// blockInfix follows the prefix in the name of a block key, which is
-// independent of the policy: prefix + "blk:{" + digest + "}".
-const blockInfix = "blk:{"
 
 // SetPolicy makes l run p for every key from now on, converting the state
 // each key has under the policies before lazily, the first time the key is

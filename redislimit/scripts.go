@@ -1,78 +1,100 @@
 package redislimit
 
 import (
-	_ "embed"
+	"embed"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
 )
 
-// The Lua scripts, one decision script and one refund script per algorithm,
-// each with the shared prelude and its algorithm's state helpers in front
-// (only those: every helper is a closure made anew on every run). They are
-// package-level [redis.Script] values (wrapped, see noretry.go): EVALSHA first, EVAL when the server
-// answers NOSCRIPT (after a restart, a failover or SCRIPT FLUSH).
-var (
-	//go:embed lua/prelude.lua
-	preludeLua string
-	//go:embed lua/nochain.lua
-	noChainLua string
-	//go:embed lua/chain.lua
-	chainLua string
-	//go:embed lua/tb.lua
-	tbLua string
-	//go:embed lua/lb.lua
-	lbLua string
-	//go:embed lua/fw.lua
-	fwLua string
-	//go:embed lua/sl.lua
-	slLua string
-	//go:embed lua/sc.lua
-	scLua string
-	//go:embed lua/q.lua
-	qLua string
-	//go:embed lua/tokenbucket.lua
-	tokenBucketLua string
-	//go:embed lua/tokenbucket_refund.lua
-	tokenBucketRefundLua string
-	//go:embed lua/leakybucket.lua
-	leakyBucketLua string
-	//go:embed lua/leakybucket_refund.lua
-	leakyBucketRefundLua string
-	//go:embed lua/fixedwindow.lua
-	fixedWindowLua string
-	//go:embed lua/fixedwindow_refund.lua
-	fixedWindowRefundLua string
-	//go:embed lua/slidinglog.lua
-	slidingLogLua string
-	//go:embed lua/slidinglog_refund.lua
-	slidingLogRefundLua string
-	//go:embed lua/slidingcounter.lua
-	slidingCounterLua string
-	//go:embed lua/slidingcounter_refund.lua
-	slidingCounterRefundLua string
-	//go:embed lua/quota.lua
-	quotaLua string
-	//go:embed lua/quota_refund.lua
-	quotaRefundLua string
-	//go:embed lua/lease.lua
-	leaseLua string
-	//go:embed lua/block.lua
-	blockLua string
-	//go:embed lua/reset.lua
-	resetLua string
-)
+// The Lua scripts live under lua/, laid out one way:
+//
+//	lua/prelude.lua            the head of every script (time, arithmetic, parsing)
+//	lua/store.lua, window.lua  helpers some parts use (see assemble)
+//	lua/chain.lua, nochain.lua inheriting state from previous policies, or not
+//	lua/decision.lua           modes, blocks and replies of the decision scripts
+//	lua/lease.lua              a lease grant's give-back (lease.go)
+//	lua/block.lua, reset.lua   the admin scripts (admin.go)
+//	lua/<algorithm>/state.lua  an algorithm's state: reading and checking it
+//	lua/<algorithm>/charge.lua converting state under another policy to it
+//	lua/<algorithm>/decide.lua its decision script
+//	lua/<algorithm>/refund.lua its refund script
+//
+// A script is its parts concatenated in order (see assemble): the prelude,
+// the state helpers (every algorithm's states and charges with previous
+// policies), chain.lua or nochain.lua, then the script itself
+// (a decision script after decision.lua, a lease script after lease.lua
+// and decision.lua).
+// Every script is a package-level [redis.Script] value (wrapped, see
+// noretry.go): EVALSHA first, EVAL when the server answers NOSCRIPT
+// (after a restart, a failover or SCRIPT FLUSH).
+//
+//go:embed lua
+var luaFiles embed.FS
 
-// allHelpers are the state helpers of every algorithm, which the scripts
-// of a limiter with previous policies need to read the state kept under
-// them (chain.lua).
-var allHelpers = tbLua + lbLua + fwLua + slLua + scLua + qLua
+// luaPart returns lua/<name>.lua.
+func luaPart(name string) string {
+	b, err := luaFiles.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic("redislimit: missing Lua part " + name) // embedded: a build error
+	}
+	return string(b)
+}
 
-// algoScripts are an algorithm's four scripts: decision and refund,
-// without and with previous policies. Scripts without them include only
-// their own algorithm's helpers, so the common case compiles and runs the
+// assemble returns the parts named (lua/<name>.lua) concatenated, with
+// two directives, each a line of its own: "--@uses <part>" puts that part
+// in its place unless the script has it already (a part says so at its
+// top for the shared helpers it needs beyond the prelude, lua/store.lua
+// and lua/window.lua, so that a script carries, and a run makes closures
+// for, only the helpers it uses); "--@<slot>" is replaced by the part
+// slots maps it to (a lease script puts the algorithm's refund inside
+// lua/lease.lua).
+func assemble(slots map[string]string, names ...string) string {
+	var b strings.Builder
+	have := map[string]bool{}
+	var put func(name string)
+	put = func(name string) {
+		have[name] = true
+		src := luaPart(name)
+		for _, line := range strings.SplitAfter(src, "\n") {
+			directive, ok := strings.CutPrefix(strings.TrimSpace(line), "--@")
+			if !ok {
+				b.WriteString(line)
+				continue
+			}
+			if part, ok := strings.CutPrefix(directive, "uses "); ok {
+				if !have[part] {
+					put(part)
+				}
+				continue
+			}
+			part, ok := slots[directive]
+			if !ok {
+				panic("redislimit: Lua part " + name + " has an unknown slot " + directive)
+			}
+			put(part)
+		}
+		if !strings.HasSuffix(src, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	for _, name := range names {
+		put(name)
+	}
+	return b.String()
+}
+
+// algorithms are the directories under lua/ that hold an algorithm's
+// parts. The scripts of a limiter with previous policies include every
+// algorithm's state helpers, to read the state kept under them (chain.lua).
+var algorithms = []string{"tokenbucket", "leakybucket", "fixedwindow", "slidinglog", "slidingcounter", "quota"}
+
+// algoScripts are an algorithm's scripts: decision and refund, without and
+// with previous policies. Scripts without them include only their own
+// algorithm's state helpers, so the common case compiles and runs the
 // least Lua.
 type algoScripts struct {
 	decide, refund           *script
@@ -83,27 +105,39 @@ type algoScripts struct {
 	lease, leaseChain *script
 }
 
-func newAlgoScripts(helpers, decide, refund string) algoScripts {
-	giveBack := leaseLua + refund + "\n  end)()\n  giveBackAt = nil\nend\n"
+func newAlgoScripts(alg string) algoScripts {
+	own := []string{"prelude", alg + "/state", "nochain"}
+	all := []string{"prelude"}
+	for _, a := range algorithms {
+		all = append(all, a+"/state")
+	}
+	for _, a := range algorithms {
+		all = append(all, a+"/charge")
+	}
+	all = append(all, "chain")
+	script := func(head []string, tail ...string) *script {
+		slots := map[string]string{"refund": alg + "/refund"}
+		return newScript(assemble(slots, append(append([]string(nil), head...), tail...)...))
+	}
 	return algoScripts{
-		decide:      newScript(preludeLua + helpers + noChainLua + decide),
-		refund:      newScript(preludeLua + helpers + noChainLua + refund),
-		decideChain: newScript(preludeLua + allHelpers + chainLua + decide),
-		refundChain: newScript(preludeLua + allHelpers + chainLua + refund),
-		lease:       newScript(preludeLua + helpers + noChainLua + giveBack + decide),
-		leaseChain:  newScript(preludeLua + allHelpers + chainLua + giveBack + decide),
+		decide:      script(own, "decision", alg+"/decide"),
+		refund:      script(own, alg+"/refund"),
+		decideChain: script(all, "decision", alg+"/decide"),
+		refundChain: script(all, alg+"/refund"),
+		lease:       script(own, "lease", "decision", alg+"/decide"),
+		leaseChain:  script(all, "lease", "decision", alg+"/decide"),
 	}
 }
 
 var (
-	tokenBucketScripts    = newAlgoScripts(tbLua, tokenBucketLua, tokenBucketRefundLua)
-	leakyBucketScripts    = newAlgoScripts(lbLua, leakyBucketLua, leakyBucketRefundLua)
-	fixedWindowScripts    = newAlgoScripts(fwLua, fixedWindowLua, fixedWindowRefundLua)
-	slidingLogScripts     = newAlgoScripts(slLua, slidingLogLua, slidingLogRefundLua)
-	slidingCounterScripts = newAlgoScripts(scLua, slidingCounterLua, slidingCounterRefundLua)
-	quotaScripts          = newAlgoScripts(qLua, quotaLua, quotaRefundLua)
-	blockScript           = newScript(preludeLua + blockLua)
-	resetScript           = newScript(preludeLua + resetLua)
+	tokenBucketScripts    = newAlgoScripts("tokenbucket")
+	leakyBucketScripts    = newAlgoScripts("leakybucket")
+	fixedWindowScripts    = newAlgoScripts("fixedwindow")
+	slidingLogScripts     = newAlgoScripts("slidinglog")
+	slidingCounterScripts = newAlgoScripts("slidingcounter")
+	quotaScripts          = newAlgoScripts("quota")
+	blockScript           = newScript(assemble(nil, "prelude", "block"))
+	resetScript           = newScript(assemble(nil, "prelude", "reset"))
 )
 
 // maxExact is 2^53: Lua numbers are doubles, exact for integers below it.

@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  the client's block key: string, the block's end (Unix µs)
 -- ARGV     now (µs or ""), d (µs)
-local now = clock()
+--@uses store
 local d = tonumber(ARGV[2])
 if d <= 0 then
   redis.call('DEL', KEYS[1])

@@ -10,6 +10,7 @@
 -- KEYS[3..2+m] are the keys of the client under them, in the same order:
 -- the same hash tag as KEYS[1], so the same slot. After the tuples, the
 -- current policy's code and two parameters.
+--@uses store
 
 -- mulDivUp returns ceil(a*b/c) exactly for integers 0 <= a <= c <= 2^52
 -- and 0 <= b < 2^53: long multiplication over the bits of b, keeping
@@ -52,15 +53,15 @@ end
 local function remainingOf(code, key, now, limit, x, y)
   if code == 'tb' then
     local full = limit * y
-    local last, debt = tbLoad(key, now, full, x)
+    local last, debt = tbLoad(load(key), now, full, x)
     last, debt = tbRefill(last, debt, now, x)
     return fdiv(full - debt, y)
   elseif code == 'lb' then
     local span = limit * x
-    local level = math.max(lbLoad(key, now, span) - now, 0)
+    local level = math.max(lbLoad(load(key), now, span) - now, 0)
     return fdiv(math.max(span - level, 0), x)
   elseif code == 'fw' then
-    local k, count = fwLoad(key, now, limit, x)
+    local k, count = fwLoad(load(key), now, limit, x)
     if fdiv(now, x) > k then
       count = 0
     end
@@ -69,7 +70,7 @@ local function remainingOf(code, key, now, limit, x, y)
     local base, _, _, cum = slLoad(key, now, limit, x)
     return limit - (cum - base)
   elseif code == 'sc' then
-    local storedK, cur, prev = scLoad(key, now, limit, x)
+    local storedK, cur, prev = scLoad(load(key), now, limit, x)
     local k = fdiv(now, x)
     local e = now - k * x
     if k == storedK + 1 then

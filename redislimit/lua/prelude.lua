@@ -48,18 +48,17 @@ local clientNow = tonumber(ARGV[1])
 -- is then kept one minute past idle, so that callers whose clocks lag by up
 -- to that much, or a paused test clock, still find it.
 local slack = 0
-if clientNow then
-  slack = 60000000
-end
 
--- clock returns the decision time in Unix microseconds: the caller's when
--- it passed one, the Redis server's clock otherwise.
-local function clock()
-  if clientNow then
-    return clientNow
-  end
+-- now is the decision time in Unix microseconds: the caller's when it
+-- passed one, the Redis server's clock otherwise. It is read once, before
+-- anything else, so that every part of a script (a lease's give-back and
+-- its grant) works at one instant.
+local now
+if clientNow then
+  now, slack = clientNow, 60000000
+else
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- ttl returns the TTL in milliseconds for state that becomes idle in us
@@ -70,17 +69,6 @@ end
 -- reject. (Stored state is read back with tonumber, which accepts both.)
 local function ttl(us)
   return string.format('%d', math.max(cdiv(us + slack, 1000), 1))
-end
-
--- int formats an integer argument that Redis must parse as an integer (a
--- list index), for the same reason.
-local function int(x)
-  return string.format('%d', x)
-end
-
--- expire sets key to expire once its state is idle, us microseconds from now.
-local function expire(key, us)
-  redis.call('PEXPIRE', key, ttl(us))
 end
 
 -- Every script ends by returning {allowed (0/1), remaining, retryAfter µs,
@@ -98,42 +86,23 @@ end
 -- forged, and read as fresh. One minute, the same as the client-time slack.
 local maxSkew = 60000000
 
--- unlink deletes key, off Redis's main thread where the server can
--- (UNLINK, Redis 4+: a sliding log may hold many entries).
-local function unlink(key)
-  local r = redis.pcall('UNLINK', key)
-  if type(r) == 'table' then
-    redis.call('DEL', key)
-  end
-end
-
--- load returns the string stored at key, or nil when there is none or the
--- key holds another type (SET replaces any type, so the next write repairs
--- it).
-local function load(key)
-  local v = redis.pcall('GET', key)
-  if type(v) ~= 'string' then
-    return nil
-  end
-  return v
-end
-
 -- num parses a decimal integer as written by int(): digits with an optional
 -- minus sign and no leading zero, exact (below 2^53 in magnitude). Anything
--- else gives nil.
+-- else gives nil. The check is a round trip: tonumber reads more than
+-- int() writes (spaces, hex, exponents, "-0", leading zeros, digits past
+-- 2^53), and int() of what it read gives back s only when s is as int()
+-- writes it.
 local function num(s)
-  if not s or not string.find(s, '^%-?%d+$') or #s > 17 or string.find(s, '^%-?0%d') or s == '-0' then
-    return nil
-  end
   local x = tonumber(s)
-  if x and x > -9007199254740992 and x < 9007199254740992 then
+  if x and x > -9007199254740992 and x < 9007199254740992 and string.format('%d', x) == s then
     return x
   end
   return nil
 end
 
 -- fields returns the integers of a stored state of exactly count (1, 2 or
--- 3) space-separated fields, or nil when v is not one.
+-- 3) space-separated fields, or nil when v is not one: each as num reads
+-- it, with one round trip for the whole state.
 local function fields(v, count)
   if not v then
     return nil
@@ -142,54 +111,22 @@ local function fields(v, count)
     return num(v)
   elseif count == 2 then
     local a, b = string.match(v, '^(%-?%d+) (%-?%d+)$')
-    a, b = num(a), num(b)
-    if a and b then
-      return a, b
+    if a then
+      a, b = tonumber(a), tonumber(b)
+      if a > -9007199254740992 and a < 9007199254740992 and b > -9007199254740992 and b < 9007199254740992
+          and string.format('%d %d', a, b) == v then
+        return a, b
+      end
     end
     return nil
   end
   local a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-  a, b, c = num(a), num(b), num(c)
-  if a and b and c then
-    return a, b, c
-  end
-  return nil
-end
-
--- windowOK reports whether a stored window index storedK may be honoured
--- at now with windows of w µs: a past or current window, or the next one
--- when it starts within maxSkew (a clock that stepped back across a
--- boundary).
-local function windowOK(storedK, now, w)
-  local k = fdiv(now, w)
-  return storedK <= k or (storedK == k + 1 and storedK * w - now <= maxSkew)
-end
-
--- Modes of a decision script (its mode argument, after the policy's
--- parameters): '1' AllowN (consume if admitted), '0' Peek, 'x' AllowN of an
--- n that can never be admitted (the usual RetryNever denial, which a block
--- does not change; like any AllowN it converts and stores the key's state
--- under an earlier policy), 'n' the same for Peek (stores nothing), 'p'
--- Penalize (charge min(n, remaining) without a decision, whatever a block
--- says). Refund scripts pass 'r'.
-local function writes(mode)
-  return mode == '1' or mode == 'x' or mode == 'p' or mode == 'r' or mode == 'l'
-end
-
--- maxBlock is the longest block, 100 years in µs (ratelimit's maxPeriod).
-local maxBlock = 3153600000000000
-
--- blockedUntil returns the end (Unix µs) of the block on the client whose
--- block key is KEYS[2], when it is in force at now; nil otherwise. A block
--- key that is garbage, another type or ends beyond now + maxBlock is no
--- block (and never an error).
-local function blockedUntil(now)
-  if not KEYS[2] then
-    return nil
-  end
-  local untilT = fields(load(KEYS[2]), 1)
-  if untilT and untilT > now and untilT - now <= maxBlock then
-    return untilT
+  if a then
+    a, b, c = tonumber(a), tonumber(b), tonumber(c)
+    if a > -9007199254740992 and a < 9007199254740992 and b > -9007199254740992 and b < 9007199254740992
+        and c > -9007199254740992 and c < 9007199254740992 and string.format('%d %d %d', a, b, c) == v then
+      return a, b, c
+    end
   end
   return nil
 end
@@ -199,18 +136,6 @@ end
 -- it (a Peek, or a blocked AllowN): that state is made anew, at each call's
 -- now, until a decision stores it.
 local unstored = false
-
--- blockEnd is the end of the block in force on the client, for an AllowN
--- or a Peek that the block answers (see decisionMode); nil otherwise.
-local blockEnd
-
--- Lease grants (Go: lease.go) run a decision script in mode 'l<m>': n is
--- the lease wanted, k, and m the events the caller needs now. leaseMin is
--- m; leaseEnd, set by the windowed scripts (fixed window, sliding counter,
--- quota), is the end (Unix µs) of the window the grant is charged in, which
--- the lease must not outlive; the buckets leave it nil.
-local leaseMin
-local leaseEnd
 
 -- giveBackAt is the grant time (Unix µs) of the lease whose unused events
 -- a refund script gives back (lease.go), nil for a plain refund. In a
@@ -223,83 +148,3 @@ local leaseEnd
 -- been full meanwhile), and a give-back must never return more than the
 -- lease still holds down.
 local giveBackAt
-
--- givenBackAt returns the grant time in a refund's mode argument 'g<at>'
--- (a lease's give-back), nil for 'r'.
-local function givenBackAt(mode)
-  if mode and string.sub(mode, 1, 1) == 'g' then
-    return num(string.sub(mode, 2))
-  end
-  return nil
-end
-
--- decisionMode returns the mode a decision script runs in at now, given
--- its mode argument. A block in force answers AllowN ('1') and Peek ('0')
--- with a denial computed on a Peek(0) of the key's state: a blocked AllowN
--- runs as a Peek, so that it stores nothing, not even the conversion of
--- the key's state under an earlier policy (as in memory, where the
--- conversion then happens at the first decision after the block).
-local function decisionMode(now, mode)
-  if string.sub(mode, 1, 1) == 'l' then
-    leaseMin = tonumber(string.sub(mode, 2))
-    mode = 'l'
-  end
-  if mode == '1' or mode == '0' or mode == 'l' then
-    blockEnd = blockedUntil(now)
-    if blockEnd then
-      return '0'
-    end
-  end
-  return mode
-end
-
--- finish ends a decision script: decide(n, commit) decides n events on the
--- state the script loaded (committing when asked) and returns the
--- script's reply. A block in force (blockEnd) answers with a denial until
--- its end; a penalty charges what the state has left, up to n.
-local function finish(now, n, mode, decide)
-  if mode == 'l' then
-    -- A lease: charge k = n events as an AllowN of k would; when k does
-    -- not fit, charge what remains if that covers leaseMin (a partial
-    -- lease), else answer the exact denial of leaseMin. The reply adds
-    -- the events granted, the script's now and leaseEnd (-1: none).
-    local d = decide(n, true)
-    local got = n
-    if d[1] ~= 1 then
-      got = decide(0, false)[2]
-      if got >= leaseMin then
-        d = decide(got, true)
-      end
-      -- Too little remains, or what remains did not fit after all: grant
-      -- nothing.
-      if got < leaseMin or d[1] ~= 1 then
-        d = decide(leaseMin, false)
-        return {0, d[2], d[3], d[4], 0, now, -1}
-      end
-    end
-    return {1, d[2], 0, d[4], got, now, leaseEnd or -1}
-  end
-  if mode == 'p' then
-    local m = math.min(n, decide(0, false)[2])
-    if m > 0 then
-      decide(m, true)
-    end
-    return {1, 0, 0, 0}
-  end
-  if blockEnd then
-    -- A denial that the caller may remember until its RetryAfter (0), or
-    -- (2) one whose ResetAfter comes from an unstored conversion: not
-    -- shorter a moment later, as a remembered one would be.
-    local wait = blockEnd - now
-    local denied = 0
-    if unstored then
-      denied = 2
-    end
-    local reply = {denied, 0, wait, math.max(wait, decide(0, false)[4])}
-    if leaseMin then
-      reply[5], reply[6], reply[7] = 0, now, -1
-    end
-    return reply
-  end
-  return decide(n, mode == '1')
-end

@@ -69,12 +69,15 @@ import (
 // sethvargo's ns/op, round-robin (1Mkeys, issue 6) and random with fresh key
 // bytes (1Mrandom, issue 14); on one hot key with two goroutines at most
 // 0.6x (issue 14); at most 80 bytes per key; no allocation for an existing
-// key.
+// key; and BenchmarkRedis's server time (issue 25).
 var defaultTargets = map[string]struct{ ratio, max string }{
 	"ns/op":     {ratio: allowTargets + "," + keyedTargets},
 	"cpu-ns/op": {ratio: allowTargets + "," + keyedTargets},
 	"bytes/key": {max: "Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=80"},
 	"allocs/op": {max: "Allow=0,Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=0"},
+	// Issue 25: Redis server time per decision at most redis_rate's for
+	// the bucket, window and quota scripts, 1.5x for the sliding log.
+	"server-µs/op": {ratio: "Redis/redis_rate@^ratelimit-(tokenbucket|leakybucket|fixedwindow|slidingcounter|quota)/=1,Redis/redis_rate@^ratelimit-slidinglog/=1.5"},
 }
 
 // addedTargets are the targets applied with -minus, by metric: issue 13's

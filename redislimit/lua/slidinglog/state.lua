@@ -1,5 +1,6 @@
--- sl.lua: the state helpers of the sliding log scripts, placed between
+-- slidinglog/state.lua: the state helpers of the sliding log scripts, placed between
 -- the prelude and each script.
+--@uses store
 
 -- score parses a sorted set score reply as an exact integer, or gives nil.
 -- Redis may format scores in exponent notation (7.2+ prints the shortest
@@ -35,8 +36,18 @@ local slMaxBase = 4503599627370496
 -- an admission adds, so they drain, and few enough to bound every call.
 local slDrop = 16
 
--- slEntry returns the time and cum of the entry at rank r, or nil.
-local function slEntry(key, r)
+-- slHead is how many of the lowest ranks slLoad reads in its first call:
+-- the dead entries (few: see slDrop), "b" and the first live entries,
+-- which are where the search for the expired entries starts. Ranks past
+-- them cost a call each.
+local slHead = 6
+
+-- slEntry returns the time and cum of the entry at rank r, or nil: from
+-- head (the lowest ranks, read by slLoad) when r is among them.
+local function slEntry(key, r, head)
+  if 2 * r < #head then
+    return num(head[2 * r + 1]), score(head[2 * r + 2])
+  end
   local e = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
   if #e ~= 2 then
     return nil
@@ -62,14 +73,26 @@ local function slLoad(key, now, limit, w)
   if card == 0 then
     return 0, 0, 0, 0, nil
   end
-  local base = score(redis.call('ZSCORE', key, 'b'))
-  local rb = redis.call('ZRANK', key, 'b')
-  if not base or base < 0 then
+  -- "b" is almost always among the lowest ranks: its rank and base come
+  -- with them, else from ZRANK and ZSCORE.
+  local head = redis.call('ZRANGE', key, 0, slHead - 1, 'WITHSCORES')
+  local base, rb
+  for i = 1, #head, 2 do
+    if head[i] == 'b' then
+      rb, base = (i - 1) / 2, score(head[i + 1])
+      break
+    end
+  end
+  if not rb and #head == 2 * slHead then
+    base = score(redis.call('ZSCORE', key, 'b'))
+    rb = redis.call('ZRANK', key, 'b')
+  end
+  if not rb or not base or base < 0 then
     return 0, 0, 0, 0, true
   end
   local last = card - 1
   local entries = last - rb
-  local lastTS, lastCum = slEntry(key, last)
+  local lastTS, lastCum = slEntry(key, last, head)
   if entries < 1 or not lastTS or not lastCum or lastCum - base < entries or lastCum - base > limit
       or lastTS - now > math.min(w, maxSkew) then
     return 0, 0, 0, 0, true
@@ -89,7 +112,7 @@ local function slLoad(key, now, limit, w)
         hi = last
       end
     else
-      local ts, cum = slEntry(key, r)
+      local ts, cum = slEntry(key, r, head)
       if not ts or not cum or cum <= loCum or cum > lastCum then
         return 0, 0, 0, 0, true
       end
@@ -104,18 +127,25 @@ local function slLoad(key, now, limit, w)
     return 0, 0, 0, 0, true -- everything expired
   end
   -- The dead entries before "b" to drop (a few: see slDrop), and the
-  -- base that marks the newly expired ones dead.
+  -- base that marks the newly expired ones dead; when the dead, "b" and
+  -- the newly expired are few, they all go at once and "b" comes back at
+  -- the new base.
   local fix = nil
-  if rb > 0 or lo > rb then
+  if lo > rb and lo < slDrop then
+    fix = {lo + 1, loCum}
+  elseif rb > 0 or lo > rb then
     fix = {math.min(rb, slDrop), lo > rb and loCum or nil}
   end
   return loCum, last - lo, lastTS, lastCum, fix
 end
 
 -- slFix makes the key hold the log slLoad read, before a write: it
--- removes the key (fix true), or drops some dead entries and marks the
--- newly expired ones dead (fix = {dead to drop, new base or nil}).
-local function slFix(key, fix)
+-- removes the key (fix true), or drops some dead entries (and, when fix
+-- says so, "b" and the newly expired entries with them) and puts "b" at
+-- the new base (fix = {ranks to drop from 0, new base or nil}). An entry
+-- to add (its cum and member), when given, goes in with "b" in one ZADD;
+-- it is never given with fix true (then there is no "b" to keep it).
+local function slFix(key, fix, cum, member)
   if fix == true then
     unlink(key)
   elseif fix then
@@ -123,8 +153,15 @@ local function slFix(key, fix)
       redis.call('ZREMRANGEBYRANK', key, 0, fix[1] - 1)
     end
     if fix[2] then
+      if member then
+        redis.call('ZADD', key, int(fix[2]), 'b', cum, member)
+        return
+      end
       redis.call('ZADD', key, int(fix[2]), 'b')
     end
+  end
+  if member then
+    redis.call('ZADD', key, cum, member)
   end
 end
 
@@ -143,11 +180,4 @@ local function slRebase(key, base)
     end
   end
   return base
-end
-
--- slCharged stores at key a log of u events at now: the state a previous
--- policy's usage converts to (chain.lua).
-local function slCharged(key, now, u, w)
-  redis.call('ZADD', key, 0, 'b', int(u), int(now))
-  expire(key, w)
 end

@@ -7,15 +7,18 @@
 -- ARGV     now (µs or ""), n, capacity, every (µs), mode, then the previous
 --          policies (see chain.lua)
 local key = KEYS[1]
-local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
-local mode = decisionMode(now, ARGV[5])
+local stored = redis.call('MGET', key, KEYS[2])
+local mode = decisionMode(ARGV[5], stored[2])
 local span = capacity * every
 
-local u = inherit(now, 6, capacity, mode, function(u) lbCharged(key, now, u, every) end)
-local empty = lbLoad(key, now, span)
+local u = inherit and inherit(now, 6, capacity, mode, function(u) lbCharged(key, now, u, every) end)
+if u and writes(mode) then
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
+end
+local empty = lbLoad(stored[1], now, span)
 if u and not writes(mode) then
   empty = now + u * every
 end
@@ -25,10 +28,10 @@ local function decide(n, commit)
   local need = n * every
   if level + need <= span then
     if commit then
-      redis.call('SET', key, int(now + level + need), 'PX', ttl(level + need))
+      redis.call('SET', key, string.format('%d', now + level + need), 'PX', ttl(level + need))
     end
     return {1, fdiv(span - level - need, every), 0, level + need}
   end
   return {0, fdiv(math.max(span - level, 0), every), level + need - span, level}
 end
-return finish(now, n, mode, decide)
+return finish(n, mode, decide)

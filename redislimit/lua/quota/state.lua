@@ -1,4 +1,4 @@
--- q.lua: the state helpers of the calendar quota scripts, placed between
+-- quota/state.lua: the state helpers of the calendar quota scripts, placed between
 -- the prelude and each script.
 --
 -- A quota's state is "<start> <end> <count>": the counted period (Unix µs,
@@ -23,7 +23,8 @@ local function qPeriod(now, at)
   return nil
 end
 
--- qLoad returns a quota's valid state at key as seen in the period [s, e)
+-- qLoad returns, from v (the key's value: a string, or nil or false for
+-- none), a quota's valid state at key as seen in the period [s, e)
 -- holding now, or the fresh state: no events in [s, e). A state of an
 -- older period is counted as fresh. A stored period that holds now is
 -- counted in, whether or not it is [s, e): another one is that of a
@@ -36,30 +37,11 @@ end
 -- clock that stepped back across a boundary). A stored period longer than
 -- twice [s, e) (or than qMaxPeriod) is no period of this calendar, and
 -- read as fresh.
-local function qLoad(key, now, limit, s, e)
-  local st, en, c = fields(load(key), 3)
+local function qLoad(v, now, limit, s, e)
+  local st, en, c = fields(v, 3)
   if st and c >= 0 and c <= limit and st < en and en - st <= math.min(2 * (e - s), qMaxPeriod)
       and st - now <= maxSkew and now < en then
     return st, en, c
   end
   return s, e, 0
-end
-
--- qRemaining returns the remaining quota of a stored quota state of
--- another policy (whose boundaries are not passed): its count while its
--- period has not ended, the full limit otherwise or when the state is not
--- one.
-local function qRemaining(key, now, limit)
-  local st, en, c = fields(load(key), 3)
-  if st and c >= 0 and c <= limit and en > st and en - st <= qMaxPeriod
-      and st - now <= maxSkew and now < en then
-    return limit - c
-  end
-  return limit
-end
-
--- qCharged stores at key u events counted in the period [s, e) holding
--- now: the state a previous policy's usage converts to (chain.lua).
-local function qCharged(key, now, u, s, e)
-  redis.call('SET', key, int(s) .. ' ' .. int(e) .. ' ' .. int(u), 'PX', ttl(e - now))
 end

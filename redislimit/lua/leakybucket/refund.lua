@@ -3,16 +3,18 @@
 -- in a lease script) lowers it only by what has not leaked since the
 -- grant (see prelude.lua).
 --
--- KEYS[1]  as in leakybucket.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, capacity, every (µs), "r" or "g<at>", then the previous policies
+--@uses store
 local key = KEYS[1]
-local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
 local backAt = giveBackAt or givenBackAt(ARGV[5])
-inherit(now, 6, capacity, 'r', function(u) lbCharged(key, now, u, every) end)
-local empty = lbLoad(key, now, capacity * every)
+if inherit then
+  inherit(now, 6, capacity, 'r', function(u) lbCharged(key, now, u, every) end)
+end
+local empty = lbLoad(load(key), now, capacity * every)
 if empty <= now then
   return 0
 end

@@ -6,14 +6,17 @@
 -- ARGV     now (µs or ""), n, limit, window (µs), mode, then the previous
 --          policies (see chain.lua)
 local key = KEYS[1]
-local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local mode = decisionMode(now, ARGV[5])
+local stored = redis.call('MGET', key, KEYS[2])
+local mode = decisionMode(ARGV[5], stored[2])
 
-local u = inherit(now, 6, limit, mode, function(u) fwCharged(key, now, u, w) end)
-local storedK, count = fwLoad(key, now, limit, w)
+local u = inherit and inherit(now, 6, limit, mode, function(u) fwCharged(key, now, u, w) end)
+if u and writes(mode) then
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
+end
+local storedK, count = fwLoad(stored[1], now, limit, w)
 if u and not writes(mode) then
   -- A Peek of inherited state: a fresh window charged u, whatever was
   -- loaded.
@@ -37,7 +40,7 @@ local function decide(n, commit)
   if count + n <= limit then
     if commit then
       -- Idle once the window has passed.
-      redis.call('SET', key, int(k) .. ' ' .. int(count + n), 'PX', ttl((k + 1) * w - now))
+      redis.call('SET', key, string.format('%d %d', k, count + n), 'PX', ttl((k + 1) * w - now))
     end
     local reset = 0
     if count + n > 0 then
@@ -47,4 +50,4 @@ local function decide(n, commit)
   end
   return {0, math.max(limit - count, 0), untilEnd, untilEnd}
 end
-return finish(now, n, mode, decide)
+return finish(n, mode, decide)

@@ -9,16 +9,19 @@
 -- ARGV     now (µs, or "" for the server's TIME), n, capacity, r, p, mode,
 --          then the previous policies (see chain.lua)
 local key = KEYS[1]
-local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local mode = decisionMode(now, ARGV[6])
+local stored = redis.call('MGET', key, KEYS[2])
+local mode = decisionMode(ARGV[6], stored[2])
 local full = capacity * p
 
-local u = inherit(now, 7, capacity, mode, function(u) tbCharged(key, now, u, p, r) end)
-local last, debt = tbLoad(key, now, full, r)
+local u = inherit and inherit(now, 7, capacity, mode, function(u) tbCharged(key, now, u, p, r) end)
+if u and writes(mode) then
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
+end
+local last, debt = tbLoad(stored[1], now, full, r)
 if u and not writes(mode) then
   last, debt = now, u * p
 end
@@ -29,12 +32,13 @@ local function decide(n, commit)
   local avail = full - debt
   if avail >= need then
     local nd = debt + need
+    local toFull = cdiv(nd, r) -- µs until the bucket is full again
     if commit then
       -- Idle (back to full) once now - last >= ceil(nd / r).
-      redis.call('SET', key, int(last) .. ' ' .. int(nd), 'PX', ttl(last + cdiv(nd, r) - now))
+      redis.call('SET', key, string.format('%d %d', last, nd), 'PX', ttl(last + toFull - now))
     end
-    return {1, fdiv(avail - need, p), 0, cdiv(nd, r)}
+    return {1, fdiv(avail - need, p), 0, toFull}
   end
   return {0, fdiv(math.max(avail, 0), p), cdiv(need - avail, r), cdiv(debt, r)}
 end
-return finish(now, n, mode, decide)
+return finish(n, mode, decide)

@@ -10,18 +10,21 @@
 -- ARGV     now (µs or ""), n, limit, five boundaries (Unix µs), mode, then
 --          the previous policies (see chain.lua)
 local key = KEYS[1]
-local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local mode = decisionMode(now, ARGV[9])
+local stored = redis.call('MGET', key, KEYS[2])
+local mode = decisionMode(ARGV[9], stored[2])
 
 local s, e = qPeriod(now, 4)
 if not s then
   return redis.error_reply('ratelimit: Redis clock more than a period away from the application\'s (calendar quota)')
 end
 
-local u = inherit(now, 10, limit, mode, function(u) qCharged(key, now, u, s, e) end)
-local st, en, count = qLoad(key, now, limit, s, e)
+local u = inherit and inherit(now, 10, limit, mode, function(u) qCharged(key, now, u, s, e) end)
+if u and writes(mode) then
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
+end
+local st, en, count = qLoad(stored[1], now, limit, s, e)
 if u and not writes(mode) then
   -- A Peek of inherited state: the current period charged u, whatever
   -- was loaded.
@@ -40,7 +43,7 @@ local function decide(n, commit)
   if count + n <= limit then
     if commit then
       -- Idle once the period has passed.
-      redis.call('SET', key, int(st) .. ' ' .. int(en) .. ' ' .. int(count + n), 'PX', ttl(en - now))
+      redis.call('SET', key, string.format('%d %d %d', st, en, count + n), 'PX', ttl(en - now))
     end
     local reset = 0
     if count + n > 0 then
@@ -50,4 +53,4 @@ local function decide(n, commit)
   end
   return {0, math.max(limit - count, 0), untilEnd, untilEnd}
 end
-return finish(now, n, mode, decide)
+return finish(n, mode, decide)

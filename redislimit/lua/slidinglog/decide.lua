@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  sorted set: "b" scored base, then one member per entry named by
 --          its time (Unix µs) and scored with the events from base through
---          it (see slLoad in the prelude). Events at the time of the newest
+--          it (see slLoad in state.lua). Events at the time of the newest
 --          entry, or earlier, merge into it, so there is at most one entry
 --          per microsecond: at most limit entries.
 -- KEYS[2]  the client's block key; KEYS[3..] its keys under previous policies
@@ -15,13 +15,12 @@
 -- Peek read the log as it would be once the expired entries are dropped,
 -- and store nothing.
 local key = KEYS[1]
-local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local mode = decisionMode(now, ARGV[5])
+local mode = decisionMode(ARGV[5], load(KEYS[2]))
 
-local u = inherit(now, 6, limit, mode, function(u) slCharged(key, now, u, w) end)
+local u = inherit and inherit(now, 6, limit, mode, function(u) slCharged(key, now, u, w) end)
 local base, entries, backTS, backCum, fix = slLoad(key, now, limit, w)
 -- virtual: a Peek of inherited state that was not stored, one entry of u
 -- events at now.
@@ -43,21 +42,23 @@ local function decide(n, commit)
       reset = newest + w - now
     end
     if commit and n > 0 then
-      slFix(key, fix)
-      fix = nil
       local newest = now
       if entries == 0 then
+        slFix(key, fix)
         redis.call('ZADD', key, 0, 'b', int(n), int(now))
       else
-        local cum = backCum - slRebase(key, base)
+        -- Late or simultaneous events merge into the newest entry.
         if now <= backTS then
-          -- Late or simultaneous events merge into the newest entry.
-          redis.call('ZADD', key, int(cum + n), int(backTS))
           newest = backTS
+        end
+        if base > slMaxBase then
+          slFix(key, fix)
+          redis.call('ZADD', key, int(backCum - slRebase(key, base) + n), int(newest))
         else
-          redis.call('ZADD', key, int(cum + n), int(now))
+          slFix(key, fix, int(backCum + n), int(newest))
         end
       end
+      fix = nil
       -- Idle once the newest entry is w old.
       expire(key, newest + w - now)
     end
@@ -79,4 +80,4 @@ local function decide(n, commit)
   end
   return {0, math.max(limit - total, 0), ts + w - now, backTS + w - now}
 end
-return finish(now, n, mode, decide)
+return finish(n, mode, decide)

@@ -1,15 +1,18 @@
 -- Sliding window counter refund: take n events back from the window that
 -- holds them. Mirrors slidingCounterAlg.refund.
 --
--- KEYS[1]  as in slidingcounter.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
+--@uses store
 local key = KEYS[1]
-local now = giveBackAt or clock() -- a lease's give-back: its grant time
+local now = giveBackAt or now -- a lease's give-back: its grant time
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-inherit(now, 6, limit, 'r', function(u) scCharged(key, now, u, w) end)
-local storedK, storedCur, storedPrev = scLoad(key, now, limit, w)
+if inherit then
+  inherit(now, 6, limit, 'r', function(u) scCharged(key, now, u, w) end)
+end
+local storedK, storedCur, storedPrev = scLoad(load(key), now, limit, w)
 if storedCur == 0 and storedPrev == 0 then
   return 0
 end

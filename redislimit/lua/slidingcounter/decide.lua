@@ -8,14 +8,17 @@
 -- ARGV     now (µs or ""), n, limit, window (µs), mode, then the previous
 --          policies (see chain.lua)
 local key = KEYS[1]
-local now = clock()
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local mode = decisionMode(now, ARGV[5])
+local stored = redis.call('MGET', key, KEYS[2])
+local mode = decisionMode(ARGV[5], stored[2])
 
-local u = inherit(now, 6, limit, mode, function(u) scCharged(key, now, u, w) end)
-local storedK, storedCur, storedPrev = scLoad(key, now, limit, w)
+local u = inherit and inherit(now, 6, limit, mode, function(u) scCharged(key, now, u, w) end)
+if u and writes(mode) then
+  stored[1] = redis.call('MGET', key)[1] -- as the conversion stored it
+end
+local storedK, storedCur, storedPrev = scLoad(stored[1], now, limit, w)
 if u and not writes(mode) then
   -- A Peek of inherited state: a fresh state charged u, whatever was
   -- loaded.
@@ -70,10 +73,10 @@ local function decide(n, commit)
   if n <= rem then
     if commit then
       -- Idle once two windows have started since k.
-      redis.call('SET', key, int(k) .. ' ' .. int(cur + n) .. ' ' .. int(prev), 'PX', ttl((k + 2) * w - now))
+      redis.call('SET', key, string.format('%d %d %d', k, cur + n, prev), 'PX', ttl((k + 2) * w - now))
     end
     return {1, rem - n, 0, resetAfter(cur + n, prev)}
   end
   return {0, math.max(rem, 0), math.max(retryAfter(n), 1), resetAfter(cur, prev)}
 end
-return finish(now, n, mode, decide)
+return finish(n, mode, decide)

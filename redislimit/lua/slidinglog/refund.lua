@@ -3,14 +3,17 @@
 -- key these may be another request's events a moment younger than the
 -- refunded ones; the count is exact.
 --
--- KEYS[1]  as in slidinglog.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, limit, window (µs), "r", then the previous policies
+--@uses store
 local key = KEYS[1]
-local now = giveBackAt or clock() -- a lease's give-back: its grant time
+local now = giveBackAt or now -- a lease's give-back: its grant time
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-inherit(now, 6, limit, 'r', function(u) slCharged(key, now, u, w) end)
+if inherit then
+  inherit(now, 6, limit, 'r', function(u) slCharged(key, now, u, w) end)
+end
 local _, entries, _, _, fix = slLoad(key, now, limit, w)
 if entries == 0 then
   return 0

@@ -3,17 +3,19 @@
 -- (mode 'g<at>', or giveBackAt in a lease script) gives back only what
 -- refill since the grant has not cancelled (see prelude.lua).
 --
--- KEYS[1]  as in tokenbucket.lua
+-- KEYS[1]  as in decide.lua
 -- ARGV     now (µs or ""), n, capacity, r, p, "r" or "g<at>", then the previous policies
+--@uses store
 local key = KEYS[1]
-local now = clock()
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
 local backAt = giveBackAt or givenBackAt(ARGV[6])
-inherit(now, 7, capacity, 'r', function(u) tbCharged(key, now, u, p, r) end)
-local last, debt = tbLoad(key, now, capacity * p, r)
+if inherit then
+  inherit(now, 7, capacity, 'r', function(u) tbCharged(key, now, u, p, r) end)
+end
+local last, debt = tbLoad(load(key), now, capacity * p, r)
 if debt == 0 then
   return 0
 end
