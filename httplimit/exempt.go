@@ -1,19 +1,20 @@
 package httplimit
 
 import (
-	"errors"
 	"net/http"
 	"net/netip"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // ErrDenied is the Err of the [Denial] of a request refused by a denylist:
 // a client network of [DeniedNetworks] or a key of [Limit.DeniedKeys]. Such
 // a request is refused whatever its quota, so [WriteDenied] answers it 403
-// Forbidden rather than 429.
-var ErrDenied = errors.New("ratelimit: request denied by a denylist")
+// Forbidden rather than 429. It is grpclimit.ErrDenied too: errors.Is
+// matches it whichever package returned it.
+var ErrDenied = adapter.ErrDenied
 
 // WithIPResolver sets the resolver that finds the client address the
 // networks of [ExemptNetworks] and [DeniedNetworks] are matched against.

@@ -3,12 +3,12 @@ package httplimit
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/pacer"
 	"github.com/rlkit/ratelimit/internal/timesrc"
@@ -19,13 +19,14 @@ import (
 // when the server has asked for a pause that outlasts the request's
 // context deadline (a request refused already, whose retry would wait
 // that long, gets its answer instead). It also matches
-// context.DeadlineExceeded with errors.Is.
-var ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
+// context.DeadlineExceeded with errors.Is. It is grpclimit.ErrPauseDeadline
+// too: errors.Is matches it whichever package returned it.
+var ErrPauseDeadline = adapter.ErrPauseDeadline
 
 // ErrNoKey is returned by [Transport.RoundTrip], without sending the
 // request, when the [KeyFunc] of a transport from [NewKeyedTransport]
-// reports that it has no key for the request.
-var ErrNoKey = errors.New("ratelimit: no key for the request")
+// reports that it has no key for the request. It is grpclimit.ErrNoKey too.
+var ErrNoKey = adapter.ErrNoKey
 
 // Transport is an [http.RoundTripper] for clients of rate-limited APIs.
 // Each request first waits for the transport's limiter (honouring its
