@@ -24,7 +24,8 @@ import (
 var ErrDenied = adapter.ErrDenied
 
 // Denial describes a denied call (or stream message) to the handler of
-// [WithDeniedHandler].
+// [WithDeniedHandler]. It has httplimit's Denial fields, of the same types,
+// and two of its own: Method and Message.
 type Denial struct {
 	// Method is the call's full method name, "/pkg.Service/Method".
 	Method string

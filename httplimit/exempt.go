@@ -56,7 +56,8 @@ func ExemptNetworks(cidrs ...string) Option {
 
 // DeniedNetworks names client networks (as [ExemptNetworks] does) whose
 // requests are always refused, without being charged anywhere: they are
-// answered through the [DeniedHandler] with a Denial whose Err is
+// answered through the denied handler ([WithDeniedHandler]) with a Denial
+// whose Err is
 // [ErrDenied], Never set and Limit empty ([WriteDenied]: 403 Forbidden,
 // no Retry-After, no rate-limit fields), and reported to the middleware's
 // observer ([WithObserver]) as denied by every limit. Nothing exempts such

@@ -151,8 +151,12 @@ func WithHeaders(set HeaderSet) Option {
 }
 
 // WithDeniedHandler replaces [WriteDenied] as the middleware's answer to
-// denied requests; nil restores WriteDenied. For [New].
-func WithDeniedHandler(h DeniedHandler) Option {
+// denied requests; nil restores WriteDenied. The rate-limit fields and
+// Retry-After are already set on w's header when h is called (a handler
+// serving a full response instead may delete Retry-After). It may answer
+// 429 in its own format, or serve a cached or reduced response instead
+// (graceful degradation). For [New].
+func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Denial)) Option {
 	return option{"WithDeniedHandler", forMiddleware, func(cfg *config) error {
 		cfg.m.denied = h
 		return nil
