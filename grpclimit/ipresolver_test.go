@@ -26,7 +26,7 @@ import (
 	"github.com/rlkit/ratelimit/httplimit"
 )
 
-func mustResolver(t testing.TB, opts ...grpclimit.Option) *grpclimit.IPResolver {
+func mustResolver(t testing.TB, opts ...grpclimit.ResolverOption) *grpclimit.IPResolver {
 	t.Helper()
 	r, err := grpclimit.NewIPResolver(opts...)
 	require.NoError(t, err)
@@ -158,7 +158,7 @@ func TestKeyByPeer(t *testing.T) {
 func TestIPResolverErrors(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		opt  grpclimit.Option
+		opt  grpclimit.ResolverOption
 		want string
 	}{
 		{grpclimit.TrustedProxies("10.0.0.0/33"), `grpclimit.TrustedProxies: netip.ParsePrefix("10.0.0.0/33"): prefix length out of range, got "10.0.0.0/33"`},
@@ -180,17 +180,8 @@ func TestIPResolverErrors(t *testing.T) {
 	// A nil option is ignored.
 	_, err := grpclimit.NewIPResolver(nil)
 	assert.NoError(t, err)
-
-	// Options of other constructors are refused, and resolver options by
-	// them.
-	_, err = grpclimit.NewIPResolver(grpclimit.WithFields(grpclimit.NoFields))
-	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-	assert.EqualError(t, err, "ratelimit: invalid configuration: grpclimit.WithFields applies to New, not NewIPResolver")
-	lim, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute))
-	require.NoError(t, err)
-	_, err = grpclimit.New([]grpclimit.Limit{{Name: "ip", Key: grpclimit.KeyByPeer(), Limiter: lim}}, grpclimit.TrustedProxies("10.0.0.0/8"))
-	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-	assert.EqualError(t, err, "ratelimit: invalid configuration: grpclimit.TrustedProxies applies to NewIPResolver, not New")
+	// Options of other constructors do not compile:
+	// TestWrongOptionDoesNotCompile.
 }
 
 // TestIPResolverKeyAllocs: keying a peer whose network was seen before

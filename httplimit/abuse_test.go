@@ -357,7 +357,7 @@ func TestErrorReportsRateLimited(t *testing.T) {
 		do(h, "GET", "/b")
 	}
 	assert.Equal(t, []report{{"a", 0}, {"b", 0}}, reports())
-	mock.Add(DefaultErrorReportInterval - time.Millisecond)
+	mock.Add(defaultReportEvery - time.Millisecond)
 	do(h, "GET", "/a")
 	assert.Len(t, reports(), 2, "reported before the interval ended")
 	mock.Add(time.Millisecond)

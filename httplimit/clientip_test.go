@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func mustResolver(t testing.TB, opts ...Option) *IPResolver {
+func mustResolver(t testing.TB, opts ...ResolverOption) *IPResolver {
 	t.Helper()
 	r, err := NewIPResolver(opts...)
 	if err != nil {
@@ -79,7 +79,7 @@ func TestClientIPKey(t *testing.T) {
 
 func TestIPResolverErrors(t *testing.T) {
 	t.Parallel()
-	for _, o := range []Option{
+	for _, o := range []ResolverOption{
 		TrustedProxies("10.0.0.0/33"), TrustedProxies("not-an-ip"), ProxyHeaders("X-Client-IP"), ProxyHeaders(),
 		IPv4Prefix(0), IPv4Prefix(33), IPv6Prefix(129), TrustedPrefixes(netip.Prefix{}),
 	} {

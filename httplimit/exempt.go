@@ -24,10 +24,10 @@ var ErrDenied = adapter.ErrDenied
 // same one the limits' [IPResolver.Key] use, so that both see the same
 // client. For [New].
 func WithIPResolver(res *IPResolver) Option {
-	return option{"WithIPResolver", forMiddleware, func(cfg *config) error {
-		cfg.m.resolver = res
+	return serverOption(func(m *Middleware) error {
+		m.resolver = res
 		return nil
-	}}
+	})
 }
 
 // ExemptNetworks names client networks (CIDR, such as "10.0.0.0/8" or
@@ -47,11 +47,11 @@ func WithIPResolver(res *IPResolver) Option {
 // wrapping [ratelimit.ErrInvalidConfig] that names the value for one that
 // does not parse. For [New].
 func ExemptNetworks(cidrs ...string) Option {
-	return option{"ExemptNetworks", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		ps, err := parseNetworks("ExemptNetworks", cidrs)
-		cfg.m.exemptNets = append(cfg.m.exemptNets, ps...)
+		m.exemptNets = append(m.exemptNets, ps...)
 		return err
-	}}
+	})
 }
 
 // DeniedNetworks names client networks (as [ExemptNetworks] does) whose
@@ -64,29 +64,29 @@ func ExemptNetworks(cidrs ...string) Option {
 // a request, not even [ExemptNetworks] or an [Override] with Exempt, so an
 // exempt network can hold a denied one. For [New].
 func DeniedNetworks(cidrs ...string) Option {
-	return option{"DeniedNetworks", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		ps, err := parseNetworks("DeniedNetworks", cidrs)
-		cfg.m.deniedNets = append(cfg.m.deniedNets, ps...)
+		m.deniedNets = append(m.deniedNets, ps...)
 		return err
-	}}
+	})
 }
 
 // ExemptPrefixes is [ExemptNetworks] for parsed networks. For [New].
 func ExemptPrefixes(prefixes ...netip.Prefix) Option {
-	return option{"ExemptPrefixes", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		ps, err := checkPrefixes("ExemptPrefixes", prefixes)
-		cfg.m.exemptNets = append(cfg.m.exemptNets, ps...)
+		m.exemptNets = append(m.exemptNets, ps...)
 		return err
-	}}
+	})
 }
 
 // DeniedPrefixes is [DeniedNetworks] for parsed networks. For [New].
 func DeniedPrefixes(prefixes ...netip.Prefix) Option {
-	return option{"DeniedPrefixes", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		ps, err := checkPrefixes("DeniedPrefixes", prefixes)
-		cfg.m.deniedNets = append(cfg.m.deniedNets, ps...)
+		m.deniedNets = append(m.deniedNets, ps...)
 		return err
-	}}
+	})
 }
 
 // WithObserver makes the middleware report to o every decision it takes
@@ -135,13 +135,13 @@ func DeniedPrefixes(prefixes ...netip.Prefix) Option {
 // have each decision counted twice: [New] refuses it. A nil o reports
 // nothing (the default); a typed nil is an error. For [New].
 func WithObserver(o ratelimit.Observer) Option {
-	return option{"WithObserver", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		if o != nil && typednil.Is(o) {
 			return configError("httplimit.WithObserver: observer is a nil %T", o)
 		}
-		cfg.m.observer = o
+		m.observer = o
 		return nil
-	}}
+	})
 }
 
 // netVerdict is what the client networks say of a request.

@@ -555,9 +555,6 @@ func TestExemptionConfigErrors(t *testing.T) {
 	_, err = NewIPResolver(TrustedProxies("::ffff:10.0.0.0/95"))
 	assert.EqualError(t, err, "ratelimit: invalid configuration: httplimit.TrustedProxies: an IPv4-mapped prefix needs at least 96 bits, got ::ffff:10.0.0.0/95")
 
-	_, err = NewIPResolver(ExemptNetworks("10.0.0.0/8"))
-	assert.EqualError(t, err, "ratelimit: invalid configuration: httplimit.ExemptNetworks applies to New, not NewIPResolver")
-
 	_, err = New([]Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: fixedLimiter{},
 		ExemptKeys: []string{"a", "secret-key"}, DeniedKeys: []string{"secret-key"}}})
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)

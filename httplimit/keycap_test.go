@@ -104,7 +104,7 @@ func TestKeyedTransportKeepsLiveKeysAtCap(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrTooManyKeys)
 	assert.Equal(t, time.Minute, tr.PausedForKey("/paused"), "the pause is kept")
 	// The pause, then the backoff cap, over: the key holds nothing live.
-	clk.Add(time.Minute + DefaultBackoffMax)
+	clk.Add(time.Minute + defaultBackoffMax)
 	req, _ = http.NewRequest(http.MethodGet, srv.URL+"/other", nil)
 	resp, err = tr.RoundTrip(req)
 	require.NoError(t, err)

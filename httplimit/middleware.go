@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/rlkit/ratelimit/internal/report"
 )
@@ -146,13 +147,12 @@ type Middleware struct {
 	set           *limitset.Set[*http.Request] // the limits, ready to serve
 	headers       HeaderSet
 	denied        func(w http.ResponseWriter, r *http.Request, d Denial)
-	cost          func(r *http.Request) int
+	common        // WithClock, WithCost
 	logger        report.Logger
 	shadowHeaders bool
 	inContext     bool // WithDecisionInContext
-	// clock, logger, reportEvery and observer are the options' values,
-	// handed to the limit set by New.
-	clock       ratelimit.Clock
+	// logger, reportEvery and observer are the options' values, handed to
+	// the limit set by New.
 	reportEvery time.Duration
 
 	resolver   *IPResolver    // finds the client address the networks match
@@ -184,11 +184,10 @@ type Middleware struct {
 // negative Window, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
 // ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
-// Observer of its own beside [WithObserver]'s, and for an invalid option
-// or one that does not apply to a middleware.
+// Observer of its own beside [WithObserver]'s, and for an invalid option.
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
-	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: DefaultErrorReportInterval}
-	if err := applyOptions(&config{to: forMiddleware, m: m}, opts); err != nil {
+	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: defaultReportEvery}
+	if err := adapter.Apply(opts, func(o Option) error { return o.applyServer(m) }); err != nil {
 		return nil, err
 	}
 	if m.denied == nil {

@@ -90,14 +90,15 @@ type Transport struct {
 	base     http.RoundTripper
 	wait     func(ctx context.Context, key string, n int) error // nil: no limiter
 	key      KeyFunc                                            // nil: one key, ""
-	cost     func(r *http.Request) int
-	clock    ratelimit.Clock // nil: the real clock
+	common                                                      // WithClock, WithCost
 	ts       timesrc.Source
 	retries  int
 	maxRetry time.Duration
 	pacing   pacer.Config // from the options
 	onPause  func(r *http.Request, resp *http.Response, d time.Duration)
 	pacer    *pacer.Pacer // what the server's answers allow, per key
+
+	maxKeysSet bool // WithMaxKeys, which NewTransport refuses
 }
 
 type retrySafeKey struct{}
@@ -131,9 +132,10 @@ func retrySafe(req *http.Request) bool {
 // *ratelimit.TokenBucket, say) is a mistake, not "no limiter", and an
 // error. The options that apply are [WithClock], [WithCost],
 // [WithRetries], [WithMaxRetryWait], [WithMaxPause], [WithBackoff],
-// [WithPolicyShaping] and [WithPauseHook]; any other is an error wrapping
+// [WithPolicyShaping] and [WithPauseHook]; [WithMaxKeys] (for a keyed
+// transport), or an invalid option, is an error wrapping
 // [ratelimit.ErrInvalidConfig].
-func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option) (*Transport, error) {
+func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...ClientOption) (*Transport, error) {
 	if lim != nil && typednil.Is(lim) {
 		return nil, configError("httplimit.NewTransport: the limiter is a nil %T; pass nil for no limiter", lim)
 	}
@@ -164,8 +166,8 @@ func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option)
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
 // [WithPauseHook] and [WithMaxKeys]. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an invalid
-// option or any other.
-func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Transport, error) {
+// option.
+func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...ClientOption) (*Transport, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("httplimit.NewKeyedTransport: the limiter must not be nil, got %T", lim)
 	}
@@ -176,23 +178,18 @@ func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key K
 	return newTransport(base, wait, key, opts)
 }
 
-// defaultMaxKeys is the keys a keyed transport holds unless WithMaxKeys
-// says otherwise.
-const defaultMaxKeys = 1 << 16
-
-func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Transport, error) {
+func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key KeyFunc, opts []ClientOption) (*Transport, error) {
 	if base == nil || typednil.Is(base) {
 		base = http.DefaultTransport
 	}
-	t := &Transport{base: base, wait: wait, key: key, maxRetry: time.Minute,
-		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax,
+	t := &Transport{base: base, wait: wait, key: key, maxRetry: defaultMaxRetryWait,
+		pacing: pacer.Config{MaxPause: defaultMaxPause, First: defaultBackoffFirst, Cap: defaultBackoffMax,
 			MaxKeys: defaultMaxKeys, Full: ratelimit.ErrTooManyKeys}}
-	to := forKeyedTransport
-	if key == nil {
-		to = forPlainTransport
-	}
-	if err := applyOptions(&config{to: to, t: t}, opts); err != nil {
+	if err := adapter.Apply(opts, func(o ClientOption) error { return o.applyClient(t) }); err != nil {
 		return nil, err
+	}
+	if key == nil && t.maxKeysSet {
+		return nil, configError("httplimit.WithMaxKeys applies to NewKeyedTransport, not NewTransport (its transport has one key)")
 	}
 	t.ts = timesrc.New(t.clock)
 	t.pacer = pacer.New(t.pacing)

@@ -534,13 +534,15 @@ func TestKeyedTransportNoKey(t *testing.T) {
 	assert.Equal(t, int64(1), s.hits.Load())
 }
 
-// TestOptionsCheckedPerConstructor: an option given to a constructor it
-// does not apply to is a configuration error naming it.
+// TestOptionsCheckedPerConstructor: an invalid option is a configuration
+// error naming it, and so is WithMaxKeys given to NewTransport (the one
+// option whose type allows a constructor it does not apply to). Options
+// of the wrong type do not compile: TestWrongOptionDoesNotCompile.
 func TestOptionsCheckedPerConstructor(t *testing.T) {
 	t.Parallel()
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), clock.NewMock())
 	limits := []Limit{{Key: KeyByIP(), Limiter: lim}}
-	keyed := func(opts ...Option) error {
+	keyed := func(opts ...ClientOption) error {
 		_, err := NewKeyedTransport(nil, lim, KeyByIP(), opts...)
 		return err
 	}
@@ -549,12 +551,7 @@ func TestOptionsCheckedPerConstructor(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"WithRetries to New", second(New(limits, WithRetries(1))), "httplimit.WithRetries applies to NewTransport and NewKeyedTransport, not New"},
-		{"WithPauseHook to New", second(New(limits, WithPauseHook(nil))), "httplimit.WithPauseHook applies to NewTransport and NewKeyedTransport, not New"},
-		{"TrustedProxies to New", second(New(limits, TrustedProxies("10.0.0.0/8"))), "httplimit.TrustedProxies applies to NewIPResolver, not New"},
-		{"WithHeaders to NewTransport", second(NewTransport(nil, nil, WithHeaders(NoHeaders))), "httplimit.WithHeaders applies to New, not NewTransport"},
-		{"WithLogger to NewKeyedTransport", keyed(WithLogger(nil)), "httplimit.WithLogger applies to New, not NewKeyedTransport"},
-		{"WithCost to NewIPResolver", second(NewIPResolver(WithCost(nil))), "httplimit.WithCost applies to New, NewTransport and NewKeyedTransport, not NewIPResolver"},
+		{"WithMaxKeys to NewTransport", second(NewTransport(nil, nil, WithMaxKeys(10))), "httplimit.WithMaxKeys applies to NewKeyedTransport, not NewTransport"},
 		{"negative WithRetries", keyed(WithRetries(-1)), "httplimit.WithRetries must not be negative, got -1"},
 		{"zero WithMaxPause", second(NewTransport(nil, nil, WithMaxPause(0))), "httplimit.WithMaxPause must be positive, got 0s"},
 		{"typed nil WithClock", second(NewTransport(nil, nil, WithClock((*clock.Mock)(nil)))), "httplimit.WithClock: clock is a nil *clock.Mock"},
