@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -40,7 +39,6 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"WithObserver":              WithObserver(nil),
 		"ChargeHealthAndReflection": ChargeHealthAndReflection(true),
 		"TrustedProxies":            TrustedProxies("10.0.0.0/8"),
-		"TrustedPrefixes":           TrustedPrefixes(netip.MustParsePrefix("10.0.0.0/8")),
 		"ProxyMetadata":             ProxyMetadata("x-forwarded-for"),
 		"IPv4Prefix":                IPv4Prefix(24),
 		"IPv6Prefix":                IPv6Prefix(64),

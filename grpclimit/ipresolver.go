@@ -48,22 +48,13 @@ type proxyMetadata struct {
 // TrustedProxies names the reverse proxies (addresses or CIDR networks,
 // such as "10.0.0.0/8", "fd00::/8" or "192.0.2.10") whose forwarded
 // metadata the resolver believes. Without it no forwarded metadata is ever
-// read. Repeated options add up. For [NewIPResolver].
+// read. Repeated options add up. An IPv4-mapped network such as
+// ::ffff:10.0.0.0/104 trusts the IPv4 network it maps (10.0.0.0/8), since
+// client addresses are compared unmapped; a [netip.Prefix] p is given as
+// p.String(). For [NewIPResolver].
 func TrustedProxies(cidrs ...string) ResolverOption {
 	return resolverOption(func(r *IPResolver) error {
 		ps, err := clientip.ParseNetworks("grpclimit.TrustedProxies", cidrs)
-		r.core.AddTrusted(ps...)
-		return err
-	})
-}
-
-// TrustedPrefixes is [TrustedProxies] for parsed networks. An IPv4-mapped
-// IPv6 prefix such as ::ffff:10.0.0.0/104 trusts the IPv4 network it maps
-// (10.0.0.0/8), since client addresses are compared unmapped. For
-// [NewIPResolver].
-func TrustedPrefixes(prefixes ...netip.Prefix) ResolverOption {
-	return resolverOption(func(r *IPResolver) error {
-		ps, err := clientip.CheckPrefixes("grpclimit.TrustedPrefixes", prefixes)
 		r.core.AddTrusted(ps...)
 		return err
 	})
@@ -118,7 +109,7 @@ func IPv6Prefix(bits int) ResolverOption {
 }
 
 // NewIPResolver returns a resolver configured by opts. The options that
-// apply are [TrustedProxies], [TrustedPrefixes], [ProxyMetadata],
+// apply are [TrustedProxies], [ProxyMetadata],
 // [IPv4Prefix] and [IPv6Prefix]. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] for an invalid option.
 func NewIPResolver(opts ...ResolverOption) (*IPResolver, error) {
@@ -199,12 +190,12 @@ func peerAddr(ctx context.Context) (netip.Addr, bool) {
 	return clientip.Normalize(a), true
 }
 
-// KeyByPeer keys calls by the address of the connection's peer, IPv4
+// KeyByIP keys calls by the address of the connection's peer, IPv4
 // addresses one by one and IPv6 addresses grouped by /64 network; calls
 // whose peer is not an IP address (a Unix socket, bufconn) share the key
 // "unknown". It ignores forwarded metadata; behind a reverse proxy use an
 // [IPResolver] that trusts it. Equivalent to the Key method of an
 // IPResolver created with no options.
-func KeyByPeer() KeyFunc { return defaultResolver.Key }
+func KeyByIP() KeyFunc { return defaultResolver.Key }
 
 var defaultResolver, _ = NewIPResolver()

@@ -41,23 +41,13 @@ type proxyHeader struct {
 
 // TrustedProxies names the reverse proxies (addresses or CIDR networks,
 // such as "10.0.0.0/8", "fd00::/8" or "192.0.2.10") whose forwarded headers
-// the resolver believes. Without it no forwarded header is ever read. For
-// [NewIPResolver].
+// the resolver believes. Without it no forwarded header is ever read. An
+// IPv4-mapped network such as ::ffff:10.0.0.0/104 trusts the IPv4 network
+// it maps (10.0.0.0/8), since client addresses are compared unmapped; a
+// [netip.Prefix] p is given as p.String(). For [NewIPResolver].
 func TrustedProxies(cidrs ...string) ResolverOption {
 	return resolverOption(func(r *IPResolver) error {
 		ps, err := parseNetworks("TrustedProxies", cidrs)
-		r.core.AddTrusted(ps...)
-		return err
-	})
-}
-
-// TrustedPrefixes is [TrustedProxies] for parsed networks. An IPv4-mapped
-// IPv6 prefix such as ::ffff:10.0.0.0/104 trusts the IPv4 network it maps
-// (10.0.0.0/8), since client addresses are compared unmapped. For
-// [NewIPResolver].
-func TrustedPrefixes(prefixes ...netip.Prefix) ResolverOption {
-	return resolverOption(func(r *IPResolver) error {
-		ps, err := checkPrefixes("TrustedPrefixes", prefixes)
 		r.core.AddTrusted(ps...)
 		return err
 	})
@@ -69,12 +59,6 @@ func TrustedPrefixes(prefixes ...netip.Prefix) ResolverOption {
 // first error.
 func parseNetworks(opt string, cidrs []string) ([]netip.Prefix, error) {
 	return clientip.ParseNetworks("httplimit."+opt, cidrs)
-}
-
-// checkPrefixes checks and unmaps the prefixes of the option named opt. It
-// returns the prefixes checked before the first error.
-func checkPrefixes(opt string, prefixes []netip.Prefix) ([]netip.Prefix, error) {
-	return clientip.CheckPrefixes("httplimit."+opt, prefixes)
 }
 
 // ProxyHeaders names the headers, in order of preference, that the trusted
@@ -116,7 +100,7 @@ func IPv6Prefix(bits int) ResolverOption {
 }
 
 // NewIPResolver returns a resolver configured by opts. The options that
-// apply are [TrustedProxies], [TrustedPrefixes], [ProxyHeaders],
+// apply are [TrustedProxies], [ProxyHeaders],
 // [IPv4Prefix] and [IPv6Prefix]. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] for an invalid option.
 func NewIPResolver(opts ...ResolverOption) (*IPResolver, error) {

@@ -84,7 +84,7 @@
 // [ratelimit.HomeNone]. Matching costs nothing when none is configured.
 //
 // With [WithDecisionInContext], the handler finds the middleware's decision
-// in the request context ([DecisionFrom]): the limit that bound the request
+// in the request context ([ResultFrom]): the limit that bound the request
 // and its Decision.
 //
 // # Options

@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"net/http"
-	"net/netip"
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/adapter"
@@ -66,24 +65,6 @@ func ExemptNetworks(cidrs ...string) Option {
 func DeniedNetworks(cidrs ...string) Option {
 	return serverOption(func(m *Middleware) error {
 		ps, err := parseNetworks("DeniedNetworks", cidrs)
-		m.deniedNets = append(m.deniedNets, ps...)
-		return err
-	})
-}
-
-// ExemptPrefixes is [ExemptNetworks] for parsed networks. For [New].
-func ExemptPrefixes(prefixes ...netip.Prefix) Option {
-	return serverOption(func(m *Middleware) error {
-		ps, err := checkPrefixes("ExemptPrefixes", prefixes)
-		m.exemptNets = append(m.exemptNets, ps...)
-		return err
-	})
-}
-
-// DeniedPrefixes is [DeniedNetworks] for parsed networks. For [New].
-func DeniedPrefixes(prefixes ...netip.Prefix) Option {
-	return serverOption(func(m *Middleware) error {
-		ps, err := checkPrefixes("DeniedPrefixes", prefixes)
 		m.deniedNets = append(m.deniedNets, ps...)
 		return err
 	})

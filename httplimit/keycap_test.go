@@ -45,8 +45,8 @@ func TestKeyedTransportBoundsKeys(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t)
 	hourly := func(w http.ResponseWriter) {
-		w.Header().Set(HeaderRateLimitPolicy, `"hourly";q=101;w=3600`)
-		w.Header().Set(HeaderRateLimit, `"hourly";r=100;t=3600`)
+		w.Header().Set("RateLimit-Policy", `"hourly";q=101;w=3600`)
+		w.Header().Set("RateLimit", `"hourly";r=100;t=3600`)
 		_, _ = io.WriteString(w, "ok")
 	}
 	for range 100 {
@@ -90,7 +90,7 @@ func TestKeyedTransportBoundsKeys(t *testing.T) {
 // room (its requests would hammer that server): the new key is refused.
 func TestKeyedTransportKeepsLiveKeysAtCap(t *testing.T) {
 	t.Parallel()
-	_, srv := startScripted(t, answer(http.StatusTooManyRequests, HeaderRetryAfter, "60"))
+	_, srv := startScripted(t, answer(http.StatusTooManyRequests, "Retry-After", "60"))
 	clk := timerclock.New(epoch)
 	tr, err := NewKeyedTransport(nil, openLimiter{}, byPath, WithClock(clk), WithMaxKeys(1))
 	require.NoError(t, err)

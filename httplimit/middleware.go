@@ -156,8 +156,8 @@ type Middleware struct {
 	reportEvery time.Duration
 
 	resolver   *IPResolver    // finds the client address the networks match
-	exemptNets []netip.Prefix // ExemptNetworks, ExemptPrefixes
-	deniedNets []netip.Prefix // DeniedNetworks, DeniedPrefixes
+	exemptNets []netip.Prefix // ExemptNetworks
+	deniedNets []netip.Prefix // DeniedNetworks
 	hasNets    bool           // some network is exempt or denied
 	observer   ratelimit.Observer
 }
@@ -167,7 +167,7 @@ type Middleware struct {
 // The options that apply are [WithHeaders], [WithDeniedHandler],
 // [WithCost], [WithLogger], [WithErrorReportInterval],
 // [WithShadowHeaders], [WithDecisionInContext], [WithClock],
-// [ExemptNetworks], [DeniedNetworks], [ExemptPrefixes], [DeniedPrefixes],
+// [ExemptNetworks], [DeniedNetworks],
 // [WithIPResolver] and [WithObserver].
 //
 // Exemptions and denylists are settled before any limiter is asked, in

@@ -187,7 +187,7 @@ func WithShadowHeaders(on bool) Option {
 }
 
 // WithDecisionInContext makes the middleware pass the handler a request
-// whose context holds the middleware's decision, for [DecisionFrom]. Off by
+// whose context holds the middleware's decision, for [ResultFrom]. Off by
 // default: it costs two allocations per admitted request (a context and
 // the request copy that carries it). For [New].
 func WithDecisionInContext(on bool) Option {

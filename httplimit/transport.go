@@ -52,7 +52,9 @@ var ErrNoKey = adapter.ErrNoKey
 //     RateLimit-Limit/-Remaining/-Reset fields, and X-RateLimit-Remaining
 //     with X-RateLimit-Reset (or X-Rate-Limit-*) read as a delay in
 //     seconds or a Unix time, told apart by the answer's Date (else the
-//     transport's clock), as [ParseXRateLimitReset] does by its now.
+//     transport's clock): values below half of now as Unix seconds are
+//     delays, larger ones Unix seconds, and from 500 times that Unix
+//     milliseconds.
 //     Several quotas in one answer each bind: the tightest wins.
 //   - A 429 Too Many Requests or 503 Service Unavailable pauses the key
 //     for its Retry-After (delay-seconds or an HTTP date) when that is
@@ -350,42 +352,6 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
-}
-
-// ParseXRateLimitReset parses an X-RateLimit-Reset value, which servers
-// write as delay-seconds ("17"), as a Unix time in seconds ("1767225617",
-// as GitHub does) or in milliseconds ("1767225617000"), each perhaps with
-// a fraction ("64.57", "1470173023.123", as Discord does), read relative
-// to now, which also tells the readings apart, so that a clock of any
-// year reads them: values below half of now as Unix seconds are delays
-// (below 883,612,800 in 2026), values from there to below 500 times that
-// (times 2^30 for a now before 2004) Unix seconds, larger ones Unix
-// milliseconds. Pass the answer's Date as now to read a Unix time by the
-// server's clock. A fraction finer than the millisecond is rounded up to
-// one; a time in the past gives 0; every reading saturates at about 34
-// years. It reports false for an empty or malformed value (a sign, an
-// exponent, anything but digits with at most one '.' between them).
-func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
-	return hints.ResetValue(v, now, now)
-}
-
-// ParseRetryAfter parses a Retry-After value: delay-seconds ("120") or an
-// HTTP date ("Wed, 21 Oct 2026 07:28:00 GMT", and the other formats
-// http.ParseTime accepts), read relative to now. A date in the past gives
-// 0; either form saturates at about 34 years. It reports false for an
-// empty or malformed value.
-func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	return hints.RetryAfter(v, now)
-}
-
-// ParseRateLimitReset returns how long until the quota a RateLimit field
-// describes is available again: the largest t parameter (seconds) among the
-// exhausted items (r=0) of field lines such as
-// `"burst";r=0;t=17, "daily";r=4000;t=80000`. Items with quota left, or
-// without a valid r, are not waited for, however distant their t. It
-// reports false when no exhausted item has a valid t.
-func ParseRateLimitReset(lines []string) (time.Duration, bool) {
-	return hints.ExhaustedReset(lines)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
