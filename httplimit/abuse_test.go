@@ -20,10 +20,10 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/clientip"
 	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/rlkit/ratelimit/internal/pacer"
+	"github.com/rlkit/ratelimit/internal/sfv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -595,7 +595,7 @@ func FuzzRateLimitFields(f *testing.F) {
 		var joined []string
 		for rest, more := raw, true; more; {
 			var part string
-			part, rest, more = clientip.CutTopLevel(rest, ',')
+			part, rest, more = sfv.Cut(rest, ',')
 			joined = append(joined, part)
 		}
 		if strings.Join(joined, ",") != raw {
