@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/pacer"
 	"github.com/rlkit/ratelimit/internal/timesrc"
@@ -75,10 +76,9 @@ import (
 // usable. A Client is safe for concurrent use, and one Client may serve
 // several connections: pauses belong to each connection's target.
 type Client struct {
-	wait     func(ctx context.Context, key string, n int) error    // nil: no limiter
-	key      KeyFunc                                               // nil: one key, ""
-	cost     func(ctx context.Context, method string, req any) int // nil: 1
-	clock    ratelimit.Clock                                       // nil: the real clock
+	wait     func(ctx context.Context, key string, n int) error // nil: no limiter
+	key      KeyFunc                                            // nil: one key, ""
+	common                                                      // WithClock, WithCost
 	ts       timesrc.Source
 	retries  int
 	maxRetry time.Duration
@@ -112,14 +112,13 @@ func retrySafe(ctx context.Context) bool {
 // options that apply are [WithCost], [WithClock], [WithRetries],
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
 // [WithPauseScope] (not [PauseByKey]), [WithMaxKeys] and [WithPauseHook];
-// any other, or an invalid one, is an error wrapping
-// [ratelimit.ErrInvalidConfig].
+// an invalid one is an error wrapping [ratelimit.ErrInvalidConfig].
 //
 // The pacing of a scope is held while it has anything live, up to
 // [WithMaxKeys] scopes (65,536 by default); at the cap a call of a new
 // scope fails with ResourceExhausted, matching [ratelimit.ErrTooManyKeys],
 // rather than a live scope being forgotten.
-func NewClient(lim ratelimit.Limiter, opts ...Option) (*Client, error) {
+func NewClient(lim ratelimit.Limiter, opts ...ClientOption) (*Client, error) {
 	if lim != nil && typednil.Is(lim) {
 		return nil, configError("grpclimit.NewClient: the limiter is a nil %T; pass nil for no limiter", lim)
 	}
@@ -145,8 +144,8 @@ func NewClient(lim ratelimit.Limiter, opts ...Option) (*Client, error) {
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
 // [WithPauseScope], [WithMaxKeys] and [WithPauseHook]. It returns an error
 // wrapping [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an
-// invalid option or any other.
-func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Client, error) {
+// invalid option.
+func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...ClientOption) (*Client, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("grpclimit.NewKeyedClient: the limiter must not be nil, got %T", lim)
 	}
@@ -157,15 +156,11 @@ func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*C
 	return newClient("NewKeyedClient", wait, key, opts)
 }
 
-// defaultMaxKeys is the scopes a client holds unless WithMaxKeys says
-// otherwise.
-const defaultMaxKeys = 1 << 16
-
-func newClient(name string, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Client, error) {
-	c := &Client{wait: wait, key: key, maxRetry: time.Minute,
-		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax,
+func newClient(name string, wait func(context.Context, string, int) error, key KeyFunc, opts []ClientOption) (*Client, error) {
+	c := &Client{wait: wait, key: key, maxRetry: defaultMaxRetryWait,
+		pacing: pacer.Config{MaxPause: defaultMaxPause, First: defaultBackoffFirst, Cap: defaultBackoffMax,
 			MaxKeys: defaultMaxKeys, Full: ratelimit.ErrTooManyKeys}}
-	if err := applyOptions(&config{to: forClient, c: c}, opts); err != nil {
+	if err := adapter.Apply(opts, func(o ClientOption) error { return o.applyClient(c) }); err != nil {
 		return nil, err
 	}
 	if c.scope == PauseByKey && key == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -14,14 +15,15 @@ import (
 // context deadline (a call refused already, whose retry would wait that
 // long, gets the server's answer instead). The error also matches
 // context.DeadlineExceeded with errors.Is, and its gRPC code is
-// codes.DeadlineExceeded.
-var ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
+// codes.DeadlineExceeded. It is httplimit.ErrPauseDeadline too: errors.Is
+// matches it whichever package returned it.
+var ErrPauseDeadline = adapter.ErrPauseDeadline
 
 // ErrNoKey is returned by the interceptors of a [Client] from
 // [NewKeyedClient], without sending the call, when the client's [KeyFunc]
 // reports that it has no key for the call. Its gRPC code is
-// codes.InvalidArgument.
-var ErrNoKey = errors.New("ratelimit: no key for the call")
+// codes.InvalidArgument. It is httplimit.ErrNoKey too.
+var ErrNoKey = adapter.ErrNoKey
 
 // callError is an error of the client interceptors for a call they did not
 // send: a gRPC status (GRPCStatus, so status.Code and status.FromError

@@ -32,11 +32,11 @@ const (
 
 // newTestClient is NewClient (or NewKeyedClient when key is not nil, with
 // a keyed limiter klim) on the clock clk.
-func newTestClient(t *testing.T, lim ratelimit.Limiter, klim ratelimit.KeyedLimiter, key KeyFunc, clk ratelimit.Clock, opts ...Option) *Client {
+func newTestClient(t *testing.T, lim ratelimit.Limiter, klim ratelimit.KeyedLimiter, key KeyFunc, clk ratelimit.Clock, opts ...ClientOption) *Client {
 	t.Helper()
 	var c *Client
 	var err error
-	opts = append([]Option{WithClock(clk)}, opts...)
+	opts = append([]ClientOption{WithClock(clk)}, opts...)
 	if key != nil {
 		c, err = NewKeyedClient(klim, key, opts...)
 	} else {

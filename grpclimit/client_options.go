@@ -44,28 +44,28 @@ func (s PauseScope) String() string {
 // retry that cannot be sent (a wait past the call's deadline, the context
 // ended) gives the caller the server's answer. For [NewClient] and
 // [NewKeyedClient]; streams are never retried.
-func WithRetries(n int) Option {
-	return option{"WithRetries", forClient, func(cfg *config) error {
+func WithRetries(n int) ClientOption {
+	return clientOption(func(c *Client) error {
 		if n < 0 {
 			return configError("grpclimit.WithRetries must not be negative, got %d", n)
 		}
-		cfg.c.retries = n
+		c.retries = n
 		return nil
-	}}
+	})
 }
 
 // WithMaxRetryWait sets the longest pause after which a client still
 // retries a call (default one minute). A longer pause is honoured by later
 // calls, but the answer that asked for it is returned to the caller. For
 // [NewClient] and [NewKeyedClient].
-func WithMaxRetryWait(d time.Duration) Option {
-	return option{"WithMaxRetryWait", forClient, func(cfg *config) error {
+func WithMaxRetryWait(d time.Duration) ClientOption {
+	return clientOption(func(c *Client) error {
 		if d < 0 {
 			return configError("grpclimit.WithMaxRetryWait must not be negative, got %v", d)
 		}
-		cfg.c.maxRetry = d
+		c.maxRetry = d
 		return nil
-	}}
+	})
 }
 
 // WithMaxPause caps the pause a single answer can impose on a client
@@ -74,21 +74,15 @@ func WithMaxRetryWait(d time.Duration) Option {
 // out (a probe) and the others wait for its answer: a server still
 // refusing asks for another pause, one that answers lets them go by what
 // it says. For [NewClient] and [NewKeyedClient].
-func WithMaxPause(d time.Duration) Option {
-	return option{"WithMaxPause", forClient, func(cfg *config) error {
+func WithMaxPause(d time.Duration) ClientOption {
+	return clientOption(func(c *Client) error {
 		if d <= 0 {
 			return configError("grpclimit.WithMaxPause must be positive, got %v", d)
 		}
-		cfg.c.pacing.MaxPause = d
+		c.pacing.MaxPause = d
 		return nil
-	}}
+	})
 }
-
-// Defaults of [WithBackoff].
-const (
-	DefaultBackoffFirst = time.Second
-	DefaultBackoffMax   = time.Minute
-)
 
 // WithBackoff sets the backoff after a ResourceExhausted answer whose
 // RetryInfo names no usable delay (zero, negative, out of range, unset)
@@ -96,18 +90,18 @@ const (
 // in a row (k from 0) pauses the scope for a time drawn uniformly between
 // first/2 and min(max, first·2^k), so that clients refused together do
 // not come back together, and none comes back at once. Any other answer
-// starts the count again. Defaults: [DefaultBackoffFirst],
-// [DefaultBackoffMax]; the pause is also capped by [WithMaxPause]. first
+// starts the count again. Defaults: first one second, max one minute; the
+// pause is also capped by [WithMaxPause]. first
 // must be positive and max at least first. For [NewClient] and
 // [NewKeyedClient].
-func WithBackoff(first, max time.Duration) Option {
-	return option{"WithBackoff", forClient, func(cfg *config) error {
+func WithBackoff(first, max time.Duration) ClientOption {
+	return clientOption(func(c *Client) error {
 		if first <= 0 || max < first {
 			return configError("grpclimit.WithBackoff needs 0 < first <= max, got first=%v, max=%v", first, max)
 		}
-		cfg.c.pacing.First, cfg.c.pacing.Cap = first, max
+		c.pacing.First, c.pacing.Cap = first, max
 		return nil
-	}}
+	})
 }
 
 // WithPolicyShaping makes a client space the unary calls of a scope by
@@ -116,24 +110,24 @@ func WithBackoff(first, max time.Duration) Option {
 // slowest policy, so that a burst is spread over the window instead of
 // spent at its start. Off by default. For [NewClient] and
 // [NewKeyedClient].
-func WithPolicyShaping(on bool) Option {
-	return option{"WithPolicyShaping", forClient, func(cfg *config) error {
-		cfg.c.pacing.Shape = on
+func WithPolicyShaping(on bool) ClientOption {
+	return clientOption(func(c *Client) error {
+		c.pacing.Shape = on
 		return nil
-	}}
+	})
 }
 
 // WithPauseScope chooses which calls a server's pause holds back:
 // [PauseByTarget] (the default), [PauseByMethod] or, for [NewKeyedClient]
 // only, [PauseByKey]. For [NewClient] and [NewKeyedClient].
-func WithPauseScope(s PauseScope) Option {
-	return option{"WithPauseScope", forClient, func(cfg *config) error {
+func WithPauseScope(s PauseScope) ClientOption {
+	return clientOption(func(c *Client) error {
 		if s > PauseByKey {
 			return configError("grpclimit.WithPauseScope: unknown scope, got %v", s)
 		}
-		cfg.c.scope = s
+		c.scope = s
 		return nil
-	}}
+	})
 }
 
 // WithMaxKeys caps the scopes ([WithPauseScope]: targets, methods of a
@@ -153,14 +147,14 @@ func WithPauseScope(s PauseScope) Option {
 // its calls would go out as if its server had not asked them to wait. n
 // must be positive. For [NewClient] and
 // [NewKeyedClient].
-func WithMaxKeys(n int) Option {
-	return option{"WithMaxKeys", forClient, func(cfg *config) error {
+func WithMaxKeys(n int) ClientOption {
+	return clientOption(func(c *Client) error {
 		if n <= 0 {
 			return configError("grpclimit.WithMaxKeys must be positive, got %d", n)
 		}
-		cfg.c.pacing.MaxKeys = n
+		c.pacing.MaxKeys = n
 		return nil
-	}}
+	})
 }
 
 // WithPauseHook makes a client report each pause an answer imposes on a
@@ -170,9 +164,9 @@ func WithMaxKeys(n int) Option {
 // metadata reports spent. The hook observes: it is called synchronously,
 // on the call's goroutine, and must be quick. For [NewClient] and
 // [NewKeyedClient].
-func WithPauseHook(hook func(ctx context.Context, method string, d time.Duration)) Option {
-	return option{"WithPauseHook", forClient, func(cfg *config) error {
-		cfg.c.onPause = hook
+func WithPauseHook(hook func(ctx context.Context, method string, d time.Duration)) ClientOption {
+	return clientOption(func(c *Client) error {
+		c.onPause = hook
 		return nil
-	}}
+	})
 }

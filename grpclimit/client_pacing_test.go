@@ -165,10 +165,8 @@ func TestClientPolicyShaping(t *testing.T) {
 
 func TestClientPacingOptions(t *testing.T) {
 	t.Parallel()
-	for _, o := range []Option{WithBackoff(0, time.Second), WithBackoff(time.Second, time.Millisecond), WithBackoff(-1, -1)} {
+	for _, o := range []ClientOption{WithBackoff(0, time.Second), WithBackoff(time.Second, time.Millisecond), WithBackoff(-1, -1)} {
 		_, err := NewClient(nil, o)
 		assert.ErrorContains(t, err, "grpclimit.WithBackoff needs 0 < first <= max")
 	}
-	_, err := New(nil, WithPolicyShaping(true))
-	assert.ErrorContains(t, err, "WithPolicyShaping applies to NewClient and NewKeyedClient")
 }

@@ -323,19 +323,19 @@ func TestClientRetries(t *testing.T) {
 		answers   []error
 		marked    bool
 		deadline  time.Duration // 0: none
-		opts      []Option
+		opts      []ClientOption
 		wantCalls int
 		waits     []time.Duration // timers the call starts, each then advanced
 		wantCode  codes.Code
 	}{
-		{"unmarked", []error{denial(time.Second)}, false, 0, []Option{WithRetries(2)}, 1, nil, codes.ResourceExhausted},
-		{"marked, then admitted", []error{denial(2 * time.Second), denial(3 * time.Second)}, true, 0, []Option{WithRetries(2)}, 3, []time.Duration{2 * time.Second, 3 * time.Second}, codes.OK},
-		{"marked, retries spent", []error{denial(time.Second), denial(time.Second), denial(time.Second)}, true, 0, []Option{WithRetries(2)}, 3, []time.Duration{time.Second, time.Second}, codes.ResourceExhausted},
+		{"unmarked", []error{denial(time.Second)}, false, 0, []ClientOption{WithRetries(2)}, 1, nil, codes.ResourceExhausted},
+		{"marked, then admitted", []error{denial(2 * time.Second), denial(3 * time.Second)}, true, 0, []ClientOption{WithRetries(2)}, 3, []time.Duration{2 * time.Second, 3 * time.Second}, codes.OK},
+		{"marked, retries spent", []error{denial(time.Second), denial(time.Second), denial(time.Second)}, true, 0, []ClientOption{WithRetries(2)}, 3, []time.Duration{time.Second, time.Second}, codes.ResourceExhausted},
 		{"marked, no retries configured", []error{denial(time.Second)}, true, 0, nil, 1, nil, codes.ResourceExhausted},
-		{"pause above max retry wait", []error{denial(2 * time.Minute)}, true, 0, []Option{WithRetries(2)}, 1, nil, codes.ResourceExhausted},
-		{"pause beyond deadline", []error{denial(10 * time.Minute)}, true, time.Minute, []Option{WithRetries(2), WithMaxRetryWait(time.Hour)}, 1, nil, codes.ResourceExhausted},
-		{"no RetryInfo: never fits", []error{denialWith()}, true, 0, []Option{WithRetries(2)}, 1, nil, codes.ResourceExhausted},
-		{"other code", []error{status.Error(codes.Unavailable, "down")}, true, 0, []Option{WithRetries(2)}, 1, nil, codes.Unavailable},
+		{"pause above max retry wait", []error{denial(2 * time.Minute)}, true, 0, []ClientOption{WithRetries(2)}, 1, nil, codes.ResourceExhausted},
+		{"pause beyond deadline", []error{denial(10 * time.Minute)}, true, time.Minute, []ClientOption{WithRetries(2), WithMaxRetryWait(time.Hour)}, 1, nil, codes.ResourceExhausted},
+		{"no RetryInfo: never fits", []error{denialWith()}, true, 0, []ClientOption{WithRetries(2)}, 1, nil, codes.ResourceExhausted},
+		{"other code", []error{status.Error(codes.Unavailable, "down")}, true, 0, []ClientOption{WithRetries(2)}, 1, nil, codes.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -374,7 +374,7 @@ func TestClientRetries(t *testing.T) {
 func TestClientHostileRetryInfo(t *testing.T) {
 	t.Parallel()
 	const maxPause = 30 * time.Minute
-	const backoff = -1 // a first backoff: in [DefaultBackoffFirst/2, DefaultBackoffFirst]
+	const backoff = -1 // a first backoff: in [defaultBackoffFirst/2, defaultBackoffFirst]
 	for _, tc := range []struct {
 		name  string
 		err   error
@@ -401,8 +401,8 @@ func TestClientHostileRetryInfo(t *testing.T) {
 			_, err := client.UnaryCall(MarkRetrySafe(context.Background()), unaryReq)
 			got := c.PausedFor(conn.Target(), "")
 			if tc.pause == backoff {
-				assert.GreaterOrEqual(t, got, DefaultBackoffFirst/2)
-				assert.LessOrEqual(t, got, DefaultBackoffFirst)
+				assert.GreaterOrEqual(t, got, defaultBackoffFirst/2)
+				assert.LessOrEqual(t, got, defaultBackoffFirst)
 			} else {
 				assert.Equal(t, tc.pause, got)
 			}
@@ -612,7 +612,6 @@ func TestClientOptions(t *testing.T) {
 	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1), 1))
 	require.NoError(t, err)
 	second := func(_ *Client, err error) error { return err }
-	serverOnly := option{"WithServerThing", forServer, func(*config) error { return nil }}
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -626,7 +625,6 @@ func TestClientOptions(t *testing.T) {
 		{"nil keyed limiter", second(NewKeyedClient(nil, KeyFunc(byTenant))), "grpclimit.NewKeyedClient: the limiter must not be nil"},
 		{"typed nil keyed limiter", second(NewKeyedClient((*ratelimit.Keyed)(nil), KeyFunc(byTenant))), "grpclimit.NewKeyedClient: the limiter must not be nil, got *ratelimit.Keyed"},
 		{"nil key", second(NewKeyedClient(kl, nil)), "grpclimit.NewKeyedClient: the key function must not be nil"},
-		{"server option", second(NewClient(tb, serverOnly)), "grpclimit.WithServerThing applies to New, not NewClient and NewKeyedClient"},
 	} {
 		require.Error(t, tc.err, tc.name)
 		assert.ErrorIs(t, tc.err, ratelimit.ErrInvalidConfig, tc.name)

@@ -14,7 +14,7 @@
 // the call's context, or a Redis limiter from module redislimit) and a
 // [KeyFunc] that picks the key to charge: the method ([KeyByMethod]), the
 // service ([KeyByService]), the API key ([KeyByAPIKey], [KeyByMetadata]),
-// the peer address ([KeyByPeer], [IPResolver]), the user ([KeyByUser]) or a
+// the peer address ([KeyByIP], [IPResolver]), the user ([KeyByUser]) or a
 // combination ([Combine], [FirstOf], [When] with [IsMethod] or
 // [IsService]). A call is charged in every Limit whose KeyFunc applies to
 // it, all or nothing ([ratelimit.AllowAll]); [WithCost] sets its cost.
@@ -75,7 +75,7 @@
 //
 // # Client IP
 //
-// [KeyByPeer] keys calls by the address of the connection's peer, as
+// [KeyByIP] keys calls by the address of the connection's peer, as
 // peer.FromContext gives it: IPv4 clients one by one, IPv6 clients by /64
 // network, since a single host commonly holds a whole /64. Calls whose peer
 // is not an IP address (a Unix socket, an in-memory bufconn listener) share
@@ -83,7 +83,7 @@
 //
 // Behind a reverse proxy (Envoy, a cloud load balancer) every call comes
 // from the proxy. Name the proxies in an [IPResolver] ([NewIPResolver] with
-// [TrustedProxies] or [TrustedPrefixes]) and use its [IPResolver.Key] as the
+// [TrustedProxies]) and use its [IPResolver.Key] as the
 // Limit's key. When the peer is a trusted proxy, the resolver reads the
 // incoming metadata the proxies write ([ProxyMetadata]: x-forwarded-for by
 // default, forwarded as RFC 7239 defines it, or x-real-ip) from right to

@@ -75,12 +75,12 @@ func ExampleNew() {
 	defer conn.Close()
 	client := testgrpc.NewTestServiceClient(conn)
 
-	ctx := metadata.AppendToOutgoingContext(context.Background(), grpclimit.MetadataAPIKey, "k1")
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k1")
 	for i := 1; i <= 3; i++ {
 		var md metadata.MD
 		_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.Header(&md))
 		st := status.Convert(err)
-		fmt.Printf("call %d: %v, ratelimit: %s, ratelimit-policy: %s\n", i, st.Code(), md.Get(grpclimit.MetadataRateLimit), md.Get(grpclimit.MetadataRateLimitPolicy))
+		fmt.Printf("call %d: %v, ratelimit: %s, ratelimit-policy: %s\n", i, st.Code(), md.Get("ratelimit"), md.Get("ratelimit-policy"))
 		if err == nil {
 			continue
 		}

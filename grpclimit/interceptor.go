@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/rlkit/ratelimit/internal/report"
 	"google.golang.org/grpc"
@@ -87,12 +88,11 @@ type Interceptor struct {
 	fields       FieldSet
 	shadowFields bool
 	denied       func(ctx context.Context, d Denial) error
-	cost         func(ctx context.Context, method string, req any) int
+	common       // WithClock, WithCost
 	msgCost      func(ctx context.Context, method string, msg any) int
 	logger       report.Logger
 	reportEvery  time.Duration
 	observer     ratelimit.Observer
-	clock        ratelimit.Clock
 	chargeInfra  bool // ChargeHealthAndReflection
 }
 
@@ -102,11 +102,6 @@ type inCall struct {
 	ctx    context.Context
 	method string
 }
-
-// DefaultErrorReportInterval is how often, at most, the interceptor
-// reports the errors of one limit unless [WithErrorReportInterval] says
-// otherwise.
-const DefaultErrorReportInterval = 10 * time.Second
 
 // New returns server interceptors enforcing limits, all or nothing: a call
 // is charged in every limit that applies to it only if every one admits
@@ -129,11 +124,10 @@ const DefaultErrorReportInterval = 10 * time.Second
 // negative Window, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
 // ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
-// Observer of its own beside [WithObserver]'s, and for an invalid option
-// or one that does not apply to New.
+// Observer of its own beside [WithObserver]'s, and for an invalid option.
 func New(limits []Limit, opts ...Option) (*Interceptor, error) {
-	i := &Interceptor{fields: AllFields, reportEvery: DefaultErrorReportInterval}
-	if err := applyOptions(&config{to: forServer, s: i}, opts); err != nil {
+	i := &Interceptor{fields: AllFields, reportEvery: defaultReportEvery}
+	if err := adapter.Apply(opts, func(o Option) error { return o.applyServer(i) }); err != nil {
 		return nil, err
 	}
 	if i.denied == nil {

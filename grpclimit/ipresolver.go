@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/clientip"
 )
 
@@ -47,25 +48,16 @@ type proxyMetadata struct {
 // TrustedProxies names the reverse proxies (addresses or CIDR networks,
 // such as "10.0.0.0/8", "fd00::/8" or "192.0.2.10") whose forwarded
 // metadata the resolver believes. Without it no forwarded metadata is ever
-// read. Repeated options add up. For [NewIPResolver].
-func TrustedProxies(cidrs ...string) Option {
-	return option{"TrustedProxies", forResolver, func(cfg *config) error {
+// read. Repeated options add up. An IPv4-mapped network such as
+// ::ffff:10.0.0.0/104 trusts the IPv4 network it maps (10.0.0.0/8), since
+// client addresses are compared unmapped; a [netip.Prefix] p is given as
+// p.String(). For [NewIPResolver].
+func TrustedProxies(cidrs ...string) ResolverOption {
+	return resolverOption(func(r *IPResolver) error {
 		ps, err := clientip.ParseNetworks("grpclimit.TrustedProxies", cidrs)
-		cfg.r.core.AddTrusted(ps...)
+		r.core.AddTrusted(ps...)
 		return err
-	}}
-}
-
-// TrustedPrefixes is [TrustedProxies] for parsed networks. An IPv4-mapped
-// IPv6 prefix such as ::ffff:10.0.0.0/104 trusts the IPv4 network it maps
-// (10.0.0.0/8), since client addresses are compared unmapped. For
-// [NewIPResolver].
-func TrustedPrefixes(prefixes ...netip.Prefix) Option {
-	return option{"TrustedPrefixes", forResolver, func(cfg *config) error {
-		ps, err := clientip.CheckPrefixes("grpclimit.TrustedPrefixes", prefixes)
-		cfg.r.core.AddTrusted(ps...)
-		return err
-	}}
+	})
 }
 
 // ProxyMetadata names the incoming metadata keys, in order of preference,
@@ -75,9 +67,8 @@ func TrustedPrefixes(prefixes ...netip.Prefix) Option {
 // on a call is read; the others are ignored. Name only keys your proxies
 // set or overwrite: one they pass through unchanged is the client's to
 // forge. For [NewIPResolver].
-func ProxyMetadata(names ...string) Option {
-	return option{"ProxyMetadata", forResolver, func(cfg *config) error {
-		r := cfg.r
+func ProxyMetadata(names ...string) ResolverOption {
+	return resolverOption(func(r *IPResolver) error {
 		r.metadata = r.metadata[:0]
 		for _, n := range names {
 			src, ok := clientip.SourceOf(n)
@@ -90,7 +81,7 @@ func ProxyMetadata(names ...string) Option {
 			return configError("grpclimit.ProxyMetadata needs at least one key, got none")
 		}
 		return nil
-	}}
+	})
 }
 
 // sourceKeys are the metadata keys of the forwarded sources, lower-case as
@@ -103,29 +94,28 @@ var sourceKeys = [...]string{
 
 // IPv4Prefix groups IPv4 clients by networks of the given length (default
 // 32: each address on its own; 24 groups a /24). For [NewIPResolver].
-func IPv4Prefix(bits int) Option {
-	return option{"IPv4Prefix", forResolver, func(cfg *config) error {
-		return cfg.r.core.SetIPv4Prefix("grpclimit.IPv4Prefix", bits)
-	}}
+func IPv4Prefix(bits int) ResolverOption {
+	return resolverOption(func(r *IPResolver) error {
+		return r.core.SetIPv4Prefix("grpclimit.IPv4Prefix", bits)
+	})
 }
 
 // IPv6Prefix groups IPv6 clients by networks of the given length (default
 // 64, the network a single host is commonly given). For [NewIPResolver].
-func IPv6Prefix(bits int) Option {
-	return option{"IPv6Prefix", forResolver, func(cfg *config) error {
-		return cfg.r.core.SetIPv6Prefix("grpclimit.IPv6Prefix", bits)
-	}}
+func IPv6Prefix(bits int) ResolverOption {
+	return resolverOption(func(r *IPResolver) error {
+		return r.core.SetIPv6Prefix("grpclimit.IPv6Prefix", bits)
+	})
 }
 
 // NewIPResolver returns a resolver configured by opts. The options that
-// apply are [TrustedProxies], [TrustedPrefixes], [ProxyMetadata],
+// apply are [TrustedProxies], [ProxyMetadata],
 // [IPv4Prefix] and [IPv6Prefix]. It returns an error wrapping
-// [ratelimit.ErrInvalidConfig] for an invalid option or one that does not
-// apply to a resolver.
-func NewIPResolver(opts ...Option) (*IPResolver, error) {
+// [ratelimit.ErrInvalidConfig] for an invalid option.
+func NewIPResolver(opts ...ResolverOption) (*IPResolver, error) {
 	r := &IPResolver{metadata: []proxyMetadata{{"x-forwarded-for", clientip.XForwardedFor}}}
 	r.core.Init()
-	if err := applyOptions(&config{to: forResolver, r: r}, opts); err != nil {
+	if err := adapter.Apply(opts, func(o ResolverOption) error { return o.applyResolver(r) }); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -200,12 +190,12 @@ func peerAddr(ctx context.Context) (netip.Addr, bool) {
 	return clientip.Normalize(a), true
 }
 
-// KeyByPeer keys calls by the address of the connection's peer, IPv4
+// KeyByIP keys calls by the address of the connection's peer, IPv4
 // addresses one by one and IPv6 addresses grouped by /64 network; calls
 // whose peer is not an IP address (a Unix socket, bufconn) share the key
 // "unknown". It ignores forwarded metadata; behind a reverse proxy use an
 // [IPResolver] that trusts it. Equivalent to the Key method of an
 // IPResolver created with no options.
-func KeyByPeer() KeyFunc { return defaultResolver.Key }
+func KeyByIP() KeyFunc { return defaultResolver.Key }
 
 var defaultResolver, _ = NewIPResolver()

@@ -18,8 +18,8 @@ func BenchmarkIPResolverKey(b *testing.B) {
 		peer string
 		kv   []string
 	}{
-		{"ipv4", grpclimit.KeyByPeer(), "203.0.113.7:4711", nil},
-		{"ipv6", grpclimit.KeyByPeer(), "[2001:db8:1:2::7]:4711", nil},
+		{"ipv4", grpclimit.KeyByIP(), "203.0.113.7:4711", nil},
+		{"ipv6", grpclimit.KeyByIP(), "[2001:db8:1:2::7]:4711", nil},
 		{"xff-untrusted-peer", proxied.Key, "203.0.113.7:4711", []string{"x-forwarded-for", "1.1.1.1"}},
 		{"xff", proxied.Key, "10.0.0.1:4711", []string{"x-forwarded-for", "1.1.1.1, 198.51.100.9, 10.0.0.2"}},
 		{"xff-ipv6", proxied.Key, "[fd00::1]:4711", []string{"x-forwarded-for", "2001:db8:a:b::99, fd00::2"}},

@@ -26,7 +26,7 @@ import (
 	"github.com/rlkit/ratelimit/httplimit"
 )
 
-func mustResolver(t testing.TB, opts ...grpclimit.Option) *grpclimit.IPResolver {
+func mustResolver(t testing.TB, opts ...grpclimit.ResolverOption) *grpclimit.IPResolver {
 	t.Helper()
 	r, err := grpclimit.NewIPResolver(opts...)
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestIPResolverKey(t *testing.T) {
 	proxied := mustResolver(t, grpclimit.TrustedProxies("10.0.0.0/8", "fd00::/8", "192.0.2.10"))
 	fwd := mustResolver(t, grpclimit.TrustedProxies("10.0.0.0/8"), grpclimit.ProxyMetadata("Forwarded", "x-real-ip"))
 	wide := mustResolver(t, grpclimit.IPv4Prefix(24), grpclimit.IPv6Prefix(48))
-	mapped := mustResolver(t, grpclimit.TrustedPrefixes(netip.MustParsePrefix("::ffff:10.0.0.0/104")))
+	mapped := mustResolver(t, grpclimit.TrustedProxies("::ffff:10.0.0.0/104"))
 	cases := []struct {
 		name string
 		res  *grpclimit.IPResolver
@@ -138,7 +138,7 @@ func TestIPResolverMetadataKeyCase(t *testing.T) {
 // TestKeyByPeer: the peer's network, whatever the metadata says.
 func TestKeyByPeer(t *testing.T) {
 	t.Parallel()
-	key := grpclimit.KeyByPeer()
+	key := grpclimit.KeyByIP()
 	for _, c := range []struct {
 		ctx  context.Context
 		want string
@@ -158,13 +158,12 @@ func TestKeyByPeer(t *testing.T) {
 func TestIPResolverErrors(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		opt  grpclimit.Option
+		opt  grpclimit.ResolverOption
 		want string
 	}{
 		{grpclimit.TrustedProxies("10.0.0.0/33"), `grpclimit.TrustedProxies: netip.ParsePrefix("10.0.0.0/33"): prefix length out of range, got "10.0.0.0/33"`},
 		{grpclimit.TrustedProxies("not-an-ip"), `grpclimit.TrustedProxies: ParseAddr("not-an-ip"): unable to parse IP, got "not-an-ip"`},
 		{grpclimit.TrustedProxies("::ffff:10.0.0.0/80"), "grpclimit.TrustedProxies: an IPv4-mapped prefix needs at least 96 bits, got ::ffff:10.0.0.0/80"},
-		{grpclimit.TrustedPrefixes(netip.Prefix{}), "grpclimit.TrustedPrefixes: prefix is invalid, got invalid Prefix"},
 		{grpclimit.ProxyMetadata("x-client-ip"), `grpclimit.ProxyMetadata: want x-forwarded-for, forwarded or x-real-ip, got "x-client-ip"`},
 		{grpclimit.ProxyMetadata(), "grpclimit.ProxyMetadata needs at least one key, got none"},
 		{grpclimit.IPv4Prefix(0), "grpclimit.IPv4Prefix must be in [1, 32], got 0"},
@@ -180,17 +179,8 @@ func TestIPResolverErrors(t *testing.T) {
 	// A nil option is ignored.
 	_, err := grpclimit.NewIPResolver(nil)
 	assert.NoError(t, err)
-
-	// Options of other constructors are refused, and resolver options by
-	// them.
-	_, err = grpclimit.NewIPResolver(grpclimit.WithFields(grpclimit.NoFields))
-	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-	assert.EqualError(t, err, "ratelimit: invalid configuration: grpclimit.WithFields applies to New, not NewIPResolver")
-	lim, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute))
-	require.NoError(t, err)
-	_, err = grpclimit.New([]grpclimit.Limit{{Name: "ip", Key: grpclimit.KeyByPeer(), Limiter: lim}}, grpclimit.TrustedProxies("10.0.0.0/8"))
-	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-	assert.EqualError(t, err, "ratelimit: invalid configuration: grpclimit.TrustedProxies applies to NewIPResolver, not New")
+	// Options of other constructors do not compile:
+	// TestWrongOptionDoesNotCompile.
 }
 
 // TestIPResolverKeyAllocs: keying a peer whose network was seen before
@@ -277,7 +267,7 @@ func TestIPResolverOverGRPC(t *testing.T) {
 		require.NoError(t, err)
 		return lis
 	}
-	peerOnly := serveKeys(t, listen(), grpclimit.KeyByPeer(), nil)
+	peerOnly := serveKeys(t, listen(), grpclimit.KeyByIP(), nil)
 	assert.Equal(t, "127.0.0.1", callKey(t, peerOnly))
 	assert.Equal(t, "127.0.0.1", callKey(t, peerOnly, "x-forwarded-for", "198.51.100.9"), "spoofed x-forwarded-for read")
 
@@ -311,7 +301,7 @@ func TestIPResolverOverGRPCIPv6(t *testing.T) {
 	if err != nil {
 		t.Skipf("no IPv6 loopback: %v", err)
 	}
-	c := serveKeys(t, lis, grpclimit.KeyByPeer(), nil)
+	c := serveKeys(t, lis, grpclimit.KeyByIP(), nil)
 	assert.Equal(t, "::/64", callKey(t, c, "x-forwarded-for", "198.51.100.9"))
 	trusted := mustResolver(t, grpclimit.TrustedProxies("::1"))
 	lis, err = net.Listen("tcp", "[::1]:0")

@@ -20,9 +20,6 @@ import (
 // collide. A KeyFunc must be safe for concurrent use.
 type KeyFunc func(ctx context.Context, method string) (key string, ok bool)
 
-// MetadataAPIKey is the incoming metadata key [KeyByAPIKey] reads.
-const MetadataAPIKey = "x-api-key"
-
 // KeyByMethod keys calls by their full method name, such as
 // "/pkg.Service/Method", so that each method has its own quota shared by
 // every client. It allocates nothing.
@@ -59,7 +56,7 @@ func serviceOf(method string) (string, bool) {
 // Metadata is whatever the client says it is: a client that can invent
 // values can spread its calls over as many keys as it likes. Key by
 // metadata only once its value has been authenticated (an API key checked
-// by an earlier interceptor), or add a limit keyed by peer ([KeyByPeer]) as
+// by an earlier interceptor), or add a limit keyed by peer ([KeyByIP]) as
 // well.
 func KeyByMetadata(name string) KeyFunc {
 	if name == "" {
@@ -76,9 +73,9 @@ func KeyByMetadata(name string) KeyFunc {
 	}
 }
 
-// KeyByAPIKey keys calls by the x-api-key metadata ([MetadataAPIKey]); see
+// KeyByAPIKey keys calls by the x-api-key metadata ; see
 // [KeyByMetadata].
-func KeyByAPIKey() KeyFunc { return KeyByMetadata(MetadataAPIKey) }
+func KeyByAPIKey() KeyFunc { return KeyByMetadata("x-api-key") }
 
 // KeyByUser keys calls by the user that user finds in the call's context
 // (set by an authentication interceptor that runs earlier). Calls for which

@@ -7,15 +7,15 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// The exported names and sets are limitset's, which writes the fields.
+// The documented names and the sets are limitset's, which writes the fields.
 func TestFieldNamesAndSetsAreLimitsets(t *testing.T) {
 	assert.Equal(t, limitset.FieldNames{
-		XLimit:     MetadataXRateLimitLimit,
-		XRemaining: MetadataXRateLimitRemaining,
-		XReset:     MetadataXRateLimitReset,
-		Policy:     MetadataRateLimitPolicy,
-		RateLimit:  MetadataRateLimit,
-		RetryAfter: MetadataRetryAfter,
+		XLimit:     "x-ratelimit-limit",
+		XRemaining: "x-ratelimit-remaining",
+		XReset:     "x-ratelimit-reset",
+		Policy:     "ratelimit-policy",
+		RateLimit:  "ratelimit",
+		RetryAfter: "retry-after",
 	}, limitset.GRPCNames)
 	assert.Equal(t, uint8(limitset.XRateLimitFields), uint8(XRateLimitFields))
 	assert.Equal(t, uint8(limitset.IETFFields), uint8(IETFFields))

@@ -1,84 +1,81 @@
 package grpclimit
 
 import (
+	"context"
+	"time"
+
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/adapter"
 )
 
-// Option configures what one of the package's constructors builds: server
-// interceptors ([New]), client interceptors ([NewClient],
-// [NewKeyedClient]) or an [IPResolver] ([NewIPResolver]). Each option's
-// documentation says which constructors it applies to; an option given to
-// any other constructor makes that constructor return an error wrapping
-// [ratelimit.ErrInvalidConfig] that names it. Options are applied in
-// order; a nil Option is ignored.
+// Option configures the server interceptors [New] builds. Each
+// constructor family has its own option type, so that an option given to
+// a constructor it does not apply to does not compile: [Option] for
+// [New], [ClientOption] for [NewClient] and [NewKeyedClient],
+// [ResolverOption] for [NewIPResolver]; a [CommonOption] ([WithClock],
+// [WithCost]) is both an Option and a ClientOption. Options are applied in
+// order; a nil one is ignored.
 type Option interface {
-	apply(c *config) error
+	applyServer(i *Interceptor) error
 }
 
-// target is the set of constructors an option applies to.
-type target uint8
+// ClientOption configures the client interceptors [NewClient] or
+// [NewKeyedClient] builds (see [Option]).
+type ClientOption interface {
+	applyClient(c *Client) error
+}
 
-const (
-	forServer target = 1 << iota
-	forClient
-	forResolver
+// ResolverOption configures the resolver [NewIPResolver] builds (see
+// [Option]).
+type ResolverOption interface {
+	applyResolver(r *IPResolver) error
+}
+
+// CommonOption is an option of both sides, an [Option] and a
+// [ClientOption]: it configures [New], [NewClient] and [NewKeyedClient]
+// alike.
+type CommonOption interface {
+	Option
+	ClientOption
+}
+
+// The implementations of the option types: each is a function setting
+// what its constructor builds.
+type (
+	serverOption   func(i *Interceptor) error
+	clientOption   func(c *Client) error
+	resolverOption func(r *IPResolver) error
+	// commonOption sets what the server and client interceptors share.
+	commonOption func(c *common) error
 )
 
-// String names the constructors of t, as error messages show them.
-func (t target) String() string {
-	switch t {
-	case forServer:
-		return "New"
-	case forClient:
-		return "NewClient and NewKeyedClient"
-	case forResolver:
-		return "NewIPResolver"
-	case forServer | forClient:
-		return "New, NewClient and NewKeyedClient"
-	}
-	return "no constructor"
+func (f serverOption) applyServer(i *Interceptor) error    { return f(i) }
+func (f clientOption) applyClient(c *Client) error         { return f(c) }
+func (f resolverOption) applyResolver(r *IPResolver) error { return f(r) }
+func (f commonOption) applyServer(i *Interceptor) error    { return f(&i.common) }
+func (f commonOption) applyClient(c *Client) error         { return f(&c.common) }
+
+// common is what [CommonOption]s set, in server or client interceptors.
+type common struct {
+	clock ratelimit.Clock                                       // nil: the real clock
+	cost  func(ctx context.Context, method string, req any) int // nil: 1
 }
 
-// config is what options write to: exactly one of s, c and r is set, the
-// value the constructor is building.
-type config struct {
-	to target
-	s  *Interceptor
-	c  *Client
-	r  *IPResolver
-}
+// The defaults, in one place: of the server interceptors ([New]) ...
+const defaultReportEvery = 10 * time.Second // WithErrorReportInterval
 
-// option is the one implementation of Option.
-type option struct {
-	name    string // such as "WithRetries", for error messages
-	targets target
-	set     func(c *config) error
-}
-
-func (o option) apply(c *config) error {
-	if o.targets&c.to == 0 {
-		return errs.Config(ratelimit.ErrInvalidConfig, "grpclimit.%s applies to %v, not %v", o.name, o.targets, c.to)
-	}
-	return o.set(c)
-}
-
-// applyOptions applies opts in order to c and returns the first error.
-func applyOptions(c *config, opts []Option) error {
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.apply(c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// ... and of the clients ([newClient]).
+const (
+	defaultMaxRetryWait = time.Minute // WithMaxRetryWait
+	defaultMaxPause     = time.Hour   // WithMaxPause
+	defaultBackoffFirst = time.Second // WithBackoff
+	defaultBackoffMax   = time.Minute // WithBackoff
+	defaultMaxKeys      = 1 << 16     // WithMaxKeys
+)
 
 // configError builds a configuration error of this package; format names
 // the option or argument, as in "grpclimit.WithMaxPause must be positive,
 // got %v".
 func configError(format string, args ...any) error {
-	return errs.Config(ratelimit.ErrInvalidConfig, format, args...)
+	return adapter.ConfigError(format, args...)
 }

@@ -21,15 +21,11 @@ import (
 // servers ask for). A cost above a limit's capacity can never succeed:
 // the server denies it without RetryInfo. A nil cost restores the
 // default. For [New], [NewClient] and [NewKeyedClient].
-func WithCost(cost func(ctx context.Context, method string, req any) int) Option {
-	return option{"WithCost", forServer | forClient, func(cfg *config) error {
-		if cfg.to == forClient {
-			cfg.c.cost = cost
-		} else {
-			cfg.s.cost = cost
-		}
+func WithCost(cost func(ctx context.Context, method string, req any) int) CommonOption {
+	return commonOption(func(cfg *common) error {
+		cfg.cost = cost
 		return nil
-	}}
+	})
 }
 
 // WithClock makes the interceptors read time from c instead of the real
@@ -38,18 +34,14 @@ func WithCost(cost func(ctx context.Context, method string, req any) int) Option
 // pauses servers ask for. Limiters have their own clocks
 // ([ratelimit.WithClock]). A nil c selects the real clock; a typed nil is
 // an error. For [New], [NewClient] and [NewKeyedClient].
-func WithClock(c ratelimit.Clock) Option {
-	return option{"WithClock", forServer | forClient, func(cfg *config) error {
+func WithClock(c ratelimit.Clock) CommonOption {
+	return commonOption(func(cfg *common) error {
 		if c != nil && typednil.Is(c) {
 			return configError("grpclimit.WithClock: clock is a nil %T", c)
 		}
-		if cfg.to == forClient {
-			cfg.c.clock = c
-		} else {
-			cfg.s.clock = c
-		}
+		cfg.clock = c
 		return nil
-	}}
+	})
 }
 
 // WithMessageCost sets the cost of each message a stream's handler
@@ -58,23 +50,23 @@ func WithClock(c ratelimit.Clock) Option {
 // A cost <= 0 exempts the message. A nil cost restores the default. For
 // [New].
 func WithMessageCost(cost func(ctx context.Context, method string, msg any) int) Option {
-	return option{"WithMessageCost", forServer, func(cfg *config) error {
-		cfg.s.msgCost = cost
+	return serverOption(func(i *Interceptor) error {
+		i.msgCost = cost
 		return nil
-	}}
+	})
 }
 
 // WithFields chooses which rate-limit fields the server interceptors send
 // as response header metadata (default [AllFields]); retry-after is sent on
 // every denial that can be retried, whatever the set. For [New].
 func WithFields(set FieldSet) Option {
-	return option{"WithFields", forServer, func(cfg *config) error {
+	return serverOption(func(i *Interceptor) error {
 		if set&^AllFields != 0 {
 			return configError("grpclimit.WithFields: unknown field set, got %#x", uint8(set))
 		}
-		cfg.s.fields = set
+		i.fields = set
 		return nil
-	}}
+	})
 }
 
 // WithShadowFields lets limits in shadow mode take part in the rate-limit
@@ -82,10 +74,10 @@ func WithFields(set FieldSet) Option {
 // them before they are enforced. Off by default: a shadow limit changes
 // nothing a client can see. For [New].
 func WithShadowFields(on bool) Option {
-	return option{"WithShadowFields", forServer, func(cfg *config) error {
-		cfg.s.shadowFields = on
+	return serverOption(func(i *Interceptor) error {
+		i.shadowFields = on
 		return nil
-	}}
+	})
 }
 
 // WithDeniedHandler replaces [DeniedError] as the server interceptors'
@@ -95,10 +87,10 @@ func WithShadowFields(on bool) Option {
 // served. A nil h restores DeniedError. Never put [Denial.Err]'s text in
 // the answer: it is the limiter's. For [New].
 func WithDeniedHandler(h func(ctx context.Context, d Denial) error) Option {
-	return option{"WithDeniedHandler", forServer, func(cfg *config) error {
-		cfg.s.denied = h
+	return serverOption(func(i *Interceptor) error {
+		i.denied = h
 		return nil
-	}}
+	})
 }
 
 // WithLogger sends the server interceptors' error reports to l instead of
@@ -118,20 +110,19 @@ func WithDeniedHandler(h func(ctx context.Context, d Denial) error) Option {
 // itself (a Redis limiter given redislimit.WithLogger) is left to do so.
 // For [New].
 func WithLogger(l *slog.Logger) Option {
-	return option{"WithLogger", forServer, func(cfg *config) error {
-		cfg.s.logger = report.To(l)
+	return serverOption(func(i *Interceptor) error {
+		i.logger = report.To(l)
 		return nil
-	}}
+	})
 }
 
 // WithErrorReportInterval sets how often, at most, the server interceptors
-// report errors of one limit to their logger ([WithLogger]); default
-// [DefaultErrorReportInterval]. d <= 0 reports every error. For [New].
+// report errors of one limit to their logger ([WithLogger]); default 10 s. d <= 0 reports every error. For [New].
 func WithErrorReportInterval(d time.Duration) Option {
-	return option{"WithErrorReportInterval", forServer, func(cfg *config) error {
-		cfg.s.reportEvery = max(d, 0)
+	return serverOption(func(i *Interceptor) error {
+		i.reportEvery = max(d, 0)
 		return nil
-	}}
+	})
 }
 
 // WithObserver makes the server interceptors report to o every decision
@@ -177,13 +168,13 @@ func WithErrorReportInterval(d time.Duration) Option {
 // have each decision counted twice: [New] refuses it. A nil o reports
 // nothing (the default); a typed nil is an error. For [New].
 func WithObserver(o ratelimit.Observer) Option {
-	return option{"WithObserver", forServer, func(cfg *config) error {
+	return serverOption(func(i *Interceptor) error {
 		if o != nil && typednil.Is(o) {
 			return configError("grpclimit.WithObserver: observer is a nil %T", o)
 		}
-		cfg.s.observer = o
+		i.observer = o
 		return nil
-	}}
+	})
 }
 
 // ChargeHealthAndReflection makes the server interceptors charge the calls
@@ -197,8 +188,8 @@ func WithObserver(o ratelimit.Observer) Option {
 // of [Limit.DeniedKeys] are still refused. Turn it on for a server whose
 // untrusted clients could flood those services. For [New].
 func ChargeHealthAndReflection(on bool) Option {
-	return option{"ChargeHealthAndReflection", forServer, func(cfg *config) error {
-		cfg.s.chargeInfra = on
+	return serverOption(func(i *Interceptor) error {
+		i.chargeInfra = on
 		return nil
-	}}
+	})
 }

@@ -51,7 +51,7 @@ func newIC(t testing.TB, limits []grpclimit.Limit, opts ...grpclimit.Option) *gr
 
 // withKey returns ctx carrying the API key as outgoing metadata.
 func withKey(ctx context.Context, key string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, grpclimit.MetadataAPIKey, key)
+	return metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
 }
 
 // unary calls UnaryCall with key and returns its error and header metadata.
@@ -79,12 +79,12 @@ func fieldsOf(md metadata.MD) fields {
 		return ""
 	}
 	return fields{
-		limit:     get(grpclimit.MetadataXRateLimitLimit),
-		remaining: get(grpclimit.MetadataXRateLimitRemaining),
-		reset:     get(grpclimit.MetadataXRateLimitReset),
-		policy:    get(grpclimit.MetadataRateLimitPolicy),
-		ratelimit: get(grpclimit.MetadataRateLimit),
-		retry:     get(grpclimit.MetadataRetryAfter),
+		limit:     get("x-ratelimit-limit"),
+		remaining: get("x-ratelimit-remaining"),
+		reset:     get("x-ratelimit-reset"),
+		policy:    get("ratelimit-policy"),
+		ratelimit: get("ratelimit"),
+		retry:     get("retry-after"),
 	}
 }
 
@@ -276,7 +276,7 @@ func TestTiers(t *testing.T) {
 	c := serveWith(t, svc, grpc.ChainUnaryInterceptor(auth, ic.Unary()))
 	call := func(key, plan string) (metadata.MD, error) {
 		var md metadata.MD
-		ctx := metadata.AppendToOutgoingContext(context.Background(), grpclimit.MetadataAPIKey, key, "x-plan", plan)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key, "x-plan", plan)
 		_, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.Header(&md))
 		return md, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/limitset"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -18,11 +19,13 @@ import (
 // ErrDenied is the Err of the [Denial] of a call refused by a denylist (a
 // key of [Limit.DeniedKeys]). Such a call is refused whatever its quota, so
 // [DeniedError] answers it with codes.PermissionDenied rather than
-// codes.ResourceExhausted.
-var ErrDenied = errors.New("ratelimit: call denied by a denylist")
+// codes.ResourceExhausted. It is httplimit.ErrDenied too: errors.Is
+// matches it whichever package returned it.
+var ErrDenied = adapter.ErrDenied
 
 // Denial describes a denied call (or stream message) to the handler of
-// [WithDeniedHandler].
+// [WithDeniedHandler]. It has httplimit's Denial fields, of the same types,
+// and two of its own: Method and Message.
 type Denial struct {
 	// Method is the call's full method name, "/pkg.Service/Method".
 	Method string

@@ -20,10 +20,10 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/clientip"
 	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/rlkit/ratelimit/internal/pacer"
+	"github.com/rlkit/ratelimit/internal/sfv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -76,9 +76,9 @@ func TestForwardedClientCannotHideProxyElement(t *testing.T) {
 // TestTrustedPrefixesIPv4Mapped: an IPv4-mapped prefix trusts the IPv4
 // network, as TrustedProxies does (issue 9, item 13).
 func TestTrustedPrefixesIPv4Mapped(t *testing.T) {
-	res := mustResolver(t, TrustedPrefixes(netip.MustParsePrefix("::ffff:10.0.0.0/104")))
+	res := mustResolver(t, TrustedProxies("::ffff:10.0.0.0/104"))
 	assert.Equal(t, "203.0.113.9", appendingProxyKey(t, res, "X-Forwarded-For", "203.0.113.9"))
-	res = mustResolver(t, TrustedPrefixes(netip.MustParsePrefix("::ffff:10.0.0.1/128")))
+	res = mustResolver(t, TrustedProxies("::ffff:10.0.0.1/128"))
 	assert.Equal(t, "203.0.113.9", appendingProxyKey(t, res, "X-Forwarded-For", "203.0.113.9"))
 }
 
@@ -260,7 +260,7 @@ func TestMiddlewareDoneContextNotServed(t *testing.T) {
 			assert.Equal(t, int64(1), lim.calls.Load())
 			assert.Equal(t, int64(0), served.Load(), "handler ran for a done context")
 			assert.NotEqual(t, 200, w.Code)
-			assert.Empty(t, w.Header().Get(HeaderRateLimit), "quota fields for an undecided request")
+			assert.Empty(t, w.Header().Get("RateLimit"), "quota fields for an undecided request")
 			assert.Empty(t, rec.records(), "the caller's cancellation is not a backend error")
 		})
 	}
@@ -315,12 +315,12 @@ func TestMiddlewareFailOpenHeadersTruthful(t *testing.T) {
 			h := w.Result().Header
 			if open {
 				assert.Equal(t, 200, w.Code)
-				assert.Empty(t, h.Get(HeaderRetryAfter))
+				assert.Empty(t, h.Get("Retry-After"))
 			} else {
 				assert.Equal(t, 429, w.Code)
-				assert.Equal(t, "1", h.Get(HeaderRetryAfter), "fail closed still says when to retry")
+				assert.Equal(t, "1", h.Get("Retry-After"), "fail closed still says when to retry")
 			}
-			for _, f := range []string{HeaderXRateLimitLimit, HeaderXRateLimitRemaining, HeaderXRateLimitReset, HeaderRateLimitPolicy, HeaderRateLimit} {
+			for _, f := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"} {
 				assert.Empty(t, h.Get(f), "%s sent for a failure-policy decision (open=%v, %d limits)", f, open, len(limits))
 			}
 		}
@@ -357,7 +357,7 @@ func TestErrorReportsRateLimited(t *testing.T) {
 		do(h, "GET", "/b")
 	}
 	assert.Equal(t, []report{{"a", 0}, {"b", 0}}, reports())
-	mock.Add(DefaultErrorReportInterval - time.Millisecond)
+	mock.Add(defaultReportEvery - time.Millisecond)
 	do(h, "GET", "/a")
 	assert.Len(t, reports(), 2, "reported before the interval ended")
 	mock.Add(time.Millisecond)
@@ -416,7 +416,7 @@ func TestMiddlewareWaitingRetryAfterSucceeds(t *testing.T) {
 				}
 				require.Equal(t, 429, resp.StatusCode)
 				denials++
-				secs, err := strconv.Atoi(resp.Header.Get(HeaderRetryAfter))
+				secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 				require.NoError(t, err)
 				mock.Add(time.Duration(secs) * time.Second)
 				resp = get()
@@ -490,8 +490,8 @@ func TestServerPauseEveryHeaderCombination(t *testing.T) {
 				for _, rem := range remainings {
 					for _, rs := range resets {
 						h := http.Header{}
-						for _, f := range []struct{ k, v string }{{HeaderRetryAfter, ra.v}, {HeaderRateLimit, rl.v},
-							{HeaderXRateLimitRemaining, rem.v}, {HeaderXRateLimitReset, rs.v}} {
+						for _, f := range []struct{ k, v string }{{"Retry-After", ra.v}, {"RateLimit", rl.v},
+							{"X-RateLimit-Remaining", rem.v}, {"X-RateLimit-Reset", rs.v}} {
 							if f.v != "" {
 								h.Set(f.k, f.v)
 							}
@@ -530,22 +530,22 @@ func FuzzRetryAfter(f *testing.F) {
 	f.Add(uint64(1<<63), int64(-1<<40), "Fri, 31 Dec 9999 23:59:59 GMT")
 	f.Add(uint64(0), int64(1<<40), "Thu Jan  1 00:01:30 2026")
 	f.Fuzz(func(t *testing.T, secs uint64, offset int64, raw string) {
-		d, ok := ParseRetryAfter(strconv.FormatUint(secs, 10), epoch)
+		d, ok := parseRetryAfter(strconv.FormatUint(secs, 10), epoch)
 		want := time.Duration(min(secs, hints.MaxSeconds)) * time.Second
 		if !ok || d != want {
-			t.Fatalf("ParseRetryAfter(%d) = %v, %v; want %v", secs, d, ok, want)
+			t.Fatalf("parseRetryAfter(%d) = %v, %v; want %v", secs, d, ok, want)
 		}
 		offset %= 1 << 36 // dates from 1 to 4000 AD
 		at := epoch.Add(time.Duration(offset) * time.Second)
 		if at.Year() >= 1 && at.Year() <= 9999 {
-			d, ok = ParseRetryAfter(at.UTC().Format(http.TimeFormat), epoch)
+			d, ok = parseRetryAfter(at.UTC().Format(http.TimeFormat), epoch)
 			want = min(max(at.Sub(epoch), 0), maxPauseDur)
 			if !ok || d != want {
-				t.Fatalf("ParseRetryAfter(%s) = %v, %v; want %v", at.UTC().Format(http.TimeFormat), d, ok, want)
+				t.Fatalf("parseRetryAfter(%s) = %v, %v; want %v", at.UTC().Format(http.TimeFormat), d, ok, want)
 			}
 		}
-		if d, ok := ParseRetryAfter(raw, epoch); ok && (d < 0 || d > maxPauseDur) {
-			t.Fatalf("ParseRetryAfter(%q) = %v", raw, d)
+		if d, ok := parseRetryAfter(raw, epoch); ok && (d < 0 || d > maxPauseDur) {
+			t.Fatalf("parseRetryAfter(%q) = %v", raw, d)
 		}
 	})
 }
@@ -559,7 +559,7 @@ func FuzzXRateLimitReset(f *testing.F) {
 	f.Add(uint64(epoch.UnixMilli()+13), "1767225613000")
 	f.Add(uint64(1<<63), "99999999999999999999999")
 	f.Fuzz(func(t *testing.T, v uint64, raw string) {
-		d, ok := ParseXRateLimitReset(strconv.FormatUint(v, 10), epoch)
+		d, ok := parseXRateLimitReset(strconv.FormatUint(v, 10), epoch)
 		var want time.Duration
 		switch {
 		case v < uint64(epoch.Unix()/2): // delay-seconds
@@ -572,10 +572,10 @@ func FuzzXRateLimitReset(f *testing.F) {
 			want = maxPauseDur
 		}
 		if !ok || d != want {
-			t.Fatalf("ParseXRateLimitReset(%d) = %v, %v; want %v", v, d, ok, want)
+			t.Fatalf("parseXRateLimitReset(%d) = %v, %v; want %v", v, d, ok, want)
 		}
-		if d, ok := ParseXRateLimitReset(raw, epoch); ok && (d < 0 || d > maxPauseDur) {
-			t.Fatalf("ParseXRateLimitReset(%q) = %v", raw, d)
+		if d, ok := parseXRateLimitReset(raw, epoch); ok && (d < 0 || d > maxPauseDur) {
+			t.Fatalf("parseXRateLimitReset(%q) = %v", raw, d)
 		}
 	})
 }
@@ -589,13 +589,13 @@ func FuzzRateLimitFields(f *testing.F) {
 	f.Add(`"a\";r=0;t=9";r=1;t=2`, `we"ird\name`, 0, 5, int64(0))
 	f.Add(`,,;;"`, "", 10, 10, int64(-1))
 	f.Fuzz(func(t *testing.T, raw, name string, limit, remaining int, retryMillis int64) {
-		if d, ok := ParseRateLimitReset([]string{raw, raw}); ok && (d < 0 || d > maxPauseDur) {
-			t.Fatalf("ParseRateLimitReset(%q) = %v", raw, d)
+		if d, ok := parseRateLimitReset([]string{raw, raw}); ok && (d < 0 || d > maxPauseDur) {
+			t.Fatalf("parseRateLimitReset(%q) = %v", raw, d)
 		}
 		var joined []string
 		for rest, more := raw, true; more; {
 			var part string
-			part, rest, more = clientip.CutTopLevel(rest, ',')
+			part, rest, more = sfv.Cut(rest, ',')
 			joined = append(joined, part)
 		}
 		if strings.Join(joined, ",") != raw {
@@ -619,16 +619,16 @@ func FuzzRateLimitFields(f *testing.F) {
 		}
 		h := http.Header{}
 		limitset.WriteDecision(h, &limitset.HTTPNames, limitset.AllFields, dec, name, 0, epoch.UnixNano())
-		d, ok := ParseRateLimitReset(h.Values(HeaderRateLimit))
+		d, ok := parseRateLimitReset(h.Values("RateLimit"))
 		switch {
 		case dec.Allowed:
 			if ok {
-				t.Fatalf("%v: RateLimit %q read as a pause of %v", dec, h.Get(HeaderRateLimit), d)
+				t.Fatalf("%v: RateLimit %q read as a pause of %v", dec, h.Get("RateLimit"), d)
 			}
 		default: // spent (r=0): wait for the reset, denied for good or not
 			want := min((dec.ResetAfter + time.Second - 1).Truncate(time.Second), maxPauseDur) // rounded up
 			if !ok || d != want {
-				t.Fatalf("%v: RateLimit %q read as %v, %v; want %v", dec, h.Get(HeaderRateLimit), d, ok, want)
+				t.Fatalf("%v: RateLimit %q read as %v, %v; want %v", dec, h.Get("RateLimit"), d, ok, want)
 			}
 		}
 	})
@@ -662,7 +662,7 @@ func TestOversizedForwardingHeaders(t *testing.T) {
 	// A client-chosen key of a megabyte is stored as its digest.
 	lim := &recordingLimiter{}
 	h := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim}}).Handler(okHandler)
-	do(h, "GET", "/", HeaderAPIKey, strings.Repeat("k", 1<<20))
+	do(h, "GET", "/", "X-API-Key", strings.Repeat("k", 1<<20))
 	require.Len(t, lim.keys, 1)
 	assert.LessOrEqual(t, len(lim.keys[0]), MaxKeyLen)
 }

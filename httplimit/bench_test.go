@@ -94,7 +94,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		b.Run(c.name+"/serial", func(b *testing.B) {
 			r := httptest.NewRequest("GET", "/v1/items", nil)
 			r.RemoteAddr = "203.0.113.7:4711"
-			r.Header.Set(HeaderAPIKey, "key-1")
+			r.Header.Set("X-API-Key", "key-1")
 			w := &discardWriter{h: make(http.Header)}
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
@@ -113,7 +113,7 @@ func BenchmarkMiddleware(b *testing.B) {
 				id++
 				r := httptest.NewRequest("GET", "/v1/items", nil)
 				r.RemoteAddr = "203.0.113." + strconv.FormatInt(id%250, 10) + ":4711"
-				r.Header.Set(HeaderAPIKey, "key-"+strconv.FormatInt(id, 10))
+				r.Header.Set("X-API-Key", "key-"+strconv.FormatInt(id, 10))
 				w := &discardWriter{h: make(http.Header)}
 				for pb.Next() {
 					clear(w.h)
@@ -144,7 +144,7 @@ func (fixedLimiter) Peek(context.Context, string, int) (ratelimit.Decision, erro
 func TestMiddlewareAllocs(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "203.0.113.7:4711"
-	r.Header.Set(HeaderAPIKey, "k")
+	r.Header.Set("X-API-Key", "k")
 	for _, c := range []struct {
 		name   string
 		limits []Limit
@@ -188,7 +188,7 @@ func TestDecisionInContextAllocs(t *testing.T) {
 	r.RemoteAddr = "203.0.113.7:4711"
 	h := newMW(t, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}}, WithHeaders(NoHeaders), WithDecisionInContext(true)).
 		Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, ok := DecisionFrom(r.Context()); !ok {
+			if _, ok := ResultFrom(r.Context()); !ok {
 				t.Error("no decision in the context")
 			}
 		}))

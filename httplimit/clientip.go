@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/clientip"
 )
 
@@ -40,26 +41,16 @@ type proxyHeader struct {
 
 // TrustedProxies names the reverse proxies (addresses or CIDR networks,
 // such as "10.0.0.0/8", "fd00::/8" or "192.0.2.10") whose forwarded headers
-// the resolver believes. Without it no forwarded header is ever read. For
-// [NewIPResolver].
-func TrustedProxies(cidrs ...string) Option {
-	return option{"TrustedProxies", forResolver, func(cfg *config) error {
+// the resolver believes. Without it no forwarded header is ever read. An
+// IPv4-mapped network such as ::ffff:10.0.0.0/104 trusts the IPv4 network
+// it maps (10.0.0.0/8), since client addresses are compared unmapped; a
+// [netip.Prefix] p is given as p.String(). For [NewIPResolver].
+func TrustedProxies(cidrs ...string) ResolverOption {
+	return resolverOption(func(r *IPResolver) error {
 		ps, err := parseNetworks("TrustedProxies", cidrs)
-		cfg.r.core.AddTrusted(ps...)
+		r.core.AddTrusted(ps...)
 		return err
-	}}
-}
-
-// TrustedPrefixes is [TrustedProxies] for parsed networks. An IPv4-mapped
-// IPv6 prefix such as ::ffff:10.0.0.0/104 trusts the IPv4 network it maps
-// (10.0.0.0/8), since client addresses are compared unmapped. For
-// [NewIPResolver].
-func TrustedPrefixes(prefixes ...netip.Prefix) Option {
-	return option{"TrustedPrefixes", forResolver, func(cfg *config) error {
-		ps, err := checkPrefixes("TrustedPrefixes", prefixes)
-		cfg.r.core.AddTrusted(ps...)
-		return err
-	}}
+	})
 }
 
 // parseNetworks parses the addresses and CIDR networks of the option
@@ -70,20 +61,13 @@ func parseNetworks(opt string, cidrs []string) ([]netip.Prefix, error) {
 	return clientip.ParseNetworks("httplimit."+opt, cidrs)
 }
 
-// checkPrefixes checks and unmaps the prefixes of the option named opt. It
-// returns the prefixes checked before the first error.
-func checkPrefixes(opt string, prefixes []netip.Prefix) ([]netip.Prefix, error) {
-	return clientip.CheckPrefixes("httplimit."+opt, prefixes)
-}
-
 // ProxyHeaders names the headers, in order of preference, that the trusted
 // proxies write: "X-Forwarded-For" (the default), "Forwarded" (RFC 7239) or
 // "X-Real-IP". The first one present on a request is read; the others are
 // ignored. Name only headers your proxies set or overwrite: a header they
 // pass through unchanged is the client's to forge. For [NewIPResolver].
-func ProxyHeaders(names ...string) Option {
-	return option{"ProxyHeaders", forResolver, func(cfg *config) error {
-		r := cfg.r
+func ProxyHeaders(names ...string) ResolverOption {
+	return resolverOption(func(r *IPResolver) error {
 		r.headers = r.headers[:0]
 		for _, n := range names {
 			src, ok := clientip.SourceOf(n)
@@ -96,34 +80,33 @@ func ProxyHeaders(names ...string) Option {
 			return configError("httplimit.ProxyHeaders needs at least one header, got none")
 		}
 		return nil
-	}}
+	})
 }
 
 // IPv4Prefix groups IPv4 clients by networks of the given length (default
 // 32: each address on its own; 24 groups a /24). For [NewIPResolver].
-func IPv4Prefix(bits int) Option {
-	return option{"IPv4Prefix", forResolver, func(cfg *config) error {
-		return cfg.r.core.SetIPv4Prefix("httplimit.IPv4Prefix", bits)
-	}}
+func IPv4Prefix(bits int) ResolverOption {
+	return resolverOption(func(r *IPResolver) error {
+		return r.core.SetIPv4Prefix("httplimit.IPv4Prefix", bits)
+	})
 }
 
 // IPv6Prefix groups IPv6 clients by networks of the given length (default
 // 64, the network a single host is commonly given). For [NewIPResolver].
-func IPv6Prefix(bits int) Option {
-	return option{"IPv6Prefix", forResolver, func(cfg *config) error {
-		return cfg.r.core.SetIPv6Prefix("httplimit.IPv6Prefix", bits)
-	}}
+func IPv6Prefix(bits int) ResolverOption {
+	return resolverOption(func(r *IPResolver) error {
+		return r.core.SetIPv6Prefix("httplimit.IPv6Prefix", bits)
+	})
 }
 
 // NewIPResolver returns a resolver configured by opts. The options that
-// apply are [TrustedProxies], [TrustedPrefixes], [ProxyHeaders],
+// apply are [TrustedProxies], [ProxyHeaders],
 // [IPv4Prefix] and [IPv6Prefix]. It returns an error wrapping
-// [ratelimit.ErrInvalidConfig] for an invalid option or one that does not
-// apply to a resolver.
-func NewIPResolver(opts ...Option) (*IPResolver, error) {
+// [ratelimit.ErrInvalidConfig] for an invalid option.
+func NewIPResolver(opts ...ResolverOption) (*IPResolver, error) {
 	r := &IPResolver{headers: []proxyHeader{{"X-Forwarded-For", clientip.XForwardedFor}}}
 	r.core.Init()
-	if err := applyOptions(&config{to: forResolver, r: r}, opts); err != nil {
+	if err := adapter.Apply(opts, func(o ResolverOption) error { return o.applyResolver(r) }); err != nil {
 		return nil, err
 	}
 	return r, nil

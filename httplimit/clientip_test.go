@@ -3,12 +3,11 @@ package httplimit
 import (
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"testing"
 )
 
-func mustResolver(t testing.TB, opts ...Option) *IPResolver {
+func mustResolver(t testing.TB, opts ...ResolverOption) *IPResolver {
 	t.Helper()
 	r, err := NewIPResolver(opts...)
 	if err != nil {
@@ -79,9 +78,9 @@ func TestClientIPKey(t *testing.T) {
 
 func TestIPResolverErrors(t *testing.T) {
 	t.Parallel()
-	for _, o := range []Option{
+	for _, o := range []ResolverOption{
 		TrustedProxies("10.0.0.0/33"), TrustedProxies("not-an-ip"), ProxyHeaders("X-Client-IP"), ProxyHeaders(),
-		IPv4Prefix(0), IPv4Prefix(33), IPv6Prefix(129), TrustedPrefixes(netip.Prefix{}),
+		IPv4Prefix(0), IPv4Prefix(33), IPv6Prefix(129),
 	} {
 		if _, err := NewIPResolver(o); err == nil {
 			t.Errorf("option accepted: %+v", o)
@@ -182,11 +181,11 @@ func FuzzParseRetryAfter(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if d, ok := ParseRetryAfter(s, epoch); ok && d < 0 {
-			t.Fatalf("ParseRetryAfter(%q) = %v", s, d)
+		if d, ok := parseRetryAfter(s, epoch); ok && d < 0 {
+			t.Fatalf("parseRetryAfter(%q) = %v", s, d)
 		}
-		if d, ok := ParseRateLimitReset([]string{s}); ok && d < 0 {
-			t.Fatalf("ParseRateLimitReset(%q) = %v", s, d)
+		if d, ok := parseRateLimitReset([]string{s}); ok && d < 0 {
+			t.Fatalf("parseRateLimitReset(%q) = %v", s, d)
 		}
 	})
 }

@@ -84,15 +84,15 @@
 // [ratelimit.HomeNone]. Matching costs nothing when none is configured.
 //
 // With [WithDecisionInContext], the handler finds the middleware's decision
-// in the request context ([DecisionFrom]): the limit that bound the request
+// in the request context ([ResultFrom]): the limit that bound the request
 // and its Decision.
 //
 // # Options
 //
-// One [Option] type serves every constructor of the package; each option
-// says which constructors it applies to, and any other constructor refuses
-// it with an error naming it. [WithClock] and [WithCost] apply to the
-// middleware and the transports alike.
+// Each constructor family takes its own option type, so that a wrong
+// option does not compile: [Option] for the middleware, [ClientOption] for
+// the transports, [ResolverOption] for [NewIPResolver]; [WithClock] and
+// [WithCost] ([CommonOption]) apply to the middleware and transports.
 //
 // # Client IP
 //

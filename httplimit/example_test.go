@@ -317,7 +317,7 @@ func ExampleNew_tiers() {
 
 // The handler reads the middleware's decision from the request context:
 // here to tell the client how many requests it has left.
-func ExampleDecisionFrom() {
+func ExampleResultFrom() {
 	mock := clock.NewMock()
 	perIP, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(3, time.Minute), ratelimit.WithClock(mock))
 	mw, err := httplimit.New([]httplimit.Limit{{Name: "ip", Key: httplimit.KeyByIP(), Limiter: perIP}},
@@ -326,7 +326,7 @@ func ExampleDecisionFrom() {
 		log.Fatal(err)
 	}
 	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if res, ok := httplimit.DecisionFrom(r.Context()); ok {
+		if res, ok := httplimit.ResultFrom(r.Context()); ok {
 			fmt.Fprintf(w, "limit %q: %d of %d left", res.Limit, res.Decision.Remaining, res.Decision.Limit)
 		}
 	}))

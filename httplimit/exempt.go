@@ -1,19 +1,19 @@
 package httplimit
 
 import (
-	"errors"
 	"net/http"
-	"net/netip"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // ErrDenied is the Err of the [Denial] of a request refused by a denylist:
 // a client network of [DeniedNetworks] or a key of [Limit.DeniedKeys]. Such
 // a request is refused whatever its quota, so [WriteDenied] answers it 403
-// Forbidden rather than 429.
-var ErrDenied = errors.New("ratelimit: request denied by a denylist")
+// Forbidden rather than 429. It is grpclimit.ErrDenied too: errors.Is
+// matches it whichever package returned it.
+var ErrDenied = adapter.ErrDenied
 
 // WithIPResolver sets the resolver that finds the client address the
 // networks of [ExemptNetworks] and [DeniedNetworks] are matched against.
@@ -23,10 +23,10 @@ var ErrDenied = errors.New("ratelimit: request denied by a denylist")
 // same one the limits' [IPResolver.Key] use, so that both see the same
 // client. For [New].
 func WithIPResolver(res *IPResolver) Option {
-	return option{"WithIPResolver", forMiddleware, func(cfg *config) error {
-		cfg.m.resolver = res
+	return serverOption(func(m *Middleware) error {
+		m.resolver = res
 		return nil
-	}}
+	})
 }
 
 // ExemptNetworks names client networks (CIDR, such as "10.0.0.0/8" or
@@ -46,45 +46,28 @@ func WithIPResolver(res *IPResolver) Option {
 // wrapping [ratelimit.ErrInvalidConfig] that names the value for one that
 // does not parse. For [New].
 func ExemptNetworks(cidrs ...string) Option {
-	return option{"ExemptNetworks", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		ps, err := parseNetworks("ExemptNetworks", cidrs)
-		cfg.m.exemptNets = append(cfg.m.exemptNets, ps...)
+		m.exemptNets = append(m.exemptNets, ps...)
 		return err
-	}}
+	})
 }
 
 // DeniedNetworks names client networks (as [ExemptNetworks] does) whose
 // requests are always refused, without being charged anywhere: they are
-// answered through the [DeniedHandler] with a Denial whose Err is
+// answered through the denied handler ([WithDeniedHandler]) with a Denial
+// whose Err is
 // [ErrDenied], Never set and Limit empty ([WriteDenied]: 403 Forbidden,
 // no Retry-After, no rate-limit fields), and reported to the middleware's
 // observer ([WithObserver]) as denied by every limit. Nothing exempts such
 // a request, not even [ExemptNetworks] or an [Override] with Exempt, so an
 // exempt network can hold a denied one. For [New].
 func DeniedNetworks(cidrs ...string) Option {
-	return option{"DeniedNetworks", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		ps, err := parseNetworks("DeniedNetworks", cidrs)
-		cfg.m.deniedNets = append(cfg.m.deniedNets, ps...)
+		m.deniedNets = append(m.deniedNets, ps...)
 		return err
-	}}
-}
-
-// ExemptPrefixes is [ExemptNetworks] for parsed networks. For [New].
-func ExemptPrefixes(prefixes ...netip.Prefix) Option {
-	return option{"ExemptPrefixes", forMiddleware, func(cfg *config) error {
-		ps, err := checkPrefixes("ExemptPrefixes", prefixes)
-		cfg.m.exemptNets = append(cfg.m.exemptNets, ps...)
-		return err
-	}}
-}
-
-// DeniedPrefixes is [DeniedNetworks] for parsed networks. For [New].
-func DeniedPrefixes(prefixes ...netip.Prefix) Option {
-	return option{"DeniedPrefixes", forMiddleware, func(cfg *config) error {
-		ps, err := checkPrefixes("DeniedPrefixes", prefixes)
-		cfg.m.deniedNets = append(cfg.m.deniedNets, ps...)
-		return err
-	}}
+	})
 }
 
 // WithObserver makes the middleware report to o every decision it takes
@@ -133,13 +116,13 @@ func DeniedPrefixes(prefixes ...netip.Prefix) Option {
 // have each decision counted twice: [New] refuses it. A nil o reports
 // nothing (the default); a typed nil is an error. For [New].
 func WithObserver(o ratelimit.Observer) Option {
-	return option{"WithObserver", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		if o != nil && typednil.Is(o) {
 			return configError("httplimit.WithObserver: observer is a nil %T", o)
 		}
-		cfg.m.observer = o
+		m.observer = o
 		return nil
-	}}
+	})
 }
 
 // netVerdict is what the client networks say of a request.

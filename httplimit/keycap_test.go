@@ -45,8 +45,8 @@ func TestKeyedTransportBoundsKeys(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t)
 	hourly := func(w http.ResponseWriter) {
-		w.Header().Set(HeaderRateLimitPolicy, `"hourly";q=101;w=3600`)
-		w.Header().Set(HeaderRateLimit, `"hourly";r=10;t=3600`)
+		w.Header().Set("RateLimit-Policy", `"hourly";q=101;w=3600`)
+		w.Header().Set("RateLimit", `"hourly";r=10;t=3600`)
 		_, _ = io.WriteString(w, "ok")
 	}
 	for range 100 {
@@ -90,7 +90,7 @@ func TestKeyedTransportBoundsKeys(t *testing.T) {
 // room (its requests would hammer that server): the new key is refused.
 func TestKeyedTransportKeepsLiveKeysAtCap(t *testing.T) {
 	t.Parallel()
-	_, srv := startScripted(t, answer(http.StatusTooManyRequests, HeaderRetryAfter, "60"))
+	_, srv := startScripted(t, answer(http.StatusTooManyRequests, "Retry-After", "60"))
 	clk := timerclock.New(epoch)
 	tr, err := NewKeyedTransport(nil, openLimiter{}, byPath, WithClock(clk), WithMaxKeys(1))
 	require.NoError(t, err)
@@ -104,7 +104,7 @@ func TestKeyedTransportKeepsLiveKeysAtCap(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrTooManyKeys)
 	assert.Equal(t, time.Minute, tr.PausedForKey("/paused"), "the pause is kept")
 	// The pause, then the backoff cap, over: the key holds nothing live.
-	clk.Add(time.Minute + DefaultBackoffMax)
+	clk.Add(time.Minute + defaultBackoffMax)
 	req, _ = http.NewRequest(http.MethodGet, srv.URL+"/other", nil)
 	resp, err = tr.RoundTrip(req)
 	require.NoError(t, err)

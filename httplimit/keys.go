@@ -41,9 +41,9 @@ func KeyByHeader(name string) KeyFunc {
 	}
 }
 
-// KeyByAPIKey keys requests by the X-API-Key header ([HeaderAPIKey]); see
+// KeyByAPIKey keys requests by the X-API-Key header; see
 // [KeyByHeader].
-func KeyByAPIKey() KeyFunc { return KeyByHeader(HeaderAPIKey) }
+func KeyByAPIKey() KeyFunc { return KeyByHeader("X-API-Key") }
 
 // KeyByIP keys requests by the client's address taken from RemoteAddr,
 // IPv4 addresses one by one and IPv6 addresses grouped by /64 network. It

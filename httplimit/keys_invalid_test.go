@@ -62,8 +62,8 @@ func TestKeyHelpersRefuseNil(t *testing.T) {
 // it in. The key is the first non-empty value, as in grpclimit.
 func TestKeyByHeaderFirstNonEmpty(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
-	r.Header.Add(HeaderAPIKey, "")
-	r.Header.Add(HeaderAPIKey, "secret")
+	r.Header.Add("X-API-Key", "")
+	r.Header.Add("X-API-Key", "secret")
 	k, ok := KeyByAPIKey()(r)
 	assert.Equal(t, "secret", k)
 	assert.True(t, ok)

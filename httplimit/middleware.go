@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/rlkit/ratelimit/internal/report"
 )
@@ -65,7 +66,8 @@ type Limit struct {
 	ExemptKeys []string
 	// DeniedKeys are keys this limit always refuses, compared as
 	// ExemptKeys are. A request whose key is one of them is charged
-	// nowhere and answered through the [DeniedHandler] with a Denial whose
+	// nowhere and answered through the denied handler ([WithDeniedHandler])
+	// with a Denial whose
 	// Err is [ErrDenied] and Limit this limit's Name ([WriteDenied]: 403
 	// Forbidden), whatever exempts it otherwise ([ExemptNetworks], an
 	// [Override] with Exempt, a cost <= 0): denial beats exemption. A key
@@ -75,15 +77,18 @@ type Limit struct {
 	DeniedKeys []string
 }
 
-// Denial describes a denied request to a [DeniedHandler].
+// Denial describes a denied request to the denied handler
+// ([WithDeniedHandler]). grpclimit's Denial has the same fields, and two
+// of its own (the call's Method, and Message for a stream message).
 type Denial struct {
 	// Limit is the name of the limit that denied the request.
 	Limit string
 	// Decision is that limit's Decision.
 	Decision ratelimit.Decision
-	// RetryAfter is the Retry-After value sent, in seconds: the Decision's
-	// RetryAfter rounded up, at least 1; 0 when Never.
-	RetryAfter int64
+	// RetryAfter is the delay sent as Retry-After: the Decision's
+	// RetryAfter rounded up to a whole second, at least one second; 0 when
+	// Never.
+	RetryAfter time.Duration
 	// Never reports that the request's cost exceeds the limit's capacity,
 	// so that it can never succeed however long the client waits.
 	Never bool
@@ -96,14 +101,7 @@ type Denial struct {
 	Err error
 }
 
-// DeniedHandler answers a denied request. The rate-limit fields and
-// Retry-After are already set on w's header when it is called (a handler
-// serving a full response instead may delete Retry-After). It may
-// answer 429 in its own format, or serve a cached or reduced response
-// instead (graceful degradation).
-type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Denial)
-
-// WriteDenied is the default [DeniedHandler]: 429 Too Many Requests with a
+// WriteDenied is the default denied handler ([WithDeniedHandler]): 429 Too Many Requests with a
 // JSON body such as
 //
 //	{"error":"Too Many Requests","message":"rate limit \"api\" exceeded, retry in 17 s","retryAfter":17}
@@ -129,13 +127,13 @@ func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 	w.WriteHeader(http.StatusTooManyRequests)
 	b := make([]byte, 0, 160)
 	b = append(b, `{"error":"Too Many Requests","message":`...)
-	msg := limitset.DenialMessage(d.Limit, d.Never, d.Decision.Limit, d.RetryAfter)
+	msg := limitset.DenialMessage(d.Limit, d.Never, d.Decision.Limit, int64(d.RetryAfter/time.Second))
 	b = strconv.AppendQuote(b, msg) // ASCII names: a valid JSON string
 	if d.Never {
 		b = append(b, `,"retryNever":true}`...)
 	} else {
 		b = append(b, `,"retryAfter":`...)
-		b = strconv.AppendInt(b, d.RetryAfter, 10)
+		b = strconv.AppendInt(b, int64(d.RetryAfter/time.Second), 10)
 		b = append(b, '}')
 	}
 	b = append(b, '\n')
@@ -148,19 +146,18 @@ func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 type Middleware struct {
 	set           *limitset.Set[*http.Request] // the limits, ready to serve
 	headers       HeaderSet
-	denied        DeniedHandler
-	cost          func(r *http.Request) int
+	denied        func(w http.ResponseWriter, r *http.Request, d Denial)
+	common        // WithClock, WithCost
 	logger        report.Logger
 	shadowHeaders bool
 	inContext     bool // WithDecisionInContext
-	// clock, logger, reportEvery and observer are the options' values,
-	// handed to the limit set by New.
-	clock       ratelimit.Clock
+	// logger, reportEvery and observer are the options' values, handed to
+	// the limit set by New.
 	reportEvery time.Duration
 
 	resolver   *IPResolver    // finds the client address the networks match
-	exemptNets []netip.Prefix // ExemptNetworks, ExemptPrefixes
-	deniedNets []netip.Prefix // DeniedNetworks, DeniedPrefixes
+	exemptNets []netip.Prefix // ExemptNetworks
+	deniedNets []netip.Prefix // DeniedNetworks
 	hasNets    bool           // some network is exempt or denied
 	observer   ratelimit.Observer
 }
@@ -170,7 +167,7 @@ type Middleware struct {
 // The options that apply are [WithHeaders], [WithDeniedHandler],
 // [WithCost], [WithLogger], [WithErrorReportInterval],
 // [WithShadowHeaders], [WithDecisionInContext], [WithClock],
-// [ExemptNetworks], [DeniedNetworks], [ExemptPrefixes], [DeniedPrefixes],
+// [ExemptNetworks], [DeniedNetworks],
 // [WithIPResolver] and [WithObserver].
 //
 // Exemptions and denylists are settled before any limiter is asked, in
@@ -187,11 +184,10 @@ type Middleware struct {
 // negative Window, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
 // ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
-// Observer of its own beside [WithObserver]'s, and for an invalid option
-// or one that does not apply to a middleware.
+// Observer of its own beside [WithObserver]'s, and for an invalid option.
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
-	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: DefaultErrorReportInterval}
-	if err := applyOptions(&config{to: forMiddleware, m: m}, opts); err != nil {
+	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: defaultReportEvery}
+	if err := adapter.Apply(opts, func(o Option) error { return o.applyServer(m) }); err != nil {
 		return nil, err
 	}
 	if m.denied == nil {
@@ -368,7 +364,7 @@ func (m *Middleware) requestCost(r *http.Request) (n int, allShadow, exempt bool
 func (m *Middleware) deny(w http.ResponseWriter, r *http.Request, v *limitset.Verdict[*http.Request]) {
 	den := Denial{Limit: v.Limit(), Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Err: v.Err}
 	if !den.Never {
-		den.RetryAfter = RetryAfterSeconds(v.Dec)
+		den.RetryAfter = time.Duration(limitset.RetryAfterSeconds(v.Dec)) * time.Second
 	}
 	m.denied(w, r, den)
 }

@@ -75,17 +75,17 @@ func checkHeaders(t *testing.T, step string, w *httptest.ResponseRecorder, want 
 	h := w.Result().Header
 	got := wantHeaders{
 		status:    w.Code,
-		limit:     h.Get(HeaderXRateLimitLimit),
-		remaining: h.Get(HeaderXRateLimitRemaining),
-		reset:     h.Get(HeaderXRateLimitReset),
-		policy:    h.Get(HeaderRateLimitPolicy),
-		ratelimit: h.Get(HeaderRateLimit),
-		retry:     h.Get(HeaderRetryAfter),
+		limit:     h.Get("X-RateLimit-Limit"),
+		remaining: h.Get("X-RateLimit-Remaining"),
+		reset:     h.Get("X-RateLimit-Reset"),
+		policy:    h.Get("RateLimit-Policy"),
+		ratelimit: h.Get("RateLimit"),
+		retry:     h.Get("Retry-After"),
 	}
 	if got != want {
 		t.Errorf("%s: headers = %+v, want %+v", step, got, want)
 	}
-	for _, f := range []string{HeaderRateLimitPolicy, HeaderRateLimit} {
+	for _, f := range []string{"RateLimit-Policy", "RateLimit"} {
 		if v := h.Get(f); v != "" {
 			if _, err := parseSFList(v); err != nil {
 				t.Errorf("%s: %s is not a structured field List: %v", step, f, err)
@@ -104,13 +104,13 @@ func TestHeadersExact(t *testing.T) {
 
 	reset := strconv.FormatInt(epoch.Unix()+60, 10)
 	for i, rem := range []string{"2", "1", "0"} {
-		w := do(h, "GET", "/", HeaderAPIKey, "k1")
+		w := do(h, "GET", "/", "X-API-Key", "k1")
 		checkHeaders(t, "request "+strconv.Itoa(i+1), w, wantHeaders{
 			status: 200, limit: "3", remaining: rem, reset: reset,
 			policy: `"api";q=3;w=60`, ratelimit: `"api";r=` + rem + `;t=50`,
 		})
 	}
-	w := do(h, "GET", "/", HeaderAPIKey, "k1")
+	w := do(h, "GET", "/", "X-API-Key", "k1")
 	checkHeaders(t, "request 4", w, wantHeaders{
 		status: 429, limit: "3", remaining: "0", reset: reset,
 		policy: `"api";q=3;w=60`, ratelimit: `"api";r=0;t=50`, retry: "50",
@@ -131,7 +131,7 @@ func TestHeadersExact(t *testing.T) {
 	}
 
 	// Another key is untouched; a request without a key is not limited.
-	checkHeaders(t, "other key", do(h, "GET", "/", HeaderAPIKey, "k2"), wantHeaders{
+	checkHeaders(t, "other key", do(h, "GET", "/", "X-API-Key", "k2"), wantHeaders{
 		status: 200, limit: "3", remaining: "2", reset: reset,
 		policy: `"api";q=3;w=60`, ratelimit: `"api";r=2;t=50`,
 	})
@@ -139,12 +139,12 @@ func TestHeadersExact(t *testing.T) {
 
 	// Half a second before the window ends: t and Retry-After round up.
 	mock.Add(49500 * time.Millisecond)
-	checkHeaders(t, "at 59.5s", do(h, "GET", "/", HeaderAPIKey, "k1"), wantHeaders{
+	checkHeaders(t, "at 59.5s", do(h, "GET", "/", "X-API-Key", "k1"), wantHeaders{
 		status: 429, limit: "3", remaining: "0", reset: reset,
 		policy: `"api";q=3;w=60`, ratelimit: `"api";r=0;t=1`, retry: "1",
 	})
 	mock.Add(500 * time.Millisecond)
-	checkHeaders(t, "next window", do(h, "GET", "/", HeaderAPIKey, "k1"), wantHeaders{
+	checkHeaders(t, "next window", do(h, "GET", "/", "X-API-Key", "k1"), wantHeaders{
 		status: 200, limit: "3", remaining: "2", reset: strconv.FormatInt(epoch.Unix()+120, 10),
 		policy: `"api";q=3;w=60`, ratelimit: `"api";r=2;t=60`,
 	})
@@ -182,12 +182,12 @@ func TestRetryAfterRounding(t *testing.T) {
 			if w.Code != 429 {
 				t.Fatalf("second request: %d, want 429", w.Code)
 			}
-			if got := w.Header().Get(HeaderRetryAfter); got != tc.wantRetry {
+			if got := w.Header().Get("Retry-After"); got != tc.wantRetry {
 				t.Errorf("Retry-After = %q, want %q", got, tc.wantRetry)
 			}
-			items, err := parseSFList(w.Header().Get(HeaderRateLimit))
+			items, err := parseSFList(w.Header().Get("RateLimit"))
 			if err != nil || len(items) != 1 {
-				t.Fatalf("RateLimit %q: %v", w.Header().Get(HeaderRateLimit), err)
+				t.Fatalf("RateLimit %q: %v", w.Header().Get("RateLimit"), err)
 			}
 			tv, _ := items[0].param("t")
 			if strconv.FormatInt(tv.(int64), 10) != tc.wantT {
@@ -224,10 +224,10 @@ func TestNever(t *testing.T) {
 	mw := newMW(t, []Limit{{Name: "batch", Key: KeyByIP(), Limiter: lim}}, WithClock(mock), WithCost(cost))
 	h := mw.Handler(okHandler)
 	w := do(h, "POST", "/?n=6")
-	if w.Code != 429 || w.Header().Get(HeaderRetryAfter) != "" {
-		t.Fatalf("cost 6 of 5: status %d Retry-After %q, want 429 and none", w.Code, w.Header().Get(HeaderRetryAfter))
+	if w.Code != 429 || w.Header().Get("Retry-After") != "" {
+		t.Fatalf("cost 6 of 5: status %d Retry-After %q, want 429 and none", w.Code, w.Header().Get("Retry-After"))
 	}
-	if rl := w.Header().Get(HeaderRateLimit); rl != `"batch";r=5;t=0` {
+	if rl := w.Header().Get("RateLimit"); rl != `"batch";r=5;t=0` {
 		t.Errorf("RateLimit = %q, want the full bucket's t=0 (when the quota resets, as on every answer)", rl)
 	}
 	var body map[string]any
@@ -250,7 +250,7 @@ func TestNever(t *testing.T) {
 		t.Errorf("cost 5 of 5: %d", w.Code)
 	}
 	// Cost 0 is exempt.
-	if w := do(h, "POST", "/?n=0"); w.Code != 200 || w.Header().Get(HeaderRateLimit) != "" {
+	if w := do(h, "POST", "/?n=0"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
 		t.Errorf("cost 0: %d %v", w.Code, w.Header())
 	}
 }
@@ -287,10 +287,10 @@ func TestMultipleLimits(t *testing.T) {
 		{"GET", "/a", 429, `"api";q=5;w=60`, `"api";r=0;t=60`},
 	}
 	for i, s := range steps {
-		w := do(h, s.method, s.path, HeaderAPIKey, "k")
-		if w.Code != s.status || w.Header().Get(HeaderRateLimitPolicy) != s.policy || w.Header().Get(HeaderRateLimit) != s.rl {
+		w := do(h, s.method, s.path, "X-API-Key", "k")
+		if w.Code != s.status || w.Header().Get("RateLimit-Policy") != s.policy || w.Header().Get("RateLimit") != s.rl {
 			t.Errorf("step %d %s %s: %d %q %q, want %d %q %q", i, s.method, s.path, w.Code,
-				w.Header().Get(HeaderRateLimitPolicy), w.Header().Get(HeaderRateLimit), s.status, s.policy, s.rl)
+				w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"), s.status, s.policy, s.rl)
 		}
 	}
 }
@@ -313,15 +313,15 @@ func TestTiers(t *testing.T) {
 	}
 	h := newMW(t, []Limit{{Name: "plan", Key: KeyByAPIKey(), Limiter: tiered}}, WithClock(mock)).Handler(okHandler)
 	for i := 0; i < 3; i++ {
-		do(h, "GET", "/", HeaderAPIKey, "pro-1")
+		do(h, "GET", "/", "X-API-Key", "pro-1")
 	}
-	if w := do(h, "GET", "/", HeaderAPIKey, "pro-1"); w.Code != 200 || w.Header().Get(HeaderRateLimitPolicy) != `"plan";q=100;w=60` {
-		t.Errorf("pro: %d %q", w.Code, w.Header().Get(HeaderRateLimitPolicy))
+	if w := do(h, "GET", "/", "X-API-Key", "pro-1"); w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"plan";q=100;w=60` {
+		t.Errorf("pro: %d %q", w.Code, w.Header().Get("RateLimit-Policy"))
 	}
-	do(h, "GET", "/", HeaderAPIKey, "f")
-	do(h, "GET", "/", HeaderAPIKey, "f")
-	if w := do(h, "GET", "/", HeaderAPIKey, "f"); w.Code != 429 || w.Header().Get(HeaderRateLimitPolicy) != `"plan";q=2;w=60` {
-		t.Errorf("free: %d %q", w.Code, w.Header().Get(HeaderRateLimitPolicy))
+	do(h, "GET", "/", "X-API-Key", "f")
+	do(h, "GET", "/", "X-API-Key", "f")
+	if w := do(h, "GET", "/", "X-API-Key", "f"); w.Code != 429 || w.Header().Get("RateLimit-Policy") != `"plan";q=2;w=60` {
+		t.Errorf("free: %d %q", w.Code, w.Header().Get("RateLimit-Policy"))
 	}
 
 }
@@ -363,29 +363,29 @@ func TestTiersFromRequestContext(t *testing.T) {
 			rec, logger := newLogRecorder()
 			mw := newMW(t, limits, WithClock(mock), WithLogger(logger)).Handler(okHandler)
 
-			w := do(withPlan("pro", mw), "GET", "/", HeaderAPIKey, "k")
+			w := do(withPlan("pro", mw), "GET", "/", "X-API-Key", "k")
 			assert.Equal(t, 200, w.Code)
-			assert.Equal(t, `"plan";q=100;w=3600`, w.Header().Get(HeaderRateLimitPolicy))
+			assert.Equal(t, `"plan";q=100;w=3600`, w.Header().Get("RateLimit-Policy"))
 			assert.Equal(t, int64(1), calls.Load(), "tier function calls for one request")
 
 			for i := range 2 {
-				w = do(withPlan("free", mw), "GET", "/", HeaderAPIKey, "k")
+				w = do(withPlan("free", mw), "GET", "/", "X-API-Key", "k")
 				assert.Equal(t, 200, w.Code, "free request %d", i)
 			}
-			w = do(withPlan("free", mw), "GET", "/", HeaderAPIKey, "k")
+			w = do(withPlan("free", mw), "GET", "/", "X-API-Key", "k")
 			assert.Equal(t, 429, w.Code)
-			assert.Equal(t, `"plan";q=2;w=60`, w.Header().Get(HeaderRateLimitPolicy))
-			assert.Equal(t, "60", w.Header().Get(HeaderRetryAfter))
+			assert.Equal(t, `"plan";q=2;w=60`, w.Header().Get("RateLimit-Policy"))
+			assert.Equal(t, "60", w.Header().Get("Retry-After"))
 			assert.Equal(t, int64(4), calls.Load(), "tier function calls for four requests")
 
 			// The same key on the pro plan still has its pro quota.
-			w = do(withPlan("pro", mw), "GET", "/", HeaderAPIKey, "k")
+			w = do(withPlan("pro", mw), "GET", "/", "X-API-Key", "k")
 			assert.Equal(t, 200, w.Code)
-			assert.Equal(t, `"plan";r=98;t=3600`, w.Header().Get(HeaderRateLimit))
+			assert.Equal(t, `"plan";r=98;t=3600`, w.Header().Get("RateLimit"))
 
 			// An unknown tier is the server's misconfiguration: 500, never
 			// let through unlimited.
-			w = do(withPlan("gold", mw), "GET", "/", HeaderAPIKey, "k")
+			w = do(withPlan("gold", mw), "GET", "/", "X-API-Key", "k")
 			assert.Equal(t, 500, w.Code)
 			assert.Equal(t, int64(6), calls.Load())
 			recs := rec.records()
@@ -429,8 +429,8 @@ func TestBackendErrors(t *testing.T) {
 		if strings.Contains(w.Body.String(), "secret") || strings.Contains(w.Body.String(), "redis:") {
 			t.Errorf("open=%v: body leaks the error: %q", open, w.Body.String())
 		}
-		if !open && w.Header().Get(HeaderRetryAfter) != "1" {
-			t.Errorf("fail closed: Retry-After %q, want 1", w.Header().Get(HeaderRetryAfter))
+		if !open && w.Header().Get("Retry-After") != "1" {
+			t.Errorf("fail closed: Retry-After %q, want 1", w.Header().Get("Retry-After"))
 		}
 		recs := rec.records()
 		if assert.Len(t, recs, 1, "open=%v", open) {
@@ -482,8 +482,8 @@ func TestShadow(t *testing.T) {
 	h := mk(false)
 	for i := 1; i <= 4; i++ {
 		w := do(h, "GET", "/")
-		if w.Code != 200 || w.Header().Get(HeaderRateLimitPolicy) != `"live";q=10;w=60` {
-			t.Errorf("request %d: %d %q", i, w.Code, w.Header().Get(HeaderRateLimitPolicy))
+		if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"live";q=10;w=60` {
+			t.Errorf("request %d: %d %q", i, w.Code, w.Header().Get("RateLimit-Policy"))
 		}
 	}
 	calls, denials := trial.counts()
@@ -500,8 +500,8 @@ func TestShadow(t *testing.T) {
 	// With shadow headers the trial limit shows when most restrictive, but
 	// still lets the request through, with no Retry-After.
 	w := do(mk(true), "GET", "/")
-	if w.Code != 200 || w.Header().Get(HeaderRateLimit) != `"trial";r=0;t=60` || w.Header().Get(HeaderRetryAfter) != "" {
-		t.Errorf("shadow headers: %d %q %q", w.Code, w.Header().Get(HeaderRateLimit), w.Header().Get(HeaderRetryAfter))
+	if w.Code != 200 || w.Header().Get("RateLimit") != `"trial";r=0;t=60` || w.Header().Get("Retry-After") != "" {
+		t.Errorf("shadow headers: %d %q %q", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
 	}
 }
 
@@ -516,13 +516,13 @@ func TestOverride(t *testing.T) {
 			mw.Handler(okHandler).ServeHTTP(w, r.WithContext(WithOverride(r.Context(), o)))
 		})
 	}
-	if w := do(with(Override{Exempt: true}), "GET", "/"); w.Code != 200 || w.Header().Get(HeaderRateLimit) != "" {
+	if w := do(with(Override{Exempt: true}), "GET", "/"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
 		t.Errorf("exempt: %d %v", w.Code, w.Header())
 	}
-	if w := do(with(Override{Cost: 3}), "GET", "/"); w.Code != 200 || w.Header().Get(HeaderXRateLimitRemaining) != "0" {
+	if w := do(with(Override{Cost: 3}), "GET", "/"); w.Code != 200 || w.Header().Get("X-RateLimit-Remaining") != "0" {
 		t.Errorf("cost 3: %d %v", w.Code, w.Header())
 	}
-	if w := do(with(Override{Shadow: true}), "GET", "/"); w.Code != 200 || w.Header().Get(HeaderRateLimit) != "" {
+	if w := do(with(Override{Shadow: true}), "GET", "/"); w.Code != 200 || w.Header().Get("RateLimit") != "" {
 		t.Errorf("shadow: %d %v", w.Code, w.Header())
 	}
 	if w := do(mw.Handler(okHandler), "GET", "/"); w.Code != 429 {
@@ -538,15 +538,15 @@ func TestHeaderSets(t *testing.T) {
 		lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), mock)
 		h := newMW(t, []Limit{{Key: KeyByIP(), Limiter: lim}}, WithClock(mock), WithHeaders(set)).Handler(okHandler)
 		w := do(h, "GET", "/")
-		if (w.Header().Get(HeaderXRateLimitLimit) != "") != (set&XRateLimitHeaders != 0) ||
-			(w.Header().Get(HeaderRateLimit) != "") != (set&IETFHeaders != 0) {
+		if (w.Header().Get("X-RateLimit-Limit") != "") != (set&XRateLimitHeaders != 0) ||
+			(w.Header().Get("RateLimit") != "") != (set&IETFHeaders != 0) {
 			t.Errorf("set %b: %v", set, w.Header())
 		}
-		if set == IETFHeaders && w.Header().Get(HeaderRateLimitPolicy) != `"default";q=1;w=1` {
-			t.Errorf("default name: %q", w.Header().Get(HeaderRateLimitPolicy))
+		if set == IETFHeaders && w.Header().Get("RateLimit-Policy") != `"default";q=1;w=1` {
+			t.Errorf("default name: %q", w.Header().Get("RateLimit-Policy"))
 		}
 		// Retry-After is sent on a denial whatever the set.
-		if w := do(h, "GET", "/"); w.Code != 429 || w.Header().Get(HeaderRetryAfter) != "1" {
+		if w := do(h, "GET", "/"); w.Code != 429 || w.Header().Get("Retry-After") != "1" {
 			t.Errorf("set %b denial: %d %v", set, w.Code, w.Header())
 		}
 	}
@@ -558,7 +558,7 @@ func TestPolicyNameEscaped(t *testing.T) {
 	mock := newMock(t, epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), mock)
 	h := newMW(t, []Limit{{Name: `a"b\c`, Key: KeyByIP(), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
-	v := do(h, "GET", "/").Header().Get(HeaderRateLimitPolicy)
+	v := do(h, "GET", "/").Header().Get("RateLimit-Policy")
 	items, err := parseSFList(v)
 	if err != nil || items[0].Value != sfString(`a"b\c`) {
 		t.Errorf("RateLimit-Policy %q: %v %v", v, items, err)
@@ -602,7 +602,7 @@ func TestDegradedHandler(t *testing.T) {
 		})).Handler(okHandler)
 	do(h, "GET", "/")
 	w := do(h, "GET", "/")
-	if w.Code != 200 || w.Body.String() != "cached" || w.Header().Get(HeaderRetryAfter) != "60" {
+	if w.Code != 200 || w.Body.String() != "cached" || w.Header().Get("Retry-After") != "60" {
 		t.Errorf("degraded: %d %q %v", w.Code, w.Body.String(), w.Header())
 	}
 }
@@ -631,10 +631,10 @@ func TestLongKeysDigested(t *testing.T) {
 	rec := &recordingLimiter{}
 	h := newMW(t, []Limit{{Key: KeyByAPIKey(), Limiter: rec}}).Handler(okHandler)
 	long := strings.Repeat("k", 100000)
-	do(h, "GET", "/", HeaderAPIKey, long)
-	do(h, "GET", "/", HeaderAPIKey, long)
-	do(h, "GET", "/", HeaderAPIKey, long+"x")
-	do(h, "GET", "/", HeaderAPIKey, "short")
+	do(h, "GET", "/", "X-API-Key", long)
+	do(h, "GET", "/", "X-API-Key", long)
+	do(h, "GET", "/", "X-API-Key", long+"x")
+	do(h, "GET", "/", "X-API-Key", "short")
 	k := rec.keys
 	if len(k) != 4 || len(k[0]) > MaxKeyLen || k[0] != k[1] || k[0] == k[2] || !strings.HasPrefix(k[0], "sha256:") || k[3] != "short" {
 		t.Errorf("keys = %.80q", k)

@@ -58,9 +58,9 @@ func TestObserverNamesEveryDecision(t *testing.T) {
 		{"free-a", 429, []ratelimit.Event{ev("api", fw, ratelimit.OutcomeDenied)}},
 		{"pro-b", 200, []ratelimit.Event{ev("api", tb, ratelimit.OutcomeAllowed), ev("next", sl, ratelimit.OutcomeAllowed)}},
 	} {
-		a := get(t, srv, HeaderAPIKey, c.key)
+		a := get(t, srv, "X-API-Key", c.key)
 		require.Equal(t, c.code, a.code, "request %d", i)
-		assert.True(t, strings.HasPrefix(a.header.Get(HeaderRateLimit), `"api";`), "request %d: RateLimit %q", i, a.header.Get(HeaderRateLimit))
+		assert.True(t, strings.HasPrefix(a.header.Get("RateLimit"), `"api";`), "request %d: RateLimit %q", i, a.header.Get("RateLimit"))
 		got := obs.take()
 		for j := range got {
 			assert.NotZero(t, got[j].Decision.Limit, "request %d, event %d: no Decision", i, j)
@@ -95,7 +95,7 @@ func TestOneObserverPerDecision(t *testing.T) {
 	mw := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: observed, Shadow: true}}, WithClock(mock))
 	srv := loopback(t, mw.Handler(okHandler))
 	for range 2 {
-		require.Equal(t, 200, get(t, srv, HeaderAPIKey, "free-a").code)
+		require.Equal(t, 200, get(t, srv, "X-API-Key", "free-a").code)
 	}
 	var outcomes []ratelimit.Outcome
 	for _, e := range own.take() {
@@ -150,11 +150,11 @@ func TestMisconfiguredLimitIs500(t *testing.T) {
 			var obs events
 			rec, logger := newLogRecorder()
 			srv := loopback(t, newMW(t, c.limits(other), WithClock(mock), WithObserver(&obs), WithLogger(logger)).Handler(okHandler))
-			a := get(t, srv, HeaderAPIKey, "gold-a")
+			a := get(t, srv, "X-API-Key", "gold-a")
 			require.Equal(t, c.code, a.code, "body %q", a.body)
 			if c.code == 500 {
-				assert.Empty(t, a.header.Get(HeaderRetryAfter))
-				assert.Empty(t, a.header.Get(HeaderRateLimit))
+				assert.Empty(t, a.header.Get("Retry-After"))
+				assert.Empty(t, a.header.Get("RateLimit"))
 				var body map[string]any
 				require.NoError(t, json.Unmarshal([]byte(a.body), &body), a.body)
 				assert.Equal(t, "Internal Server Error", body["error"])

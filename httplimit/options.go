@@ -3,101 +3,84 @@ package httplimit
 import (
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/report"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
-// Option configures what one of the package's constructors builds: a
-// [Middleware] ([New]), a [Transport] ([NewTransport], [NewKeyedTransport])
-// or an [IPResolver] ([NewIPResolver]). Each option's documentation says
-// which constructors it applies to; an option given to any other
-// constructor makes that constructor return an error wrapping
-// [ratelimit.ErrInvalidConfig] that names it. Options are applied in
-// order; a nil Option is ignored.
+// Option configures the middleware [New] builds. Each constructor family
+// has its own option type, so that an option given to a constructor it
+// does not apply to does not compile: [Option] for [New], [ClientOption]
+// for [NewTransport] and [NewKeyedTransport], [ResolverOption] for
+// [NewIPResolver]; a [CommonOption] ([WithClock], [WithCost]) is both an
+// Option and a ClientOption. Options are applied in order; a nil one is
+// ignored.
 type Option interface {
-	apply(c *config) error
+	applyServer(m *Middleware) error
 }
 
-// target is the set of constructors an option applies to.
-type target uint8
+// ClientOption configures the transport [NewTransport] or
+// [NewKeyedTransport] builds (see [Option]).
+type ClientOption interface {
+	applyClient(t *Transport) error
+}
 
-const (
-	forMiddleware target = 1 << iota
-	forPlainTransport
-	forKeyedTransport
-	forResolver
+// ResolverOption configures the resolver [NewIPResolver] builds (see
+// [Option]).
+type ResolverOption interface {
+	applyResolver(r *IPResolver) error
+}
 
-	// forTransport is both transports.
-	forTransport = forPlainTransport | forKeyedTransport
+// CommonOption is an option of both sides, an [Option] and a
+// [ClientOption]: it configures [New], [NewTransport] and
+// [NewKeyedTransport] alike.
+type CommonOption interface {
+	Option
+	ClientOption
+}
+
+// The implementations of the option types: each is a function setting
+// what its constructor builds.
+type (
+	serverOption   func(m *Middleware) error
+	clientOption   func(t *Transport) error
+	resolverOption func(r *IPResolver) error
+	// commonOption sets what the middleware and the transport share.
+	commonOption func(c *common) error
 )
 
-// targetNames are the constructors' names, bit by bit.
-var targetNames = [...]string{"New", "NewTransport", "NewKeyedTransport", "NewIPResolver"}
+func (f serverOption) applyServer(m *Middleware) error     { return f(m) }
+func (f clientOption) applyClient(t *Transport) error      { return f(t) }
+func (f resolverOption) applyResolver(r *IPResolver) error { return f(r) }
+func (f commonOption) applyServer(m *Middleware) error     { return f(&m.common) }
+func (f commonOption) applyClient(t *Transport) error      { return f(&t.common) }
 
-// String names the constructors of t, as error messages show them:
-// "New, NewTransport and NewKeyedTransport".
-func (t target) String() string {
-	var names []string
-	for i, n := range targetNames {
-		if t&(1<<i) != 0 {
-			names = append(names, n)
-		}
-	}
-	switch len(names) {
-	case 0:
-		return "no constructor"
-	case 1:
-		return names[0]
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+// common is what [CommonOption]s set, in a middleware or a transport.
+type common struct {
+	clock ratelimit.Clock           // nil: the real clock
+	cost  func(r *http.Request) int // nil: 1
 }
 
-// config is what options write to: exactly one of m, t and r is set, the
-// value the constructor is building.
-type config struct {
-	to target
-	m  *Middleware
-	t  *Transport
-	r  *IPResolver
-}
+// The defaults, in one place: of the middleware ([New]) ...
+const defaultReportEvery = 10 * time.Second // WithErrorReportInterval
 
-// option is the one implementation of Option.
-type option struct {
-	name    string // such as "WithRetries", for error messages
-	targets target
-	set     func(c *config) error
-}
-
-func (o option) apply(c *config) error {
-	if o.targets&c.to == 0 {
-		return errs.Config(ratelimit.ErrInvalidConfig, "httplimit.%s applies to %v, not %v", o.name, o.targets, c.to)
-	}
-	return o.set(c)
-}
-
-// applyOptions applies opts in order to c and returns the first error.
-func applyOptions(c *config, opts []Option) error {
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.apply(c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// ... and of the transports ([newTransport]).
+const (
+	defaultMaxRetryWait = time.Minute // WithMaxRetryWait
+	defaultMaxPause     = time.Hour   // WithMaxPause
+	defaultBackoffFirst = time.Second // WithBackoff
+	defaultBackoffMax   = time.Minute // WithBackoff
+	defaultMaxKeys      = 1 << 16     // WithMaxKeys
+)
 
 // configError builds a configuration error of this package; format names
 // the option or argument, as in "httplimit.WithMaxPause must be positive,
 // got %v".
 func configError(format string, args ...any) error {
-	return errs.Config(ratelimit.ErrInvalidConfig, format, args...)
+	return adapter.ConfigError(format, args...)
 }
 
 // WithClock makes the middleware or transport read time from c instead of
@@ -106,18 +89,14 @@ func configError(format string, args ...any) error {
 // the pauses servers ask for. Limiters have their own clocks
 // ([ratelimit.WithClock]). A nil c selects the real clock; a typed nil is
 // an error. For [New], [NewTransport] and [NewKeyedTransport].
-func WithClock(c ratelimit.Clock) Option {
-	return option{"WithClock", forMiddleware | forTransport, func(cfg *config) error {
+func WithClock(c ratelimit.Clock) CommonOption {
+	return commonOption(func(cfg *common) error {
 		if c != nil && typednil.Is(c) {
 			return configError("httplimit.WithClock: clock is a nil %T", c)
 		}
-		if cfg.m != nil {
-			cfg.m.clock = c
-		} else {
-			cfg.t.clock = c
-		}
+		cfg.clock = c
 		return nil
-	}}
+	})
 }
 
 // WithCost sets each request's cost, default 1: for the middleware the n
@@ -127,36 +106,36 @@ func WithClock(c ratelimit.Clock) Option {
 // ask for). In the middleware, a cost above a limit's capacity can never
 // succeed (see the package documentation). For [New], [NewTransport] and
 // [NewKeyedTransport].
-func WithCost(cost func(r *http.Request) int) Option {
-	return option{"WithCost", forMiddleware | forTransport, func(cfg *config) error {
-		if cfg.m != nil {
-			cfg.m.cost = cost
-		} else {
-			cfg.t.cost = cost
-		}
+func WithCost(cost func(r *http.Request) int) CommonOption {
+	return commonOption(func(cfg *common) error {
+		cfg.cost = cost
 		return nil
-	}}
+	})
 }
 
 // WithHeaders chooses which rate-limit fields the middleware sends
 // (default [AllHeaders]). For [New].
 func WithHeaders(set HeaderSet) Option {
-	return option{"WithHeaders", forMiddleware, func(cfg *config) error {
+	return serverOption(func(m *Middleware) error {
 		if set&^AllHeaders != 0 {
 			return configError("httplimit.WithHeaders: unknown header set, got %#x", uint8(set))
 		}
-		cfg.m.headers = set
+		m.headers = set
 		return nil
-	}}
+	})
 }
 
 // WithDeniedHandler replaces [WriteDenied] as the middleware's answer to
-// denied requests; nil restores WriteDenied. For [New].
-func WithDeniedHandler(h DeniedHandler) Option {
-	return option{"WithDeniedHandler", forMiddleware, func(cfg *config) error {
-		cfg.m.denied = h
+// denied requests; nil restores WriteDenied. The rate-limit fields and
+// Retry-After are already set on w's header when h is called (a handler
+// serving a full response instead may delete Retry-After). It may answer
+// 429 in its own format, or serve a cached or reduced response instead
+// (graceful degradation). For [New].
+func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Denial)) Option {
+	return serverOption(func(m *Middleware) error {
+		m.denied = h
 		return nil
-	}}
+	})
 }
 
 // WithLogger sends the middleware's error reports to l instead of
@@ -180,25 +159,20 @@ func WithDeniedHandler(h DeniedHandler) Option {
 // errors included, also goes to the middleware's observer
 // ([WithObserver]). For [New].
 func WithLogger(l *slog.Logger) Option {
-	return option{"WithLogger", forMiddleware, func(cfg *config) error {
-		cfg.m.logger = report.To(l)
+	return serverOption(func(m *Middleware) error {
+		m.logger = report.To(l)
 		return nil
-	}}
+	})
 }
 
-// DefaultErrorReportInterval is how often, at most, the middleware reports
-// the errors of one limit unless [WithErrorReportInterval] says otherwise.
-const DefaultErrorReportInterval = 10 * time.Second
-
 // WithErrorReportInterval sets how often, at most, the middleware reports
-// errors of one limit to its logger ([WithLogger]); default
-// [DefaultErrorReportInterval]. d <= 0 reports every error, one report per
+// errors of one limit to its logger ([WithLogger]); default 10 s. d <= 0 reports every error, one report per
 // limit per request while a backend is down. For [New].
 func WithErrorReportInterval(d time.Duration) Option {
-	return option{"WithErrorReportInterval", forMiddleware, func(cfg *config) error {
-		cfg.m.reportEvery = max(d, 0)
+	return serverOption(func(m *Middleware) error {
+		m.reportEvery = max(d, 0)
 		return nil
-	}}
+	})
 }
 
 // WithShadowHeaders lets limits in shadow mode take part in the rate-limit
@@ -206,21 +180,21 @@ func WithErrorReportInterval(d time.Duration) Option {
 // them before they are enforced. Off by default: a shadow limit changes
 // nothing a client can see. For [New].
 func WithShadowHeaders(on bool) Option {
-	return option{"WithShadowHeaders", forMiddleware, func(cfg *config) error {
-		cfg.m.shadowHeaders = on
+	return serverOption(func(m *Middleware) error {
+		m.shadowHeaders = on
 		return nil
-	}}
+	})
 }
 
 // WithDecisionInContext makes the middleware pass the handler a request
-// whose context holds the middleware's decision, for [DecisionFrom]. Off by
+// whose context holds the middleware's decision, for [ResultFrom]. Off by
 // default: it costs two allocations per admitted request (a context and
 // the request copy that carries it). For [New].
 func WithDecisionInContext(on bool) Option {
-	return option{"WithDecisionInContext", forMiddleware, func(cfg *config) error {
-		cfg.m.inContext = on
+	return serverOption(func(m *Middleware) error {
+		m.inContext = on
 		return nil
-	}}
+	})
 }
 
 // WithRetries makes the transport retry a request that was answered 429
@@ -242,28 +216,28 @@ func WithDecisionInContext(on bool) Option {
 // transport keeps up to 64 KiB of it in memory while it waits, and the
 // rest unread on the connection. For [NewTransport] and
 // [NewKeyedTransport].
-func WithRetries(n int) Option {
-	return option{"WithRetries", forTransport, func(cfg *config) error {
+func WithRetries(n int) ClientOption {
+	return clientOption(func(t *Transport) error {
 		if n < 0 {
 			return configError("httplimit.WithRetries must not be negative, got %d", n)
 		}
-		cfg.t.retries = n
+		t.retries = n
 		return nil
-	}}
+	})
 }
 
 // WithMaxRetryWait sets the longest pause after which the transport still
 // retries a request (default one minute). A longer pause is honoured by
 // later requests, but the answer that asked for it is returned to the
 // caller. For [NewTransport] and [NewKeyedTransport].
-func WithMaxRetryWait(d time.Duration) Option {
-	return option{"WithMaxRetryWait", forTransport, func(cfg *config) error {
+func WithMaxRetryWait(d time.Duration) ClientOption {
+	return clientOption(func(t *Transport) error {
 		if d < 0 {
 			return configError("httplimit.WithMaxRetryWait must not be negative, got %v", d)
 		}
-		cfg.t.maxRetry = d
+		t.maxRetry = d
 		return nil
-	}}
+	})
 }
 
 // WithMaxPause caps the pause a single answer can impose on the transport
@@ -272,21 +246,15 @@ func WithMaxRetryWait(d time.Duration) Option {
 // goes out (a probe) and the others wait for its answer: a server still
 // refusing asks for another pause, one that answers lets them go by what
 // it says. For [NewTransport] and [NewKeyedTransport].
-func WithMaxPause(d time.Duration) Option {
-	return option{"WithMaxPause", forTransport, func(cfg *config) error {
+func WithMaxPause(d time.Duration) ClientOption {
+	return clientOption(func(t *Transport) error {
 		if d <= 0 {
 			return configError("httplimit.WithMaxPause must be positive, got %v", d)
 		}
-		cfg.t.pacing.MaxPause = d
+		t.pacing.MaxPause = d
 		return nil
-	}}
+	})
 }
-
-// Defaults of [WithBackoff].
-const (
-	DefaultBackoffFirst = time.Second
-	DefaultBackoffMax   = time.Minute
-)
 
 // WithBackoff sets the backoff after a 429 or 503 that names no usable
 // pause (no positive Retry-After, no spent quota with a reset): the k-th
@@ -294,17 +262,17 @@ const (
 // uniformly between first/2 and min(max, first·2^k) — full jitter above a
 // floor, so that clients refused together do not come back together, and
 // none comes back at once. An answer that is not a refusal starts the
-// count again. Defaults: [DefaultBackoffFirst], [DefaultBackoffMax]; the
+// count again. Defaults: first one second, max one minute; the
 // pause is also capped by [WithMaxPause]. first must be positive and max
 // at least first. For [NewTransport] and [NewKeyedTransport].
-func WithBackoff(first, max time.Duration) Option {
-	return option{"WithBackoff", forTransport, func(cfg *config) error {
+func WithBackoff(first, max time.Duration) ClientOption {
+	return clientOption(func(t *Transport) error {
 		if first <= 0 || max < first {
 			return configError("httplimit.WithBackoff needs 0 < first <= max, got first=%v, max=%v", first, max)
 		}
-		cfg.t.pacing.First, cfg.t.pacing.Cap = first, max
+		t.pacing.First, t.pacing.Cap = first, max
 		return nil
-	}}
+	})
 }
 
 // WithPolicyShaping makes the transport space the requests of a key by
@@ -315,11 +283,11 @@ func WithBackoff(first, max time.Duration) Option {
 // and the reported quotas allow, which finishes a batch soonest. Shaping
 // never makes the transport faster than the server's quotas allow; they
 // still bind. For [NewTransport] and [NewKeyedTransport].
-func WithPolicyShaping(on bool) Option {
-	return option{"WithPolicyShaping", forTransport, func(cfg *config) error {
-		cfg.t.pacing.Shape = on
+func WithPolicyShaping(on bool) ClientOption {
+	return clientOption(func(t *Transport) error {
+		t.pacing.Shape = on
 		return nil
-	}}
+	})
 }
 
 // WithMaxKeys caps the keys whose pacing a transport from
@@ -338,15 +306,17 @@ func WithPolicyShaping(on bool) Option {
 // [ratelimit.ErrTooManyKeys]. A key paused, backing off or nearly spent is
 // never forgotten to make room: its requests would go out as if its
 // server had not asked them to wait. n must be positive. For
-// [NewKeyedTransport] (a transport from [NewTransport] has one key).
-func WithMaxKeys(n int) Option {
-	return option{"WithMaxKeys", forKeyedTransport, func(cfg *config) error {
+// [NewKeyedTransport]; [NewTransport], whose transport has one key,
+// refuses it with an error wrapping [ratelimit.ErrInvalidConfig].
+func WithMaxKeys(n int) ClientOption {
+	return clientOption(func(t *Transport) error {
 		if n <= 0 {
 			return configError("httplimit.WithMaxKeys must be positive, got %d", n)
 		}
-		cfg.t.pacing.MaxKeys = n
+		t.pacing.MaxKeys = n
+		t.maxKeysSet = true
 		return nil
-	}}
+	})
 }
 
 // WithPauseHook makes the transport report each pause an answer imposes,
@@ -354,9 +324,9 @@ func WithMaxKeys(n int) Option {
 // wait until the reset of a quota an answer reports spent. The hook
 // observes: it is called synchronously and must not keep resp. For
 // [NewTransport] and [NewKeyedTransport].
-func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Duration)) Option {
-	return option{"WithPauseHook", forTransport, func(cfg *config) error {
-		cfg.t.onPause = hook
+func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Duration)) ClientOption {
+	return clientOption(func(t *Transport) error {
+		t.onPause = hook
 		return nil
-	}}
+	})
 }

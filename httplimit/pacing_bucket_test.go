@@ -78,7 +78,7 @@ func (s *bucketServer) wait(w http.ResponseWriter, status int) {
 		s.mu.Unlock()
 		return
 	}
-	rem, _ := strconv.Atoi(w.Header().Get(HeaderXRateLimitRemaining))
+	rem, _ := strconv.Atoi(w.Header().Get("X-RateLimit-Remaining"))
 	h := heldRequest{status: status, remaining: rem, release: make(chan struct{})}
 	s.held = append(s.held, h)
 	s.mu.Unlock()

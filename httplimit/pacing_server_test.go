@@ -191,7 +191,7 @@ func (s *dialectServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Date", now.UTC().Format(http.TimeFormat))
 	writeDialectFields(hdr, s.mode, states, reset, partitionKey(r.RemoteAddr))
 	if status == http.StatusTooManyRequests && !s.noRetryAfter && s.mode != modeBare {
-		hdr.Set(HeaderRetryAfter, retryAfter)
+		hdr.Set("Retry-After", retryAfter)
 	}
 	w.WriteHeader(status)
 	if status == http.StatusOK {
@@ -209,13 +209,13 @@ func writeDialectFields(h http.Header, mode string, states []windowState, reset 
 	q, w, rem := strconv.Itoa(st.q), strconv.FormatInt(ceilSeconds(st.w), 10), strconv.Itoa(st.remaining)
 	switch mode {
 	case modeDraft6:
-		h.Set(HeaderRateLimitPolicy, q+";w="+w)
+		h.Set("RateLimit-Policy", q+";w="+w)
 		h.Set("RateLimit-Limit", q)
 		h.Set("RateLimit-Remaining", rem)
 		h.Set("RateLimit-Reset", reset(st))
 	case modeDraft7:
-		h.Set(HeaderRateLimitPolicy, q+";w="+w)
-		h.Set(HeaderRateLimit, "limit="+q+", remaining="+rem+", reset="+reset(st))
+		h.Set("RateLimit-Policy", q+";w="+w)
+		h.Set("RateLimit", "limit="+q+", remaining="+rem+", reset="+reset(st))
 	case modeDraft8, modeSeveral:
 		// express-rate-limit's spacing: a space after each ';', and
 		// stacked limiters' items joined by ", ".
@@ -225,12 +225,12 @@ func writeDialectFields(h http.Header, mode string, states []windowState, reset 
 			policy = append(policy, fmt.Sprintf("%s; q=%d; w=%d; pk=:%s:", name, st.q, ceilSeconds(st.w), pk))
 			limit = append(limit, fmt.Sprintf("%s; r=%d; t=%s", name, st.remaining, reset(st)))
 		}
-		h.Set(HeaderRateLimitPolicy, strings.Join(policy, ", "))
-		h.Set(HeaderRateLimit, strings.Join(limit, ", "))
+		h.Set("RateLimit-Policy", strings.Join(policy, ", "))
+		h.Set("RateLimit", strings.Join(limit, ", "))
 	case modeXDelta, modeXEpoch:
-		h.Set(HeaderXRateLimitLimit, q)
-		h.Set(HeaderXRateLimitRemaining, rem)
-		h.Set(HeaderXRateLimitReset, reset(st))
+		h.Set("X-RateLimit-Limit", q)
+		h.Set("X-RateLimit-Remaining", rem)
+		h.Set("X-RateLimit-Reset", reset(st))
 	case modeBare:
 	default:
 		panic("dialectServer: unknown mode " + mode)

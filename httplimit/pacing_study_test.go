@@ -344,12 +344,12 @@ type pacingOutcome struct {
 // studyPacing sends n sequential GETs through a Transport built with opts
 // (after WithClock and WithRetries(5)) to a dialectServer of mode, the
 // mock starting at start, and measures the run.
-func studyPacing(t *testing.T, mode string, noRetryAfter bool, start time.Time, n int, opts ...Option) pacingOutcome {
+func studyPacing(t *testing.T, mode string, noRetryAfter bool, start time.Time, n int, opts ...ClientOption) pacingOutcome {
 	t.Helper()
 	clk := timerclock.New(start)
 	s, srv := startDialectServer(t, mode, clk, noRetryAfter)
 	probe := &pacingProbe{base: srv.Client().Transport}
-	tr, err := NewTransport(probe, nil, append([]Option{WithClock(clk), WithRetries(5)}, opts...)...)
+	tr, err := NewTransport(probe, nil, append([]ClientOption{WithClock(clk), WithRetries(5)}, opts...)...)
 	require.NoError(t, err)
 	run := drivePacing(t, clk, tr, srv.URL, 1, n)
 	assert.Empty(t, run.errs, "RoundTrip errors")

@@ -83,8 +83,8 @@ func TestTransportCappedPauseEndsWithOneProbe(t *testing.T) {
 		name  string
 		pause func(w http.ResponseWriter) // the first answer
 	}{
-		{"retry-after", answer(http.StatusTooManyRequests, HeaderRetryAfter, "86400")},
-		{"spent quota", answer(http.StatusOK, HeaderRateLimit, `"daily";r=0;t=86400`)},
+		{"retry-after", answer(http.StatusTooManyRequests, "Retry-After", "86400")},
+		{"spent quota", answer(http.StatusOK, "RateLimit", `"daily";r=0;t=86400`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -111,9 +111,9 @@ func TestTransportCappedPauseEndsWithOneProbe(t *testing.T) {
 			assert.Equal(t, int64(2), g.hits.Load(), "one probe when the cap has passed")
 			// The probe's answer: 3 left for a minute. Three go, the rest
 			// wait for the reset.
-			probe.reply <- answer(http.StatusOK, HeaderRateLimit, `"daily";r=3;t=60`)
+			probe.reply <- answer(http.StatusOK, "RateLimit", `"daily";r=3;t=60`)
 			for range 3 {
-				g.next(t).reply <- answer(http.StatusOK, HeaderRateLimit, `"daily";r=0;t=60`)
+				g.next(t).reply <- answer(http.StatusOK, "RateLimit", `"daily";r=0;t=60`)
 			}
 			for range 4 {
 				r := <-results
@@ -148,7 +148,7 @@ func TestTransportProbeWithoutAnswer(t *testing.T) {
 			tr, err := NewTransport(base, nil, WithClock(clk))
 			require.NoError(t, err)
 			first := roundTrip(tr, mustGet(t, g.srv.URL))
-			g.next(t).reply <- answer(http.StatusTooManyRequests, HeaderRetryAfter, "5")
+			g.next(t).reply <- answer(http.StatusTooManyRequests, "Retry-After", "5")
 			require.NoError(t, (<-first).err)
 
 			// The probe-to-be has a context of its own; two others wait.

@@ -62,7 +62,7 @@ func TestErrorReportStructured(t *testing.T) {
 	mux.Handle("GET /items/{id}", mw.Handler(okHandler))
 	r := httptest.NewRequest("GET", "/items/7", nil)
 	r.RemoteAddr = "198.51.100.23:4711"
-	r.Header.Set(HeaderAPIKey, "secret-api-key")
+	r.Header.Set("X-API-Key", "secret-api-key")
 	w := httptest.NewRecorder()
 	mux.ServeHTTP(w, r)
 	require.Equal(t, 200, w.Code, "fail open admits")

@@ -47,18 +47,18 @@ func TestRateLimitTIsReset(t *testing.T) {
 				mock.Add(step)
 				req, err := http.NewRequest("GET", srv.URL, nil)
 				require.NoError(t, err)
-				req.Header.Set(HeaderAPIKey, "k")
+				req.Header.Set("X-API-Key", "k")
 				resp, err := client.Do(req)
 				require.NoError(t, err)
 				_ = resp.Body.Close()
 				now := mock.Now()
-				items, err := parseSFList(resp.Header.Get(HeaderRateLimit))
-				require.NoError(t, err, "request %d: RateLimit %q", i, resp.Header.Get(HeaderRateLimit))
+				items, err := parseSFList(resp.Header.Get("RateLimit"))
+				require.NoError(t, err, "request %d: RateLimit %q", i, resp.Header.Get("RateLimit"))
 				require.Len(t, items, 1, "request %d", i)
 				tv, ok := items[0].param("t")
-				require.True(t, ok, "request %d (%d): RateLimit %q has no t", i, resp.StatusCode, resp.Header.Get(HeaderRateLimit))
+				require.True(t, ok, "request %d (%d): RateLimit %q has no t", i, resp.StatusCode, resp.Header.Get("RateLimit"))
 				tSecs := tv.(int64)
-				reset, err := strconv.ParseInt(resp.Header.Get(HeaderXRateLimitReset), 10, 64)
+				reset, err := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64)
 				require.NoError(t, err)
 				untilReset := time.Duration(reset*int64(time.Second) - now.UnixNano())
 				if now.Nanosecond() == 0 {
@@ -68,7 +68,7 @@ func TestRateLimitTIsReset(t *testing.T) {
 				}
 				if resp.StatusCode == http.StatusTooManyRequests {
 					refusals++
-					retry, err := strconv.ParseInt(resp.Header.Get(HeaderRetryAfter), 10, 64)
+					retry, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
 					require.NoError(t, err, "request %d: Retry-After", i)
 					assert.LessOrEqual(t, retry, tSecs, "request %d: Retry-After %d after the reset t=%d", i, retry, tSecs)
 					if retry != tSecs {

@@ -8,7 +8,7 @@ import (
 )
 
 // Result is the middleware's decision on a request, as the next handler
-// sees it through [DecisionFrom] (with [WithDecisionInContext]).
+// sees it through [ResultFrom] (with [WithDecisionInContext]).
 //
 // When several limits apply, Result holds the one the rate-limit fields
 // report (whether or not they are sent): the most restrictive enforced
@@ -53,12 +53,12 @@ func withResult(r *http.Request, res Result) *http.Request {
 	return r.WithContext(&resultCtx{Context: r.Context(), res: res})
 }
 
-// DecisionFrom returns the [Result] the middleware stored in ctx for the
+// ResultFrom returns the [Result] the middleware stored in ctx for the
 // handler it wraps, and whether there is one. There is one only when the
 // middleware was created [WithDecisionInContext] and at least one limit
 // applied to the request (none does for an exempt request, a request of
 // cost <= 0, or one no Limit's KeyFunc applies to).
-func DecisionFrom(ctx context.Context) (Result, bool) {
+func ResultFrom(ctx context.Context) (Result, bool) {
 	if c, ok := ctx.Value(resultKey{}).(*resultCtx); ok {
 		return c.res, true
 	}

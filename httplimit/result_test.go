@@ -11,14 +11,14 @@ import (
 	"github.com/rlkit/ratelimit"
 )
 
-// resultSpy is a handler recording what DecisionFrom gives it.
+// resultSpy is a handler recording what ResultFrom gives it.
 type resultSpy struct {
 	res Result
 	ok  bool
 }
 
 func (s *resultSpy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.res, s.ok = DecisionFrom(r.Context())
+	s.res, s.ok = ResultFrom(r.Context())
 }
 
 // TestDecisionFrom: with WithDecisionInContext the handler finds the
@@ -34,7 +34,7 @@ func TestDecisionFrom(t *testing.T) {
 		{Name: "ip", Key: KeyByIP(), Limiter: perIP},
 	}, WithClock(mock), WithDecisionInContext(true)).Handler(spy)
 
-	do(h, "GET", "/", HeaderAPIKey, "k")
+	do(h, "GET", "/", "X-API-Key", "k")
 	require.True(t, spy.ok, "no Result in the context")
 	assert.Equal(t, Result{Limit: "ip", Decision: ratelimit.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: time.Minute}}, spy.res)
 
@@ -55,7 +55,7 @@ func TestDecisionFrom(t *testing.T) {
 }
 
 // TestDecisionFromOffByDefault: without WithDecisionInContext the handler
-// gets the request unchanged and DecisionFrom reports false.
+// gets the request unchanged and ResultFrom reports false.
 func TestDecisionFromOffByDefault(t *testing.T) {
 	t.Parallel()
 	spy := &resultSpy{}
@@ -78,7 +78,7 @@ func TestDecisionFromShadow(t *testing.T) {
 	assert.Equal(t, Result{Limit: "trial", Decision: ratelimit.Decision{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: time.Minute}, Shadow: true}, spy.res)
 	w := do(h, "GET", "/")
 	assert.Equal(t, 200, w.Code, "a shadow limit refused")
-	assert.Empty(t, w.Header().Get(HeaderRateLimit), "shadow fields without WithShadowHeaders")
+	assert.Empty(t, w.Header().Get("RateLimit"), "shadow fields without WithShadowHeaders")
 	require.True(t, spy.ok)
 	assert.True(t, spy.res.Shadow)
 	assert.False(t, spy.res.Decision.Allowed, "the shadow limit would have denied")

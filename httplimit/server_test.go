@@ -32,7 +32,7 @@ func TestLoopbackConcurrent(t *testing.T) {
 	var served [keys]atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var k int
-		_, _ = fmt.Sscanf(r.Header.Get(HeaderAPIKey), "key-%d", &k)
+		_, _ = fmt.Sscanf(r.Header.Get("X-API-Key"), "key-%d", &k)
 		served[k].Add(1)
 		_, _ = io.WriteString(w, "ok")
 	})
@@ -60,7 +60,7 @@ func TestLoopbackConcurrent(t *testing.T) {
 			key := c % keys
 			for range perClient {
 				req, _ := http.NewRequest("GET", srv.URL+"/work", nil)
-				req.Header.Set(HeaderAPIKey, fmt.Sprintf("key-%d", key))
+				req.Header.Set("X-API-Key", fmt.Sprintf("key-%d", key))
 				resp, err := client.Do(req)
 				if err != nil {
 					t.Errorf("request: %v", err)
@@ -75,7 +75,7 @@ func TestLoopbackConcurrent(t *testing.T) {
 					if string(body) != "ok" {
 						t.Errorf("200 body %q", body)
 					}
-				} else if resp.Header.Get(HeaderRetryAfter) == "" {
+				} else if resp.Header.Get("Retry-After") == "" {
 					t.Errorf("%d without Retry-After", resp.StatusCode)
 				}
 				mu.Unlock()

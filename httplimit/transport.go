@@ -3,12 +3,12 @@ package httplimit
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/adapter"
 	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/pacer"
 	"github.com/rlkit/ratelimit/internal/timesrc"
@@ -19,13 +19,14 @@ import (
 // when the server has asked for a pause that outlasts the request's
 // context deadline (a request refused already, whose retry would wait
 // that long, gets its answer instead). It also matches
-// context.DeadlineExceeded with errors.Is.
-var ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
+// context.DeadlineExceeded with errors.Is. It is grpclimit.ErrPauseDeadline
+// too: errors.Is matches it whichever package returned it.
+var ErrPauseDeadline = adapter.ErrPauseDeadline
 
 // ErrNoKey is returned by [Transport.RoundTrip], without sending the
 // request, when the [KeyFunc] of a transport from [NewKeyedTransport]
-// reports that it has no key for the request.
-var ErrNoKey = errors.New("ratelimit: no key for the request")
+// reports that it has no key for the request. It is grpclimit.ErrNoKey too.
+var ErrNoKey = adapter.ErrNoKey
 
 // Transport is an [http.RoundTripper] for clients of rate-limited APIs.
 // Each request first waits for the transport's limiter (honouring its
@@ -51,7 +52,9 @@ var ErrNoKey = errors.New("ratelimit: no key for the request")
 //     RateLimit-Limit/-Remaining/-Reset fields, and X-RateLimit-Remaining
 //     with X-RateLimit-Reset (or X-Rate-Limit-*) read as a delay in
 //     seconds or a Unix time, told apart by the answer's Date (else the
-//     transport's clock), as [ParseXRateLimitReset] does by its now.
+//     transport's clock): values below half of now as Unix seconds are
+//     delays, larger ones Unix seconds, and from 500 times that Unix
+//     milliseconds.
 //     Several quotas in one answer each bind: the tightest wins.
 //   - A 429 Too Many Requests or 503 Service Unavailable pauses the key
 //     for its Retry-After (delay-seconds or an HTTP date) when that is
@@ -89,14 +92,15 @@ type Transport struct {
 	base     http.RoundTripper
 	wait     func(ctx context.Context, key string, n int) error // nil: no limiter
 	key      KeyFunc                                            // nil: one key, ""
-	cost     func(r *http.Request) int
-	clock    ratelimit.Clock // nil: the real clock
+	common                                                      // WithClock, WithCost
 	ts       timesrc.Source
 	retries  int
 	maxRetry time.Duration
 	pacing   pacer.Config // from the options
 	onPause  func(r *http.Request, resp *http.Response, d time.Duration)
 	pacer    *pacer.Pacer // what the server's answers allow, per key
+
+	maxKeysSet bool // WithMaxKeys, which NewTransport refuses
 }
 
 type retrySafeKey struct{}
@@ -130,9 +134,10 @@ func retrySafe(req *http.Request) bool {
 // *ratelimit.TokenBucket, say) is a mistake, not "no limiter", and an
 // error. The options that apply are [WithClock], [WithCost],
 // [WithRetries], [WithMaxRetryWait], [WithMaxPause], [WithBackoff],
-// [WithPolicyShaping] and [WithPauseHook]; any other is an error wrapping
+// [WithPolicyShaping] and [WithPauseHook]; [WithMaxKeys] (for a keyed
+// transport), or an invalid option, is an error wrapping
 // [ratelimit.ErrInvalidConfig].
-func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option) (*Transport, error) {
+func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...ClientOption) (*Transport, error) {
 	if lim != nil && typednil.Is(lim) {
 		return nil, configError("httplimit.NewTransport: the limiter is a nil %T; pass nil for no limiter", lim)
 	}
@@ -163,8 +168,8 @@ func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...Option)
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
 // [WithPauseHook] and [WithMaxKeys]. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an invalid
-// option or any other.
-func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...Option) (*Transport, error) {
+// option.
+func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...ClientOption) (*Transport, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("httplimit.NewKeyedTransport: the limiter must not be nil, got %T", lim)
 	}
@@ -175,23 +180,18 @@ func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key K
 	return newTransport(base, wait, key, opts)
 }
 
-// defaultMaxKeys is the keys a keyed transport holds unless WithMaxKeys
-// says otherwise.
-const defaultMaxKeys = 1 << 16
-
-func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key KeyFunc, opts []Option) (*Transport, error) {
+func newTransport(base http.RoundTripper, wait func(context.Context, string, int) error, key KeyFunc, opts []ClientOption) (*Transport, error) {
 	if base == nil || typednil.Is(base) {
 		base = http.DefaultTransport
 	}
-	t := &Transport{base: base, wait: wait, key: key, maxRetry: time.Minute,
-		pacing: pacer.Config{MaxPause: time.Hour, First: DefaultBackoffFirst, Cap: DefaultBackoffMax,
+	t := &Transport{base: base, wait: wait, key: key, maxRetry: defaultMaxRetryWait,
+		pacing: pacer.Config{MaxPause: defaultMaxPause, First: defaultBackoffFirst, Cap: defaultBackoffMax,
 			MaxKeys: defaultMaxKeys, Full: ratelimit.ErrTooManyKeys}}
-	to := forKeyedTransport
-	if key == nil {
-		to = forPlainTransport
-	}
-	if err := applyOptions(&config{to: to, t: t}, opts); err != nil {
+	if err := adapter.Apply(opts, func(o ClientOption) error { return o.applyClient(t) }); err != nil {
 		return nil, err
+	}
+	if key == nil && t.maxKeysSet {
+		return nil, configError("httplimit.WithMaxKeys applies to NewKeyedTransport, not NewTransport (its transport has one key)")
 	}
 	t.ts = timesrc.New(t.clock)
 	t.pacer = pacer.New(t.pacing)
@@ -352,42 +352,6 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
-}
-
-// ParseXRateLimitReset parses an X-RateLimit-Reset value, which servers
-// write as delay-seconds ("17"), as a Unix time in seconds ("1767225617",
-// as GitHub does) or in milliseconds ("1767225617000"), each perhaps with
-// a fraction ("64.57", "1470173023.123", as Discord does), read relative
-// to now, which also tells the readings apart, so that a clock of any
-// year reads them: values below half of now as Unix seconds are delays
-// (below 883,612,800 in 2026), values from there to below 500 times that
-// (times 2^30 for a now before 2004) Unix seconds, larger ones Unix
-// milliseconds. Pass the answer's Date as now to read a Unix time by the
-// server's clock. A fraction finer than the millisecond is rounded up to
-// one; a time in the past gives 0; every reading saturates at about 34
-// years. It reports false for an empty or malformed value (a sign, an
-// exponent, anything but digits with at most one '.' between them).
-func ParseXRateLimitReset(v string, now time.Time) (time.Duration, bool) {
-	return hints.ResetValue(v, now, now)
-}
-
-// ParseRetryAfter parses a Retry-After value: delay-seconds ("120") or an
-// HTTP date ("Wed, 21 Oct 2026 07:28:00 GMT", and the other formats
-// http.ParseTime accepts), read relative to now. A date in the past gives
-// 0; either form saturates at about 34 years. It reports false for an
-// empty or malformed value.
-func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	return hints.RetryAfter(v, now)
-}
-
-// ParseRateLimitReset returns how long until the quota a RateLimit field
-// describes is available again: the largest t parameter (seconds) among the
-// exhausted items (r=0) of field lines such as
-// `"burst";r=0;t=17, "daily";r=4000;t=80000`. Items with quota left, or
-// without a valid r, are not waited for, however distant their t. It
-// reports false when no exhausted item has a valid t.
-func ParseRateLimitReset(lines []string) (time.Duration, bool) {
-	return hints.ExhaustedReset(lines)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)

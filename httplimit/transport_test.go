@@ -104,10 +104,10 @@ func TestTransportPausesExactly(t *testing.T) {
 		hdr  []string
 		want time.Duration
 	}{
-		{"delay-seconds", []string{HeaderRetryAfter, "7"}, 7 * time.Second},
-		{"http-date", []string{HeaderRetryAfter, epoch.Add(9 * time.Second).UTC().Format(http.TimeFormat)}, 9 * time.Second},
-		{"ratelimit t", []string{HeaderRateLimit, `"api";r=0;t=5`}, 5 * time.Second},
-		{"retry-after over ratelimit", []string{HeaderRetryAfter, "3", HeaderRateLimit, `"a";r=0;t=4, "b";r=0;t=6`}, 3 * time.Second},
+		{"delay-seconds", []string{"Retry-After", "7"}, 7 * time.Second},
+		{"http-date", []string{"Retry-After", epoch.Add(9 * time.Second).UTC().Format(http.TimeFormat)}, 9 * time.Second},
+		{"ratelimit t", []string{"RateLimit", `"api";r=0;t=5`}, 5 * time.Second},
+		{"retry-after over ratelimit", []string{"Retry-After", "3", "RateLimit", `"a";r=0;t=4, "b";r=0;t=6`}, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -143,7 +143,7 @@ func TestTransportPausesExactly(t *testing.T) {
 // transport wait too.
 func TestTransportPausesAll(t *testing.T) {
 	t.Parallel()
-	s, srv := startScripted(t, answer(503, HeaderRetryAfter, "10"))
+	s, srv := startScripted(t, answer(503, "Retry-After", "10"))
 	clk := timerclock.New(epoch)
 	tr, _ := NewTransport(nil, nil, WithClock(clk))
 	req, _ := http.NewRequest("GET", srv.URL, nil)
@@ -172,7 +172,7 @@ type onlyReader struct{ io.Reader }
 // intact; a body that cannot be replayed is never retried.
 func TestTransportRetriesOnlyReplayable(t *testing.T) {
 	t.Parallel()
-	s, srv := startScripted(t, answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "1"))
+	s, srv := startScripted(t, answer(429, "Retry-After", "1"), answer(429, "Retry-After", "1"))
 	clk := timerclock.New(epoch)
 	tr, _ := NewTransport(nil, nil, WithRetries(3), WithClock(clk))
 
@@ -205,7 +205,7 @@ func TestTransportRetriesOnlyReplayable(t *testing.T) {
 // returned; a pause longer than WithMaxRetryWait is not waited for.
 func TestTransportRetryBound(t *testing.T) {
 	t.Parallel()
-	s, srv := startScripted(t, answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "1"), answer(429, HeaderRetryAfter, "3600"))
+	s, srv := startScripted(t, answer(429, "Retry-After", "1"), answer(429, "Retry-After", "1"), answer(429, "Retry-After", "3600"))
 	clk := timerclock.New(epoch)
 	tr, _ := NewTransport(nil, nil, WithRetries(1), WithClock(clk))
 	req, _ := http.NewRequest("GET", srv.URL, nil)
@@ -225,7 +225,7 @@ func TestTransportRetryBound(t *testing.T) {
 	}
 	// A pause longer than WithMaxPause is capped.
 	capped, _ := NewTransport(nil, nil, WithClock(clk), WithMaxPause(10*time.Minute))
-	_, srv2 := startScripted(t, answer(429, HeaderRetryAfter, "86400"))
+	_, srv2 := startScripted(t, answer(429, "Retry-After", "86400"))
 	req, _ = http.NewRequest("GET", srv2.URL, nil)
 	if r := <-roundTrip(capped, req); r.err != nil || capped.PausedFor() != 10*time.Minute {
 		t.Errorf("capped pause: %v, PausedFor %v, want 10m", r.err, capped.PausedFor())
@@ -321,9 +321,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"", 0, false}, {"-5", 0, false}, {"1.5", 0, false}, {"soon", 0, false},
 	}
 	for _, c := range cases {
-		got, ok := ParseRetryAfter(c.in, epoch)
+		got, ok := parseRetryAfter(c.in, epoch)
 		if got != c.want || ok != c.ok {
-			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
 	rl := []struct {
@@ -339,9 +339,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{[]string{`"a";t=-1`}, 0, false},
 	}
 	for _, c := range rl {
-		got, ok := ParseRateLimitReset(c.in)
+		got, ok := parseRateLimitReset(c.in)
 		if got != c.want || ok != c.ok {
-			t.Errorf("ParseRateLimitReset(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+			t.Errorf("parseRateLimitReset(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
 }
@@ -357,10 +357,10 @@ func TestTransportPauseOnlyFromExhausted(t *testing.T) {
 		hdr  []string
 		want time.Duration
 	}{
-		{"retry-after wins", []string{HeaderRetryAfter, "1", HeaderRateLimit, `"burst";r=0;t=1, "daily";r=4000;t=80000`}, time.Second},
-		{"retry-after wins over longer exhausted", []string{HeaderRetryAfter, "2", HeaderRateLimit, `"burst";r=0;t=9`}, 2 * time.Second},
-		{"exhausted items only", []string{HeaderRateLimit, `"burst";r=0;t=5, "daily";r=4000;t=80000`}, 5 * time.Second},
-		{"longest exhausted", []string{HeaderRateLimit, `"a";r=0;t=5, "b";r=0;t=7, "c";r=3;t=900`}, 7 * time.Second},
+		{"retry-after wins", []string{"Retry-After", "1", "RateLimit", `"burst";r=0;t=1, "daily";r=4000;t=80000`}, time.Second},
+		{"retry-after wins over longer exhausted", []string{"Retry-After", "2", "RateLimit", `"burst";r=0;t=9`}, 2 * time.Second},
+		{"exhausted items only", []string{"RateLimit", `"burst";r=0;t=5, "daily";r=4000;t=80000`}, 5 * time.Second},
+		{"longest exhausted", []string{"RateLimit", `"a";r=0;t=5, "b";r=0;t=7, "c";r=3;t=900`}, 7 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -382,7 +382,7 @@ func TestTransportPauseOnlyFromExhausted(t *testing.T) {
 // (issue 9, item 11b).
 func TestKeyedTransportPausePerKey(t *testing.T) {
 	t.Parallel()
-	sa, srvA := startScripted(t, answer(429, HeaderRetryAfter, "60"))
+	sa, srvA := startScripted(t, answer(429, "Retry-After", "60"))
 	sb, srvB := startScripted(t)
 	clk := timerclock.New(epoch)
 	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clk)
@@ -441,7 +441,7 @@ func TestTransportRetriesOnlyIdempotent(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/safe=%v/%s", tc.method, tc.safe, tc.idem), func(t *testing.T) {
 			t.Parallel()
-			s, srv := startScripted(t, answer(503, HeaderRetryAfter, "1"))
+			s, srv := startScripted(t, answer(503, "Retry-After", "1"))
 			clk := timerclock.New(epoch)
 			tr, err := NewTransport(nil, nil, WithRetries(3), WithClock(clk))
 			require.NoError(t, err)
@@ -534,13 +534,15 @@ func TestKeyedTransportNoKey(t *testing.T) {
 	assert.Equal(t, int64(1), s.hits.Load())
 }
 
-// TestOptionsCheckedPerConstructor: an option given to a constructor it
-// does not apply to is a configuration error naming it.
+// TestOptionsCheckedPerConstructor: an invalid option is a configuration
+// error naming it, and so is WithMaxKeys given to NewTransport (the one
+// option whose type allows a constructor it does not apply to). Options
+// of the wrong type do not compile: TestWrongOptionDoesNotCompile.
 func TestOptionsCheckedPerConstructor(t *testing.T) {
 	t.Parallel()
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), clock.NewMock())
 	limits := []Limit{{Key: KeyByIP(), Limiter: lim}}
-	keyed := func(opts ...Option) error {
+	keyed := func(opts ...ClientOption) error {
 		_, err := NewKeyedTransport(nil, lim, KeyByIP(), opts...)
 		return err
 	}
@@ -549,12 +551,7 @@ func TestOptionsCheckedPerConstructor(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"WithRetries to New", second(New(limits, WithRetries(1))), "httplimit.WithRetries applies to NewTransport and NewKeyedTransport, not New"},
-		{"WithPauseHook to New", second(New(limits, WithPauseHook(nil))), "httplimit.WithPauseHook applies to NewTransport and NewKeyedTransport, not New"},
-		{"TrustedProxies to New", second(New(limits, TrustedProxies("10.0.0.0/8"))), "httplimit.TrustedProxies applies to NewIPResolver, not New"},
-		{"WithHeaders to NewTransport", second(NewTransport(nil, nil, WithHeaders(NoHeaders))), "httplimit.WithHeaders applies to New, not NewTransport"},
-		{"WithLogger to NewKeyedTransport", keyed(WithLogger(nil)), "httplimit.WithLogger applies to New, not NewKeyedTransport"},
-		{"WithCost to NewIPResolver", second(NewIPResolver(WithCost(nil))), "httplimit.WithCost applies to New, NewTransport and NewKeyedTransport, not NewIPResolver"},
+		{"WithMaxKeys to NewTransport", second(NewTransport(nil, nil, WithMaxKeys(10))), "httplimit.WithMaxKeys applies to NewKeyedTransport, not NewTransport"},
 		{"negative WithRetries", keyed(WithRetries(-1)), "httplimit.WithRetries must not be negative, got -1"},
 		{"zero WithMaxPause", second(NewTransport(nil, nil, WithMaxPause(0))), "httplimit.WithMaxPause must be positive, got 0s"},
 		{"typed nil WithClock", second(NewTransport(nil, nil, WithClock((*clock.Mock)(nil)))), "httplimit.WithClock: clock is a nil *clock.Mock"},
@@ -600,7 +597,7 @@ func TestTransportRetryTooLateReturnsAnswer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, srv := startScripted(t, func(w http.ResponseWriter) {
-				w.Header().Set(HeaderRetryAfter, tc.after)
+				w.Header().Set("Retry-After", tc.after)
 				w.WriteHeader(http.StatusTooManyRequests)
 				_, _ = io.WriteString(w, tc.body)
 			})

@@ -44,7 +44,7 @@ func newYork(t *testing.T) *time.Location {
 // one request to h at the mock clock's time.
 func policyField(t *testing.T, mw *Middleware) string {
 	t.Helper()
-	return do(mw.Handler(okHandler), "GET", "/").Header().Get(HeaderRateLimitPolicy)
+	return do(mw.Handler(okHandler), "GET", "/").Header().Get("RateLimit-Policy")
 }
 
 // TestPolicyWindowFollowsTheLimitersPolicy: w is read from the limiter's
@@ -109,17 +109,17 @@ func TestLoopbackKeyedQuota(t *testing.T) {
 	for i, rem := range []string{"2", "1", "0"} {
 		a := get(t, srv)
 		require.Equalf(t, 200, a.code, "request %d", i+1)
-		assert.Equal(t, `"daily";q=3;w=82800`, a.header.Get(HeaderRateLimitPolicy))
-		assert.Equal(t, `"daily";r=`+rem+`;t=14400`, a.header.Get(HeaderRateLimit))
-		assert.Equal(t, reset, a.header.Get(HeaderXRateLimitReset))
+		assert.Equal(t, `"daily";q=3;w=82800`, a.header.Get("RateLimit-Policy"))
+		assert.Equal(t, `"daily";r=`+rem+`;t=14400`, a.header.Get("RateLimit"))
+		assert.Equal(t, reset, a.header.Get("X-RateLimit-Reset"))
 	}
 	a := get(t, srv)
 	require.Equal(t, 429, a.code)
-	assert.Equal(t, "14400", a.header.Get(HeaderRetryAfter))
+	assert.Equal(t, "14400", a.header.Get("Retry-After"))
 	mock.Set(midnight)
 	a = get(t, srv)
 	assert.Equal(t, 200, a.code, "the next day")
-	assert.Equal(t, `"daily";q=3;w=86400`, a.header.Get(HeaderRateLimitPolicy), "the next day")
+	assert.Equal(t, `"daily";q=3;w=86400`, a.header.Get("RateLimit-Policy"), "the next day")
 }
 
 // TestQuotaWindowAllocs: once a period's window is cached, a request to a

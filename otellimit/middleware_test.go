@@ -49,12 +49,12 @@ func TestMiddlewareLimitsAreNamedOnce(t *testing.T) {
 	}{{"free-a", 200}, {"free-a", 429}, {"pro-b", 200}, {"pro-b", 200}} {
 		req, err := http.NewRequest("GET", srv.URL, nil)
 		require.NoError(t, err)
-		req.Header.Set(httplimit.HeaderAPIKey, c.key)
+		req.Header.Set("X-API-Key", c.key)
 		resp, err := srv.Client().Do(req)
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		require.Equal(t, c.code, resp.StatusCode, c.key)
-		assert.True(t, strings.HasPrefix(resp.Header.Get(httplimit.HeaderRateLimit), `"api";`), resp.Header.Get(httplimit.HeaderRateLimit))
+		assert.True(t, strings.HasPrefix(resp.Header.Get("RateLimit"), `"api";`), resp.Header.Get("RateLimit"))
 	}
 	fw, home := ratelimit.FixedWindowAlgorithm, ratelimit.HomeKeyed
 	assert.Equal(t, map[string]int64{

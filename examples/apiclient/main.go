@@ -98,7 +98,7 @@ func get(client *http.Client, base, apiKey string, n int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/quote?n="+strconv.Itoa(n), nil)
-	req.Header.Set(httplimit.HeaderAPIKey, apiKey)
+	req.Header.Set("X-API-Key", apiKey)
 	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Println("  error:", err)

@@ -111,7 +111,7 @@ func newServer(clk ratelimit.Clock, g *greeter) (*grpc.Server, error) {
 // the limit would then let through uncharged.
 func authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if keys := md.Get(grpclimit.MetadataAPIKey); len(keys) == 0 || apiKeys[keys[0]] == "" {
+	if keys := md.Get("x-api-key"); len(keys) == 0 || apiKeys[keys[0]] == "" {
 		return nil, status.Error(codes.Unauthenticated, "unknown API key")
 	}
 	return handler(ctx, req)
@@ -127,7 +127,7 @@ type greeter struct {
 func (g *greeter) hello(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	g.mu.Lock()
-	g.served[md.Get(grpclimit.MetadataAPIKey)[0]]++
+	g.served[md.Get("x-api-key")[0]]++
 	g.mu.Unlock()
 	return wrapperspb.String("hello, " + in.GetValue()), nil
 }
@@ -272,7 +272,7 @@ func clientCalls(ctx context.Context, out io.Writer, addr string, c *grpclimit.C
 		return err
 	}
 	defer cc.Close()
-	ctx = metadata.AppendToOutgoingContext(ctx, grpclimit.MetadataAPIKey, key)
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
 	for i := from; i <= to; i++ {
 		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var header metadata.MD
@@ -297,7 +297,7 @@ func clientCalls(ctx context.Context, out io.Writer, addr string, c *grpclimit.C
 // does, the response header metadata, the response or the error with its
 // details. It returns an error only when the output cannot be made.
 func call(ctx context.Context, out io.Writer, cc *grpc.ClientConn, key, name string) error {
-	ctx = metadata.AppendToOutgoingContext(ctx, grpclimit.MetadataAPIKey, key)
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
 	var header metadata.MD
 	resp := new(wrapperspb.StringValue)
 	callErr := cc.Invoke(ctx, helloMethod, wrapperspb.String(name), resp, grpc.Header(&header))

@@ -74,7 +74,7 @@ func newHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		left := ""
-		if res, ok := httplimit.DecisionFrom(r.Context()); ok {
+		if res, ok := httplimit.ResultFrom(r.Context()); ok {
 			left = fmt.Sprintf(", %d of %d requests left", res.Decision.Remaining, res.Decision.Limit)
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -152,9 +152,9 @@ func demo(ctx context.Context, out io.Writer) error {
 // printFields prints the rate-limit fields of h, in a fixed order.
 func printFields(out io.Writer, h http.Header) {
 	names := []string{
-		httplimit.HeaderRetryAfter,
-		httplimit.HeaderXRateLimitLimit, httplimit.HeaderXRateLimitRemaining, httplimit.HeaderXRateLimitReset,
-		httplimit.HeaderRateLimitPolicy, httplimit.HeaderRateLimit,
+		"Retry-After",
+		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+		"RateLimit-Policy", "RateLimit",
 	}
 	sort.Strings(names)
 	for _, n := range names {

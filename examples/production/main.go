@@ -186,7 +186,7 @@ func send(ctx context.Context, method, url, apiKey string) (int, error) {
 		return 0, err
 	}
 	if apiKey != "" {
-		req.Header.Set(httplimit.HeaderAPIKey, apiKey)
+		req.Header.Set("X-API-Key", apiKey)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

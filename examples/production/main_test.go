@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/rlkit/ratelimit/httplimit"
 	"github.com/rlkit/ratelimit/internal/redistest"
 )
 
@@ -37,7 +36,7 @@ func recipe(t *testing.T) (srv *redistest.Server, do func(method, path, apiKey s
 		req, err := http.NewRequest(method, api.URL+path, nil)
 		require.NoError(t, err)
 		if apiKey != "" {
-			req.Header.Set(httplimit.HeaderAPIKey, apiKey)
+			req.Header.Set("X-API-Key", apiKey)
 		}
 		res, err := api.Client().Do(req)
 		require.NoError(t, err)

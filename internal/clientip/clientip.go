@@ -19,6 +19,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/sfv"
 )
 
 // Unknown is the key shared by callers whose address cannot be read (a
@@ -292,7 +293,7 @@ func (w *walker) forwarded(lines []string) {
 				w.done = true // too many hops: stop at the oldest one examined
 				break
 			}
-			start, ok := lastElement(s)
+			start, ok := sfv.LastElement(s)
 			if !ok {
 				w.done = true // unbalanced quotes: unreadable
 				break
@@ -306,45 +307,12 @@ func (w *walker) forwarded(lines []string) {
 	}
 }
 
-// lastElement returns where the last comma-separated element of s begins,
-// scanning from the right; quoted strings may hold commas. It reports
-// false when a quoted string is still open at the start of s.
-func lastElement(s string) (int, bool) {
-	quoted := false
-	for j := len(s) - 1; j >= 0; j-- {
-		c := s[j]
-		if quoted {
-			if c == '"' && !escapedAt(s, j) {
-				quoted = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			quoted = true
-		case ',':
-			return j + 1, true
-		}
-	}
-	return 0, !quoted
-}
-
-// escapedAt reports whether s[j] is preceded by an odd number of
-// backslashes (a quoted-pair inside a quoted string).
-func escapedAt(s string, j int) bool {
-	n := 0
-	for j--; j >= 0 && s[j] == '\\'; j-- {
-		n++
-	}
-	return n%2 == 1
-}
-
 // ForwardedFor returns the value of the for= pair of one Forwarded
 // element, unquoted, or "" if it has none.
 func ForwardedFor(elem string) string {
 	for elem != "" {
 		var pair string
-		pair, elem, _ = CutTopLevel(elem, ';')
+		pair, elem, _ = sfv.Cut(elem, ';')
 		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
 			continue
@@ -359,26 +327,6 @@ func ForwardedFor(elem string) string {
 		return v
 	}
 	return ""
-}
-
-// CutTopLevel cuts s around the first sep outside a quoted string (with
-// backslash quoted-pairs inside: RFC 7230 quoted-string, RFC 8941 String),
-// returning the text before and after it; found is false, and before is
-// all of s, when there is none. internal/hints splits the rate-limit
-// fields it reads with it too.
-func CutTopLevel(s string, sep byte) (before, after string, found bool) {
-	quoted := false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case !quoted && c == sep:
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // ParseNode parses an address as forwarded values and peer addresses write

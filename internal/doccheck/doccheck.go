@@ -19,9 +19,14 @@ import (
 	"fmt"
 	"go/ast"
 	"go/doc"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
+	"io"
 	"io/fs"
+	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"sort"
@@ -43,11 +48,17 @@ type Package struct {
 	Docs map[string]string
 	// TypeDoc is the option type's doc, whitespace folded.
 	TypeDoc string
+	// TypeDocs holds the doc of each option type (with several), folded.
+	TypeDocs map[string]string
+	// Takes maps each constructor to the option type it takes.
+	Takes map[string]string
 }
 
 // Read parses the non-test Go files of the package in dir and returns
-// what their docs say about the option type named option.
-func Read(dir, option string) (*Package, error) {
+// what their docs say about the option type named option, and the types
+// named more (a package with one option type per constructor family).
+func Read(dir, option string, more ...string) (*Package, error) {
+	types := append([]string{option}, more...)
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool {
 		return !strings.HasSuffix(fi.Name(), "_test.go")
@@ -69,12 +80,13 @@ func Read(dir, option string) (*Package, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Package{Options: map[string][]string{}, Constructors: map[string][]string{}, Docs: map[string]string{}}
+	p := &Package{Options: map[string][]string{}, Constructors: map[string][]string{}, Docs: map[string]string{},
+		TypeDocs: map[string]string{}, Takes: map[string]string{}}
 	funcs := append([]*doc.Func(nil), dp.Funcs...)
 	for _, t := range dp.Types {
 		funcs = append(funcs, t.Funcs...)
-		if t.Name == option {
-			p.TypeDoc = strings.Join(strings.Fields(t.Doc), " ")
+		if slices.Contains(types, t.Name) {
+			p.TypeDocs[t.Name] = strings.Join(strings.Fields(t.Doc), " ")
 		}
 	}
 	for _, f := range funcs {
@@ -82,15 +94,19 @@ func Read(dir, option string) (*Package, error) {
 			continue
 		}
 		text := strings.Join(strings.Fields(f.Doc), " ")
-		switch {
-		case returns(f.Decl, option):
-			p.Options[f.Name] = forList(text)
-			p.Docs[f.Name] = text
-		case variadic(f.Decl, option):
-			p.Constructors[f.Name] = applyList(text)
-			p.Docs[f.Name] = text
+		for _, typ := range types {
+			switch {
+			case returns(f.Decl, typ):
+				p.Options[f.Name] = forList(text)
+				p.Docs[f.Name] = text
+			case variadic(f.Decl, typ):
+				p.Constructors[f.Name] = applyList(text)
+				p.Docs[f.Name] = text
+				p.Takes[f.Name] = typ
+			}
 		}
 	}
+	p.TypeDoc = p.TypeDocs[option]
 	return p, nil
 }
 
@@ -176,8 +192,10 @@ func links(s string, remarks bool) []string {
 // given), and for each pair, the constructor accepts the option exactly
 // when the option's doc names the constructor and the constructor's doc
 // lists the option. A constructor refuses an option that does not apply
-// to it with an error saying "applies to"; any other error is a sample
-// that should have been valid.
+// to it with an error saying "applies to" (with several option types, the
+// test's wrapper says so for an option of another type, which would not
+// compile: see [TypeErrors]); any other error is a sample that should
+// have been valid.
 func Check[O any](t testing.TB, p *Package, samples map[string]O, constructors map[string]func(O) error) {
 	t.Helper()
 	if missing, extra := diff(keys(p.Options), keys(samples)); len(missing)+len(extra) > 0 {
@@ -197,8 +215,8 @@ func Check[O any](t testing.TB, p *Package, samples map[string]O, constructors m
 		}
 	}
 	for _, name := range keys(p.Constructors) {
-		if !strings.Contains(p.TypeDoc, "["+name+"]") {
-			t.Errorf("the option type's doc does not name %s, which takes options: %q", name, p.TypeDoc)
+		if doc := p.TypeDocs[p.Takes[name]]; !strings.Contains(doc, "["+name+"]") {
+			t.Errorf("the doc of %s, the option type %s takes, does not name it: %q", p.Takes[name], name, doc)
 		}
 	}
 	for _, oname := range keys(samples) {
@@ -241,4 +259,47 @@ func diff(want, got []string) (missing, extra []string) {
 		}
 	}
 	return missing, extra
+}
+
+// TypeErrors type-checks src, the text of a Go file that imports packages
+// of the module holding dir (export data from `go list -export`, run in
+// dir), and returns its type errors: a test that an option given to the
+// wrong constructor does not compile.
+func TypeErrors(t testing.TB, dir, src string) []types.Error {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "snippet.go", src, 0)
+	if err != nil {
+		t.Fatalf("doccheck.TypeErrors: %v", err)
+	}
+	args := []string{"list", "-export", "-deps", "-f", "{{.ImportPath}}\t{{.Export}}"}
+	for _, im := range f.Imports {
+		args = append(args, strings.Trim(im.Path.Value, `"`))
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("doccheck.TypeErrors: go list: %v", err)
+	}
+	exports := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if path, file, ok := strings.Cut(line, "\t"); ok {
+			exports[path] = file
+		}
+	}
+	lookup := func(path string) (io.ReadCloser, error) {
+		file, ok := exports[path]
+		if !ok || file == "" {
+			return nil, fmt.Errorf("no export data for %q", path)
+		}
+		return os.Open(file)
+	}
+	var errs []types.Error
+	conf := types.Config{
+		Importer: importer.ForCompiler(fset, "gc", lookup),
+		Error:    func(err error) { errs = append(errs, err.(types.Error)) },
+	}
+	_, _ = conf.Check("snippet", fset, []*ast.File{f}, nil)
+	return errs
 }

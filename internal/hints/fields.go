@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/clientip"
+	"github.com/rlkit/ratelimit/internal/sfv"
 )
 
 // readRateLimit reads the RateLimit field: draft-08 Items and draft-07
@@ -22,8 +22,8 @@ func (h *Hints) readRateLimit(lines []string) {
 		}
 		if isDictMember(m) {
 			dict = true
-			kv, _, _ := clientip.CutTopLevel(m, ';') // a member's parameters are ignored
-			k, v, _ := clientip.CutTopLevel(kv, '=')
+			kv, _, _ := sfv.Cut(m, ';') // a member's parameters are ignored
+			k, v, _ := sfv.Cut(kv, '=')
 			switch trimOWS(k) {
 			case "limit":
 				limit.read(trimOWS(v), true, math.MaxInt64)
@@ -52,14 +52,14 @@ func (h *Hints) readRateLimit(lines []string) {
 // readItem reads a draft-08 (or later) RateLimit Item: a String or Token
 // with r (or a) and t (or w).
 func (h *Hints) readItem(m string) {
-	bare, params, _ := clientip.CutTopLevel(m, ';')
+	bare, params, _ := sfv.Cut(m, ';')
 	if k := bareKind(trimOWS(bare)); k != kindString && k != kindToken {
 		return
 	}
 	var r, a, t, w number
 	for more := true; more; {
 		var p string
-		p, params, more = clientip.CutTopLevel(params, ';')
+		p, params, more = sfv.Cut(params, ';')
 		k, v, hasValue := param(p)
 		switch k {
 		case "r":
@@ -97,7 +97,7 @@ func (h *Hints) readPolicies(lines []string) {
 		if !ok {
 			return
 		}
-		bare, params, _ := clientip.CutTopLevel(m, ';')
+		bare, params, _ := sfv.Cut(m, ';')
 		bare = trimOWS(bare)
 		var q, w number
 		switch bareKind(bare) {
@@ -110,7 +110,7 @@ func (h *Hints) readPolicies(lines []string) {
 		integer := q.set
 		for more := true; more; {
 			var p string
-			p, params, more = clientip.CutTopLevel(params, ';')
+			p, params, more = sfv.Cut(params, ';')
 			k, v, hasValue := param(p)
 			switch {
 			case k == "q" && !integer:
@@ -200,7 +200,7 @@ func single(lines []string, params bool) (string, state) {
 		return "", invalid
 	}
 	if params {
-		v, _, _ = clientip.CutTopLevel(v, ';')
+		v, _, _ = sfv.Cut(v, ';')
 	}
 	if v = trimOWS(v); v == "" {
 		return "", absent
@@ -236,7 +236,7 @@ func (it *members) next() (string, bool) {
 			}
 			it.rest, it.inLine = line, true
 		}
-		m, rest, found := clientip.CutTopLevel(it.rest, ',')
+		m, rest, found := sfv.Cut(it.rest, ',')
 		it.rest = rest
 		it.n++
 		if !found {
@@ -253,7 +253,7 @@ func (it *members) next() (string, bool) {
 // param splits a parameter ("key=value", perhaps with whitespace around
 // its parts) into its key and value; hasValue is false for a key alone.
 func param(p string) (key, value string, hasValue bool) {
-	k, v, ok := clientip.CutTopLevel(p, '=')
+	k, v, ok := sfv.Cut(p, '=')
 	return trimOWS(k), trimOWS(v), ok
 }
 

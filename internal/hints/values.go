@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/clientip"
+	"github.com/rlkit/ratelimit/internal/sfv"
 )
 
 // thresholds returns where the readings of a reset value change, told by
@@ -110,13 +110,13 @@ func ExhaustedReset(lines []string) (time.Duration, bool) {
 	for _, line := range lines {
 		for rest, more := line, true; more; {
 			var item string
-			item, rest, more = clientip.CutTopLevel(rest, ',')
+			item, rest, more = sfv.Cut(rest, ',')
 			var t time.Duration
 			hasT, exhausted := false, false
-			_, params, hasParams := clientip.CutTopLevel(item, ';') // skip the item's value (the policy name)
+			_, params, hasParams := sfv.Cut(item, ';') // skip the item's value (the policy name)
 			for hasParams {
 				var p string
-				p, params, hasParams = clientip.CutTopLevel(params, ';')
+				p, params, hasParams = sfv.Cut(params, ';')
 				k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
 				if !ok {
 					continue

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rlkit/ratelimit/httplimit"
 	"github.com/rlkit/ratelimit/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
@@ -29,7 +28,7 @@ func TestServes200sThen429(t *testing.T) {
 		t.Helper()
 		req, err := http.NewRequest("GET", api.URL+"/items", nil)
 		require.NoError(t, err)
-		req.Header.Set(httplimit.HeaderAPIKey, key)
+		req.Header.Set("X-API-Key", key)
 		resp, err := api.Client().Do(req)
 		require.NoError(t, err)
 		_ = resp.Body.Close()
@@ -41,6 +40,6 @@ func TestServes200sThen429(t *testing.T) {
 	}
 	resp := get("alice")
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "request 6")
-	require.NotEmpty(t, resp.Header.Get(httplimit.HeaderRetryAfter), "Retry-After")
+	require.NotEmpty(t, resp.Header.Get("Retry-After"), "Retry-After")
 	require.Equal(t, http.StatusOK, get("bob").StatusCode, "another key")
 }
