@@ -106,15 +106,15 @@ func (k *Keyed) SetPolicy(p Policy, mode Inheritance) error {
 	if mode < KeepUsed || mode > StartFresh {
 		return configError("ratelimit.Keyed.SetPolicy mode must be KeepUsed, ScaleUsed or StartFresh, got %v", mode)
 	}
-	st, err := newKeyedStore(p, k.maxKeys)
-	if err != nil {
-		return err
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	old := k.cur.Load()
 	if mode != StartFresh && samePolicy(old.policy, p, k.ts.Now()) {
-		return nil
+		return nil // p is old's, valid: no store to build
+	}
+	st, err := newKeyedStore(p, k.maxKeys)
+	if err != nil {
+		return err
 	}
 	g := k.newGeneration(p, st, old.seq+1, mode)
 	g.prev.Store(old)

@@ -706,3 +706,14 @@ func TestSetPolicyAgainChangesNothing(t *testing.T) {
 		assert.NotNil(t, k.cur.Load().prev.Load(), "a zone with other offsets is a change")
 	})
 }
+
+// TestSetPolicyAgainBuildsNothing: setting the policy in force again
+// allocates nothing (it used to build a whole sharded store and drop it).
+// Not parallel: AllocsPerRun.
+func TestSetPolicyAgainBuildsNothing(t *testing.T) {
+	for _, algo := range reconfigAlgorithms {
+		k, _ := newReconfigKeyed(t, policyOf(algo, 5))
+		p := k.Policy()
+		assert.Zero(t, testing.AllocsPerRun(10, func() { require.NoError(t, k.SetPolicy(p, KeepUsed)) }), "%v", algo)
+	}
+}

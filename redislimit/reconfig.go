@@ -138,9 +138,10 @@ type previous struct {
 // process. Of the policies given, the last four convert state (as
 // SetPolicy keeps four); the older ones only keep their key names taken
 // (see "Changing the policy"). A step to the same policy with KeepUsed or
-// ScaleUsed is skipped, as SetPolicy makes no change of it. Policies given by WithPrevious are never
-// forgotten for idleness: drop the option once every key has been idle
-// under the new policy for the old policy's idle time.
+// ScaleUsed is skipped, as SetPolicy makes no change of it. Policies given
+// by WithPrevious are never forgotten for idleness: drop the option once
+// every key has been idle under the new policy for the old policy's idle
+// time.
 func WithPrevious(p ratelimit.Policy, mode ratelimit.Inheritance) Option {
 	return optionFunc(func(c *config) { c.previous = append(c.previous, previous{p, mode}) })
 }

@@ -20,8 +20,8 @@ const Kept = 4
 // force and adds no change (a configuration reload that re-applies the
 // same policy must not push a key's state Kept changes back, where it
 // would start fresh). Zones are the same when they are one *time.Location
-// or share a name and the same offset on every day of the next two years: two
-// loads of one IANA zone are different pointers.
+// or share a name and the same offset on every day of the next two years:
+// two loads of one IANA zone are different pointers.
 func Unchanged(from, to *time.Location, now time.Time) bool {
 	if from == to {
 		return true
