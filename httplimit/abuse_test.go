@@ -182,9 +182,9 @@ func TestHeadCountsAsGetRoute(t *testing.T) {
 	}{
 		{"IsRoute", When(IsRoute("GET /report"), KeyByIP())},
 		{"IsRoute subtree", When(IsRoute("GET /files/"), KeyByIP())},
-		{"IsMuxRoute", When(IsMuxRoute(mux, "GET /report"), KeyByIP())},
+		{"IsRoute(mux)", When(IsRoute("GET /report", mux), KeyByIP())},
 		{"KeyByRoute", KeyByRoute()},
-		{"KeyByMuxRoute", KeyByMuxRoute(mux)},
+		{"KeyByRoute(mux)", KeyByRoute(mux)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Hour), clock.NewMock())

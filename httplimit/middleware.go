@@ -201,9 +201,9 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 				name = "default"
 			}
 			if isInvalidRoute(l.Key) {
-				return nil, configError("httplimit.Limit.Key of limit %q matches a route that can never match: IsRoute takes \"[METHOD ]/path\" with the method in upper case and no host or wildcards (IsMuxRoute takes those), IsMuxRoute a pattern ServeMux accepts, with the method in upper case and one space after it", name)
+				return nil, configError("httplimit.Limit.Key of limit %q matches a route that can never match: IsRoute takes \"[METHOD ]/path\" with the method in upper case and no host or wildcards (IsRoute given a mux takes those), IsRoute given a mux a pattern ServeMux accepts, with the method in upper case and one space after it", name)
 			}
-			return nil, configError("httplimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function or mux, an empty header name or no keys (KeyByUser, KeyByHeader, KeyByMuxRoute, When, FirstOf, Combine)", name)
+			return nil, configError("httplimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function, a nil mux or more than one, an empty header name or no keys (KeyByUser, KeyByHeader, KeyByRoute, IsRoute, When, FirstOf, Combine)", name)
 		}
 		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Window: l.Window,
 			Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
