@@ -664,7 +664,7 @@ func TestOversizedForwardingHeaders(t *testing.T) {
 	h := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim}}).Handler(okHandler)
 	do(h, "GET", "/", "X-API-Key", strings.Repeat("k", 1<<20))
 	require.Len(t, lim.keys, 1)
-	assert.LessOrEqual(t, len(lim.keys[0]), MaxKeyLen)
+	assert.LessOrEqual(t, len(lim.keys[0]), maxKeyLen)
 }
 
 // TestForgedForwardingHeadersUntrustedPeer: from a peer that is not a
