@@ -21,7 +21,7 @@ func oursGRPC(tb testing.TB, fields bool) grpc.UnaryServerInterceptor {
 	}
 	set := grpclimit.NoFields
 	if fields {
-		set = grpclimit.AllFields
+		set = grpclimit.XRateLimitFields | grpclimit.IETFFields
 	}
 	i, err := grpclimit.New([]grpclimit.Limit{{Name: "method", Key: grpclimit.KeyByMethod(), Limiter: k}}, grpclimit.WithFields(set))
 	if err != nil {

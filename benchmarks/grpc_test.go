@@ -30,7 +30,7 @@ import (
 //	ratelimit-grpclimit           grpclimit, one limit keyed by the full
 //	                              method name (a token bucket), with all the
 //	                              rate-limit fields as header metadata
-//	                              (AllFields, the default)
+//	                              (both sets, the default)
 //	ratelimit-grpclimit-nofields  the same with NoFields: no metadata, the
 //	                              like-for-like comparison with grpcmw
 //
@@ -52,7 +52,7 @@ import (
 // response, a hand-written service) through a grpc.ClientConn to a
 // grpc.Server over an in-memory bufconn listener, so it counts what the
 // interceptor makes gRPC do besides (sending the header metadata, for
-// AllFields). A call costs tens of microseconds, two orders of magnitude
+// both sets). A call costs tens of microseconds, two orders of magnitude
 // above the interceptors, so the added cost is a small difference of two
 // noisy numbers: read it with the spread benchratio -minus prints.
 //

@@ -56,7 +56,7 @@ func BenchmarkHTTP(b *testing.B) {
 		h    func(*testing.B) http.Handler
 	}{
 		{"bare", func(*testing.B) http.Handler { return bare }},
-		{"ratelimit-httplimit", func(b *testing.B) http.Handler { return ours(b, httplimit.AllHeaders) }},
+		{"ratelimit-httplimit", func(b *testing.B) http.Handler { return ours(b, httplimit.XRateLimitHeaders|httplimit.IETFHeaders) }},
 		{"ratelimit-httplimit-x", func(b *testing.B) http.Handler { return ours(b, httplimit.XRateLimitHeaders) }},
 		{"httprate", func(*testing.B) http.Handler { return httprate.LimitBy(limit, window, httprateIP)(bare) }},
 	}

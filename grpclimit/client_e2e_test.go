@@ -36,7 +36,7 @@ func startLimitedServer(t *testing.T, limits []Limit, opts ...Option) (*testServ
 // neither paused for nor retried.
 func TestClientObeysServer(t *testing.T) {
 	t.Parallel()
-	for _, fields := range []FieldSet{AllFields, NoFields} {
+	for _, fields := range []FieldSet{allFields, NoFields} {
 		t.Run(fmt.Sprint(fields), func(t *testing.T) {
 			t.Parallel()
 			clk := timerclock.New(clientEpoch)
@@ -62,7 +62,7 @@ func TestClientObeysServer(t *testing.T) {
 				_, err := client.UnaryCall(ctx, unaryReq)
 				require.NoError(t, err)
 			}
-			if fields == AllFields {
+			if fields == allFields {
 				assert.Equal(t, []time.Duration{time.Minute}, pauses, "the second answer says the quota is spent for the window")
 			} else {
 				assert.Empty(t, pauses, "no metadata, no pause before a refusal")
@@ -74,7 +74,7 @@ func TestClientObeysServer(t *testing.T) {
 			assert.Equal(t, 45*time.Second, c.PausedFor(conn.Target(), ""))
 			clk.Add(45 * time.Second)
 			require.NoError(t, <-done, "the call after the pause is admitted")
-			if fields == AllFields {
+			if fields == allFields {
 				assert.Equal(t, int64(0), denied.Load(), "a client reading the metadata is never refused")
 			} else {
 				assert.Equal(t, []time.Duration{45 * time.Second}, pauses)

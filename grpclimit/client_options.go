@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -23,19 +22,6 @@ const (
 	// their target. Only for [NewKeyedClient].
 	PauseByKey
 )
-
-// String returns the scope's name, as in "PauseByMethod".
-func (s PauseScope) String() string {
-	switch s {
-	case PauseByTarget:
-		return "PauseByTarget"
-	case PauseByMethod:
-		return "PauseByMethod"
-	case PauseByKey:
-		return "PauseByKey"
-	}
-	return fmt.Sprintf("PauseScope(%d)", uint8(s))
-}
 
 // WithRetries sets how many times a client retries a call its server
 // answered with codes.ResourceExhausted and a RetryInfo (default 0: never),
@@ -123,7 +109,7 @@ func WithPolicyShaping(on bool) ClientOption {
 func WithPauseScope(s PauseScope) ClientOption {
 	return clientOption(func(c *Client) error {
 		if s > PauseByKey {
-			return configError("grpclimit.WithPauseScope: unknown scope, got %v", s)
+			return configError("grpclimit.WithPauseScope: unknown scope, got PauseScope(%d)", uint8(s))
 		}
 		c.scope = s
 		return nil

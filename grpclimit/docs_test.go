@@ -31,7 +31,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"WithCost":                  WithCost(cost),
 		"WithClock":                 WithClock(nil),
 		"WithMessageCost":           WithMessageCost(cost),
-		"WithFields":                WithFields(AllFields),
+		"WithFields":                WithFields(XRateLimitFields | IETFFields),
 		"WithShadowFields":          WithShadowFields(true),
 		"WithDeniedHandler":         WithDeniedHandler(func(_ context.Context, d Denial) error { return DeniedError(d) }),
 		"WithLogger":                WithLogger(slog.Default()),
@@ -103,7 +103,7 @@ func TestWrongOptionDoesNotCompile(t *testing.T) {
 		call     string
 		compiles bool
 	}{
-		{`grpclimit.NewClient(nil, grpclimit.WithFields(grpclimit.AllFields))`, false},
+		{`grpclimit.NewClient(nil, grpclimit.WithFields(grpclimit.XRateLimitFields|grpclimit.IETFFields))`, false},
 		{`grpclimit.NewKeyedClient(nil, nil, grpclimit.WithObserver(nil))`, false},
 		{`grpclimit.NewIPResolver(grpclimit.WithRetries(1))`, false},
 		{`grpclimit.NewIPResolver(grpclimit.WithFields(grpclimit.NoFields))`, false},

@@ -126,7 +126,7 @@ type inCall struct {
 // ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
 // Observer of its own beside [WithObserver]'s, and for an invalid option.
 func New(limits []Limit, opts ...Option) (*Interceptor, error) {
-	i := &Interceptor{fields: AllFields, reportEvery: defaultReportEvery}
+	i := &Interceptor{fields: allFields, reportEvery: defaultReportEvery}
 	if err := adapter.Apply(opts, func(o Option) error { return o.applyServer(i) }); err != nil {
 		return nil, err
 	}

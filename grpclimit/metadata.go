@@ -22,9 +22,10 @@ const (
 	IETFFields
 	// NoFields sends no rate-limit fields.
 	NoFields FieldSet = 0
-	// AllFields sends both sets; it is the default.
-	AllFields = XRateLimitFields | IETFFields
 )
+
+// allFields is both sets, the default.
+const allFields = XRateLimitFields | IETFFields
 
 // grpcNames are the metadata keys of the fields.
 var grpcNames = limitset.GRPCNames

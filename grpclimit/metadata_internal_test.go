@@ -19,6 +19,6 @@ func TestFieldNamesAndSetsAreLimitsets(t *testing.T) {
 	}, limitset.GRPCNames)
 	assert.Equal(t, uint8(limitset.XRateLimitFields), uint8(XRateLimitFields))
 	assert.Equal(t, uint8(limitset.IETFFields), uint8(IETFFields))
-	assert.Equal(t, uint8(limitset.AllFields), uint8(AllFields))
+	assert.Equal(t, uint8(limitset.AllFields), uint8(allFields))
 	assert.Equal(t, uint8(limitset.NoFields), uint8(NoFields))
 }

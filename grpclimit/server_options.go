@@ -57,11 +57,11 @@ func WithMessageCost(cost func(ctx context.Context, method string, msg any) int)
 }
 
 // WithFields chooses which rate-limit fields the server interceptors send
-// as response header metadata (default [AllFields]); retry-after is sent on
+// as response header metadata (default both: XRateLimitFields|IETFFields); retry-after is sent on
 // every denial that can be retried, whatever the set. For [New].
 func WithFields(set FieldSet) Option {
 	return serverOption(func(i *Interceptor) error {
-		if set&^AllFields != 0 {
+		if set&^allFields != 0 {
 			return configError("grpclimit.WithFields: unknown field set, got %#x", uint8(set))
 		}
 		i.fields = set

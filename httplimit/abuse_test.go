@@ -182,9 +182,9 @@ func TestHeadCountsAsGetRoute(t *testing.T) {
 	}{
 		{"IsRoute", When(IsRoute("GET /report"), KeyByIP())},
 		{"IsRoute subtree", When(IsRoute("GET /files/"), KeyByIP())},
-		{"IsMuxRoute", When(IsMuxRoute(mux, "GET /report"), KeyByIP())},
+		{"IsRoute(mux)", When(IsRoute("GET /report", mux), KeyByIP())},
 		{"KeyByRoute", KeyByRoute()},
-		{"KeyByMuxRoute", KeyByMuxRoute(mux)},
+		{"KeyByRoute(mux)", KeyByRoute(mux)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Hour), clock.NewMock())
@@ -664,7 +664,7 @@ func TestOversizedForwardingHeaders(t *testing.T) {
 	h := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim}}).Handler(okHandler)
 	do(h, "GET", "/", "X-API-Key", strings.Repeat("k", 1<<20))
 	require.Len(t, lim.keys, 1)
-	assert.LessOrEqual(t, len(lim.keys[0]), MaxKeyLen)
+	assert.LessOrEqual(t, len(lim.keys[0]), maxKeyLen)
 }
 
 // TestForgedForwardingHeadersUntrustedPeer: from a peer that is not a

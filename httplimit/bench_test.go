@@ -151,7 +151,7 @@ func TestMiddlewareAllocs(t *testing.T) {
 		set    HeaderSet
 		want   float64
 	}{
-		{"ip", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}, Window: time.Minute}}, AllHeaders, 1},
+		{"ip", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}, Window: time.Minute}}, allHeaders, 1},
 		// Remaining below 1024, a reset shared with the previous request and
 		// no RateLimit field: nothing to format, one []string.
 		{"ip-x", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}}, XRateLimitHeaders, 1},

@@ -32,7 +32,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 	samples := map[string]any{
 		"WithClock":               WithClock(nil),
 		"WithCost":                WithCost(func(*http.Request) int { return 1 }),
-		"WithHeaders":             WithHeaders(AllHeaders),
+		"WithHeaders":             WithHeaders(allHeaders),
 		"WithDeniedHandler":       WithDeniedHandler(WriteDenied),
 		"WithLogger":              WithLogger(slog.Default()),
 		"WithErrorReportInterval": WithErrorReportInterval(time.Second),
@@ -106,7 +106,7 @@ func TestWrongOptionDoesNotCompile(t *testing.T) {
 		call     string
 		compiles bool
 	}{
-		{`httplimit.NewTransport(nil, nil, httplimit.WithHeaders(httplimit.AllHeaders))`, false},
+		{`httplimit.NewTransport(nil, nil, httplimit.WithHeaders(httplimit.XRateLimitHeaders|httplimit.IETFHeaders))`, false},
 		{`httplimit.NewKeyedTransport(nil, nil, nil, httplimit.WithLogger(nil))`, false},
 		{`httplimit.NewIPResolver(httplimit.WithRetries(1))`, false},
 		{`httplimit.NewIPResolver(httplimit.ExemptNetworks("10.0.0.0/8"))`, false},

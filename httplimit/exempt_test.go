@@ -316,10 +316,10 @@ func TestNetworksMatchUnmappedAddresses(t *testing.T) {
 }
 
 // TestExemptKeysCompareTheRawKey: keys are compared as the KeyFunc returns
-// them, before a key longer than MaxKeyLen is digested.
+// them, before a key longer than maxKeyLen is digested.
 func TestExemptKeysCompareTheRawKey(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("k", MaxKeyLen+1)
+	long := strings.Repeat("k", maxKeyLen+1)
 	mock := newMock(t, epoch)
 	for _, c := range []struct {
 		name   string

@@ -30,9 +30,10 @@ const (
 	IETFHeaders
 	// NoHeaders sends no rate-limit fields.
 	NoHeaders HeaderSet = 0
-	// AllHeaders sends both sets; it is the default.
-	AllHeaders = XRateLimitHeaders | IETFHeaders
 )
+
+// allHeaders is both sets, the default.
+const allHeaders = XRateLimitHeaders | IETFHeaders
 
 // HeaderSet's bits are those of limitset.FieldSet, so that the middleware
 // converts one to the other: this fails to compile if they differ.

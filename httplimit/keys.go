@@ -70,21 +70,40 @@ func KeyByUser(user func(ctx context.Context) (id string, ok bool)) KeyFunc {
 	}
 }
 
-// KeyByRoute keys requests by their route: the method and path the
-// middleware sees ("POST /login"; HEAD requests are keyed as GET, since
-// the mux serves them with the GET handler and they share its quota), or,
-// when the middleware runs inside an [http.ServeMux] (wrapping the
-// handlers registered on it) and the mux matched an exact pattern such as
-// "GET /items/{id}", that pattern (r.Pattern, from Go 1.23 on), so that
-// /items/1 and /items/2 share a quota. A subtree pattern ("/", "/static/",
-// "/files/{path...}") names a prefix, not a route, and is what an outer
-// mux routing a prefix to a sub-router sets: requests it matched are keyed
-// by method and path, as without a mux. To key by the patterns of a mux
-// the middleware wraps, use [KeyByMuxRoute].
+// KeyByRoute keys requests by their route.
 //
-// Keying by raw path gives each distinct URL its own key; the limiter's key
-// cap ([ratelimit.WithMaxKeys]) bounds the memory that costs.
-func KeyByRoute() KeyFunc {
+// Without mux, the route is the method and path the middleware sees
+// ("POST /login"; HEAD requests are keyed as GET, since the mux serves them
+// with the GET handler and they share its quota), or, when the middleware
+// runs inside an [http.ServeMux] (wrapping the handlers registered on it)
+// and the mux matched an exact pattern such as "GET /items/{id}", that
+// pattern (r.Pattern, from Go 1.23 on), so that /items/1 and /items/2 share
+// a quota. A subtree pattern ("/", "/static/", "/files/{path...}") names a
+// prefix, not a route, and is what an outer mux routing a prefix to a
+// sub-router sets: requests it matched are keyed by method and path, as
+// without a mux. Keying by raw path gives each distinct URL its own key;
+// the limiter's key cap ([ratelimit.WithMaxKeys]) bounds the memory that
+// costs.
+//
+// Given a mux, the route is the pattern mux routes the request to, as
+// registered (such as "GET /items/{id}"), asking mux for every request
+// (r.Pattern is whatever mux ran last, such as an outer mux's "/"), so it
+// works wherever the middleware sits: around mux, inside it, or behind an
+// outer mux or [http.StripPrefix] that hands mux the request. Requests
+// mux has no pattern for are keyed "" (one shared key for all of them).
+// A nil mux, or more than one, is a configuration error that [New]
+// reports.
+func KeyByRoute(mux ...*http.ServeMux) KeyFunc {
+	if len(mux) > 0 {
+		if len(mux) > 1 || mux[0] == nil {
+			return invalidKey
+		}
+		m := mux[0]
+		return func(r *http.Request) (string, bool) {
+			_, pattern := m.Handler(r)
+			return pattern, true
+		}
+	}
 	return func(r *http.Request) (string, bool) {
 		if p := routePattern(r); p != "" && !subtreePattern(p) {
 			return p, true
@@ -101,22 +120,6 @@ func KeyByRoute() KeyFunc {
 // subtree of paths: it ends in "/" or in a "{name...}" wildcard.
 func subtreePattern(p string) bool {
 	return strings.HasSuffix(p, "/") || strings.HasSuffix(p, "...}")
-}
-
-// KeyByMuxRoute keys requests by the pattern mux routes them to, as
-// registered (such as "GET /items/{id}"), asking mux for every request
-// (r.Pattern is whatever mux ran last, such as an outer mux's "/"), so it
-// works wherever the middleware sits: around mux, inside it, or behind an
-// outer mux or [http.StripPrefix] that hands mux the request. Requests
-// mux has no pattern for are keyed "" (one shared key for all of them).
-func KeyByMuxRoute(mux *http.ServeMux) KeyFunc {
-	if mux == nil {
-		return invalidKey
-	}
-	return func(r *http.Request) (string, bool) {
-		_, pattern := mux.Handler(r)
-		return pattern, true
-	}
 }
 
 // When applies key only to requests for which match reports true, such as
@@ -136,26 +139,44 @@ func When(match func(r *http.Request) bool, key KeyFunc) KeyFunc {
 	}
 }
 
-// IsRoute reports whether a request is for route, written like a
-// ServeMux pattern without wildcards or host: "POST /login", "GET /report"
-// or "/health". It matches the method and path the middleware sees
-// (r.URL.Path, after any [http.StripPrefix] in front of it), as
-// [http.ServeMux] would route them, wherever the middleware sits: a GET
-// route matches HEAD requests too (the mux serves HEAD with the GET
-// handler), a route without a method matches every method, and a path
-// ending in "/" matches the whole subtree below it. It never reads
-// r.Pattern, which is whatever mux ran last (an outer mux routing "/" to a
-// sub-router sets "/"). It cannot see that a more specific pattern of the
-// service's mux would take a request first, so such requests are matched
-// too (charged, never let through); for an exact answer, and for patterns
-// with wildcards, use [IsMuxRoute]. It allocates nothing.
+// IsRoute reports whether a request is for route.
 //
-// A route it could never match is a configuration error that [New]
-// reports (through [When], [FirstOf] and [Combine]): one without a path
-// starting with "/", with a host, with wildcards, with a method in lower
-// case (methods are case-sensitive, and clients send "POST"), or that
-// ServeMux would refuse.
-func IsRoute(route string) func(r *http.Request) bool {
+// Without mux, route is written like a ServeMux pattern without wildcards
+// or host: "POST /login", "GET /report" or "/health". It matches the method
+// and path the middleware sees (r.URL.Path, after any [http.StripPrefix]
+// in front of it), as [http.ServeMux] would route them, wherever the
+// middleware sits: a GET route matches HEAD requests too (the mux serves
+// HEAD with the GET handler), a route without a method matches every
+// method, and a path ending in "/" matches the whole subtree below it. It
+// never reads r.Pattern, which is whatever mux ran last (an outer mux
+// routing "/" to a sub-router sets "/"). It cannot see that a more specific
+// pattern of the service's mux would take a request first, so such
+// requests are matched too (charged, never let through); for an exact
+// answer, and for patterns with wildcards, pass the mux. It allocates
+// nothing. A route it could never match is a configuration error that
+// [New] reports (through [When], [FirstOf] and [Combine]): one without a
+// path starting with "/", with a host, with wildcards, with a method in
+// lower case (methods are case-sensitive, and clients send "POST"), or
+// that ServeMux would refuse.
+//
+// Given a mux, IsRoute reports whether mux routes the request to the
+// pattern route, exactly as registered (such as "GET /report" or
+// "GET /items/{id}"). It asks mux for every request, so HEAD requests
+// served by a GET pattern, subtrees and precedence all count as mux
+// decides, wherever the middleware sits: around mux, inside it, or behind
+// an outer mux or [http.StripPrefix] that hands mux the request. A route
+// that ServeMux would refuse to register, or that is spelled otherwise than
+// ServeMux patterns are written (a method in lower case, such as
+// "post /login", or more than one space after it, such as
+// "POST  /login": compared with the pattern as registered, it would never
+// match), is a configuration error that [New] reports, and so are a nil
+// mux and more than one. A valid route that mux does not have (say
+// "POST /login/" for "POST /login") cannot be told apart from one
+// registered later: it matches nothing.
+func IsRoute(route string, mux ...*http.ServeMux) func(r *http.Request) bool {
+	if len(mux) > 0 {
+		return isMuxRoute(route, mux)
+	}
 	method, path, ok := parseRoute(route)
 	if !ok {
 		return invalidRouteMatch
@@ -172,7 +193,7 @@ func IsRoute(route string) func(r *http.Request) bool {
 	}
 }
 
-// parseRoute splits an [IsRoute] route into its method ("" for any) and
+// parseRoute splits an [IsRoute] route (without a mux) into its method ("" for any) and
 // path, and reports whether IsRoute can match it.
 func parseRoute(route string) (method, path string, ok bool) {
 	if route != strings.TrimSpace(route) || !validMuxPattern(route) {
@@ -203,29 +224,17 @@ func validMuxPattern(pattern string) (ok bool) {
 	return true
 }
 
-// IsMuxRoute reports whether mux routes a request to the pattern route,
-// exactly as registered (such as "GET /report" or "GET /items/{id}"). It
-// asks mux for every request (r.Pattern is whatever mux ran last, such as
-// an outer mux's "/"), so HEAD requests served by a GET pattern, subtrees
-// and precedence all count as mux decides, wherever the middleware sits:
-// around mux, inside it, or behind an outer mux or [http.StripPrefix] that
-// hands mux the request. A route that ServeMux would refuse to register,
-// or that is spelled otherwise than ServeMux patterns are written (a method
-// in lower case, such as "post /login", or more than one space after it,
-// such as "POST  /login": compared with the pattern as registered, it
-// would never match), is a configuration error that [New] reports
-// (through [When], [FirstOf] and [Combine]). A valid route that mux does
-// not have (say "POST /login/" for "POST /login") cannot be told apart
-// from one registered later: it matches nothing.
-func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
-	if mux == nil {
+// isMuxRoute is [IsRoute] given a mux.
+func isMuxRoute(route string, mux []*http.ServeMux) func(r *http.Request) bool {
+	if len(mux) != 1 || mux[0] == nil {
 		return invalidMatch
 	}
 	if !validMuxPattern(route) || !canonicalRoute(route) {
 		return invalidRouteMatch
 	}
+	m := mux[0]
 	return func(r *http.Request) bool {
-		_, pattern := mux.Handler(r)
+		_, pattern := m.Handler(r)
 		return pattern == route
 	}
 }
@@ -233,7 +242,7 @@ func IsMuxRoute(mux *http.ServeMux, route string) func(r *http.Request) bool {
 // canonicalRoute reports whether route is spelled as ServeMux patterns
 // usually are: no space around it, the method (if any) in upper case and
 // one space after it. Registered in another spelling, a route would still
-// be one ServeMux accepts, but IsMuxRoute compares spellings.
+// be one ServeMux accepts, but IsRoute given a mux compares spellings.
 func canonicalRoute(route string) bool {
 	if route != strings.TrimSpace(route) || strings.ContainsAny(route, "\t") {
 		return false
@@ -285,7 +294,7 @@ func Combine(keys ...KeyFunc) KeyFunc {
 }
 
 // invalidKey is what a key helper returns when it is given nothing to key
-// by: a nil function or mux, an empty header name, no keys at all. [New]
+// by: a nil function or mux (or more than one mux), an empty header name, no keys at all. [New]
 // refuses a Limit whose Key is one (When, FirstOf and Combine pass it up),
 // so the mistake shows at start-up rather than as a panic on every
 // request. Hidden from New inside a KeyFunc of the caller's own, it keys
@@ -293,12 +302,12 @@ func Combine(keys ...KeyFunc) KeyFunc {
 // uncharged.
 func invalidKey(*http.Request) (string, bool) { return "", true }
 
-// invalidMatch is what IsMuxRoute returns for a nil mux: it matches every
+// invalidMatch is what IsRoute returns for a nil mux (or more than one): it matches every
 // request (charged, never let through), and When turns it into invalidKey.
 func invalidMatch(*http.Request) bool { return true }
 
 // invalidRouteKey and invalidRouteMatch are invalidKey and invalidMatch
-// for a route that IsRoute or IsMuxRoute could never match, so that New
+// for a route that IsRoute could never match, so that New
 // names the problem.
 func invalidRouteKey(*http.Request) (string, bool) { return "", true }
 func invalidRouteMatch(*http.Request) bool         { return true }

@@ -25,7 +25,11 @@ type Limit struct {
 	// Middleware.
 	Name string
 	// Key picks the key to charge; a request it does not apply to is not
-	// charged in this limit. Required.
+	// charged in this limit. Required. A key longer than 128 bytes (a
+	// client-chosen header value, a long URL path) is replaced by "sha256:"
+	// and the hex SHA-256 of the key, so that clients cannot make the
+	// limiter store arbitrarily large keys; the digest is the same in every
+	// process, so Redis limiters shared by several servers agree.
 	Key KeyFunc
 	// Limiter holds the limit: a *ratelimit.Keyed, a Redis limiter, or any
 	// KeyedLimiter. Required. Observe it through the middleware
@@ -61,7 +65,7 @@ type Limit struct {
 	// limit uncharged, as if Key had not applied to it, except that the
 	// middleware's observer ([WithObserver]) sees it as exempt. The other
 	// limits still apply to it. Keys are compared as Key returns them,
-	// before a long key is replaced by its digest ([MaxKeyLen]). [New]
+	// before a long key is replaced by its digest (see Key). [New]
 	// copies the list: changing it later changes nothing.
 	ExemptKeys []string
 	// DeniedKeys are keys this limit always refuses, compared as
@@ -186,7 +190,7 @@ type Middleware struct {
 // ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
 // Observer of its own beside [WithObserver]'s, and for an invalid option.
 func New(limits []Limit, opts ...Option) (*Middleware, error) {
-	m := &Middleware{headers: AllHeaders, denied: WriteDenied, reportEvery: defaultReportEvery}
+	m := &Middleware{headers: allHeaders, denied: WriteDenied, reportEvery: defaultReportEvery}
 	if err := adapter.Apply(opts, func(o Option) error { return o.applyServer(m) }); err != nil {
 		return nil, err
 	}
@@ -201,9 +205,9 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 				name = "default"
 			}
 			if isInvalidRoute(l.Key) {
-				return nil, configError("httplimit.Limit.Key of limit %q matches a route that can never match: IsRoute takes \"[METHOD ]/path\" with the method in upper case and no host or wildcards (IsMuxRoute takes those), IsMuxRoute a pattern ServeMux accepts, with the method in upper case and one space after it", name)
+				return nil, configError("httplimit.Limit.Key of limit %q matches a route that can never match: IsRoute takes \"[METHOD ]/path\" with the method in upper case and no host or wildcards (IsRoute given a mux takes those), IsRoute given a mux a pattern ServeMux accepts, with the method in upper case and one space after it", name)
 			}
-			return nil, configError("httplimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function or mux, an empty header name or no keys (KeyByUser, KeyByHeader, KeyByMuxRoute, When, FirstOf, Combine)", name)
+			return nil, configError("httplimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function, a nil mux or more than one, an empty header name or no keys (KeyByUser, KeyByHeader, KeyByRoute, IsRoute, When, FirstOf, Combine)", name)
 		}
 		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Window: l.Window,
 			Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
@@ -251,22 +255,18 @@ func WithOverride(ctx context.Context, o Override) context.Context {
 	return context.WithValue(ctx, overrideKey{}, o)
 }
 
-// OverrideFrom returns the Override ctx carries, if any.
-func OverrideFrom(ctx context.Context) (Override, bool) {
+// overrideOf returns the Override ctx carries, if any.
+func overrideOf(ctx context.Context) (Override, bool) {
 	o, ok := ctx.Value(overrideKey{}).(Override)
 	return o, ok
 }
 
-// MaxKeyLen is the longest key the middleware passes to a limiter. A
-// longer key (a client-chosen header value, a long URL path) is replaced by
-// "sha256:" and the hex SHA-256 of the key, so that clients cannot make the
-// limiter store arbitrarily large keys; the digest is the same in every
-// process, so Redis limiters shared by several servers agree.
-const MaxKeyLen = 128
+// maxKeyLen is the longest key the middleware passes to a limiter; see
+// [Limit.Key]. The limit set digests longer keys: this fails to compile if
+// its bound differs.
+const maxKeyLen = 128
 
-// The limit set digests keys longer than MaxKeyLen: this fails to compile
-// if its bound differs.
-var _ = [1]struct{}{}[MaxKeyLen-limitset.MaxKeyLen]
+var _ = [1]struct{}{}[maxKeyLen-limitset.MaxKeyLen]
 
 // serve runs a request through the limits: its cost and the client
 // networks here, the decision in the limit set, then the rate-limit
@@ -351,7 +351,7 @@ func (m *Middleware) requestCost(r *http.Request) (n int, allShadow, exempt bool
 	if m.cost != nil {
 		n = m.cost(r)
 	}
-	if o, ok := OverrideFrom(r.Context()); ok {
+	if o, ok := overrideOf(r.Context()); ok {
 		if o.Cost > 0 {
 			n = o.Cost
 		}

@@ -534,7 +534,7 @@ func TestOverride(t *testing.T) {
 func TestHeaderSets(t *testing.T) {
 	t.Parallel()
 	mock := newMock(t, epoch)
-	for _, set := range []HeaderSet{NoHeaders, XRateLimitHeaders, IETFHeaders, AllHeaders} {
+	for _, set := range []HeaderSet{NoHeaders, XRateLimitHeaders, IETFHeaders, allHeaders} {
 		lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), mock)
 		h := newMW(t, []Limit{{Key: KeyByIP(), Limiter: lim}}, WithClock(mock), WithHeaders(set)).Handler(okHandler)
 		w := do(h, "GET", "/")
@@ -636,7 +636,7 @@ func TestLongKeysDigested(t *testing.T) {
 	do(h, "GET", "/", "X-API-Key", long+"x")
 	do(h, "GET", "/", "X-API-Key", "short")
 	k := rec.keys
-	if len(k) != 4 || len(k[0]) > MaxKeyLen || k[0] != k[1] || k[0] == k[2] || !strings.HasPrefix(k[0], "sha256:") || k[3] != "short" {
+	if len(k) != 4 || len(k[0]) > maxKeyLen || k[0] != k[1] || k[0] == k[2] || !strings.HasPrefix(k[0], "sha256:") || k[3] != "short" {
 		t.Errorf("keys = %.80q", k)
 	}
 }

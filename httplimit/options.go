@@ -114,10 +114,10 @@ func WithCost(cost func(r *http.Request) int) CommonOption {
 }
 
 // WithHeaders chooses which rate-limit fields the middleware sends
-// (default [AllHeaders]). For [New].
+// (default both: XRateLimitHeaders|IETFHeaders). For [New].
 func WithHeaders(set HeaderSet) Option {
 	return serverOption(func(m *Middleware) error {
-		if set&^AllHeaders != 0 {
+		if set&^allHeaders != 0 {
 			return configError("httplimit.WithHeaders: unknown header set, got %#x", uint8(set))
 		}
 		m.headers = set

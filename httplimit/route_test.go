@@ -66,7 +66,7 @@ var routeLayouts = []routeLayout{
 // TestRouteLimitsInEveryLayout: a route limit applies wherever the
 // middleware sits. Behind an outer ServeMux routing "/" to the middleware
 // (the common layout with sub-routers) r.Pattern is "/", and IsRoute,
-// IsMuxRoute and KeyByMuxRoute used to compare routes with it: 3 POSTs to
+// IsRoute and KeyByRoute given the mux used to compare routes with it: 3 POSTs to
 // a 1-a-minute login limit all got 200, with nothing said anywhere, and
 // KeyByRoute keyed every route "/", one quota for the whole service.
 // Real server on loopback.
@@ -86,9 +86,9 @@ func TestRouteLimitsInEveryLayout(t *testing.T) {
 		}{
 			{"When(IsRoute)", func(*http.ServeMux) KeyFunc { return When(IsRoute("POST /login"), KeyByIP()) },
 				[]step{{"POST", "/login", 200}, {"GET", "/items/1", 200}, {"POST", "/login", 429}, {"POST", "/login", 429}, {"GET", "/items/1", 200}}},
-			{"When(IsMuxRoute)", func(api *http.ServeMux) KeyFunc { return When(IsMuxRoute(api, "POST /login"), KeyByIP()) },
+			{"When(IsRoute(mux))", func(api *http.ServeMux) KeyFunc { return When(IsRoute("POST /login", api), KeyByIP()) },
 				[]step{{"POST", "/login", 200}, {"GET", "/items/1", 200}, {"POST", "/login", 429}, {"POST", "/login", 429}, {"GET", "/items/1", 200}}},
-			{"KeyByMuxRoute", func(api *http.ServeMux) KeyFunc { return KeyByMuxRoute(api) },
+			{"KeyByRoute(mux)", func(api *http.ServeMux) KeyFunc { return KeyByRoute(api) },
 				// One quota per pattern: /items/1 and /items/2 share one.
 				[]step{{"POST", "/login", 200}, {"GET", "/items/1", 200}, {"POST", "/login", 429}, {"GET", "/items/2", 429}, {"GET", "/other", 200}}},
 			{"KeyByRoute", func(*http.ServeMux) KeyFunc { return KeyByRoute() },
@@ -117,7 +117,7 @@ func TestRouteLimitsInEveryLayout(t *testing.T) {
 
 // TestInvalidRoutesRefused: a route IsRoute can never match (no path, a
 // path not starting with "/", a lower-case method, which no client sends,
-// wildcards, which only a mux can match, a host) and, in IsMuxRoute, a
+// wildcards, which only a mux can match, a host) and, in IsRoute given a mux, a
 // pattern ServeMux would refuse, are configuration errors at New, not a
 // limit silently off.
 func TestInvalidRoutesRefused(t *testing.T) {
@@ -137,21 +137,21 @@ func TestInvalidRoutesRefused(t *testing.T) {
 			assert.Contains(t, err.Error(), "route", "%s with route %q: %v", name, route, err)
 		}
 	}
-	// Spellings ServeMux accepts but that IsMuxRoute, which compares the
+	// Spellings ServeMux accepts but that IsRoute given a mux, which compares the
 	// pattern as registered, would never match: they used to pass New and
 	// leave the limit off (3 POSTs under a 1-a-minute limit all 200).
 	misspelled := []string{"post /login", "POST  /login", "GET\t/tab", " POST /login"}
 	for _, route := range append([]string{"", "POST", "login", "GET /{x", "GET /{x}/{x}"}, misspelled...) {
-		_, err := New([]Limit{{Name: "login", Key: When(IsMuxRoute(mux, route), KeyByIP()), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), nil)}})
-		require.Error(t, err, "IsMuxRoute(%q)", route)
-		assert.Contains(t, err.Error(), "route", "IsMuxRoute(%q): %v", route, err)
+		_, err := New([]Limit{{Name: "login", Key: When(IsRoute(route, mux), KeyByIP()), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), nil)}})
+		require.Error(t, err, "IsRoute(%q, mux)", route)
+		assert.Contains(t, err.Error(), "route", "IsRoute(%q, mux): %v", route, err)
 	}
 	for _, route := range []string{"POST /login", "/", "/static/", "GET /report", "PROPFIND /dav/", "M-SEARCH /", "GET\t/tab", "GET /a /b"} {
 		_, err := New([]Limit{{Name: "login", Key: When(IsRoute(route), KeyByIP()), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), nil)}})
 		assert.NoError(t, err, "IsRoute(%q)", route)
 	}
 	for _, route := range []string{"POST /login", "GET /items/{id}", "example.com/", "/files/{path...}"} {
-		_, err := New([]Limit{{Name: "login", Key: When(IsMuxRoute(mux, route), KeyByIP()), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), nil)}})
-		assert.NoError(t, err, "IsMuxRoute(%q)", route)
+		_, err := New([]Limit{{Name: "login", Key: When(IsRoute(route, mux), KeyByIP()), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), nil)}})
+		assert.NoError(t, err, "IsRoute(%q, mux)", route)
 	}
 }

@@ -25,8 +25,8 @@ import (
 // server's goroutines block on the network, which does not let it move).
 func TestSynctestReadsOwnResetHeader(t *testing.T) {
 	t.Parallel()
-	for _, headers := range []HeaderSet{XRateLimitHeaders, AllHeaders} {
-		t.Run(map[HeaderSet]string{XRateLimitHeaders: "x-ratelimit", AllHeaders: "all"}[headers], func(t *testing.T) {
+	for _, headers := range []HeaderSet{XRateLimitHeaders, allHeaders} {
+		t.Run(map[HeaderSet]string{XRateLimitHeaders: "x-ratelimit", allHeaders: "all"}[headers], func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				require.Less(t, time.Now().Unix(), int64(1e9), "the bubble's clock starts before 2001")
