@@ -21,6 +21,8 @@ type FixedWindow struct {
 	c core[fwState, *fixedWindowAlg]
 }
 
+var _ Limiter = (*FixedWindow)(nil)
+
 // NewFixedWindow returns a limiter that admits at most limit events per
 // window. It returns an error wrapping [ErrInvalidConfig] when an argument
 // is not positive, window is longer than 100 years, or an option is invalid

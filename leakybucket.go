@@ -36,6 +36,8 @@ type LeakyBucket struct {
 	c core[lbState, *leakyBucketAlg]
 }
 
+var _ Limiter = (*LeakyBucket)(nil)
+
 // NewLeakyBucket returns an empty leaky bucket that holds at most capacity
 // events and drains one every leakEvery. It returns an error wrapping
 // [ErrInvalidConfig] when an argument is not positive, or when capacity x

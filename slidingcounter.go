@@ -34,6 +34,8 @@ type SlidingCounter struct {
 	c core[scState, *slidingCounterAlg]
 }
 
+var _ Limiter = (*SlidingCounter)(nil)
+
 // NewSlidingCounter returns a limiter that admits n events when the
 // weighted estimate of events in the last window plus n is at most limit.
 // It returns an error wrapping [ErrInvalidConfig] when an argument is not

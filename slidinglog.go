@@ -21,6 +21,8 @@ type SlidingLog struct {
 	c core[slState, *slidingLogAlg]
 }
 
+var _ Limiter = (*SlidingLog)(nil)
+
 // NewSlidingLog returns a limiter that admits at most limit events in any
 // interval of length window. It returns an error wrapping
 // [ErrInvalidConfig] when an argument is not positive or window is longer

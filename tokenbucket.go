@@ -24,6 +24,8 @@ type TokenBucket struct {
 	c core[tbState, *tokenBucketAlg]
 }
 
+var _ Limiter = (*TokenBucket)(nil)
+
 // NewTokenBucket returns a full token bucket that refills at rate and holds
 // at most capacity tokens, such as NewTokenBucket(PerSecond(10), 100): the
 // argument order of golang.org/x/time/rate's NewLimiter(r, burst), with a

@@ -1,151 +1,13 @@
 package ratelimit
 
 import (
-	"context"
 	"errors"
 	"hash/maphash"
-	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rlkit/ratelimit/internal/timesrc"
 )
-
-// Keyed is an in-memory [KeyedLimiter]: one state per key under one
-// [Policy], with the same decisions as the single limiter of that policy.
-// Most callers want [Keyed.AllowN] or [Keyed.Wait].
-//
-// Keys live in shards, each with its own lock, so unrelated keys rarely
-// contend. Per-key state is compact (16 bytes for every algorithm but the
-// sliding log, which stores up to limit timestamps) and holds no lock or
-// clock of its own.
-//
-// Reclaiming memory never changes a decision: a key is forgotten only once
-// its state is idle (a full bucket, or every window it counted fully
-// passed), so a client whose key was reclaimed gets exactly what it would
-// have had anyway. Reclaiming is incremental, with no sweeper goroutine and
-// no pass over the whole table: each new key looks at the next few keys of
-// its shard and drops the idle ones, under that shard's lock only. The
-// number of keys is capped over all shards ([WithMaxKeys], default
-// [DefaultMaxKeys]): when the limiter holds that many keys and none of those
-// sampled (up to 20 in the new key's shard, then up to 16 in other non-empty
-// shards, a bounded cost) is idle, a request for a new key is denied with
-// [ErrTooManyKeys] while existing keys go on as before, so a flood of random
-// keys cannot exhaust memory or evict real clients.
-//
-// With [WithObserver], every AllowN and WaitN reports one [Event] (Home
-// [HomeKeyed]); the key is never in it.
-//
-// The policy can change while the limiter runs ([Keyed.SetPolicy]), with an
-// explicit [Inheritance] for the state keys have built up, converted per
-// key the first time each is touched. Keyed is a [KeyAdmin]: support and
-// abuse handling can [Keyed.Reset] a key, [Keyed.Block] it for a while, or
-// [Keyed.Penalize] it.
-//
-// Create one with [NewKeyed]; the zero value is not usable. A Keyed is safe
-// for concurrent use.
-type Keyed struct {
-	id      uint64 // orders locks in AllowAll
-	ts      timesrc.Source
-	obs     Observer // nil: no Events
-	name    string
-	maxKeys int
-
-	// cur is the current generation: the policy every decision uses and the
-	// store of the keys converted to it (see SetPolicy).
-	cur atomic.Pointer[generation]
-	// chained is set while older generations may hold state: decisions then
-	// take the path that prunes them once they are idle.
-	chained atomic.Bool
-	// pruneAt is the earliest time an older generation can be pruned.
-	pruneAt atomic.Int64
-	// keys counts the keys held by every generation's store.
-	keys atomic.Int64
-	// blocks holds the keys Block blocked, beside the generations.
-	blocks blockTable
-
-	// mu serializes SetPolicy and pruning; no shard lock is ever held while
-	// waiting for it.
-	mu sync.Mutex
-}
-
-var _ KeyedLimiter = (*Keyed)(nil)
-
-// DefaultMaxKeys is the number of keys a [Keyed] limiter holds at most
-// unless [WithMaxKeys] says otherwise.
-const DefaultMaxKeys = 1 << 20
-
-// minShardBits and maxShardBits bound the number of shards of a Keyed
-// limiter's store: 64 at least, 4096 at most.
-const minShardBits, maxShardBits = 6, 12
-
-// shardBits returns log2 of the number of shards of a new store: 64, or 8
-// per CPU the process may use (GOMAXPROCS) when that is more. A decision
-// holds its shard's lock for about one cache miss (the key's slot, 100-150
-// ns at a million keys), so with as many shards as cores a shard would be
-// busy half the time at 64 cores; at 8 per core two cores rarely want the
-// same one (benchmarks/README.md, "At 64 cores").
-func shardBits() uint {
-	bits := uint(minShardBits)
-	for bits < maxShardBits && 1<<bits < 8*runtime.GOMAXPROCS(0) {
-		bits++
-	}
-	return bits
-}
-
-// WithMaxKeys caps the number of keys a [Keyed] limiter holds at exactly n,
-// over all its shards: a new key that would be key n+1 is admitted only if
-// an idle key can be reclaimed to make room, and is otherwise denied with
-// [ErrTooManyKeys]. A non-positive n is an error: [NewKeyed] returns an
-// error wrapping [ErrInvalidConfig]. It applies to NewKeyed only: the other
-// constructors return a configuration error naming it.
-func WithMaxKeys(n int) Option {
-	return optionFunc(func(o *options) {
-		o.given |= optMaxKeys
-		if n <= 0 {
-			o.setErr(configError("ratelimit.WithMaxKeys must be positive, got %d", n))
-			return
-		}
-		o.maxKeys = n
-	})
-}
-
-var keyedIDs atomic.Uint64
-
-// keyedOptions are the options NewKeyed accepts.
-const keyedOptions = optClock | optMaxKeys | optObserver | optName
-
-// NewKeyed returns an in-memory keyed limiter running p for every key. It
-// returns an error wrapping [ErrInvalidConfig] when p is invalid (the
-// message names the Policy field) or when an option is invalid
-// ([WithMaxKeys] not positive, [WithClock] given a typed nil) or does not
-// apply to it (such as [WithDefaultTier]).
-func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
-	o, err := buildOptions("NewKeyed", keyedOptions, opts)
-	if err != nil {
-		return nil, err
-	}
-	if o.given&optMaxKeys == 0 {
-		o.maxKeys = DefaultMaxKeys
-	}
-	st, err := newKeyedStore(p, o.maxKeys)
-	if err != nil {
-		return nil, err
-	}
-	k := &Keyed{
-		id:      keyedIDs.Add(1),
-		ts:      timesrc.New(o.clock),
-		obs:     o.observer,
-		name:    o.name,
-		maxKeys: o.maxKeys,
-	}
-	k.blocks.init(int64(o.maxKeys))
-	k.pruneAt.Store(math.MaxInt64)
-	k.cur.Store(k.newGeneration(p, st, 0, 0))
-	return k, nil
-}
 
 // newKeyedStore validates p and returns an empty store running it, holding
 // at most maxKeys keys.
@@ -178,158 +40,22 @@ func storeOf[S any, A algorithm[S]](maxKeys int) func(A, error) (keyedStore, err
 	}
 }
 
-// Policy returns the policy k runs for every key: the one given to
-// [NewKeyed], or to the latest [Keyed.SetPolicy].
-func (k *Keyed) Policy() Policy { return k.cur.Load().policy }
+// minShardBits and maxShardBits bound the number of shards of a Keyed
+// limiter's store: 64 at least, 4096 at most.
+const minShardBits, maxShardBits = 6, 12
 
-// Len returns the number of keys k holds state for, counting the keys not
-// yet converted since a [Keyed.SetPolicy].
-func (k *Keyed) Len() int {
-	total := 0
-	for g := k.cur.Load(); g != nil; g = g.prev.Load() {
-		total += g.store.len()
+// shardBits returns log2 of the number of shards of a new store: 64, or 8
+// per CPU the process may use (GOMAXPROCS) when that is more. A decision
+// holds its shard's lock for about one cache miss (the key's slot, 100-150
+// ns at a million keys), so with as many shards as cores a shard would be
+// busy half the time at 64 cores; at 8 per core two cores rarely want the
+// same one (benchmarks/README.md, "At 64 cores").
+func shardBits() uint {
+	bits := uint(minShardBits)
+	for bits < maxShardBits && 1<<bits < 8*runtime.GOMAXPROCS(0) {
+		bits++
 	}
-	return total
-}
-
-// Allow is shorthand for AllowN(ctx, key, 1) that reports only whether the
-// event was admitted.
-func (k *Keyed) Allow(ctx context.Context, key string) bool {
-	d, _ := k.AllowN(ctx, key, 1)
-	return d.Allowed
-}
-
-// AllowN reports whether n events may happen now for key and consumes them
-// if so: all n or nothing. A denied request stores nothing. When n <= 0 or
-// n exceeds the limit the Decision is denied with RetryAfter [RetryNever].
-// The error is nil except for [ErrTooManyKeys]. Nothing here waits, so ctx
-// is only passed on to the [Observer].
-func (k *Keyed) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	if k.obs != nil {
-		return k.allowNObserved(ctx, key, n)
-	}
-	// decide's fast path, written out here: calling decide instead costs
-	// 13-15% on the hot-key benchmark (BenchmarkKeyed/*/hotkey/serial).
-	now := k.ts.Now()
-	if k.blocks.count.Load() == 0 && !k.chained.Load() {
-		g := k.cur.Load()
-		v, err := g.store.decide(now, key, n, consume)
-		if err != errSuperseded {
-			return v.decision(g.limit), err
-		}
-	}
-	return k.decideSlow(now, key, n, consume)
-}
-
-// decide decides n events for key at now, under any block and across any
-// change of policy.
-func (k *Keyed) decide(now int64, key string, n int, act action) (Decision, error) {
-	if k.blocks.count.Load() == 0 && !k.chained.Load() {
-		g := k.cur.Load()
-		v, err := g.store.decide(now, key, n, act)
-		if err != errSuperseded {
-			return v.decision(g.limit), err
-		}
-	}
-	return k.decideSlow(now, key, n, act)
-}
-
-// decideSlow is decide when a key may be blocked, an older generation may
-// be due for pruning, or the current generation was just superseded.
-func (k *Keyed) decideSlow(now int64, key string, n int, act action) (Decision, error) {
-	left, blocked := k.blocks.left(key, now)
-	for g := k.cur.Load(); ; g = g.next.Load() {
-		var v verdict
-		var err error
-		if blocked && blockApplies(n, g.limit, act) {
-			v, err = g.store.decide(now, key, 0, inspect)
-			v = blockedVerdict(v, left)
-		} else {
-			v, err = g.store.decide(now, key, n, act)
-		}
-		if err != errSuperseded {
-			k.maybePrune(now)
-			return v.decision(g.limit), err
-		}
-	}
-}
-
-// allowNObserved is AllowN with an Observer.
-func (k *Keyed) allowNObserved(ctx context.Context, key string, n int) (Decision, error) {
-	now, mark := k.ts.NowTimed()
-	d, err := k.decide(now, key, n, consume)
-	k.report(ctx, n, d, err, k.ts.Since(now, mark))
-	return d, err
-}
-
-// report tells k's Observer of the AllowN decision d (and err) for n
-// events, which took latency. Requires k.obs set.
-func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latency time.Duration) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	e := Event{Limit: k.name, Algorithm: k.cur.Load().policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Latency: latency}
-	e.Outcome, e.Err = outcome(n, d, err)
-	k.obs.Observe(ctx, e)
-}
-
-// Peek reports the Decision and error AllowN(ctx, key, n) would return now
-// without consuming anything or storing the key: a new key that the key cap
-// would refuse is reported denied with AllowN's RetryAfter of one second and
-// [ErrTooManyKeys]. Peek may reclaim idle keys, which changes no decision.
-// Peek(ctx, key, 0) reports the key's current quota. Peek is not a
-// decision: it reports nothing to the [Observer].
-func (k *Keyed) Peek(ctx context.Context, key string, n int) (Decision, error) {
-	return k.decide(k.ts.Now(), key, n, inspect)
-}
-
-// RefundN gives back n events admitted for key just before, as if they had
-// not happened; it never raises a key above a fresh state. For the sliding
-// log the newest n events of the key are removed, which under concurrent
-// traffic on the same key may be another request's events a moment
-// younger. A key that is no longer held needs no refund.
-func (k *Keyed) RefundN(ctx context.Context, key string, n int) error {
-	if n <= 0 {
-		return nError(n, 0)
-	}
-	now := k.ts.Now()
-	for g := k.cur.Load(); g.store.refund(now, key, int64(n)) == errSuperseded; g = g.next.Load() {
-	}
-	return nil
-}
-
-// Wait blocks until one event is admitted for key or ctx is done. It is
-// shorthand for WaitN(ctx, key, 1).
-func (k *Keyed) Wait(ctx context.Context, key string) error {
-	return k.WaitN(ctx, key, 1)
-}
-
-// WaitN blocks until n events are admitted for key or ctx is done. It
-// returns at once with [ErrInvalidN] or [ErrExceedsLimit] when n can never
-// be admitted, with [ErrDeadline] when the next retry would outlast ctx's
-// deadline, and with [ErrTooManyKeys] when the key cannot be held. Waiters
-// on a key retry after each Decision's RetryAfter; unlike the single bucket
-// limiters they are not served in arrival order. With an [Observer], WaitN
-// reports one Event when it returns, not one per retry.
-func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
-	if k.obs == nil {
-		return k.wait(ctx, key, n)
-	}
-	start := time.Now()
-	err := k.wait(ctx, key, n)
-	g := k.cur.Load()
-	reportWait(k.obs, ctx, Event{Limit: k.name, Algorithm: g.policy.Algorithm, Home: HomeKeyed, N: n}, g.limit, err, start)
-	return err
-}
-
-// wait is WaitN with nothing reported.
-func (k *Keyed) wait(ctx context.Context, key string, n int) error {
-	if ctx == nil {
-		return errNilContext
-	}
-	return waitLoop(ctx, k.ts.Clock(), func() (Decision, error) {
-		return k.decide(k.ts.Now(), key, n, consume)
-	}, n)
+	return bits
 }
 
 // keyedStore is the algorithm-independent face of store[S, A]: the state of
@@ -446,6 +172,13 @@ func newStore[S any, A algorithm[S]](alg A, maxKeys int) *store[S, A] {
 	return s
 }
 
+// tooManyKeys is v refused for want of room.
+func tooManyKeys(v verdict) verdict {
+	v.ok = false
+	v.retry = int64(time.Second)
+	return v
+}
+
 // bind is called once, by newGeneration, before the store is used.
 func (s *store[S, A]) bind(g *generation, keys *atomic.Int64) {
 	s.gen, s.keys = g, keys
@@ -543,13 +276,6 @@ func (s *store[S, A]) decideNew(sh *shard[S], now int64, key string, h uint32, n
 		s.alg.decide(st, now, used, consume)
 	}
 	return decideN(s.alg, st, now, n, consume), nil
-}
-
-// tooManyKeys is v refused for want of room.
-func tooManyKeys(v verdict) verdict {
-	v.ok = false
-	v.retry = int64(time.Second)
-	return v
 }
 
 // insert stores key, for which room is reserved, with a fresh state.

@@ -1,0 +1,98 @@
+package ratelimit
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlkit/ratelimit/internal/reconf"
+)
+
+// keptPolicies is the number of previous policies whose states a Keyed
+// converts (see reconf.Kept).
+const keptPolicies = reconf.Kept
+
+// generation is one policy of a [Keyed] limiter and the store of the keys
+// decided under it. SetPolicy makes a new generation current; the one it
+// replaces keeps its states, read-only, until each key is converted the
+// first time it is touched, and until every state left is idle, when it is
+// pruned.
+//
+// Locks are taken newest generation first: a decision holds its key's
+// shard in the current generation while it takes the key's shard in each
+// older one in turn. AllowAll takes every lock it needs at once, ordered by
+// (Keyed id, generation newest first, shard index).
+type generation struct {
+	policy Policy
+	limit  int64
+	store  keyedStore
+	seq    uint64      // 0 for NewKeyed's, then 1, 2, ...: the lock order
+	mode   Inheritance // how states of the previous generation convert to this one
+	// prev is the generation this one replaced, nil once no older one can
+	// hold state; next is the one that replaced this one, nil while this
+	// one is current. Once set, next only changes to a copy of the same
+	// generation without its store (see Keyed.lighten).
+	prev, next atomic.Pointer[generation]
+	// idleAt is when every state of this generation is idle, set once it
+	// is superseded; math.MaxInt64 before.
+	idleAt atomic.Int64
+	// dropped is set, under Keyed.mu, when the store is pruned: it holds
+	// no key, and conversions skip it.
+	dropped atomic.Bool
+}
+
+// idleBy returns a time by which every state of p last changed at or
+// before t is idle: the longest time a state of p takes to become
+// indistinguishable from a fresh one.
+func idleBy(p Policy, t int64) int64 {
+	var d time.Duration
+	switch p.Algorithm {
+	case SlidingCounterAlgorithm:
+		// The current window, then one more in which it is the previous.
+		d = 2 * p.Period
+	case QuotaAlgorithm:
+		// The end of the period containing t.
+		d = p.WindowAt(time.Unix(0, t))
+	default:
+		// A fixed or sliding window; a token bucket's time to refill from
+		// empty; a leaky bucket's time to drain when full.
+		d = p.Window()
+	}
+	if d <= 0 || t > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return t + int64(d)
+}
+
+// droppedStore is the store of a generation that Keyed.lighten copied
+// without its own: it holds no key, and nothing is decided in it.
+type droppedStore struct{}
+
+var (
+	droppedMu      sync.Mutex // lockFor's, never contended: nothing is decided here
+	droppedRetired = true
+)
+
+func (droppedStore) decide(int64, string, int, action) (verdict, error) {
+	return verdict{}, errSuperseded
+}
+func (droppedStore) refund(int64, string, int64) error            { return errSuperseded }
+func (droppedStore) penalize(int64, string, int64) error          { return errSuperseded }
+func (droppedStore) reset(string) error                           { return errSuperseded }
+func (droppedStore) len() int                                     { return 0 }
+func (droppedStore) bind(*generation, *atomic.Int64)              {}
+func (droppedStore) refundLocked(int64, string, int64)            {}
+func (droppedStore) forget(string)                                {}
+func (droppedStore) reclaimSome(_ int64, budget int) int          { return budget }
+func (droppedStore) retire()                                      {}
+func (droppedStore) drop()                                        {}
+func (droppedStore) empty() bool                                  { return true }
+func (droppedStore) olderLock(string) (*sync.Mutex, int, bool)    { return nil, 0, false }
+func (droppedStore) take(int64, string, bool, bool) (int64, bool) { return 0, false }
+func (droppedStore) lockFor(string) (*sync.Mutex, int, *bool) {
+	return &droppedMu, 0, &droppedRetired
+}
+func (droppedStore) decideLocked(int64, string, int, action) (verdict, error) {
+	return verdict{}, errSuperseded
+}
