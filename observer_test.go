@@ -205,26 +205,6 @@ func TestObserverAllowAllKeyed(t *testing.T) {
 	assert.Equal(t, 4, must(a.Peek(ctx, "secret-key", 0)).Remaining, "a denied request charges nothing")
 }
 
-// TestObserverTieredReportsThroughItsTier: a Tiered reports nothing itself;
-// the tier's limiter reports each decision once.
-func TestObserverTieredReportsThroughItsTier(t *testing.T) {
-	t.Parallel()
-	rec := &recorder{}
-	k, err := NewKeyed(FixedWindowPolicy(1, time.Hour), WithClock(newManualClock(testStart)), WithObserver(rec), WithName("api"))
-	require.NoError(t, err)
-	tl, err := NewTiered(func(context.Context, string) string { return "free" }, map[string]KeyedLimiter{"free": k})
-	require.NoError(t, err)
-	_, err = tl.AllowN(context.Background(), "secret-key", 1)
-	require.NoError(t, err)
-	wantEvent(t, rec.take(), k.Policy(), HomeKeyed, 1, OutcomeAllowed, false, nil)
-	_, _ = tl.AllowN(context.Background(), "secret-key", 1)
-	wantEvent(t, rec.take(), k.Policy(), HomeKeyed, 1, OutcomeDenied, false, nil)
-
-	_, err = NewTiered(func(context.Context, string) string { return "free" }, map[string]KeyedLimiter{"free": k}, WithObserver(rec))
-	require.ErrorIs(t, err, ErrInvalidConfig, "Tiered reports nothing itself: WithObserver does not apply")
-	assert.Contains(t, err.Error(), "ratelimit.WithObserver")
-}
-
 // TestObserverDoesNotAllocate: with an Observer set, AllowN allocates
 // nothing, single and keyed.
 func TestObserverDoesNotAllocate(t *testing.T) {
