@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -96,3 +97,54 @@ func (droppedStore) lockFor(string) (*sync.Mutex, int, *bool) {
 func (droppedStore) decideLocked(int64, string, int, action) (verdict, error) {
 	return verdict{}, errSuperseded
 }
+
+// keyedStore is the algorithm-independent face of shardStore[S, A]: the state of
+// every key under one generation's policy (see generation). It returns
+// verdicts, not Decisions: see verdict for why. Every method that takes the
+// key's shard lock returns errSuperseded, having done nothing, when a newer
+// generation has replaced the store: the caller retries on that one.
+type keyedStore interface {
+	// decide decides n events for key at now, taking the key's shard lock.
+	decide(now int64, key string, n int, act action) (verdict, error)
+	refund(now int64, key string, n int64) error
+	// penalize charges min(n, what key has left) at now.
+	penalize(now int64, key string, n int64) error
+	// reset forgets key's state here and in every older generation.
+	reset(key string) error
+	len() int
+	// lockFor returns the lock of key's shard, the shard's index, and its
+	// retired flag, which may be read with the lock held: true once a newer
+	// generation has replaced the store.
+	lockFor(key string) (*sync.Mutex, int, *bool)
+	// decideLocked is decide with the shard's lock, and the locks of key's
+	// shards in older generations that hold any key, already held.
+	decideLocked(now int64, key string, n int, act action) (verdict, error)
+	refundLocked(now int64, key string, n int64)
+
+	// bind makes the store generation g's, counting its keys in keys.
+	bind(g *generation, keys *atomic.Int64)
+	// take is a newer generation's conversion of key (see
+	// shardStore.inherited): it reports the events key has used here at now
+	// (Limit minus Peek(0)'s Remaining), and whether the store holds key.
+	// With remove, the key is deleted, and its room in the key count passes
+	// to the caller. With locked, the caller holds key's shard lock.
+	take(now int64, key string, remove, locked bool) (used int64, found bool)
+	// olderLock returns the lock and shard index of key's shard when that
+	// shard holds any key, for AllowAll to take in its lock order.
+	olderLock(key string) (*sync.Mutex, int, bool)
+	// forget deletes key, taking its shard's lock.
+	forget(key string)
+	// reclaimSome deletes idle keys in shards whose lock is free, looking
+	// at up to budget entries; it returns the budget left.
+	reclaimSome(now int64, budget int) int
+	// retire marks every shard superseded: nothing is decided here again.
+	retire()
+	// drop forgets every key: each is idle (see Keyed.prune).
+	drop()
+	// empty reports whether no shard holds a key.
+	empty() bool
+}
+
+// errSuperseded is returned inside the package, never to callers, by a
+// store that a newer generation replaced.
+var errSuperseded = errors.New("ratelimit: superseded generation")

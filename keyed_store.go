@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"errors"
 	"hash/maphash"
 	"runtime"
 	"sync"
@@ -58,59 +57,8 @@ func shardBits() uint {
 	return bits
 }
 
-// keyedStore is the algorithm-independent face of store[S, A]: the state of
-// every key under one generation's policy (see generation). It returns
-// verdicts, not Decisions: see verdict for why. Every method that takes the
-// key's shard lock returns errSuperseded, having done nothing, when a newer
-// generation has replaced the store: the caller retries on that one.
-type keyedStore interface {
-	// decide decides n events for key at now, taking the key's shard lock.
-	decide(now int64, key string, n int, act action) (verdict, error)
-	refund(now int64, key string, n int64) error
-	// penalize charges min(n, what key has left) at now.
-	penalize(now int64, key string, n int64) error
-	// reset forgets key's state here and in every older generation.
-	reset(key string) error
-	len() int
-	// lockFor returns the lock of key's shard, the shard's index, and its
-	// retired flag, which may be read with the lock held: true once a newer
-	// generation has replaced the store.
-	lockFor(key string) (*sync.Mutex, int, *bool)
-	// decideLocked is decide with the shard's lock, and the locks of key's
-	// shards in older generations that hold any key, already held.
-	decideLocked(now int64, key string, n int, act action) (verdict, error)
-	refundLocked(now int64, key string, n int64)
-
-	// bind makes the store generation g's, counting its keys in keys.
-	bind(g *generation, keys *atomic.Int64)
-	// take is a newer generation's conversion of key (see
-	// store.inherited): it reports the events key has used here at now
-	// (Limit minus Peek(0)'s Remaining), and whether the store holds key.
-	// With remove, the key is deleted, and its room in the key count passes
-	// to the caller. With locked, the caller holds key's shard lock.
-	take(now int64, key string, remove, locked bool) (used int64, found bool)
-	// olderLock returns the lock and shard index of key's shard when that
-	// shard holds any key, for AllowAll to take in its lock order.
-	olderLock(key string) (*sync.Mutex, int, bool)
-	// forget deletes key, taking its shard's lock.
-	forget(key string)
-	// reclaimSome deletes idle keys in shards whose lock is free, looking
-	// at up to budget entries; it returns the budget left.
-	reclaimSome(now int64, budget int) int
-	// retire marks every shard superseded: nothing is decided here again.
-	retire()
-	// drop forgets every key: each is idle (see Keyed.prune).
-	drop()
-	// empty reports whether no shard holds a key.
-	empty() bool
-}
-
-// errSuperseded is returned inside the package, never to callers, by a
-// store that a newer generation replaced.
-var errSuperseded = errors.New("ratelimit: superseded generation")
-
-// store holds per-key state S for algorithm A in shards.
-type store[S any, A algorithm[S]] struct {
+// shardStore holds per-key state S for algorithm A in shards.
+type shardStore[S any, A algorithm[S]] struct {
 	alg     A
 	seed    maphash.Seed
 	shards  []shard[S]
@@ -160,9 +108,9 @@ const (
 	sampleWhenFull = 16
 )
 
-func newStore[S any, A algorithm[S]](alg A, maxKeys int) *store[S, A] {
+func newStore[S any, A algorithm[S]](alg A, maxKeys int) *shardStore[S, A] {
 	bits := shardBits()
-	s := &store[S, A]{
+	s := &shardStore[S, A]{
 		alg:     alg,
 		seed:    maphash.MakeSeed(),
 		shards:  make([]shard[S], 1<<bits),
@@ -180,29 +128,29 @@ func tooManyKeys(v verdict) verdict {
 }
 
 // bind is called once, by newGeneration, before the store is used.
-func (s *store[S, A]) bind(g *generation, keys *atomic.Int64) {
+func (s *shardStore[S, A]) bind(g *generation, keys *atomic.Int64) {
 	s.gen, s.keys = g, keys
 }
 
 // shardFor returns key's shard, the shard's index, and the 32 bits of the
 // key's hash its table uses.
-func (s *store[S, A]) shardFor(key string) (*shard[S], int, uint32) {
+func (s *shardStore[S, A]) shardFor(key string) (*shard[S], int, uint32) {
 	h := maphash.String(s.seed, key)
 	i := int(h >> s.shift)
 	return &s.shards[i], i, uint32(h)
 }
 
-func (s *store[S, A]) lockFor(key string) (*sync.Mutex, int, *bool) {
+func (s *shardStore[S, A]) lockFor(key string) (*sync.Mutex, int, *bool) {
 	sh, i, _ := s.shardFor(key)
 	return &sh.mu, i, &sh.retired
 }
 
-func (s *store[S, A]) olderLock(key string) (*sync.Mutex, int, bool) {
+func (s *shardStore[S, A]) olderLock(key string) (*sync.Mutex, int, bool) {
 	sh, i, _ := s.shardFor(key)
 	return &sh.mu, i, sh.held.Load() > 0
 }
 
-func (s *store[S, A]) decide(now int64, key string, n int, act action) (verdict, error) {
+func (s *shardStore[S, A]) decide(now int64, key string, n int, act action) (verdict, error) {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
 	v, err := s.decideIn(sh, now, key, h, n, act, false)
@@ -210,7 +158,7 @@ func (s *store[S, A]) decide(now int64, key string, n int, act action) (verdict,
 	return v, err
 }
 
-func (s *store[S, A]) decideLocked(now int64, key string, n int, act action) (verdict, error) {
+func (s *shardStore[S, A]) decideLocked(now int64, key string, n int, act action) (verdict, error) {
 	sh, _, h := s.shardFor(key)
 	return s.decideIn(sh, now, key, h, n, act, true)
 }
@@ -218,7 +166,7 @@ func (s *store[S, A]) decideLocked(now int64, key string, n int, act action) (ve
 // decideIn decides for key, which lives in sh with hash h, at now. A key
 // the store does not hold is decided by decideNew. Requires sh.mu held (and
 // with olderLocked, key's shards in older generations).
-func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, act action, olderLocked bool) (verdict, error) {
+func (s *shardStore[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n int, act action, olderLocked bool) (verdict, error) {
 	if sh.retired {
 		return verdict{}, errSuperseded
 	}
@@ -229,7 +177,7 @@ func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n 
 }
 
 // decideNew decides for a key sh does not hold. When an older generation
-// holds it, its state is converted (see store.inherited): with consume the
+// holds it, its state is converted (see shardStore.inherited): with consume the
 // converted state is stored and the old one deleted, with inspect nothing
 // changes. Otherwise the key is decided on a fresh state and stored only
 // if admitted and act is consume. A new key that the limiter has no room
@@ -238,7 +186,7 @@ func (s *store[S, A]) decideIn(sh *shard[S], now int64, key string, h uint32, n 
 // Peek agrees with AllowN: when a key will next be idle is not known.
 // Peek(0) of a new key reports a fresh quota and needs no room; a converted
 // key brings its room along. Requires sh.mu held.
-func (s *store[S, A]) decideNew(sh *shard[S], now int64, key string, h uint32, n int, act action, olderLocked bool) (verdict, error) {
+func (s *shardStore[S, A]) decideNew(sh *shard[S], now int64, key string, h uint32, n int, act action, olderLocked bool) (verdict, error) {
 	used, found := s.inherited(now, key, act == consume, olderLocked)
 	// On the scratch state, act changes nothing that outlives this call.
 	fresh := s.fresh(sh)
@@ -280,7 +228,7 @@ func (s *store[S, A]) decideNew(sh *shard[S], now int64, key string, h uint32, n
 
 // insert stores key, for which room is reserved, with a fresh state.
 // Requires sh.mu held.
-func (s *store[S, A]) insert(sh *shard[S], key string, h uint32) *S {
+func (s *shardStore[S, A]) insert(sh *shard[S], key string, h uint32) *S {
 	st := sh.t.insert(key, h)
 	sh.held.Store(int32(sh.t.len()))
 	return st
@@ -296,7 +244,7 @@ func (s *store[S, A]) insert(sh *shard[S], key string, h uint32) *S {
 // With remove, the old state is deleted and its room in the key count
 // passes to the caller. Requires key's shard lock in s held (and with
 // olderLocked, its shards in older generations that hold keys).
-func (s *store[S, A]) inherited(now int64, key string, remove, olderLocked bool) (int64, bool) {
+func (s *shardStore[S, A]) inherited(now int64, key string, remove, olderLocked bool) (int64, bool) {
 	for o := s.gen.prev.Load(); o != nil; o = o.prev.Load() {
 		if o.dropped.Load() {
 			continue
@@ -315,7 +263,7 @@ func (s *store[S, A]) inherited(now int64, key string, remove, olderLocked bool)
 	return 0, false
 }
 
-func (s *store[S, A]) take(now int64, key string, remove, locked bool) (int64, bool) {
+func (s *shardStore[S, A]) take(now int64, key string, remove, locked bool) (int64, bool) {
 	sh, _, h := s.shardFor(key)
 	if sh.held.Load() == 0 { // retired: it will never hold key again
 		return 0, false
@@ -342,7 +290,7 @@ func (s *store[S, A]) take(now int64, key string, remove, locked bool) (int64, b
 // when sh does not hold it, or nil when the key has nothing to remember
 // (no state anywhere, or one that converts to a fresh state). Requires
 // sh.mu held (and with olderLocked, key's shards in older generations).
-func (s *store[S, A]) held(sh *shard[S], now int64, key string, h uint32, olderLocked bool) *S {
+func (s *shardStore[S, A]) held(sh *shard[S], now int64, key string, h uint32, olderLocked bool) *S {
 	if st := sh.t.get(key, h); st != nil {
 		return st
 	}
@@ -369,7 +317,7 @@ func (s *store[S, A]) held(sh *shard[S], now int64, key string, h uint32, olderL
 // gives the room back with s.keys.Add(-1). The cost of a refusal is
 // bounded: a flood of new keys at the cap cannot make each request scan
 // the limiter. Requires sh.mu held.
-func (s *store[S, A]) makeRoom(sh *shard[S], now int64) bool {
+func (s *shardStore[S, A]) makeRoom(sh *shard[S], now int64) bool {
 	s.reclaim(sh, now, sampleOnInsert)
 	if s.reserve() {
 		return true
@@ -407,7 +355,7 @@ func (s *store[S, A]) makeRoom(sh *shard[S], now int64) bool {
 	return false
 }
 
-func (s *store[S, A]) reclaimSome(now int64, budget int) int {
+func (s *shardStore[S, A]) reclaimSome(now int64, budget int) int {
 	start := int(s.sweep.Add(1))
 	for i := 0; i < len(s.shards) && budget > 0; i++ {
 		o := &s.shards[(start+i)%len(s.shards)]
@@ -424,7 +372,7 @@ func (s *store[S, A]) reclaimSome(now int64, budget int) int {
 }
 
 // reserve takes room for one key if s holds fewer than maxKeys.
-func (s *store[S, A]) reserve() bool {
+func (s *shardStore[S, A]) reserve() bool {
 	if s.keys.Add(1) <= s.maxKeys {
 		return true
 	}
@@ -434,7 +382,7 @@ func (s *store[S, A]) reserve() bool {
 
 // fresh returns sh's scratch state, reset to a fresh one. Requires sh.mu
 // held; the state is valid until it is released.
-func (s *store[S, A]) fresh(sh *shard[S]) *S {
+func (s *shardStore[S, A]) fresh(sh *shard[S]) *S {
 	var zero S
 	sh.scratch = zero
 	return &sh.scratch
@@ -443,7 +391,7 @@ func (s *store[S, A]) fresh(sh *shard[S]) *S {
 // reclaim looks at up to budget keys of sh, going round the table from
 // where it last stopped, and deletes the idle ones: a sweep spread over
 // inserts, with no pass over the whole table. Requires sh.mu held.
-func (s *store[S, A]) reclaim(sh *shard[S], now int64, budget int) {
+func (s *shardStore[S, A]) reclaim(sh *shard[S], now int64, budget int) {
 	t := &sh.t
 	// Empty slots cost a look too, but fewer than keys: the load is at
 	// least 1/5 (1/minLoadDen) in any table larger than the smallest.
@@ -465,7 +413,7 @@ func (s *store[S, A]) reclaim(sh *shard[S], now int64, budget int) {
 	}
 }
 
-func (s *store[S, A]) refund(now int64, key string, n int64) error {
+func (s *shardStore[S, A]) refund(now int64, key string, n int64) error {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -476,19 +424,19 @@ func (s *store[S, A]) refund(now int64, key string, n int64) error {
 	return nil
 }
 
-func (s *store[S, A]) refundLocked(now int64, key string, n int64) {
+func (s *shardStore[S, A]) refundLocked(now int64, key string, n int64) {
 	sh, _, h := s.shardFor(key)
 	s.refundIn(sh, now, key, h, n, true)
 }
 
 // refundIn requires sh.mu held.
-func (s *store[S, A]) refundIn(sh *shard[S], now int64, key string, h uint32, n int64, olderLocked bool) {
+func (s *shardStore[S, A]) refundIn(sh *shard[S], now int64, key string, h uint32, n int64, olderLocked bool) {
 	if st := s.held(sh, now, key, h, olderLocked); st != nil {
 		s.alg.refund(st, now, n)
 	}
 }
 
-func (s *store[S, A]) penalize(now int64, key string, n int64) error {
+func (s *shardStore[S, A]) penalize(now int64, key string, n int64) error {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -509,7 +457,7 @@ func (s *store[S, A]) penalize(now int64, key string, n int64) error {
 	return nil
 }
 
-func (s *store[S, A]) reset(key string) error {
+func (s *shardStore[S, A]) reset(key string) error {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -526,7 +474,7 @@ func (s *store[S, A]) reset(key string) error {
 	return nil
 }
 
-func (s *store[S, A]) forget(key string) {
+func (s *shardStore[S, A]) forget(key string) {
 	sh, _, h := s.shardFor(key)
 	if sh.held.Load() == 0 {
 		return
@@ -540,7 +488,7 @@ func (s *store[S, A]) forget(key string) {
 
 // deleteIn deletes key from sh if it is there, giving back its room in
 // the key count. Requires sh.mu held.
-func (s *store[S, A]) deleteIn(sh *shard[S], key string, h uint32) {
+func (s *shardStore[S, A]) deleteIn(sh *shard[S], key string, h uint32) {
 	if i := sh.t.find(key, h); i >= 0 {
 		s.removeAt(sh, i)
 		s.keys.Add(-1)
@@ -549,12 +497,12 @@ func (s *store[S, A]) deleteIn(sh *shard[S], key string, h uint32) {
 
 // removeAt deletes the key in slot i of sh's table and keeps sh.held in
 // step; the key count is the caller's to adjust. Requires sh.mu held.
-func (s *store[S, A]) removeAt(sh *shard[S], i int) {
+func (s *shardStore[S, A]) removeAt(sh *shard[S], i int) {
 	sh.t.delete(i)
 	sh.held.Store(int32(sh.t.len()))
 }
 
-func (s *store[S, A]) retire() {
+func (s *shardStore[S, A]) retire() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -563,7 +511,7 @@ func (s *store[S, A]) retire() {
 	}
 }
 
-func (s *store[S, A]) drop() {
+func (s *shardStore[S, A]) drop() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -578,7 +526,7 @@ func (s *store[S, A]) drop() {
 	}
 }
 
-func (s *store[S, A]) empty() bool {
+func (s *shardStore[S, A]) empty() bool {
 	for i := range s.shards {
 		if s.shards[i].held.Load() != 0 {
 			return false
@@ -587,7 +535,7 @@ func (s *store[S, A]) empty() bool {
 	return true
 }
 
-func (s *store[S, A]) len() int {
+func (s *shardStore[S, A]) len() int {
 	total := 0
 	for i := range s.shards {
 		sh := &s.shards[i]

@@ -526,7 +526,7 @@ func TestQuotaSpanCache(t *testing.T) {
 			for i := range 500 {
 				now := times[(g+i)%len(times)].UnixNano()
 				st := fwState{}
-				v := k.cur.Load().store.(*store[fwState, *quotaAlg]).alg.decide(&st, now, 1, consume)
+				v := k.cur.Load().store.(*shardStore[fwState, *quotaAlg]).alg.decide(&st, now, 1, consume)
 				ws, _ := ref.periodAt(now)
 				if st.k != ws || !v.ok {
 					t.Errorf("decide at %v: state %+v, want period start %d", time.Unix(0, now).UTC(), st, ws)
