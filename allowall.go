@@ -8,30 +8,6 @@ import (
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
-// Dimension is one limit that a request must pass: a keyed limiter and the
-// key to charge in it, such as the per-API-key limit for "key-123" or the
-// login limit for "203.0.113.7".
-type Dimension struct {
-	// Name identifies the limit in reports and headers, such as "per-key".
-	Name string
-	// Limiter is the keyed limiter that holds the limit.
-	Limiter KeyedLimiter
-	// Key is the key to charge.
-	Key string
-}
-
-// MultiDecision is the outcome of [AllowAll]: the most restrictive of the
-// dimensions' decisions, and which dimension it came from.
-type MultiDecision struct {
-	// Decision is the denying dimension's Decision when the request was
-	// denied (the longest RetryAfter if several deny), or else the admitting
-	// Decision with the fewest Remaining.
-	Decision
-	// Index is the position in dims of the dimension Decision came from, or
-	// -1 when there were no dimensions.
-	Index int
-}
-
 // AllowAll charges n events to every dimension, all or nothing: if any
 // dimension denies, none is charged. It returns the most restrictive
 // Decision and which dimension it came from; MultiDecision.Allowed reports
@@ -39,15 +15,20 @@ type MultiDecision struct {
 // denied request reports the longest RetryAfter of all the dimensions that
 // deny it: waiting that long (with no other traffic) lets it through.
 //
-// When every dimension's limiter is a [*Keyed], or a [*Tiered] whose tier
-// for the key is a *Keyed, AllowAll is exact and atomic: it locks the shards
-// involved (in a fixed order, so concurrent calls cannot deadlock), checks
-// every dimension, and charges them only if all admit. With other limiters
-// (such as Redis ones) it charges the dimensions in order; once one denies,
-// it asks each later dimension what it would decide with Peek, and then
-// refunds with RefundN every dimension it charged. A concurrent request
-// may then briefly see the refunded quota as used. Refunds do not depend on
-// ctx: a caller that goes away does not leave a denied request charged.
+// A dimension whose limiter picks another limiter per key, as a [*Tiered]
+// does ([Tiered.Tier]), is resolved once, to the limiter of the key's tier:
+// the request is charged, and refunded, there, with one call of the tier
+// function.
+//
+// When every (resolved) dimension's limiter is a [*Keyed], AllowAll is
+// exact and atomic: it locks the shards involved (in a fixed order, so
+// concurrent calls cannot deadlock), checks every dimension, and charges
+// them only if all admit. With other limiters (such as Redis ones) it
+// charges the dimensions in order; once one denies, it asks each later
+// dimension what it would decide with Peek, and then refunds with RefundN
+// every dimension it charged. A concurrent request may then briefly see the
+// refunded quota as used. Refunds do not depend on ctx: a caller that goes
+// away does not leave a denied request charged.
 //
 // A dimension with a nil Limiter is a configuration error: AllowAll denies
 // the request with an error wrapping [ErrInvalidConfig] that names it, and
@@ -63,88 +44,70 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: 0}, errNilContext
 	}
 	for i, d := range dims {
-		if nilLimiter(d.Limiter) {
+		if typednil.Is(d.Limiter) {
 			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
 				errs.AtDimension(i, false, configError("ratelimit.AllowAll dims[%d].Limiter (%q) must not be nil, got %v", i, d.Name, d.Limiter))
 		}
 	}
-	if allKeyed(dims) {
-		return allowAllKeyed(ctx, n, dims)
-	}
 	var buf [8]Dimension
-	resolved, ok, err := resolveKeyed(ctx, dims, &buf)
+	dims, err := resolveAll(ctx, dims, &buf)
 	if err != nil {
-		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: len(resolved)}, errs.AtDimension(len(resolved), false, err)
+		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: len(dims)}, errs.AtDimension(len(dims), false, err)
 	}
-	if ok {
-		return allowAllKeyed(ctx, n, resolved)
+	if allAtomic(dims) {
+		return allowAllAtomic(ctx, n, dims)
 	}
-	// Resolved, each Tiered dimension is charged and refunded in the tier
-	// it was resolved to, with one call of its tier function.
-	return allowAllRefund(ctx, n, resolved)
+	return allowAllRefund(ctx, n, dims)
 }
 
-// nilLimiter reports whether l is nil or a typed nil, without reflection
-// for the in-memory limiters.
-func nilLimiter(l KeyedLimiter) bool {
-	switch v := l.(type) {
-	case *Keyed:
-		return v == nil
-	case *Tiered:
-		return v == nil
-	}
-	return typednil.Is(l)
+// atomicAllower is the optional interface through which a home offers
+// AllowAll its atomic path, allowAllAtomic: when every dimension's limiter
+// offers it, AllowAll decides them all at once, under one lock order. The
+// in-memory [*Keyed] offers it (keyed_allowall.go). The path is called
+// directly, not through the interface: a slice passed to an interface
+// method escapes to the heap, and AllowAll allocates nothing.
+type atomicAllower interface {
+	KeyedLimiter
+	atomicAllowAll()
 }
 
-func allKeyed(dims []Dimension) bool {
+// allAtomic reports whether every dimension's limiter offers the atomic
+// path (see atomicAllower).
+func allAtomic(dims []Dimension) bool {
 	for _, d := range dims {
-		if _, ok := d.Limiter.(*Keyed); !ok {
+		if _, ok := d.Limiter.(atomicAllower); !ok {
 			return false
 		}
 	}
 	return true
 }
 
-// resolveKeyed replaces every [*Tiered] dimension by its tier's limiter for
-// the key, in buf when it is large enough. ok reports whether every
-// resulting limiter is a *Keyed. On an unknown tier (or a tier that is a
-// nil limiter) it returns the dimensions resolved before the failing one,
-// and the error.
-func resolveKeyed(ctx context.Context, dims []Dimension, buf *[8]Dimension) (resolved []Dimension, ok bool, err error) {
-	out := bufFor(buf, len(dims))[:0]
-	ok = true
-	for _, d := range dims {
-		if t, isTiered := d.Limiter.(*Tiered); isTiered {
-			_, l, err := t.Tier(ctx, d.Key)
-			if err != nil {
-				return out, false, err
-			}
-			d.Limiter = l
+// resolveAll resolves every dimension's limiter that is a tierer to its
+// tier's limiter for the key (see resolve), in buf when it is large
+// enough; without a tierer among them it returns dims as they are. On an
+// unknown tier (or a tier that is a nil limiter) it returns the
+// dimensions resolved before the failing one, and the error.
+func resolveAll(ctx context.Context, dims []Dimension, buf *[8]Dimension) ([]Dimension, error) {
+	first := -1
+	for i, d := range dims {
+		if _, ok := d.Limiter.(tierer); ok {
+			first = i
+			break
 		}
-		if _, isKeyed := d.Limiter.(*Keyed); !isKeyed {
-			ok = false
+	}
+	if first < 0 {
+		return dims, nil
+	}
+	out := append(bufFor(buf, len(dims))[:0], dims[:first]...)
+	for _, d := range dims[first:] {
+		l, err := resolve(ctx, d.Key, d.Limiter)
+		if err != nil {
+			return out, err
 		}
+		d.Limiter = l
 		out = append(out, d)
 	}
-	return out, ok, nil
-}
-
-// mostRestrictive picks from decisions: the longest RetryAfter among the
-// denied ones, or else the fewest Remaining.
-func mostRestrictive(ds []Decision) int {
-	best := 0
-	for i, d := range ds {
-		b := ds[best]
-		switch {
-		case b.Allowed && !d.Allowed:
-			best = i
-		case !b.Allowed && !d.Allowed && d.RetryAfter > b.RetryAfter:
-			best = i
-		case b.Allowed && d.Allowed && d.Remaining < b.Remaining:
-			best = i
-		}
-	}
-	return best
+	return out, nil
 }
 
 // bufFor returns n elements in buf, or on the heap when n exceeds it.

@@ -252,6 +252,10 @@ func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
 	return err
 }
 
+// atomicAllowAll marks k as a limiter AllowAll may decide with others of
+// its kind all at once (see atomicAllower and allowAllAtomic).
+func (k *Keyed) atomicAllowAll() {}
+
 // wait is WaitN with nothing reported.
 func (k *Keyed) wait(ctx context.Context, key string, n int) error {
 	if ctx == nil {

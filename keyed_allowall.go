@@ -17,12 +17,13 @@ type lockRef struct {
 	shard int
 }
 
-// allowAllKeyed is AllowAll over in-memory limiters only. It decides
+// allowAllAtomic is AllowAll over in-memory limiters only (every
+// dimension's limiter a *Keyed: see atomicAllower). It decides
 // without calling Keyed.AllowN, so it reports to each dimension's Observer
 // itself, once the locks are released: one Event per dimension, with that
 // dimension's own Decision (a dimension that would admit reports Allowed
 // even when another one denies the request).
-func allowAllKeyed(ctx context.Context, n int, dims []Dimension) (MultiDecision, error) {
+func allowAllAtomic(ctx context.Context, n int, dims []Dimension) (MultiDecision, error) {
 	var start time.Time
 	observed := false
 	for _, d := range dims {

@@ -87,7 +87,7 @@ func (t *Tiered) Tier(ctx context.Context, key string) (string, KeyedLimiter, er
 	if err != nil {
 		return name, nil, err
 	}
-	l, err = followTiers(ctx, key, l)
+	l, err = resolve(ctx, key, l)
 	return name, l, err
 }
 
@@ -171,19 +171,26 @@ func (t *Tiered) named(name string) (KeyedLimiter, error) {
 	return nil, errs.New(fmt.Sprintf("%v %q", ErrUnknownTier, name), ErrUnknownTier)
 }
 
-// followTiers follows l, while it is a *Tiered, to the limiter holding
-// key's state. A Tiered's tiers exist before it does, so nesting ends.
-func followTiers(ctx context.Context, key string, l KeyedLimiter) (KeyedLimiter, error) {
-	for {
-		inner, ok := l.(*Tiered)
-		if !ok {
-			return l, nil
-		}
-		var err error
-		if _, l, err = inner.tier(ctx, key); err != nil {
-			return nil, err
-		}
+// tierer is the optional interface of a [KeyedLimiter] that charges each
+// key in another limiter, picked per key: its tier, as [*Tiered] does.
+// Tier returns the limiter that holds key's state (never itself a tierer).
+// [AllowAll] and [MoveKey] resolve a tierer once per call, through
+// resolve, so that a request is charged and refunded in one tier with one
+// call of the tier function.
+type tierer interface {
+	Tier(ctx context.Context, key string) (string, KeyedLimiter, error)
+}
+
+// resolve returns the limiter that holds key's state for l: its tier's
+// limiter when l is a tierer, else l. It is the one place tiers are
+// resolved: Tiered.Tier follows nested tiers through it too.
+func resolve(ctx context.Context, key string, l KeyedLimiter) (KeyedLimiter, error) {
+	t, ok := l.(tierer)
+	if !ok {
+		return l, nil
 	}
+	_, l, err := t.Tier(ctx, key)
+	return l, err
 }
 
 // admin returns the KeyAdmin of key's tier.
@@ -251,15 +258,7 @@ func (t *Tiered) Move(ctx context.Context, key, fromTier string, mode Inheritanc
 	if err != nil {
 		return err
 	}
-	from, err = followTiers(ctx, key, from)
-	if err != nil {
-		return err
-	}
-	_, to, err := t.Tier(ctx, key)
-	if err != nil {
-		return err
-	}
-	return MoveKey(ctx, key, from, to, mode)
+	return MoveKey(ctx, key, from, t, mode)
 }
 
 // MoveKey carries key's usage from one keyed limiter to another, for a key
@@ -287,8 +286,17 @@ func MoveKey(ctx context.Context, key string, from, to KeyedLimiter, mode Inheri
 	if mode < KeepUsed || mode > StartFresh {
 		return configError("ratelimit.MoveKey mode must be KeepUsed, ScaleUsed or StartFresh, got %v", mode)
 	}
-	if nilLimiter(from) || nilLimiter(to) {
+	if typednil.Is(from) || typednil.Is(to) {
 		return configError("ratelimit.MoveKey from and to must not be nil, got %T and %T", from, to)
+	}
+	// A Tiered (or any tierer) stands for the key's tier in it.
+	from, err := resolve(ctx, key, from)
+	if err != nil {
+		return err
+	}
+	to, err = resolve(ctx, key, to)
+	if err != nil {
+		return err
 	}
 	fromAdmin, err := adminOf(from)
 	if err != nil {

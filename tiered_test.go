@@ -142,19 +142,19 @@ func TestTierFollowsNestedTiered(t *testing.T) {
 	assert.Same(t, leaf, l, "the limiter holding the key's state, not the inner Tiered")
 
 	var buf [8]Dimension
-	resolved, ok, err := resolveKeyed(ctx, []Dimension{{Name: "nested", Limiter: outer, Key: "k"}}, &buf)
+	resolved, err := resolveAll(ctx, []Dimension{{Name: "nested", Limiter: outer, Key: "k"}}, &buf)
 	require.NoError(t, err)
-	assert.True(t, ok, "every resolved limiter is a *Keyed: AllowAll is atomic")
+	assert.True(t, allAtomic(resolved), "every resolved limiter is a *Keyed: AllowAll is atomic")
 	assert.Same(t, leaf, resolved[0].Limiter)
 }
 
 func allResolveKeyed(t *testing.T, l KeyedLimiter) bool {
 	t.Helper()
 	var buf [8]Dimension
-	dims, ok, err := resolveKeyed(context.Background(), []Dimension{{Name: "x", Limiter: l, Key: "k"}}, &buf)
+	dims, err := resolveAll(context.Background(), []Dimension{{Name: "x", Limiter: l, Key: "k"}}, &buf)
 	require.NoError(t, err)
 	_, isKeyed := dims[0].Limiter.(*Keyed)
-	return ok && isKeyed
+	return isKeyed
 }
 
 // TestTieredDefaultTier: with WithDefaultTier, a tier name with no limiter

@@ -192,7 +192,8 @@ func (c *Charge[R]) algorithm() ratelimit.Algorithm {
 
 // Decide runs the limits over one request: exemptions and denylists,
 // then the enforced limits all or nothing (ratelimit.AllowAll; a
-// *ratelimit.Tiered resolved once to the request's tier), then, when
+// tiered limiter, such as *ratelimit.Tiered, resolved once to the
+// request's tier), then, when
 // they admit, the shadow limits. Limiter errors are reported through
 // Config.Logger, paced, under the limit whose limiter answered them
 // (unless that limiter logs its errors itself), with attrs (nil: none)
@@ -383,8 +384,9 @@ func (s *Set[R]) DecideExempt(req *Request[R]) *Entry[R] {
 }
 
 // gather adds to v the limits that apply to req, enforced ones first, and
-// sets v.Enforced. It resolves each *ratelimit.Tiered to the request's
-// tier, calling its tier function once. It leaves out the limits whose
+// sets v.Enforced. It resolves each tiered limiter (a tierer, such as
+// *ratelimit.Tiered) to the request's tier, calling its tier function
+// once. It leaves out the limits whose
 // ExemptKeys hold the request's key, and stops at the first enforced
 // limit whose DeniedKeys hold it, returning that limit. The exemptions
 // are reported to the observer only when no denylist refuses the
