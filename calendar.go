@@ -130,9 +130,9 @@ func (c Calendar) spec(name string) (Calendar, calendar.Spec, error) {
 	return c, s, nil
 }
 
-// nominal returns the usual length of c's periods, which [Policy.Window]
-// reports: 24 hours, 7 days, 30 days or 365 days, whatever the zone and
-// the date. [Calendar.windowAt] has the real length of a given period.
+// nominal returns the usual length of c's periods: 24 hours, 7 days, 30
+// days or 365 days, whatever the zone and the date. [Calendar.windowAt]
+// has the real length of a given period, which [Policy.WindowAt] reports.
 func (c Calendar) nominal() time.Duration {
 	const day = 24 * time.Hour
 	switch c.Unit {

@@ -183,7 +183,7 @@ func (c *core[S, A]) allowNObserved(n int) Decision {
 	now, mark := c.ts.NowTimed()
 	d := c.decideAt(now, n, consume)
 	ctx := context.Background()
-	e := Event{Limit: c.name, Algorithm: c.algo, Home: HomeMemory, N: n, Decision: d}
+	e := Event{Name: c.name, Algorithm: c.algo, Home: HomeMemory, N: n, Decision: d}
 	e.Outcome, e.Err = outcome(n, d, nil)
 	e.Latency = c.ts.Since(now, mark)
 	c.obs.Observe(ctx, e)
@@ -211,13 +211,6 @@ func (c *core[S, A]) peek(n int) Decision {
 	return c.decideNow(n, inspect)
 }
 
-// limit is Limit.
-func (c *core[S, A]) limit() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return int(c.alg.limit())
-}
-
 // waitN is WaitN: see the limiters' own docs for what it means for each.
 // With an Observer it reports one Event when it returns.
 func (c *core[S, A]) waitN(ctx context.Context, n int) error {
@@ -229,7 +222,7 @@ func (c *core[S, A]) waitN(ctx context.Context, n int) error {
 	c.mu.Lock()
 	limit := c.alg.limit()
 	c.mu.Unlock()
-	reportWait(c.obs, ctx, Event{Limit: c.name, Algorithm: c.algo, Home: HomeMemory, N: n}, limit, err, start)
+	reportWait(c.obs, ctx, Event{Name: c.name, Algorithm: c.algo, Home: HomeMemory, N: n}, limit, err, start)
 	return err
 }
 

@@ -55,9 +55,6 @@ func (w *FixedWindow) AllowN(n int) Decision { return w.c.allowN(n) }
 // only when [FixedWindow.SetLimit] lowered the limit below the events counted in the current window.
 func (w *FixedWindow) Peek(n int) Decision { return w.c.peek(n) }
 
-// Limit returns the number of events allowed per window.
-func (w *FixedWindow) Limit() int { return w.c.limit() }
-
 // Wait blocks until one event is admitted or ctx is done. It is shorthand
 // for WaitN(ctx, 1).
 func (w *FixedWindow) Wait(ctx context.Context) error { return w.c.waitN(ctx, 1) }

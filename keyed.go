@@ -26,7 +26,7 @@ import (
 // no pass over the whole table: each new key looks at the next few keys of
 // its shard and drops the idle ones, under that shard's lock only. The
 // number of keys is capped over all shards ([WithMaxKeys], default
-// [DefaultMaxKeys]): when the limiter holds that many keys and none of those
+// 1<<20 keys): when the limiter holds that many keys and none of those
 // sampled (up to 20 in the new key's shard, then up to 16 in other non-empty
 // shards, a bounded cost) is idle, a request for a new key is denied with
 // [ErrTooManyKeys] while existing keys go on as before, so a flood of random
@@ -73,6 +73,9 @@ var (
 	_ KeyAdmin     = (*Keyed)(nil)
 )
 
+// defaultMaxKeys is the key cap of a Keyed without WithMaxKeys.
+const defaultMaxKeys = 1 << 20
+
 var keyedIDs atomic.Uint64
 
 // keyedOptions are the options NewKeyed accepts.
@@ -89,7 +92,7 @@ func NewKeyed(p Policy, opts ...Option) (*Keyed, error) {
 		return nil, err
 	}
 	if o.given&optMaxKeys == 0 {
-		o.maxKeys = DefaultMaxKeys
+		o.maxKeys = defaultMaxKeys
 	}
 	st, err := newKeyedStore(p, o.maxKeys)
 	if err != nil {
@@ -198,7 +201,7 @@ func (k *Keyed) report(ctx context.Context, n int, d Decision, err error, latenc
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	e := Event{Limit: k.name, Algorithm: k.cur.Load().policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Latency: latency}
+	e := Event{Name: k.name, Algorithm: k.cur.Load().policy.Algorithm, Home: HomeKeyed, N: n, Decision: d, Latency: latency}
 	e.Outcome, e.Err = outcome(n, d, err)
 	k.obs.Observe(ctx, e)
 }
@@ -248,7 +251,7 @@ func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
 	start := time.Now()
 	err := k.wait(ctx, key, n)
 	g := k.cur.Load()
-	reportWait(k.obs, ctx, Event{Limit: k.name, Algorithm: g.policy.Algorithm, Home: HomeKeyed, N: n}, g.limit, err, start)
+	reportWait(k.obs, ctx, Event{Name: k.name, Algorithm: g.policy.Algorithm, Home: HomeKeyed, N: n}, g.limit, err, start)
 	return err
 }
 

@@ -58,7 +58,7 @@ func idleBy(p Policy, t int64) int64 {
 	default:
 		// A fixed or sliding window; a token bucket's time to refill from
 		// empty; a leaky bucket's time to drain when full.
-		d = p.Window()
+		d = p.window()
 	}
 	if d <= 0 || t > math.MaxInt64-int64(d) {
 		return math.MaxInt64

@@ -459,9 +459,9 @@ func TestPenalizeEveryAlgorithm(t *testing.T) {
 			assert.Equal(t, 0, d.Remaining, "after a huge penalty")
 			assert.True(t, d.Allowed, "Peek(0) is denied only when overdrawn")
 			require.NoError(t, k.Penalize(ctx, "key", 1))
-			recovery := p.Window()
+			recovery := p.window()
 			if algo == SlidingCounterAlgorithm {
-				recovery = 2 * p.Window()
+				recovery = 2 * p.window()
 			}
 			assert.LessOrEqual(t, must(k.Peek(ctx, "key", 1)).RetryAfter, recovery, "no overdraw")
 			clk.Add(recovery)

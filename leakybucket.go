@@ -73,9 +73,6 @@ func (b *LeakyBucket) AllowN(n int) Decision { return b.c.allowN(n) }
 // [LeakyBucket.SetRate] lowered the capacity below the bucket's level.
 func (b *LeakyBucket) Peek(n int) Decision { return b.c.peek(n) }
 
-// Limit returns the bucket's capacity.
-func (b *LeakyBucket) Limit() int { return b.c.limit() }
-
 // Wait blocks until the caller's one event is released or ctx is done. It
 // is shorthand for WaitN(ctx, 1).
 func (b *LeakyBucket) Wait(ctx context.Context) error { return b.c.waitN(ctx, 1) }

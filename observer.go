@@ -38,11 +38,11 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
 // Event is one decision, as an [Observer] sees it.
 type Event struct {
-	// Limit is the limiter's name, from WithName; "" when it has none. In
+	// Name is the limiter's name, from WithName; "" when it has none. In
 	// the Events of a server's Observer (packages httplimit, grpclimit),
 	// it is the name of the server's limit, which its rate-limit fields
-	// carry too.
-	Limit string
+	// carry too. (Decision.Limit is the limiter's count.)
+	Name string
 	// Algorithm is the limiter's algorithm.
 	Algorithm Algorithm
 	// Home is where the limiter keeps its state.

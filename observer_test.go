@@ -50,7 +50,7 @@ func wantEvent(t *testing.T, got []Event, p Policy, home Home, n int, outcome Ou
 	t.Helper()
 	require.Len(t, got, 1, "events for one call")
 	e := got[0]
-	assert.Equal(t, "api", e.Limit, "Limit")
+	assert.Equal(t, "api", e.Name, "Limit")
 	assert.Equal(t, p.Algorithm, e.Algorithm, "Algorithm")
 	assert.Equal(t, home, e.Home, "Home")
 	assert.Equal(t, n, e.N, "N")

@@ -89,7 +89,8 @@ func buildOptions(ctor string, accepted optionSet, opts []Option) (options, erro
 	return o, nil
 }
 
-// WithMaxKeys caps the number of keys a [Keyed] limiter holds at exactly n,
+// WithMaxKeys caps the number of keys a [Keyed] limiter holds at exactly n
+// (without it: 1<<20, 1,048,576),
 // over all its shards: a new key that would be key n+1 is admitted only if
 // an idle key can be reclaimed to make room, and is otherwise denied with
 // [ErrTooManyKeys]. A non-positive n is an error: [NewKeyed] returns an
@@ -105,10 +106,6 @@ func WithMaxKeys(n int) Option {
 		o.maxKeys = n
 	})
 }
-
-// DefaultMaxKeys is the number of keys a [Keyed] limiter holds at most
-// unless [WithMaxKeys] says otherwise.
-const DefaultMaxKeys = 1 << 20
 
 // WithObserver makes the limiter report every decision to o: one Event per
 // AllowN (Allow included) and one per WaitN (Wait included), when it

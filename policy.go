@@ -98,16 +98,24 @@ func (p Policy) NewLimiter(opts ...Option) (Limiter, error) {
 	return nil, p.Validate()
 }
 
-// Window returns the span over which p's Limit applies, as reported in
-// rate-limit headers: the window of the window algorithms, the time a token
-// bucket takes to refill from empty (rounded up to a whole nanosecond), and
-// the time a leaky bucket takes to drain when full. For a calendar quota it
-// is the nominal length of a period, the same for every period: 24 hours
-// for Daily, 7 days for Weekly, 30 days for Monthly and 365 days for
-// Yearly; [Policy.WindowAt] returns the real length of the period at a
-// given time (23 or 25 hours on a day the clocks change, 28 to 31 days for
-// a month).
-func (p Policy) Window() time.Duration {
+// WindowAt returns the span over which p's Limit applies at t, as reported
+// in rate-limit headers: the window of the window algorithms, the time a
+// token bucket takes to refill from empty (rounded up to a whole
+// nanosecond), and the time a leaky bucket takes to drain when full, all
+// the same at every t. For a calendar quota it is the length of the period
+// containing t: 23 or 25 hours on a day the clocks change, 28 to 31 days
+// for a month.
+func (p Policy) WindowAt(t time.Time) time.Duration {
+	if p.Algorithm == QuotaAlgorithm {
+		return p.Calendar.windowAt(t)
+	}
+	return p.window()
+}
+
+// window is WindowAt for the algorithms whose window does not depend on
+// the time; for a calendar quota, the nominal length of a period (24 hours
+// for Daily, 7 days for Weekly, 30 days for Monthly, 365 for Yearly).
+func (p Policy) window() time.Duration {
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
 		if p.Refill <= 0 || p.Limit <= 0 || p.Period <= 0 {
@@ -120,16 +128,6 @@ func (p Policy) Window() time.Duration {
 		return p.Calendar.nominal()
 	}
 	return p.Period
-}
-
-// WindowAt returns the window of p at t: for a calendar quota, the length
-// of the period containing t (23 or 25 hours on a day the clocks change,
-// the month's real length); for the other algorithms, [Policy.Window].
-func (p Policy) WindowAt(t time.Time) time.Duration {
-	if p.Algorithm == QuotaAlgorithm {
-		return p.Calendar.windowAt(t)
-	}
-	return p.Window()
 }
 
 // String describes p, such as "tokenbucket(capacity=100, refill=10/1s)",

@@ -82,9 +82,6 @@ func (q *Quota) AllowN(n int) Decision { return q.c.allowN(n) }
 // counted in the current period.
 func (q *Quota) Peek(n int) Decision { return q.c.peek(n) }
 
-// Limit returns the number of events allowed per period.
-func (q *Quota) Limit() int { return q.c.limit() }
-
 // Calendar returns the quota's calendar, with a nil Location replaced by
 // time.UTC and a MonthDay of 0 by 1.
 func (q *Quota) Calendar() Calendar { return q.c.current().cal }

@@ -70,9 +70,6 @@ func (s *SlidingCounter) AllowN(n int) Decision { return s.c.allowN(n) }
 // only when [SlidingCounter.SetLimit] lowered the limit below its current estimate of the events in the window.
 func (s *SlidingCounter) Peek(n int) Decision { return s.c.peek(n) }
 
-// Limit returns the number of events allowed per window.
-func (s *SlidingCounter) Limit() int { return s.c.limit() }
-
 // Wait blocks until one event is admitted or ctx is done. It is shorthand
 // for WaitN(ctx, 1).
 func (s *SlidingCounter) Wait(ctx context.Context) error { return s.c.waitN(ctx, 1) }

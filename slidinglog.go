@@ -57,9 +57,6 @@ func (l *SlidingLog) AllowN(n int) Decision { return l.c.allowN(n) }
 // only when [SlidingLog.SetLimit] lowered the limit below the events in the log.
 func (l *SlidingLog) Peek(n int) Decision { return l.c.peek(n) }
 
-// Limit returns the number of events allowed per window.
-func (l *SlidingLog) Limit() int { return l.c.limit() }
-
 // Wait blocks until one event is admitted or ctx is done. It is shorthand
 // for WaitN(ctx, 1).
 func (l *SlidingLog) Wait(ctx context.Context) error { return l.c.waitN(ctx, 1) }

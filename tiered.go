@@ -19,7 +19,7 @@ import (
 // it has there (a full quota if it was never seen there), while its usage
 // in the old tier stays where it is until idle, so moving a key back and
 // forth resets neither tier. To carry its usage along instead (a customer
-// who upgrades keeps what they used), call [Tiered.Move] after the change. With [WithDefaultTier], a key whose tier has no
+// who upgrades keeps what they used), call [MoveKey] after the change. With [WithDefaultTier], a key whose tier has no
 // limiter is charged in the default tier instead of being refused.
 //
 // The tier limiters can be in memory ([*Keyed]) or on Redis, and may differ
@@ -160,17 +160,6 @@ func (t *Tiered) RefundN(ctx context.Context, key string, n int) error {
 	return l.RefundN(ctx, key, n)
 }
 
-// named returns the limiter of the tier called name, or the default tier's.
-func (t *Tiered) named(name string) (KeyedLimiter, error) {
-	if l, ok := t.tiers[name]; ok {
-		return l, nil
-	}
-	if t.fallback != nil {
-		return t.fallback, nil
-	}
-	return nil, errs.New(fmt.Sprintf("%v %q", ErrUnknownTier, name), ErrUnknownTier)
-}
-
 // tierer is the optional interface of a [KeyedLimiter] that charges each
 // key in another limiter, picked per key: its tier, as [*Tiered] does.
 // Tier returns the limiter that holds key's state (never itself a tierer).
@@ -241,34 +230,17 @@ func (t *Tiered) Penalize(ctx context.Context, key string, n int) error {
 	return a.Penalize(ctx, key, n)
 }
 
-// Move carries key's usage from the tier fromTier to its tier now (see
-// [Tiered.Tier]), by [MoveKey]: call it after the key's tier changed, such
-// as once a customer's upgrade from "free" to "pro" is recorded, so that
-// the new tier starts from what the key used in the old one as mode
-// converts it (KeepUsed: 60 of 100 a minute used stays 60 used of 10,000;
-// ScaleUsed: it becomes 6,000). A fromTier with no limiter is the default
-// tier's ([WithDefaultTier]), or an error wrapping [ErrUnknownTier]. When
-// both tiers are the same limiter nothing changes. Both tiers' limiters
-// must implement [KeyAdmin]. Like MoveKey it is not atomic.
-func (t *Tiered) Move(ctx context.Context, key, fromTier string, mode Inheritance) error {
-	if ctx == nil {
-		return errNilContext
-	}
-	from, err := t.named(fromTier)
-	if err != nil {
-		return err
-	}
-	return MoveKey(ctx, key, from, t, mode)
-}
-
 // MoveKey carries key's usage from one keyed limiter to another, for a key
 // whose tier (plan, policy) changed: the events it used in from (its Limit
 // minus Peek(ctx, key, 0).Remaining there) are converted by mode to to's
 // limit (the Limit of Peek on to) as [Keyed.SetPolicy] converts them, and
 // charged to key in to with Penalize, on top of what to already shows used
 // (only the difference, if positive); then key is Reset in from. Both
-// limiters must implement [KeyAdmin]. [Tiered.Move] does this for a
-// Tiered limiter's tiers.
+// limiters must implement [KeyAdmin]. A [*Tiered] stands for the key's
+// tier in it: after a customer's upgrade from "free" to "pro" is recorded,
+// MoveKey(ctx, key, tiers["free"], tiered, mode) carries what the key used
+// in the old tier into the new one, as mode converts it (KeepUsed: 60 of
+// 100 a minute used stays 60 used of 10,000; ScaleUsed: it becomes 6,000).
 //
 // MoveKey is not atomic across the two limiters: requests for key between
 // its steps are decided by whichever limiter they reach. Move the key's

@@ -51,7 +51,7 @@ func TestTieredMove(t *testing.T) {
 			mu.Lock()
 			plan = "pro"
 			mu.Unlock()
-			require.NoError(t, tiered.Move(ctx, "cust", "free", tc.mode))
+			require.NoError(t, MoveKey(ctx, "cust", free, tiered, tc.mode))
 			assert.Equal(t, tc.want, must(tiered.Peek(ctx, "cust", 0)).Remaining)
 			assert.Equal(t, 100, must(free.Peek(ctx, "cust", 0)).Remaining, "the old tier forgets the key")
 		})
@@ -85,15 +85,20 @@ func TestTieredAdminDelegates(t *testing.T) {
 	//lint:ignore SA1012 a nil context is what is tested
 	assert.Error(t, tiered.Reset(nil, "free")) //nolint:staticcheck
 
-	assert.ErrorIs(t, tiered.Move(ctx, "free", "gold", KeepUsed), ErrUnknownTier)
-	assert.EqualError(t, tiered.Move(ctx, "free", "plain", KeepUsed), notAdmin)
+	// MoveKey resolves a Tiered to the key's tier: the key "gold" has none,
+	// the key "plain" is in a limiter that is no KeyAdmin.
+	assert.ErrorIs(t, MoveKey(ctx, "gold", free, tiered, KeepUsed), ErrUnknownTier)
+	assert.ErrorIs(t, MoveKey(ctx, "gold", tiered, free, KeepUsed), ErrUnknownTier)
+	assert.EqualError(t, MoveKey(ctx, "plain", plain, tiered, KeepUsed), notAdmin)
 	require.NoError(t, tiered.Penalize(ctx, "free", 5))
-	require.NoError(t, tiered.Move(ctx, "free", "free", KeepUsed), "same tier")
+	require.NoError(t, MoveKey(ctx, "free", free, tiered, KeepUsed), "same tier")
+	require.NoError(t, MoveKey(ctx, "free", tiered, free, KeepUsed), "same tier")
 	assert.Equal(t, 95, must(free.Peek(ctx, "free", 0)).Remaining, "a move within one limiter changes nothing")
 
 	withDefault, err := NewTiered(func(context.Context, string) string { return "gold" }, map[string]KeyedLimiter{"free": free}, WithDefaultTier("free"))
 	require.NoError(t, err)
-	require.NoError(t, withDefault.Move(ctx, "free", "silver", KeepUsed), "an unknown tier is the default one")
+	require.NoError(t, MoveKey(ctx, "free", free, withDefault, KeepUsed), "an unknown tier is the default one")
+	assert.Equal(t, 95, must(free.Peek(ctx, "free", 0)).Remaining, "the default tier is the same limiter")
 }
 
 func TestMoveKeyErrors(t *testing.T) {

@@ -69,9 +69,6 @@ func (b *TokenBucket) AllowN(n int) Decision { return b.c.allowN(n) }
 // the bucket has not refilled yet.
 func (b *TokenBucket) Peek(n int) Decision { return b.c.peek(n) }
 
-// Limit returns the bucket's capacity.
-func (b *TokenBucket) Limit() int { return b.c.limit() }
-
 // Wait blocks until one token is taken or ctx is done. It is shorthand for
 // WaitN(ctx, 1).
 func (b *TokenBucket) Wait(ctx context.Context) error { return b.c.waitN(ctx, 1) }

@@ -322,7 +322,7 @@ func (s *Set[R]) observeEnforced(ctx context.Context, n int, cs []Charge[R], v *
 // observer is set.
 func (s *Set[R]) observeCharge(ctx context.Context, c *Charge[R], n int, d ratelimit.Decision, err error, latency time.Duration, shadow bool) {
 	info := c.describe()
-	e := ratelimit.Event{Limit: c.Entry.Name, Algorithm: c.algorithm(), Home: ratelimit.Home(info.Home), N: n,
+	e := ratelimit.Event{Name: c.Entry.Name, Algorithm: c.algorithm(), Home: ratelimit.Home(info.Home), N: n,
 		Decision: d, Err: err, Latency: latency}
 	switch {
 	case err != nil && isMisconfigured(err):
@@ -592,7 +592,7 @@ func (s *Set[R]) ObserveAll(ctx context.Context, o ratelimit.Outcome, n int) {
 // (OutcomeExempt) or refused it by its denylist (OutcomeDenied, or
 // OutcomeShadow in shadow mode); the observer is not nil.
 func (s *Set[R]) observe(ctx context.Context, l *Entry[R], o ratelimit.Outcome, n int) {
-	e := ratelimit.Event{Limit: l.Name, Home: ratelimit.HomeNone, Outcome: o, N: n}
+	e := ratelimit.Event{Name: l.Name, Home: ratelimit.HomeNone, Outcome: o, N: n}
 	if l.ph != nil {
 		e.Algorithm = l.ph.Policy().Algorithm
 	}
