@@ -110,15 +110,6 @@ func resolveAll(ctx context.Context, dims []Dimension, buf *[8]Dimension) ([]Dim
 	return out, nil
 }
 
-// bufFor returns n elements in buf, or on the heap when n exceeds it.
-// (append(buf[:0], make(...)...) allocates under -race.)
-func bufFor[T any](buf *[8]T, n int) []T {
-	if n <= len(buf) {
-		return buf[:n]
-	}
-	return make([]T, n)
-}
-
 // allowAllRefund is AllowAll over any limiters: charge in order until one
 // denies, then learn the decisions of the rest with Peek, and refund
 // everything charged.

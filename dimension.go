@@ -41,3 +41,12 @@ func mostRestrictive(ds []Decision) int {
 	}
 	return best
 }
+
+// bufFor returns n elements in buf, or on the heap when n exceeds it.
+// (append(buf[:0], make(...)...) allocates under -race.)
+func bufFor[T any](buf *[8]T, n int) []T {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]T, n)
+}
