@@ -57,8 +57,9 @@ func ExampleKeyed_Block() {
 
 // A customer moves from the free tier (100 a minute) to pro (10,000 a
 // minute): record the new plan first, so that new requests go to pro, then
-// move what the key used.
-func ExampleTiered_Move() {
+// move what the key used with MoveKey, from the old tier's limiter to the
+// Tiered (which stands for the key's tier now).
+func ExampleMoveKey_tiered() {
 	mock := newMock()
 	ctx := context.Background()
 	free, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(100, time.Minute), ratelimit.WithClock(mock))
@@ -76,7 +77,7 @@ func ExampleTiered_Move() {
 	mu.Lock()
 	plans["customer-42"] = "pro"
 	mu.Unlock()
-	if err := tiered.Move(ctx, "customer-42", "free", ratelimit.ScaleUsed); err != nil {
+	if err := ratelimit.MoveKey(ctx, "customer-42", free, tiered, ratelimit.ScaleUsed); err != nil {
 		fmt.Println(err)
 	}
 	d, _ := tiered.Peek(ctx, "customer-42", 0)

@@ -290,7 +290,7 @@ func ExampleWithObserver() {
 	count := map[ratelimit.Outcome]int{}
 	obs := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
 		count[e.Outcome]++ // an exporter would increment a counter here
-		fmt.Println(e.Limit, e.Algorithm, e.Home, e.Outcome, e.N)
+		fmt.Println(e.Name, e.Algorithm, e.Home, e.Outcome, e.N)
 	})
 	perKey, _ := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute),
 		ratelimit.WithClock(mock), ratelimit.WithObserver(obs), ratelimit.WithName("per-key"))

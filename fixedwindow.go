@@ -21,6 +21,8 @@ type FixedWindow struct {
 	c core[fwState, *fixedWindowAlg]
 }
 
+var _ Limiter = (*FixedWindow)(nil)
+
 // NewFixedWindow returns a limiter that admits at most limit events per
 // window. It returns an error wrapping [ErrInvalidConfig] when an argument
 // is not positive, window is longer than 100 years, or an option is invalid
@@ -52,9 +54,6 @@ func (w *FixedWindow) AllowN(n int) Decision { return w.c.allowN(n) }
 // how many events would be admitted right now, and its Allowed is false
 // only when [FixedWindow.SetLimit] lowered the limit below the events counted in the current window.
 func (w *FixedWindow) Peek(n int) Decision { return w.c.peek(n) }
-
-// Limit returns the number of events allowed per window.
-func (w *FixedWindow) Limit() int { return w.c.limit() }
 
 // Wait blocks until one event is admitted or ctx is done. It is shorthand
 // for WaitN(ctx, 1).

@@ -163,7 +163,7 @@ func TestReclaimVisitsEveryKey(t *testing.T) {
 	}
 	require.Equal(t, 5000, k.Len())
 	mock.Add(time.Second) // every bucket is full again: every key is idle
-	st := k.cur.Load().store.(*store[tbState, *tokenBucketAlg])
+	st := k.cur.Load().store.(*shardStore[tbState, *tokenBucketAlg])
 	now := k.ts.Now()
 	for i := range st.shards {
 		sh := &st.shards[i]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -436,4 +437,100 @@ func TestAllowAllUnderContention(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestPenalizeEveryAlgorithm: a penalty charges min(n, remaining) as an
+// admitted AllowN would, never overdraws, creates a key, ignores a block,
+// and refuses n <= 0.
+func TestPenalizeEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, algo := range reconfigAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			t.Parallel()
+			p := policyOf(algo, 10)
+			k, clk := newReconfigKeyed(t, p)
+			require.True(t, must(k.AllowN(ctx, "key", 3)).Allowed)
+			require.NoError(t, k.Penalize(ctx, "key", 2))
+			assert.Equal(t, 5, must(k.Peek(ctx, "key", 0)).Remaining)
+
+			require.NoError(t, k.Penalize(ctx, "key", math.MaxInt))
+			d := must(k.Peek(ctx, "key", 0))
+			assert.Equal(t, 0, d.Remaining, "after a huge penalty")
+			assert.True(t, d.Allowed, "Peek(0) is denied only when overdrawn")
+			require.NoError(t, k.Penalize(ctx, "key", 1))
+			recovery := p.window()
+			if algo == SlidingCounterAlgorithm {
+				recovery = 2 * p.window()
+			}
+			assert.LessOrEqual(t, must(k.Peek(ctx, "key", 1)).RetryAfter, recovery, "no overdraw")
+			clk.Add(recovery)
+			assert.Equal(t, 10, must(k.Peek(ctx, "key", 0)).Remaining, "recovered")
+
+			require.NoError(t, k.Penalize(ctx, "fresh", 4))
+			assert.Equal(t, 6, must(k.Peek(ctx, "fresh", 0)).Remaining, "a penalty creates the key")
+			require.NoError(t, k.Penalize(ctx, "huge", math.MaxInt))
+			assert.Equal(t, 0, must(k.Peek(ctx, "huge", 0)).Remaining)
+
+			require.NoError(t, k.Block(ctx, "fresh", time.Second))
+			require.NoError(t, k.Penalize(ctx, "fresh", 1))
+			require.NoError(t, k.Block(ctx, "fresh", 0))
+			assert.Equal(t, 5, must(k.Peek(ctx, "fresh", 0)).Remaining, "a penalty ignores the block")
+
+			for _, n := range []int{0, -1} {
+				err := k.Penalize(ctx, "key", n)
+				assert.ErrorIs(t, err, ErrInvalidN, "Penalize(%d)", n)
+			}
+		})
+	}
+}
+
+func TestPenalizeNeedsRoom(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	k, _ := newReconfigKeyed(t, FixedWindowPolicy(10, time.Minute), WithMaxKeys(1))
+	require.NoError(t, k.Penalize(ctx, "a", 1))
+	assert.ErrorIs(t, k.Penalize(ctx, "b", 1), ErrTooManyKeys)
+	require.NoError(t, k.Penalize(ctx, "a", 1), "a held key needs no room")
+	assert.Equal(t, 8, must(k.Peek(ctx, "a", 0)).Remaining)
+}
+
+// TestResetEveryAlgorithm: Reset gives a key a full quota back, under the
+// current policy and any earlier one its state is still held under.
+func TestResetEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, algo := range reconfigAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			t.Parallel()
+			k, _ := newReconfigKeyed(t, policyOf(algo, 10))
+			require.True(t, must(k.AllowN(ctx, "key", 10)).Allowed)
+			require.True(t, must(k.AllowN(ctx, "old", 10)).Allowed)
+			require.NoError(t, k.Reset(ctx, "key"))
+			assert.Equal(t, 10, must(k.AllowN(ctx, "key", 1)).Remaining+1)
+			require.NoError(t, k.Reset(ctx, "never-seen"))
+
+			require.NoError(t, k.SetPolicy(policyOf(algo, 10), KeepUsed))
+			require.NoError(t, k.SetPolicy(policyOf(algo, 12), KeepUsed))
+			require.NoError(t, k.Reset(ctx, "old"))
+			assert.Equal(t, 12, must(k.Peek(ctx, "old", 0)).Remaining, "the unconverted state is forgotten")
+			assert.Equal(t, 12, must(k.AllowN(ctx, "old", 1)).Remaining+1)
+			assert.Equal(t, 2, k.Len())
+		})
+	}
+}
+
+// TestKeyedWaitIsWaitNOne: Wait is WaitN(ctx, key, 1): it waits out the key's
+// RetryAfter on the limiter's clock and admits one event.
+func TestKeyedWaitIsWaitNOne(t *testing.T) {
+	t.Parallel()
+	clk := newInstantClock(testStart)
+	k, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 1), WithClock(clk))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, k.Wait(ctx, "k"))
+	require.Equal(t, testStart, clk.Now(), "the first event needs no wait")
+	require.NoError(t, k.Wait(ctx, "k"))
+	assert.Equal(t, testStart.Add(time.Second), clk.Now(), "the second waits one refill")
+	assert.Equal(t, 0, must(k.Peek(ctx, "k", 0)).Remaining, "and takes the token")
 }

@@ -36,6 +36,8 @@ type LeakyBucket struct {
 	c core[lbState, *leakyBucketAlg]
 }
 
+var _ Limiter = (*LeakyBucket)(nil)
+
 // NewLeakyBucket returns an empty leaky bucket that holds at most capacity
 // events and drains one every leakEvery. It returns an error wrapping
 // [ErrInvalidConfig] when an argument is not positive, or when capacity x
@@ -70,9 +72,6 @@ func (b *LeakyBucket) AllowN(n int) Decision { return b.c.allowN(n) }
 // many events would fit right now, and its Allowed is false only when
 // [LeakyBucket.SetRate] lowered the capacity below the bucket's level.
 func (b *LeakyBucket) Peek(n int) Decision { return b.c.peek(n) }
-
-// Limit returns the bucket's capacity.
-func (b *LeakyBucket) Limit() int { return b.c.limit() }
 
 // Wait blocks until the caller's one event is released or ctx is done. It
 // is shorthand for WaitN(ctx, 1).

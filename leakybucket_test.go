@@ -103,7 +103,7 @@ func TestLeakyBucketSetRateKeepsLevel(t *testing.T) {
 	require.True(t, b.AllowN(2).Allowed)
 
 	require.NoError(t, b.SetRate(100, 100*ms))
-	assert.Equal(t, 100, b.Limit())
+	assert.Equal(t, 100, b.Peek(0).Limit)
 	assert.Equal(t, wantAllow(100, 98, 200*ms), b.Peek(0), "2 events in, capacity raised to 100")
 
 	require.NoError(t, b.SetRate(100, time.Second))

@@ -34,8 +34,6 @@ func newMockClock(t *testing.T) *clock.Mock {
 // testLimiter is what every exported limiter offers beyond [Limiter].
 type testLimiter interface {
 	Limiter
-	Peek(n int) Decision
-	Limit() int
 }
 
 // wantAllow is the Decision of an admitted request.
@@ -273,7 +271,7 @@ func TestLimitReportsConfiguration(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			l := newCaseLimiter(t, tc, 7, 7*time.Second, newMockClock(t))
-			assert.Equal(t, 7, l.Limit())
+			assert.Equal(t, 7, l.Peek(0).Limit)
 			assert.Equal(t, wantAllow(7, 7, 0), l.Peek(0), "Peek(0) of a fresh limiter")
 		})
 	}
@@ -884,7 +882,7 @@ func TestSettersRejectBadConfig(t *testing.T) {
 		}
 	}
 	for name, l := range limiters {
-		assert.Equalf(t, 5, l.Limit(), "%s: Limit() after rejected changes", name)
+		assert.Equalf(t, 5, l.Peek(0).Limit, "%s: Peek(0).Limit after rejected changes", name)
 		assert.Equalf(t, 3, l.Peek(0).Remaining, "%s: Remaining after rejected changes", name)
 	}
 }

@@ -110,7 +110,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 			clk := lincheck.NewClock(linStart)
 			lim, err := p.NewLimiter(ratelimit.WithClock(clk))
 			require.NoError(t, err)
-			ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.Window()), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
+			ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.WindowAt(linStart)), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
 				if in.Kind == lincheck.Peek {
 					return lim.Peek(in.N), nil
 				}
@@ -154,7 +154,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 			k, err := ratelimit.NewKeyed(p, ratelimit.WithClock(clk))
 			require.NoError(t, err)
 			ctx := context.Background()
-			ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.Window()), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
+			ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.WindowAt(linStart)), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
 				if in.Kind == lincheck.Peek {
 					return k.Peek(ctx, in.Key, in.N)
 				}
@@ -208,7 +208,7 @@ func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 		require.NoError(t, err)
 		b := racyBucket{inner: inner}
 		w := lincheck.Workload{Clients: clients, PerPhase: 64 / clients, Keys: []string{"k"}, MaxN: 3, Seed: seed}
-		ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.Window()), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
+		ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.WindowAt(linStart)), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
 			return b.AllowN(in.N), nil
 		})
 		m, err := lincheck.NewModel(p, linStart)

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/observe"
-	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // Observer is told of every decision a limiter makes, so that it can count
@@ -39,11 +38,11 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
 // Event is one decision, as an [Observer] sees it.
 type Event struct {
-	// Limit is the limiter's name, from WithName; "" when it has none. In
+	// Name is the limiter's name, from WithName; "" when it has none. In
 	// the Events of a server's Observer (packages httplimit, grpclimit),
 	// it is the name of the server's limit, which its rate-limit fields
-	// carry too.
-	Limit string
+	// carry too. (Decision.Limit is the limiter's count.)
+	Name string
 	// Algorithm is the limiter's algorithm.
 	Algorithm Algorithm
 	// Home is where the limiter keeps its state.
@@ -145,33 +144,6 @@ func (o Outcome) String() string {
 		return "exempt"
 	}
 	return "unknown"
-}
-
-// WithObserver makes the limiter report every decision to o: one Event per
-// AllowN (Allow included) and one per WaitN (Wait included), when it
-// returns. A nil o reports nothing (the default), and then no time is read
-// for Latency; a typed nil is an error. It applies to the single limiters
-// and to [NewKeyed]; a [Tiered] has no Observer of its own (its tiers
-// report).
-func WithObserver(o Observer) Option {
-	return optionFunc(func(opts *options) {
-		opts.given |= optObserver
-		if o != nil && typednil.Is(o) {
-			opts.setErr(configError("ratelimit.WithObserver observer must not be a typed nil, got a nil %T", o))
-			return
-		}
-		opts.observer = o
-	})
-}
-
-// WithName names the limiter in the Events its [Observer] receives, such as
-// "per-key" or "login". The name should come from a small, fixed set: it
-// becomes a metric attribute. It applies where [WithObserver] does.
-func WithName(name string) Option {
-	return optionFunc(func(opts *options) {
-		opts.given |= optName
-		opts.name = name
-	})
 }
 
 // init tells the servers of package httplimit and grpclimit how to label

@@ -50,7 +50,7 @@ func wantEvent(t *testing.T, got []Event, p Policy, home Home, n int, outcome Ou
 	t.Helper()
 	require.Len(t, got, 1, "events for one call")
 	e := got[0]
-	assert.Equal(t, "api", e.Limit, "Limit")
+	assert.Equal(t, "api", e.Name, "Limit")
 	assert.Equal(t, p.Algorithm, e.Algorithm, "Algorithm")
 	assert.Equal(t, home, e.Home, "Home")
 	assert.Equal(t, n, e.N, "N")
@@ -203,26 +203,6 @@ func TestObserverAllowAllKeyed(t *testing.T) {
 	wantEvent(t, recA.take(), a.Policy(), HomeKeyed, 1, OutcomeAllowed, false, nil)
 	wantEvent(t, recB.take(), b.Policy(), HomeKeyed, 1, OutcomeDenied, false, nil)
 	assert.Equal(t, 4, must(a.Peek(ctx, "secret-key", 0)).Remaining, "a denied request charges nothing")
-}
-
-// TestObserverTieredReportsThroughItsTier: a Tiered reports nothing itself;
-// the tier's limiter reports each decision once.
-func TestObserverTieredReportsThroughItsTier(t *testing.T) {
-	t.Parallel()
-	rec := &recorder{}
-	k, err := NewKeyed(FixedWindowPolicy(1, time.Hour), WithClock(newManualClock(testStart)), WithObserver(rec), WithName("api"))
-	require.NoError(t, err)
-	tl, err := NewTiered(func(context.Context, string) string { return "free" }, map[string]KeyedLimiter{"free": k})
-	require.NoError(t, err)
-	_, err = tl.AllowN(context.Background(), "secret-key", 1)
-	require.NoError(t, err)
-	wantEvent(t, rec.take(), k.Policy(), HomeKeyed, 1, OutcomeAllowed, false, nil)
-	_, _ = tl.AllowN(context.Background(), "secret-key", 1)
-	wantEvent(t, rec.take(), k.Policy(), HomeKeyed, 1, OutcomeDenied, false, nil)
-
-	_, err = NewTiered(func(context.Context, string) string { return "free" }, map[string]KeyedLimiter{"free": k}, WithObserver(rec))
-	require.ErrorIs(t, err, ErrInvalidConfig, "Tiered reports nothing itself: WithObserver does not apply")
-	assert.Contains(t, err.Error(), "ratelimit.WithObserver")
 }
 
 // TestObserverDoesNotAllocate: with an Observer set, AllowN allocates

@@ -2,44 +2,8 @@ package ratelimit
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 )
-
-// Algorithm names one of the six rate-limiting algorithms: the five rate
-// limits and the calendar quota.
-type Algorithm uint8
-
-// The algorithms. The zero Algorithm is invalid.
-const (
-	TokenBucketAlgorithm Algorithm = iota + 1
-	LeakyBucketAlgorithm
-	FixedWindowAlgorithm
-	SlidingLogAlgorithm
-	SlidingCounterAlgorithm
-	// QuotaAlgorithm is the calendar quota: events per day, week, month or
-	// year of a time zone's calendar ([NewQuota]).
-	QuotaAlgorithm
-)
-
-// String returns the algorithm's short name, such as "tokenbucket".
-func (a Algorithm) String() string {
-	switch a {
-	case TokenBucketAlgorithm:
-		return "tokenbucket"
-	case LeakyBucketAlgorithm:
-		return "leakybucket"
-	case FixedWindowAlgorithm:
-		return "fixedwindow"
-	case SlidingLogAlgorithm:
-		return "slidinglog"
-	case SlidingCounterAlgorithm:
-		return "slidingcounter"
-	case QuotaAlgorithm:
-		return "quota"
-	}
-	return fmt.Sprintf("Algorithm(%d)", uint8(a))
-}
 
 // Policy describes one algorithm and its parameters, independently of where
 // its state lives: the same Policy runs as a single limiter
@@ -70,32 +34,6 @@ type Policy struct {
 func TokenBucketPolicy(rate Rate, capacity int) Policy {
 	return Policy{Algorithm: TokenBucketAlgorithm, Limit: capacity, Refill: rate.Events, Period: rate.Per}
 }
-
-// Rate is a number of events per span of time, such as 10 per second: the
-// refill rate of a token bucket. Write one with [Per], [PerSecond],
-// [PerMinute] or [PerHour]. A Rate is its own type so that a token bucket's
-// rate and capacity cannot be swapped without the compiler noticing.
-type Rate struct {
-	// Events is how many events the rate allows every Per.
-	Events int
-	// Per is the span of time over which Events are allowed.
-	Per time.Duration
-}
-
-// Per returns the rate of events every d, such as Per(3, time.Second).
-func Per(events int, d time.Duration) Rate { return Rate{Events: events, Per: d} }
-
-// PerSecond returns the rate of events every second.
-func PerSecond(events int) Rate { return Rate{Events: events, Per: time.Second} }
-
-// PerMinute returns the rate of events every minute.
-func PerMinute(events int) Rate { return Rate{Events: events, Per: time.Minute} }
-
-// PerHour returns the rate of events every hour.
-func PerHour(events int) Rate { return Rate{Events: events, Per: time.Hour} }
-
-// String returns the rate as events/span, such as "10/1s".
-func (r Rate) String() string { return strconv.Itoa(r.Events) + "/" + r.Per.String() }
 
 // LeakyBucketPolicy is the policy of [NewLeakyBucket].
 func LeakyBucketPolicy(capacity int, leakEvery time.Duration) Policy {
@@ -160,16 +98,24 @@ func (p Policy) NewLimiter(opts ...Option) (Limiter, error) {
 	return nil, p.Validate()
 }
 
-// Window returns the span over which p's Limit applies, as reported in
-// rate-limit headers: the window of the window algorithms, the time a token
-// bucket takes to refill from empty (rounded up to a whole nanosecond), and
-// the time a leaky bucket takes to drain when full. For a calendar quota it
-// is the nominal length of a period, the same for every period: 24 hours
-// for Daily, 7 days for Weekly, 30 days for Monthly and 365 days for
-// Yearly; [Policy.WindowAt] returns the real length of the period at a
-// given time (23 or 25 hours on a day the clocks change, 28 to 31 days for
-// a month).
-func (p Policy) Window() time.Duration {
+// WindowAt returns the span over which p's Limit applies at t, as reported
+// in rate-limit headers: the window of the window algorithms, the time a
+// token bucket takes to refill from empty (rounded up to a whole
+// nanosecond), and the time a leaky bucket takes to drain when full, all
+// the same at every t. For a calendar quota it is the length of the period
+// containing t: 23 or 25 hours on a day the clocks change, 28 to 31 days
+// for a month.
+func (p Policy) WindowAt(t time.Time) time.Duration {
+	if p.Algorithm == QuotaAlgorithm {
+		return p.Calendar.windowAt(t)
+	}
+	return p.window()
+}
+
+// window is WindowAt for the algorithms whose window does not depend on
+// the time; for a calendar quota, the nominal length of a period (24 hours
+// for Daily, 7 days for Weekly, 30 days for Monthly, 365 for Yearly).
+func (p Policy) window() time.Duration {
 	switch p.Algorithm {
 	case TokenBucketAlgorithm:
 		if p.Refill <= 0 || p.Limit <= 0 || p.Period <= 0 {
@@ -182,16 +128,6 @@ func (p Policy) Window() time.Duration {
 		return p.Calendar.nominal()
 	}
 	return p.Period
-}
-
-// WindowAt returns the window of p at t: for a calendar quota, the length
-// of the period containing t (23 or 25 hours on a day the clocks change,
-// the month's real length); for the other algorithms, [Policy.Window].
-func (p Policy) WindowAt(t time.Time) time.Duration {
-	if p.Algorithm == QuotaAlgorithm {
-		return p.Calendar.windowAt(t)
-	}
-	return p.Window()
 }
 
 // String describes p, such as "tokenbucket(capacity=100, refill=10/1s)",
@@ -207,4 +143,10 @@ func (p Policy) String() string {
 		return fmt.Sprintf("%v(limit=%d, %v)", p.Algorithm, p.Limit, p.Calendar)
 	}
 	return fmt.Sprintf("%v(limit=%d, window=%v)", p.Algorithm, p.Limit, p.Period)
+}
+
+// QuotaPolicy is the policy of [NewQuota]: at most limit events per
+// calendar period of cal.
+func QuotaPolicy(limit int, cal Calendar) Policy {
+	return Policy{Algorithm: QuotaAlgorithm, Limit: limit, Calendar: cal}
 }

@@ -360,7 +360,7 @@ func TestQuotaInvalidCalendars(t *testing.T) {
 			check(err, "ratelimit.Policy.")
 			_, err = p.NewLimiter()
 			check(err, "ratelimit.NewQuota")
-			require.NotPanics(t, func() { _ = p.WindowAt(time.Now()); _ = p.Window(); _ = p.String() })
+			require.NotPanics(t, func() { _ = p.WindowAt(time.Now()); _ = p.window(); _ = p.String() })
 		})
 	}
 	_, err := NewQuota(1, Calendar{Unit: Daily, Hour: 24})
@@ -370,7 +370,7 @@ func TestQuotaInvalidCalendars(t *testing.T) {
 	q := must(NewQuota(5, Calendar{Unit: Daily}))
 	err = q.SetLimit(0)
 	assert.EqualError(t, err, "ratelimit: invalid configuration: ratelimit.Quota.SetLimit limit must be positive, got 0")
-	assert.Equal(t, 5, q.Limit(), "a refused SetLimit changes nothing")
+	assert.Equal(t, 5, q.Peek(0).Limit, "a refused SetLimit changes nothing")
 }
 
 // TestQuotaAllowAllStack: 10/s, 12 a day and 20 a month in New York
@@ -465,7 +465,7 @@ func TestQuotaSetLimitKeepsCount(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, q.AllowN(8).Allowed)
 	require.NoError(t, q.SetLimit(5))
-	assert.Equal(t, 5, q.Limit())
+	assert.Equal(t, 5, q.Peek(0).Limit)
 	assert.Equal(t, wantDeny(5, 0, 12*time.Hour, 12*time.Hour), q.Peek(0), "Peek(0) with 8 counted against 5")
 	assert.False(t, q.Allow(), "8 counted against a new limit of 5")
 	require.NoError(t, q.SetLimit(12))
@@ -492,7 +492,7 @@ func TestQuotaStrings(t *testing.T) {
 		{QuotaPolicy(7, Calendar{}), "quota(limit=7, CalendarUnit(0) at 00:00 UTC)", 0},
 	} {
 		assert.Equal(t, tc.want, tc.p.String())
-		assert.Equal(t, tc.window, tc.p.Window(), "%v Window()", tc.p)
+		assert.Equal(t, tc.window, tc.p.window(), "%v window()", tc.p)
 	}
 	assert.Equal(t, "daily", Daily.String())
 	assert.Equal(t, 29*24*time.Hour, QuotaPolicy(1, Calendar{Unit: Monthly}).WindowAt(utc("2028-02-10 00:00")))
@@ -526,7 +526,7 @@ func TestQuotaSpanCache(t *testing.T) {
 			for i := range 500 {
 				now := times[(g+i)%len(times)].UnixNano()
 				st := fwState{}
-				v := k.cur.Load().store.(*store[fwState, *quotaAlg]).alg.decide(&st, now, 1, consume)
+				v := k.cur.Load().store.(*shardStore[fwState, *quotaAlg]).alg.decide(&st, now, 1, consume)
 				ws, _ := ref.periodAt(now)
 				if st.k != ws || !v.ok {
 					t.Errorf("decide at %v: state %+v, want period start %d", time.Unix(0, now).UTC(), st, ws)

@@ -34,6 +34,8 @@ type SlidingCounter struct {
 	c core[scState, *slidingCounterAlg]
 }
 
+var _ Limiter = (*SlidingCounter)(nil)
+
 // NewSlidingCounter returns a limiter that admits n events when the
 // weighted estimate of events in the last window plus n is at most limit.
 // It returns an error wrapping [ErrInvalidConfig] when an argument is not
@@ -67,9 +69,6 @@ func (s *SlidingCounter) AllowN(n int) Decision { return s.c.allowN(n) }
 // how many events would be admitted right now, and its Allowed is false
 // only when [SlidingCounter.SetLimit] lowered the limit below its current estimate of the events in the window.
 func (s *SlidingCounter) Peek(n int) Decision { return s.c.peek(n) }
-
-// Limit returns the number of events allowed per window.
-func (s *SlidingCounter) Limit() int { return s.c.limit() }
 
 // Wait blocks until one event is admitted or ctx is done. It is shorthand
 // for WaitN(ctx, 1).

@@ -118,7 +118,7 @@ func TestSlidingCounterSetLimitKeepsCounts(t *testing.T) {
 	c, mock := newTestSlidingCounter(t, 10, time.Second)
 	require.True(t, c.AllowN(5).Allowed)
 	require.NoError(t, c.SetLimit(100))
-	assert.Equal(t, 100, c.Limit())
+	assert.Equal(t, 100, c.Peek(0).Limit)
 	assert.Equal(t, wantAllow(100, 95, 2*time.Second), c.Peek(0))
 	require.NoError(t, c.SetLimit(3))
 	// 5 counted, limit 3: one more fits once 5 x (1-e) + 1 <= 3 in the

@@ -21,6 +21,8 @@ type SlidingLog struct {
 	c core[slState, *slidingLogAlg]
 }
 
+var _ Limiter = (*SlidingLog)(nil)
+
 // NewSlidingLog returns a limiter that admits at most limit events in any
 // interval of length window. It returns an error wrapping
 // [ErrInvalidConfig] when an argument is not positive or window is longer
@@ -54,9 +56,6 @@ func (l *SlidingLog) AllowN(n int) Decision { return l.c.allowN(n) }
 // how many events would be admitted right now, and its Allowed is false
 // only when [SlidingLog.SetLimit] lowered the limit below the events in the log.
 func (l *SlidingLog) Peek(n int) Decision { return l.c.peek(n) }
-
-// Limit returns the number of events allowed per window.
-func (l *SlidingLog) Limit() int { return l.c.limit() }
 
 // Wait blocks until one event is admitted or ctx is done. It is shorthand
 // for WaitN(ctx, 1).

@@ -144,10 +144,10 @@ func TestSlidingLogSetLimitKeepsLog(t *testing.T) {
 		{at: 200 * ms, n: 1, want: wantAllow(5, 2, time.Second)},
 	})
 	require.NoError(t, l.SetLimit(100))
-	assert.Equal(t, 100, l.Limit())
+	assert.Equal(t, 100, l.Peek(0).Limit)
 	assert.Equal(t, wantAllow(100, 97, time.Second), l.Peek(0))
 	require.NoError(t, l.SetLimit(2))
-	assert.Equal(t, 2, l.Limit())
+	assert.Equal(t, 2, l.Peek(0).Limit)
 	// 3 in the log, limit 2: one more needs two entries gone (the one at
 	// 100ms leaves at 1100ms).
 	assert.Equal(t, wantDeny(2, 0, 900*ms, time.Second), l.AllowN(1))

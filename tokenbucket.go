@@ -24,6 +24,8 @@ type TokenBucket struct {
 	c core[tbState, *tokenBucketAlg]
 }
 
+var _ Limiter = (*TokenBucket)(nil)
+
 // NewTokenBucket returns a full token bucket that refills at rate and holds
 // at most capacity tokens, such as NewTokenBucket(PerSecond(10), 100): the
 // argument order of golang.org/x/time/rate's NewLimiter(r, burst), with a
@@ -66,9 +68,6 @@ func (b *TokenBucket) AllowN(n int) Decision { return b.c.allowN(n) }
 // capacity below the tokens taken or callers queued in WaitN hold tokens
 // the bucket has not refilled yet.
 func (b *TokenBucket) Peek(n int) Decision { return b.c.peek(n) }
-
-// Limit returns the bucket's capacity.
-func (b *TokenBucket) Limit() int { return b.c.limit() }
 
 // Wait blocks until one token is taken or ctx is done. It is shorthand for
 // WaitN(ctx, 1).

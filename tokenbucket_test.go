@@ -138,7 +138,7 @@ func TestTokenBucketSetRateKeepsTokens(t *testing.T) {
 	require.True(t, b.AllowN(3).Allowed)
 
 	require.NoError(t, b.SetRate(Per(10, time.Second), 100))
-	assert.Equal(t, 100, b.Limit())
+	assert.Equal(t, 100, b.Peek(0).Limit)
 	assert.Equal(t, wantAllow(100, 2, 9800*ms), b.Peek(0), "2 tokens left, capacity raised to 100")
 	mock.Add(100 * ms)
 	assert.Equal(t, 3, b.Peek(0).Remaining, "100ms after raising the capacity")

@@ -53,7 +53,7 @@ func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 	obs.mu.Lock()
 	var got []string
 	for _, e := range obs.ev {
-		got = append(got, e.Limit+" "+e.Home.String()+" "+e.Algorithm.String()+" "+e.Outcome.String())
+		got = append(got, e.Name+" "+e.Home.String()+" "+e.Algorithm.String()+" "+e.Outcome.String())
 	}
 	obs.mu.Unlock()
 	assert.Equal(t, []string{"api keyed fixedwindow allowed", "api keyed fixedwindow denied", "api keyed tokenbucket allowed"}, got)
@@ -122,7 +122,7 @@ func TestMisconfiguredLimitIsInternal(t *testing.T) {
 	for _, e := range obs.ev {
 		if e.Outcome == ratelimit.OutcomeError {
 			assert.ErrorIs(t, e.Err, ratelimit.ErrUnknownTier)
-			errs = append(errs, e.Limit)
+			errs = append(errs, e.Name)
 		}
 	}
 	obs.mu.Unlock()

@@ -330,7 +330,7 @@ func (l *eventLog) outcomes() map[string][]ratelimit.Outcome {
 	defer l.mu.Unlock()
 	m := map[string][]ratelimit.Outcome{}
 	for _, e := range l.ev {
-		m[e.Limit] = append(m[e.Limit], e.Outcome)
+		m[e.Name] = append(m[e.Name], e.Outcome)
 	}
 	return m
 }

@@ -354,7 +354,7 @@ func Example_exemptions() {
 		log.Fatal(err)
 	}
 	observer := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
-		fmt.Printf("    observed: limit %q %v (%v)\n", e.Limit, e.Outcome, e.Err)
+		fmt.Printf("    observed: limit %q %v (%v)\n", e.Name, e.Outcome, e.Err)
 	})
 	mw, err := httplimit.New([]httplimit.Limit{{
 		Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey,

@@ -96,12 +96,12 @@ func (e *events) take() []ratelimit.Event {
 // exemptEvent and deniedEvent are the Events the middleware reports for
 // limit name with the fixed window (the limiters of these tests).
 func exemptEvent(name string, n int) ratelimit.Event {
-	return ratelimit.Event{Limit: name, Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeNone,
+	return ratelimit.Event{Name: name, Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeNone,
 		Outcome: ratelimit.OutcomeExempt, N: n, Decision: ratelimit.Decision{Allowed: true}}
 }
 
 func deniedEvent(name string, outcome ratelimit.Outcome, n int) ratelimit.Event {
-	return ratelimit.Event{Limit: name, Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeNone,
+	return ratelimit.Event{Name: name, Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeNone,
 		Outcome: outcome, N: n, Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Err: ErrDenied}
 }
 
@@ -478,7 +478,7 @@ func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 		var out []ratelimit.Event
 		for _, e := range evs {
 			if e.Home == ratelimit.HomeKeyed {
-				decisions[e.Limit]++
+				decisions[e.Name]++
 				continue
 			}
 			out = append(out, e)

@@ -492,7 +492,7 @@ func TestShadow(t *testing.T) {
 	assert.Equal(t, 4, calls, "live: calls")
 	outcomes := map[string][]ratelimit.Outcome{}
 	for _, e := range obs.take() {
-		outcomes[e.Limit] = append(outcomes[e.Limit], e.Outcome)
+		outcomes[e.Name] = append(outcomes[e.Name], e.Outcome)
 	}
 	a, sh := ratelimit.OutcomeAllowed, ratelimit.OutcomeShadow
 	assert.Equal(t, map[string][]ratelimit.Outcome{"live": {a, a, a, a}, "trial": {a, a, sh, sh}}, outcomes)

@@ -45,7 +45,7 @@ func TestObserverNamesEveryDecision(t *testing.T) {
 	srv := loopback(t, mw.Handler(okHandler))
 
 	ev := func(limit string, alg ratelimit.Algorithm, o ratelimit.Outcome) ratelimit.Event {
-		return ratelimit.Event{Limit: limit, Algorithm: alg, Home: ratelimit.HomeKeyed, Outcome: o, N: 1}
+		return ratelimit.Event{Name: limit, Algorithm: alg, Home: ratelimit.HomeKeyed, Outcome: o, N: 1}
 	}
 	fw, tb, sl := ratelimit.FixedWindowAlgorithm, ratelimit.TokenBucketAlgorithm, ratelimit.SlidingLogAlgorithm
 	for i, c := range []struct {
@@ -169,7 +169,7 @@ func TestMisconfiguredLimitIs500(t *testing.T) {
 				}
 			}
 			if assert.Len(t, errEvents, 1, "error Events") {
-				assert.Equal(t, "plan", errEvents[0].Limit)
+				assert.Equal(t, "plan", errEvents[0].Name)
 				assert.ErrorIs(t, errEvents[0].Err, ratelimit.ErrUnknownTier)
 			}
 			recs := rec.records()

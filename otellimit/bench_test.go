@@ -19,9 +19,9 @@ import (
 // histogram).
 func BenchmarkObserve(b *testing.B) {
 	events := map[string]ratelimit.Event{
-		"keyed": {Limit: "api", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed,
+		"keyed": {Name: "api", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed,
 			Outcome: ratelimit.OutcomeAllowed, N: 1, Latency: 200 * time.Nanosecond},
-		"redis": {Limit: "api", Algorithm: ratelimit.SlidingCounterAlgorithm, Home: ratelimit.HomeRedis,
+		"redis": {Name: "api", Algorithm: ratelimit.SlidingCounterAlgorithm, Home: ratelimit.HomeRedis,
 			Outcome: ratelimit.OutcomeAllowed, N: 1, Latency: 300 * time.Microsecond},
 	}
 	providers := []struct {

@@ -92,9 +92,9 @@ func (t *limitTable) slot(a, h, oc int) *atomic.Pointer[entry] {
 
 // lookup returns the entry for e, creating it on first use.
 func (o *Observer) lookup(e *ratelimit.Event) *entry {
-	t, ok := (*o.tables.Load())[e.Limit]
+	t, ok := (*o.tables.Load())[e.Name]
 	if !ok {
-		t = o.table(e.Limit)
+		t = o.table(e.Name)
 	}
 	a, h, oc := index(e)
 	if en := t.slot(a, h, oc).Load(); en != nil {

@@ -56,12 +56,12 @@ func ExampleNewObserver() {
 
 	ctx := context.Background()
 	obs.Observe(ctx, ratelimit.Event{
-		Limit: "api", Algorithm: ratelimit.SlidingCounterAlgorithm, Home: ratelimit.HomeRedis,
+		Name: "api", Algorithm: ratelimit.SlidingCounterAlgorithm, Home: ratelimit.HomeRedis,
 		Outcome: ratelimit.OutcomeAllowed, N: 1, Decision: ratelimit.Decision{Allowed: true},
 		Latency: 400 * time.Microsecond,
 	})
 	obs.Observe(ctx, ratelimit.Event{
-		Limit: "api", Algorithm: ratelimit.SlidingCounterAlgorithm, Home: ratelimit.HomeRedis,
+		Name: "api", Algorithm: ratelimit.SlidingCounterAlgorithm, Home: ratelimit.HomeRedis,
 		Outcome: ratelimit.OutcomeFallback, N: 1, Decision: ratelimit.Decision{Allowed: true},
 		Err: fmt.Errorf("ratelimit: redis unavailable"), Latency: 50 * time.Millisecond,
 	})

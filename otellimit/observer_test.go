@@ -26,7 +26,7 @@ var errStoreDown = errors.New("ratelimit: redis unavailable")
 // it (this module does not depend on redislimit).
 func redisEvent(outcome ratelimit.Outcome, allowed bool, latency time.Duration) ratelimit.Event {
 	e := ratelimit.Event{
-		Limit:     "api",
+		Name:      "api",
 		Algorithm: ratelimit.SlidingCounterAlgorithm,
 		Home:      ratelimit.HomeRedis,
 		Outcome:   outcome,
@@ -103,7 +103,7 @@ func TestObserveRecordsRedisLatencyInSeconds(t *testing.T) {
 func TestObserveTimesMemoryDecisionsOnlyWithDurationForAllHomes(t *testing.T) {
 	t.Parallel()
 	memory := ratelimit.Event{
-		Limit: "local", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeMemory,
+		Name: "local", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeMemory,
 		Outcome: ratelimit.OutcomeAllowed, N: 1, Latency: 300 * time.Nanosecond,
 	}
 	keyed := memory
@@ -128,10 +128,10 @@ func TestObserveFoldsLimitNamesBeyondTheCapIntoOther(t *testing.T) {
 	ctx := context.Background()
 	e := ratelimit.Event{Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeDenied, N: 1}
 	for i := range 1000 {
-		e.Limit = fmt.Sprintf("name-%d", i%500) // 500 names: 2 kept, 498 folded
+		e.Name = fmt.Sprintf("name-%d", i%500) // 500 names: 2 kept, 498 folded
 		obs.Observe(ctx, e)
 	}
-	e.Limit = "name-0" // a kept name still gets its own series for a new outcome
+	e.Name = "name-0" // a kept name still gets its own series for a new outcome
 	e.Outcome = ratelimit.OutcomeAllowed
 	obs.Observe(ctx, e)
 
@@ -149,9 +149,9 @@ func TestObserveFoldsUnknownEnumValuesIntoUnknown(t *testing.T) {
 	obs, reader := newObserver(t)
 	ctx := context.Background()
 	for v := range 256 { // values far beyond the known ones: one series, not 256
-		obs.Observe(ctx, ratelimit.Event{Limit: "x", Algorithm: ratelimit.Algorithm(200 + v%56), Home: ratelimit.Home(200 + v%56), Outcome: ratelimit.Outcome(200 + v%56)})
+		obs.Observe(ctx, ratelimit.Event{Name: "x", Algorithm: ratelimit.Algorithm(200 + v%56), Home: ratelimit.Home(200 + v%56), Outcome: ratelimit.Outcome(200 + v%56)})
 	}
-	obs.Observe(ctx, ratelimit.Event{Limit: "x"}) // the zero values: Home 0 is HomeNone
+	obs.Observe(ctx, ratelimit.Event{Name: "x"}) // the zero values: Home 0 is HomeNone
 	assert.Equal(t, map[string]int64{
 		"ratelimit.algorithm=unknown,ratelimit.home=unknown,ratelimit.limit=x,ratelimit.outcome=unknown": 256,
 		"ratelimit.algorithm=unknown,ratelimit.home=none,ratelimit.limit=x,ratelimit.outcome=unknown":    1,
@@ -166,11 +166,11 @@ func TestObserveGivesEveryNamedEnumValueItsOwnAttribute(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
 	ctx := context.Background()
-	base := ratelimit.Event{Limit: "x", Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeAllowed}
+	base := ratelimit.Event{Name: "x", Algorithm: ratelimit.FixedWindowAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeAllowed}
 	want := map[string]int64{}
 	add := func(e ratelimit.Event) {
 		obs.Observe(ctx, e)
-		want[series(e.Limit, e.Algorithm, e.Home, e.Outcome)]++
+		want[series(e.Name, e.Algorithm, e.Home, e.Outcome)]++
 	}
 	var algs, homes, outcomes []string
 	for v := range 256 {
@@ -207,9 +207,9 @@ func TestObserveReportsExemptionsOfTheMiddleware(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t, otellimit.WithDurationForAllHomes())
 	ctx := context.Background()
-	exempt := ratelimit.Event{Limit: "api", Algorithm: ratelimit.QuotaAlgorithm, Home: ratelimit.HomeNone,
+	exempt := ratelimit.Event{Name: "api", Algorithm: ratelimit.QuotaAlgorithm, Home: ratelimit.HomeNone,
 		Outcome: ratelimit.OutcomeExempt, N: 1, Decision: ratelimit.Decision{Allowed: true}}
-	denied := ratelimit.Event{Limit: "api", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeDenied, N: 1,
+	denied := ratelimit.Event{Name: "api", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeDenied, N: 1,
 		Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Err: errors.New("ratelimit: request denied by a denylist")}
 	for range 3 {
 		obs.Observe(ctx, exempt)
@@ -234,7 +234,7 @@ func TestObserveIsSafeForConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				obs.Observe(context.Background(), ratelimit.Event{
-					Limit:     fmt.Sprintf("l%d", (g+i)%16),
+					Name:      fmt.Sprintf("l%d", (g+i)%16),
 					Algorithm: ratelimit.SlidingLogAlgorithm, Home: ratelimit.HomeRedis,
 					Outcome: ratelimit.Outcome(1 + i%5), Decision: ratelimit.Decision{Allowed: i%2 == 0},
 				})
@@ -260,11 +260,11 @@ func TestObserveIsSafeForConcurrentUse(t *testing.T) {
 func TestObserveDoesNotAllocate(t *testing.T) {
 	ctx := context.Background()
 	events := []ratelimit.Event{
-		{Limit: "api", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeAllowed, N: 1},
-		{Limit: "api", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeDenied, N: 1},
+		{Name: "api", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeAllowed, N: 1},
+		{Name: "api", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed, Outcome: ratelimit.OutcomeDenied, N: 1},
 		redisEvent(ratelimit.OutcomeAllowed, true, time.Millisecond),
 		redisEvent(ratelimit.OutcomeFallback, true, 50*time.Millisecond),
-		{Limit: "api", Algorithm: ratelimit.LeakyBucketAlgorithm, Home: ratelimit.HomeMemory, Outcome: ratelimit.OutcomeAllowed, N: 1, Wait: true, Latency: time.Second},
+		{Name: "api", Algorithm: ratelimit.LeakyBucketAlgorithm, Home: ratelimit.HomeMemory, Outcome: ratelimit.OutcomeAllowed, N: 1, Wait: true, Latency: time.Second},
 	}
 	reader := sdkmetric.NewManualReader()
 	for name, mp := range map[string]metric.MeterProvider{

@@ -89,7 +89,7 @@ func idleBound(p ratelimit.Policy) time.Duration {
 	case ratelimit.SlidingCounterAlgorithm:
 		return 2 * p.Period
 	}
-	return p.Window()
+	return p.WindowAt(time.Now())
 }
 
 // requireTTL checks that key, when present, has a TTL within the bound.

@@ -350,7 +350,7 @@ func TestSecretsNeverInErrors(t *testing.T) {
 					WithBreaker(brk), WithTimeout(30*time.Millisecond), withLocalClock(mock), WithLogger(logs.logger()), WithErrorReportInterval(0),
 					WithObserver(ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
 						mu.Lock()
-						texts = append(texts, fmt.Sprintf("%v", e), fmt.Sprintf("%+v", e), fmt.Sprintf("%#v", e), e.Limit)
+						texts = append(texts, fmt.Sprintf("%v", e), fmt.Sprintf("%+v", e), fmt.Sprintf("%#v", e), e.Name)
 						mu.Unlock()
 					})))
 				for range 3 {

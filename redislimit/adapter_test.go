@@ -94,7 +94,7 @@ func TestOneReportPerFailureBehindMiddleware(t *testing.T) {
 
 		ev := obs.take()
 		if assert.Len(t, ev, 1, "own logger %v: Events", own) {
-			assert.Equal(t, "login", ev[0].Limit)
+			assert.Equal(t, "login", ev[0].Name)
 			assert.Equal(t, ratelimit.HomeRedis, ev[0].Home)
 			assert.Equal(t, ratelimit.OutcomeFallback, ev[0].Outcome)
 			assert.Equal(t, ratelimit.FixedWindowAlgorithm, ev[0].Algorithm)

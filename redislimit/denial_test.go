@@ -101,7 +101,7 @@ func TestDenialsWriteNothing(t *testing.T) {
 			prefix := uniquePrefix(t)
 			rl := mustNew(t, c, p, WithClock(mock), WithPrefix(prefix))
 			rng := newRand(uint64(p.Limit))
-			window := p.Window()
+			window := p.WindowAt(time.Time{}) // a quota's is set below
 			if p.Algorithm == ratelimit.QuotaAlgorithm {
 				window = 24 * time.Hour
 			}

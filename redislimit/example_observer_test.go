@@ -21,7 +21,7 @@ func ExampleWithObserver() {
 	defer client.Close()
 
 	observer := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
-		fmt.Printf("%s/%s: %s, n=%d, remaining %d\n", e.Home, e.Limit, e.Outcome, e.N, e.Decision.Remaining)
+		fmt.Printf("%s/%s: %s, n=%d, remaining %d\n", e.Home, e.Name, e.Outcome, e.N, e.Decision.Remaining)
 	})
 	limiter, err := redislimit.New(client, ratelimit.FixedWindowPolicy(2, time.Hour),
 		redislimit.WithName("login"),

@@ -123,7 +123,7 @@ func TestProofLinearizableRedis(t *testing.T) {
 			l := linLimiter(t, c, p, uniquePrefix(t), clk)
 			w := linWorkload(seed+uint64(algo), clients, linKeys)
 			var rec lincheck.Recorder
-			for k, at := range lincheck.Schedule(seed, linStart, phases, p.Window()) {
+			for k, at := range lincheck.Schedule(seed, linStart, phases, p.WindowAt(linStart)) {
 				clk.Set(at)
 				w.Run(&rec, k, 0, at, linDo(l))
 			}
@@ -167,7 +167,7 @@ func TestProofLinearizableRedisCluster(t *testing.T) {
 			w := linWorkload(seed+uint64(algo), clients, keys)
 			w.PerPhase *= 2
 			var rec lincheck.Recorder
-			for k, at := range lincheck.Schedule(seed, linStart, phases, p.Window()) {
+			for k, at := range lincheck.Schedule(seed, linStart, phases, p.WindowAt(linStart)) {
 				clk.Set(at)
 				w.Run(&rec, k, 0, at, linDo(l))
 			}
@@ -319,7 +319,7 @@ func TestProofLinearizableRedisProcesses(t *testing.T) {
 					Seed: seed + uint64(algo), First: i * clients, Clients: clients, Keys: linKeys})
 			}
 			var all []lincheck.Op
-			for k, at := range lincheck.Schedule(seed, linStart, phases, p.Window()) {
+			for k, at := range lincheck.Schedule(seed, linStart, phases, p.WindowAt(linStart)) {
 				ph := linPhase{Phase: k, T: at.UnixNano()}
 				results := make([][]lincheck.Op, procs)
 				errs := make([]error, procs)
@@ -389,7 +389,7 @@ func TestDenyCacheLinearizable(t *testing.T) {
 			l := linLimiter(t, c, p, uniquePrefix(t), clk, WithDenyCache(defaultDenyCacheKeys))
 			w := linWorkload(seed+uint64(algo), 32, linKeys)
 			var rec lincheck.Recorder
-			for k, at := range lincheck.Schedule(seed, linStart, 10, p.Window()) {
+			for k, at := range lincheck.Schedule(seed, linStart, 10, p.WindowAt(linStart)) {
 				clk.Set(at)
 				w.Run(&rec, k, 0, at, linDo(l))
 			}

@@ -20,7 +20,7 @@ func (l *Limiter) observe(ctx context.Context, n int, d ratelimit.Decision, err 
 		ctx = context.Background()
 	}
 	l.observer.Observe(ctx, ratelimit.Event{
-		Limit:     l.name,
+		Name:      l.name,
 		Algorithm: l.cur.Load().policy.Algorithm,
 		Home:      ratelimit.HomeRedis,
 		Outcome:   outcome(d, err),

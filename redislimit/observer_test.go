@@ -42,7 +42,7 @@ func (o *events) requireOne(t *testing.T, what string, want ratelimit.Outcome, n
 	require.Lenf(t, got, 1, "%s: %d events, want exactly 1: %+v", what, len(got), got)
 	e := got[0]
 	require.Equalf(t, want, e.Outcome, "%s: Outcome (event %+v)", what, e)
-	require.Equalf(t, "login", e.Limit, "%s: Limit", what)
+	require.Equalf(t, "login", e.Name, "%s: Limit", what)
 	require.Equalf(t, ratelimit.HomeRedis, e.Home, "%s: Home", what)
 	require.Equalf(t, n, e.N, "%s: N", what)
 	require.Equalf(t, d, e.Decision, "%s: Decision is not what the caller got", what)

@@ -358,7 +358,7 @@ func idleTime(lk link) time.Duration {
 	}
 	// A window; a token bucket's time to refill from empty; a leaky
 	// bucket's time to drain when full.
-	return p.Window()
+	return p.WindowAt(time.Unix(0, lk.changed))
 }
 
 // String of a link, for tests.

@@ -192,7 +192,8 @@ func (c *Charge[R]) algorithm() ratelimit.Algorithm {
 
 // Decide runs the limits over one request: exemptions and denylists,
 // then the enforced limits all or nothing (ratelimit.AllowAll; a
-// *ratelimit.Tiered resolved once to the request's tier), then, when
+// tiered limiter, such as *ratelimit.Tiered, resolved once to the
+// request's tier), then, when
 // they admit, the shadow limits. Limiter errors are reported through
 // Config.Logger, paced, under the limit whose limiter answered them
 // (unless that limiter logs its errors itself), with attrs (nil: none)
@@ -321,7 +322,7 @@ func (s *Set[R]) observeEnforced(ctx context.Context, n int, cs []Charge[R], v *
 // observer is set.
 func (s *Set[R]) observeCharge(ctx context.Context, c *Charge[R], n int, d ratelimit.Decision, err error, latency time.Duration, shadow bool) {
 	info := c.describe()
-	e := ratelimit.Event{Limit: c.Entry.Name, Algorithm: c.algorithm(), Home: ratelimit.Home(info.Home), N: n,
+	e := ratelimit.Event{Name: c.Entry.Name, Algorithm: c.algorithm(), Home: ratelimit.Home(info.Home), N: n,
 		Decision: d, Err: err, Latency: latency}
 	switch {
 	case err != nil && isMisconfigured(err):
@@ -383,8 +384,9 @@ func (s *Set[R]) DecideExempt(req *Request[R]) *Entry[R] {
 }
 
 // gather adds to v the limits that apply to req, enforced ones first, and
-// sets v.Enforced. It resolves each *ratelimit.Tiered to the request's
-// tier, calling its tier function once. It leaves out the limits whose
+// sets v.Enforced. It resolves each tiered limiter (a tierer, such as
+// *ratelimit.Tiered) to the request's tier, calling its tier function
+// once. It leaves out the limits whose
 // ExemptKeys hold the request's key, and stops at the first enforced
 // limit whose DeniedKeys hold it, returning that limit. The exemptions
 // are reported to the observer only when no denylist refuses the
@@ -590,7 +592,7 @@ func (s *Set[R]) ObserveAll(ctx context.Context, o ratelimit.Outcome, n int) {
 // (OutcomeExempt) or refused it by its denylist (OutcomeDenied, or
 // OutcomeShadow in shadow mode); the observer is not nil.
 func (s *Set[R]) observe(ctx context.Context, l *Entry[R], o ratelimit.Outcome, n int) {
-	e := ratelimit.Event{Limit: l.Name, Home: ratelimit.HomeNone, Outcome: o, N: n}
+	e := ratelimit.Event{Name: l.Name, Home: ratelimit.HomeNone, Outcome: o, N: n}
 	if l.ph != nil {
 		e.Algorithm = l.ph.Policy().Algorithm
 	}

@@ -130,7 +130,7 @@ func (s *spy) AllowN(ctx context.Context, key string, n int) (ratelimit.Decision
 func outcomes(evs []ratelimit.Event) []string {
 	var out []string
 	for _, e := range evs {
-		out = append(out, e.Limit+":"+e.Outcome.String())
+		out = append(out, e.Name+":"+e.Outcome.String())
 	}
 	return out
 }
@@ -239,7 +239,7 @@ func TestDecideOutcomes(t *testing.T) {
 	evs := ev.take()
 	require.Len(t, evs, 3)
 	for i, e := range evs {
-		assert.Equal(t, "api", e.Limit)
+		assert.Equal(t, "api", e.Name)
 		assert.Equal(t, ratelimit.HomeKeyed, e.Home)
 		assert.Equal(t, ratelimit.FixedWindowAlgorithm, e.Algorithm)
 		assert.Equal(t, []ratelimit.Outcome{ratelimit.OutcomeAllowed, ratelimit.OutcomeAllowed, ratelimit.OutcomeDenied}[i], e.Outcome, "event %d", i)
@@ -248,7 +248,7 @@ func TestDecideOutcomes(t *testing.T) {
 
 	o, _ = decide(s, &call{key: "vip"})
 	assert.Equal(t, Pass, o, "exempt key")
-	assert.Equal(t, []ratelimit.Event{{Limit: "api", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeExempt, N: 1,
+	assert.Equal(t, []ratelimit.Event{{Name: "api", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeExempt, N: 1,
 		Algorithm: ratelimit.FixedWindowAlgorithm, Decision: ratelimit.Decision{Allowed: true}}}, ev.take())
 	assert.Equal(t, 2, peekRemaining(t, lim, "vip"), "the exempt key was charged")
 
@@ -310,12 +310,12 @@ func TestDecideExempt(t *testing.T) {
 	got := ev.take()
 	require.Len(t, got, 2, "one exemption per limit")
 	assert.Equal(t, ratelimit.OutcomeExempt, got[0].Outcome)
-	assert.Equal(t, "trial", got[1].Limit)
+	assert.Equal(t, "trial", got[1].Name)
 	assert.Equal(t, 1, peekRemaining(t, lim, "ok"), "an exempt request was charged")
 }
 
 func deniedEvent(name string, o ratelimit.Outcome, n int) ratelimit.Event {
-	return ratelimit.Event{Limit: name, Home: ratelimit.HomeNone, Outcome: o, N: n, Algorithm: ratelimit.FixedWindowAlgorithm,
+	return ratelimit.Event{Name: name, Home: ratelimit.HomeNone, Outcome: o, N: n, Algorithm: ratelimit.FixedWindowAlgorithm,
 		Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Err: errDenied}
 }
 
@@ -465,8 +465,8 @@ func TestDecideShadow(t *testing.T) {
 	assert.Len(t, sh.keys, n, "the shadow limit charged its denied key")
 	evs := ev.take()
 	require.Len(t, evs, 2)
-	assert.Equal(t, "api", evs[0].Limit)
-	assert.Equal(t, ratelimit.Event{Limit: "trial", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeShadow, N: 1,
+	assert.Equal(t, "api", evs[0].Name)
+	assert.Equal(t, ratelimit.Event{Name: "trial", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeShadow, N: 1,
 		Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, Err: errDenied}, evs[1])
 }
 

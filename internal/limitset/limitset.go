@@ -35,6 +35,7 @@
 package limitset
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -109,10 +110,10 @@ type Set[R any] struct {
 // Entry is one limit of a Set, ready to serve.
 type Entry[R any] struct {
 	Limit[R]
-	tiered *ratelimit.Tiered // Limiter, when it is one
-	ph     policyHolder      // Limiter, when it tells its policy and is not a Tiered
-	info   observe.Info      // Limiter's, as its home describes it
-	sfName []byte            // Name as an RFC 8941 String
+	tiered tierer       // Limiter, when it picks a limiter per key
+	ph     policyHolder // Limiter, when it tells its policy and is not a Tiered
+	info   observe.Info // Limiter's, as its home describes it
+	sfName []byte       // Name as an RFC 8941 String
 	consts constCache
 	wins   windowCache
 	rep    report.Throttle
@@ -120,6 +121,14 @@ type Entry[R any] struct {
 	exemptKeys keySet // ExemptKeys; nil when none
 	deniedKeys keySet // DeniedKeys; nil when none
 	lists      bool   // exemptKeys or deniedKeys is set
+}
+
+// tierer is implemented by limiters that charge each key in the limiter
+// of its tier, such as *ratelimit.Tiered (its Tier method): a request's
+// tier is resolved once, in gather, and that limiter decides, labels and
+// times the request.
+type tierer interface {
+	Tier(ctx context.Context, key string) (string, ratelimit.KeyedLimiter, error)
 }
 
 // policyHolder is implemented by limiters that can say which policy they
@@ -168,7 +177,7 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		e.Limit = l
 		e.ExemptKeys = append([]string(nil), l.ExemptKeys...)
 		e.DeniedKeys = append([]string(nil), l.DeniedKeys...)
-		e.tiered, _ = l.Limiter.(*ratelimit.Tiered)
+		e.tiered, _ = l.Limiter.(tierer)
 		if e.tiered == nil {
 			e.ph, _ = l.Limiter.(policyHolder)
 		}

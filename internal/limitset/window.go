@@ -50,7 +50,7 @@ func (c *windowCache) windowAt(p ratelimit.Policy, now int64) time.Duration {
 		return e.w
 	}
 	if p.Algorithm != ratelimit.QuotaAlgorithm {
-		w := p.Window()
+		w := p.WindowAt(time.Unix(0, now)) // the same at every time
 		slot.Store(&cachedWindow{p: p, start: math.MinInt64, end: math.MaxInt64, w: w})
 		return w
 	}

@@ -275,39 +275,5 @@ func TestAllowAllTieredIsAtomic(t *testing.T) {
 	assert.Zero(t, seenUsed.Load(), "reads that saw the tier limit charged by a denied request")
 }
 
-func allResolveKeyed(t *testing.T, l KeyedLimiter) bool {
-	t.Helper()
-	var buf [8]Dimension
-	dims, ok, err := resolveKeyed(context.Background(), []Dimension{{Name: "x", Limiter: l, Key: "k"}}, &buf)
-	require.NoError(t, err)
-	_, isKeyed := dims[0].Limiter.(*Keyed)
-	return ok && isKeyed
-}
-
 var _ = errors.New
 var _ = clock.NewMock
-
-// TestTierFollowsNestedTiered: a Tiered whose tier is another Tiered
-// resolves, in one Tier call, to the limiter that holds the key's state,
-// under the outer tier's name, so AllowAll takes its atomic path for it.
-func TestTierFollowsNestedTiered(t *testing.T) {
-	t.Parallel()
-	leaf, err := NewKeyed(FixedWindowPolicy(2, time.Minute), WithClock(newManualClock(testStart)))
-	require.NoError(t, err)
-	inner, err := NewTiered(func(context.Context, string) string { return "in" }, map[string]KeyedLimiter{"in": leaf})
-	require.NoError(t, err)
-	outer, err := NewTiered(func(context.Context, string) string { return "out" }, map[string]KeyedLimiter{"out": inner})
-	require.NoError(t, err)
-
-	ctx := context.Background()
-	name, l, err := outer.Tier(ctx, "k")
-	require.NoError(t, err)
-	assert.Equal(t, "out", name)
-	assert.Same(t, leaf, l, "the limiter holding the key's state, not the inner Tiered")
-
-	var buf [8]Dimension
-	resolved, ok, err := resolveKeyed(ctx, []Dimension{{Name: "nested", Limiter: outer, Key: "k"}}, &buf)
-	require.NoError(t, err)
-	assert.True(t, ok, "every resolved limiter is a *Keyed: AllowAll is atomic")
-	assert.Same(t, leaf, resolved[0].Limiter)
-}

@@ -130,15 +130,15 @@ func TestSetPolicyNeverLocksOut(t *testing.T) {
 			d := must(k.AllowN(ctx, "key", 1))
 			require.False(t, d.Allowed)
 			if algo == SlidingCounterAlgorithm {
-				assert.LessOrEqual(t, d.RetryAfter, 2*p.Window(), "RetryAfter after a tightening")
+				assert.LessOrEqual(t, d.RetryAfter, 2*p.window(), "RetryAfter after a tightening")
 			} else {
-				assert.LessOrEqual(t, d.RetryAfter, p.Window(), "RetryAfter after a tightening")
+				assert.LessOrEqual(t, d.RetryAfter, p.window(), "RetryAfter after a tightening")
 			}
-			wait := p.Window()
+			wait := p.window()
 			if algo == SlidingCounterAlgorithm {
-				clk.Add(p.Window() + p.Window()/2)
+				clk.Add(p.window() + p.window()/2)
 				assert.Positive(t, must(k.Peek(ctx, "key", 0)).Remaining, "sliding counter 1.5 windows later")
-				wait = p.Window() / 2
+				wait = p.window() / 2
 			}
 			clk.Add(wait)
 			assert.Equal(t, 4, must(k.Peek(ctx, "key", 0)).Remaining, "Remaining once the new state is idle")
