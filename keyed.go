@@ -15,8 +15,8 @@ import (
 // Most callers want [Keyed.AllowN] or [Keyed.Wait].
 //
 // Keys live in shards, each with its own lock, so unrelated keys rarely
-// contend. Per-key state is compact (16 bytes for every algorithm but the
-// sliding log, which stores up to limit timestamps) and holds no lock or
+// contend. Per-key state is compact (16 bytes, 8 for the leaky bucket; the
+// sliding log stores up to limit timestamps) and holds no lock or
 // clock of its own.
 //
 // Reclaiming memory never changes a decision: a key is forgotten only once

@@ -52,7 +52,7 @@ type KeyedLimiter interface {
 	Peek(ctx context.Context, key string, n int) (Decision, error)
 }
 
-// KeyAdmin is implemented by every keyed limiter of this module ([*Keyed],
+// KeyAdmin is implemented by every keyed limiter of this repository ([*Keyed],
 // [*Tiered] and the Redis limiter of package redislimit): the operations
 // support staff and abuse handling need on one key, beside the decisions
 // of [KeyedLimiter]. They are not decisions, so they report nothing to an

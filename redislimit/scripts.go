@@ -29,7 +29,7 @@ import (
 // (a decision script after decision.lua, a lease script after lease.lua
 // and decision.lua).
 // Every script is a package-level [redis.Script] value (wrapped, see
-// noretry.go): EVALSHA first, EVAL when the server answers NOSCRIPT
+// internal/exec): EVALSHA first, EVAL when the server answers NOSCRIPT
 // (after a restart, a failover or SCRIPT FLUSH).
 //
 //go:embed lua
