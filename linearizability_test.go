@@ -9,15 +9,15 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 	"github.com/stretchr/testify/require"
 )
 
 // The linearizability proofs of issue 12: concurrent histories of
 // decisions, recorded on many goroutines in phases of fixed limiter time,
 // checked with porcupine against the in-memory limiter of the same policy
-// replayed (internal/lincheck).
+// replayed (internal/testkit/lincheck).
 
 // linStart is the limiter time of the first phase: whole microseconds.
 var linStart = time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC)

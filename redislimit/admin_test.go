@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
 	"github.com/stretchr/testify/require"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
 )
 
 // The conformance suite drives the in-memory reference (ratelimit.Keyed)

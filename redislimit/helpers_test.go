@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
-	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 )
 
 // startRedis starts a redis-server for t (or uses REDIS_ADDR) and returns a

@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
-	"github.com/rlkit/ratelimit/internal/redistest"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,7 +26,7 @@ import (
 // server or Cluster, with time passed to the scripts from a manual clock
 // that moves only between phases (WithClock), checked
 // with porcupine against the in-memory limiter of the same policy
-// replayed (internal/lincheck). Durations are compared at the microsecond
+// replayed (internal/testkit/lincheck). Durations are compared at the microsecond
 // Redis keeps: the scripts work in whole microseconds and round
 // RetryAfter and ResetAfter up (docs/redis.md, Time), which the differential and
 // conformance suites already demand (roundDecision); every phase time is

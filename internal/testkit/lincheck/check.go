@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // Result is the outcome of [Check].
