@@ -13,6 +13,9 @@
 //   - benchkeys generates the realistic keys the keyed benchmarks use.
 //   - doccheck checks that option docs name the constructors that take
 //     them.
+//   - fakeclock is the fake time of the tests: a *clock.Mock safe to
+//     share with waiters (optionally announcing each timer), and a manual
+//     clock for long timelines.
 //
 // They live in the root module, under internal/, because the tests of every
 // module of the repository (redislimit, grpclimit, otellimit, the examples)
