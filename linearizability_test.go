@@ -9,6 +9,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
 	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 	"github.com/stretchr/testify/require"
@@ -55,7 +56,7 @@ var linAlgorithms = []ratelimit.Algorithm{
 // linRun runs phases of w on the limiter behind do, which reads clk, and
 // returns the recorded operations: clk is set to each phase's time while
 // no call is in flight.
-func linRun(w lincheck.Workload, phases []time.Time, clk *lincheck.Clock, do func(lincheck.Input) (ratelimit.Decision, error)) []lincheck.Op {
+func linRun(w lincheck.Workload, phases []time.Time, clk *fakeclock.Manual, do func(lincheck.Input) (ratelimit.Decision, error)) []lincheck.Op {
 	var rec lincheck.Recorder
 	for k, at := range phases {
 		clk.Set(at)
@@ -107,7 +108,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
 			w, phases := linShape(seed+uint64(algo), "k")
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			lim, err := p.NewLimiter(ratelimit.WithClock(clk))
 			require.NoError(t, err)
 			ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.WindowAt(linStart)), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
@@ -150,7 +151,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 			}
 			w, phases := linShape(seed+uint64(algo), keys...)
 			w.PerPhase *= 2
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			k, err := ratelimit.NewKeyed(p, ratelimit.WithClock(clk))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -203,7 +204,7 @@ func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 	p := ratelimit.TokenBucketPolicy(ratelimit.Per(20, time.Second), 30)
 	phases := reliability.Pick(4, 20)
 	run := func(clients int) ([]lincheck.Op, porcupine.Model) {
-		clk := lincheck.NewClock(linStart)
+		clk := fakeclock.NewManual(linStart)
 		inner, err := p.NewLimiter(ratelimit.WithClock(clk))
 		require.NoError(t, err)
 		b := racyBucket{inner: inner}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
 	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 	"github.com/rlkit/ratelimit/internal/testkit/reliability"
@@ -58,7 +59,7 @@ func linPolicy(algo ratelimit.Algorithm) ratelimit.Policy {
 
 // linLimiter returns a limiter of p on c that decides at clk's time, with
 // the default options otherwise (the deny cache on).
-func linLimiter(t testing.TB, c redis.UniversalClient, p ratelimit.Policy, prefix string, clk *lincheck.Clock, opts ...Option) *Limiter {
+func linLimiter(t testing.TB, c redis.UniversalClient, p ratelimit.Policy, prefix string, clk *fakeclock.Manual, opts ...Option) *Limiter {
 	t.Helper()
 	opts = append([]Option{WithClock(clk), WithPrefix(prefix), WithTimeout(10 * time.Second)}, opts...)
 	return mustNew(t, c, p, opts...)
@@ -119,7 +120,7 @@ func TestProofLinearizableRedis(t *testing.T) {
 	for _, algo := range allAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			l := linLimiter(t, c, p, uniquePrefix(t), clk)
 			w := linWorkload(seed+uint64(algo), clients, linKeys)
 			var rec lincheck.Recorder
@@ -155,7 +156,7 @@ func TestProofLinearizableRedisCluster(t *testing.T) {
 	for _, algo := range allAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			l := linLimiter(t, c, p, uniquePrefix(t), clk)
 			nodes := map[string]bool{}
 			for _, k := range keys {
@@ -227,7 +228,7 @@ func TestWorkerLinearizable(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: spec.Addr, ContextTimeoutEnabled: true})
 	defer c.Close()
 	p := linPolicy(ratelimit.Algorithm(spec.Algo))
-	clk := lincheck.NewClock(linStart)
+	clk := fakeclock.NewManual(linStart)
 	l := linLimiter(t, c, p, spec.Prefix, clk)
 	w := linWorkload(spec.Seed, spec.Clients, spec.Keys)
 	in := bufio.NewScanner(os.Stdin)
@@ -363,7 +364,7 @@ func TestDenyCacheLinearizable(t *testing.T) {
 	_, c := startRedis(t)
 	t.Run("two-instances", func(t *testing.T) {
 		p := ratelimit.FixedWindowPolicy(5, time.Hour)
-		clk := lincheck.NewClock(linStart)
+		clk := fakeclock.NewManual(linStart)
 		prefix := uniquePrefix(t)
 		a := linLimiter(t, c, p, prefix, clk, WithDenyCache(defaultDenyCacheKeys))
 		b := linLimiter(t, c, p, prefix, clk, WithDenyCache(defaultDenyCacheKeys))
@@ -385,7 +386,7 @@ func TestDenyCacheLinearizable(t *testing.T) {
 		seed := reliability.Seed(t)
 		for _, algo := range allAlgorithms {
 			p := linPolicy(algo)
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			l := linLimiter(t, c, p, uniquePrefix(t), clk, WithDenyCache(defaultDenyCacheKeys))
 			w := linWorkload(seed+uint64(algo), 32, linKeys)
 			var rec lincheck.Recorder

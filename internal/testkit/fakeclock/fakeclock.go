@@ -16,7 +16,7 @@ import (
 )
 
 // patience is how long Next waits for a timer before failing the test.
-const patience = 5 * time.Second
+const patience = 10 * time.Second
 
 // announced is how many announced timers a Mock holds unread.
 const announced = 256
