@@ -10,6 +10,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -38,7 +39,7 @@ func tierByKey(_ context.Context, key string) string {
 // the limiter's name ("api-free", or "").
 func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	free := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock, ratelimit.WithName("api-free"))
 	pro := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Minute), 10), mock)
 	tiers, err := ratelimit.NewTiered(tierByKey, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
@@ -72,7 +73,7 @@ func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 // ResourceExhausted "it can never succeed, do not retry".
 func TestMisconfiguredLimitIsInternal(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	tiers := func() *ratelimit.Tiered {
 		tr, err := ratelimit.NewTiered(tierByKey, map[string]ratelimit.KeyedLimiter{"free": newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)})
 		require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/limitset"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // loopback serves h on a real loopback server for the test's lifetime.
@@ -124,7 +125,7 @@ func overrideFrom(next http.Handler) http.Handler {
 // still applies to the exempt key.
 func TestExemptKeysAreNeverCharged(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	srv := loopback(t, newMW(t, []Limit{
 		{Name: "api", Key: KeyByAPIKey(), Limiter: perKey, ExemptKeys: []string{"health-checker", "internal"}},
@@ -161,7 +162,7 @@ func TestExemptKeysAreNeverCharged(t *testing.T) {
 // a custom DeniedHandler sees ErrDenied, Never and the limit's name.
 func TestDeniedKeysAreRefusedWith403(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	perIP := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	limits := []Limit{
@@ -203,7 +204,7 @@ func TestDeniedKeysAreRefusedWith403(t *testing.T) {
 // gets 403; in neither, it is limited.
 func TestExemptAndDeniedNetworksByPeer(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	for _, c := range []struct {
 		name    string
 		opt     Option
@@ -243,7 +244,7 @@ func TestExemptAndDeniedNetworksByPeer(t *testing.T) {
 // peer, the same forged header exempts nothing and denies nothing.
 func TestNetworksThroughTrustedProxy(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	trusting, err := NewIPResolver(TrustedProxies("127.0.0.0/8", "::1"))
 	require.NoError(t, err)
 	nets := []Option{ExemptNetworks("10.0.0.0/8"), DeniedNetworks("10.66.0.0/16", "198.51.100.0/24")}
@@ -320,7 +321,7 @@ func TestNetworksMatchUnmappedAddresses(t *testing.T) {
 func TestExemptKeysCompareTheRawKey(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("k", maxKeyLen+1)
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	for _, c := range []struct {
 		name   string
 		exempt string
@@ -342,7 +343,7 @@ func TestExemptKeysCompareTheRawKey(t *testing.T) {
 // instead of enforcing it, but not a denied network.
 func TestExemptionPrecedence(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	trusting, err := NewIPResolver(TrustedProxies("127.0.0.0/8", "::1"))
 	require.NoError(t, err)
 	const xff = "X-Forwarded-For"
@@ -446,7 +447,7 @@ func TestExemptionPrecedence(t *testing.T) {
 // limiter decided), and the decisions the limiters take (Home keyed).
 func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	trusting, err := NewIPResolver(TrustedProxies("127.0.0.0/8", "::1"))
 	require.NoError(t, err)
 	var obs events
@@ -638,7 +639,7 @@ func FuzzNetworksTrustOnlyTrustedProxies(f *testing.F) {
 // not of an exemption the request never got.
 func TestDenialBeatsAnEarlierLimitsExemption(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	var obs events
 	mw := newMW(t, []Limit{
 		{Name: "api", Key: KeyByAPIKey(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock), ExemptKeys: []string{"partner"}},

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // tierOfKey reads the tier from the API key: "free-..." or "pro-...", else
@@ -30,7 +31,7 @@ func tierOfKey(_ context.Context, key string) string {
 // Real server on loopback; the limiters have no observer of their own.
 func TestObserverNamesEveryDecision(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	free, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(mock), ratelimit.WithName("api-free"))
 	require.NoError(t, err)
 	pro := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Minute), 10), mock)
@@ -78,7 +79,7 @@ func TestObserverNamesEveryDecision(t *testing.T) {
 // denials (no limiter reads a mark of the middleware's any more).
 func TestOneObserverPerDecision(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	var own events
 	observed, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(mock), ratelimit.WithObserver(&own))
 	require.NoError(t, err)
@@ -118,7 +119,7 @@ type wrapped struct{ ratelimit.KeyedLimiter }
 // Tiered behind a wrapper, and a shadow limit (served, and reported).
 func TestMisconfiguredLimitIs500(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	newTiers := func() *ratelimit.Tiered {
 		tiers, err := ratelimit.NewTiered(tierOfKey, map[string]ratelimit.KeyedLimiter{"free": newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)})
 		require.NoError(t, err)

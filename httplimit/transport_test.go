@@ -514,7 +514,7 @@ func (c *closeTracker) Close() error { c.closed.Store(true); return nil }
 func TestKeyedTransportNoKey(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t)
-	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clock.NewMock())
+	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), fakeclock.New(time.Unix(0, 0)))
 	tr, err := NewKeyedTransport(nil, kl, KeyByHeader("X-Tenant"))
 	require.NoError(t, err)
 	body := &closeTracker{Reader: strings.NewReader("x")}
@@ -540,7 +540,7 @@ func TestKeyedTransportNoKey(t *testing.T) {
 // of the wrong type do not compile: TestWrongOptionDoesNotCompile.
 func TestOptionsCheckedPerConstructor(t *testing.T) {
 	t.Parallel()
-	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), clock.NewMock())
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), fakeclock.New(time.Unix(0, 0)))
 	limits := []Limit{{Key: KeyByIP(), Limiter: lim}}
 	keyed := func(opts ...ClientOption) error {
 		_, err := NewKeyedTransport(nil, lim, KeyByIP(), opts...)
@@ -565,9 +565,9 @@ func TestOptionsCheckedPerConstructor(t *testing.T) {
 	}
 	// The options that do apply are accepted, and WithCost and WithClock
 	// apply to both.
-	_, err := New(limits, WithCost(func(*http.Request) int { return 2 }), WithClock(clock.NewMock()), WithLogger(nil), nil)
+	_, err := New(limits, WithCost(func(*http.Request) int { return 2 }), WithClock(fakeclock.New(time.Unix(0, 0))), WithLogger(nil), nil)
 	assert.NoError(t, err)
-	_, err = NewTransport(nil, nil, WithCost(func(*http.Request) int { return 2 }), WithClock(clock.NewMock()), WithRetries(2), nil)
+	_, err = NewTransport(nil, nil, WithCost(func(*http.Request) int { return 2 }), WithClock(fakeclock.New(time.Unix(0, 0))), WithRetries(2), nil)
 	assert.NoError(t, err)
 }
 

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/report"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // epoch is 2026-01-01 00:00:00.3 UTC: not on a whole second, so that
@@ -33,13 +33,6 @@ type call struct {
 
 func byKey(c *call) (string, bool)  { return c.key, c.key != "" }
 func byUser(c *call) (string, bool) { return c.user, c.user != "" }
-
-func newMock(t testing.TB) *clock.Mock {
-	t.Helper()
-	m := clock.NewMock()
-	m.Set(epoch)
-	return m
-}
 
 // newKeyed returns a fixed window limiter of limit events a minute on c.
 func newKeyed(t testing.TB, limit int, c ratelimit.Clock) *ratelimit.Keyed {
@@ -137,9 +130,9 @@ func outcomes(evs []ratelimit.Event) []string {
 
 // setup builds a Set on a mock clock, with an observer and a log
 // recorder, no report pacing.
-func setup(t testing.TB, limits ...Limit[*call]) (*Set[*call], *events, *logRecorder, *clock.Mock) {
+func setup(t testing.TB, limits ...Limit[*call]) (*Set[*call], *events, *logRecorder, *fakeclock.Mock) {
 	t.Helper()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	ev, rec := &events{}, &logRecorder{}
 	s, err := New(Config{Pkg: "testlimit", Observer: ev, Clock: mock, Logger: report.To(slog.New(rec)), DeniedErr: errDenied}, limits)
 	require.NoError(t, err)
@@ -205,7 +198,7 @@ func TestNewCopiesTheLimits(t *testing.T) {
 // Verdict and what the observer and the logger saw.
 func TestDecideOutcomes(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, 2, mock)
 	s, ev, rec, _ := setup(t, Limit[*call]{Name: "api", Key: byKey, Limiter: lim, DeniedKeys: []string{"bad"}, ExemptKeys: []string{"vip"}})
 
@@ -338,7 +331,7 @@ func btoi(b bool) int {
 // fewest Remaining.
 func TestDecideAllOrNothing(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	perKey, perUser := newKeyed(t, 5, mock), newKeyed(t, 2, mock)
 	s, _, _, _ := setup(t,
 		Limit[*call]{Name: "key", Key: byKey, Limiter: perKey},
@@ -365,7 +358,7 @@ func TestDecideAllOrNothing(t *testing.T) {
 // the verdict Failed.
 func TestDecideTiers(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	free, pro := newKeyed(t, 1, mock), newKeyed(t, 100, mock)
 	calls := 0
 	tiered, err := ratelimit.NewTiered(func(_ context.Context, key string) string {
@@ -407,7 +400,7 @@ func TestDecideTiers(t *testing.T) {
 // admission.
 func TestDecideShadow(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	enf := &spy{KeyedLimiter: newKeyed(t, 3, mock)}
 	sh := &spy{KeyedLimiter: newKeyed(t, 1, mock)}
 	s, ev, _, _ := setup(t,
@@ -476,7 +469,7 @@ func TestDecideShadow(t *testing.T) {
 func TestDecideLimiterErrors(t *testing.T) {
 	t.Parallel()
 	for _, open := range []bool{true, false} {
-		mock := newMock(t)
+		mock := fakeclock.New(epoch)
 		rec := &logRecorder{}
 		s, err := New(Config{Pkg: "testlimit", Clock: mock, Logger: report.To(slog.New(rec)), ReportEvery: 10 * time.Second},
 			[]Limit[*call]{{Name: "redis", Key: byKey, Limiter: failing{open: open}}})
@@ -521,7 +514,7 @@ func TestDecideLimiterErrors(t *testing.T) {
 // in order, enforced first.
 func TestDecideManyLimits(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	var limits []Limit[*call]
 	var lims []*ratelimit.Keyed
 	for i := range MaxInline + 3 {
@@ -649,7 +642,7 @@ func (f failOpenWithRoom) Peek(ctx context.Context, key string, n int) (ratelimi
 // "a"'s.
 func TestDecideErrorsNameTheirLimit(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	s, ev, rec, _ := setup(t,
 		Limit[*call]{Name: "a", Key: byKey, Limiter: newKeyed(t, 1, mock)},
 		Limit[*call]{Name: "b", Key: byKey, Limiter: failOpenWithRoom{}})
