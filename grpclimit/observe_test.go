@@ -51,12 +51,10 @@ func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 		md, _ := unary(t, c, key)
 		assert.True(t, strings.HasPrefix(fieldsOf(md).ratelimit, `"api";`), "call %d: %q", i, fieldsOf(md).ratelimit)
 	}
-	obs.mu.Lock()
 	var got []string
-	for _, e := range obs.ev {
+	for _, e := range obs.All() {
 		got = append(got, e.Name+" "+e.Home.String()+" "+e.Algorithm.String()+" "+e.Outcome.String())
 	}
-	obs.mu.Unlock()
 	assert.Equal(t, []string{"api keyed fixedwindow allowed", "api keyed fixedwindow denied", "api keyed tokenbucket allowed"}, got)
 
 	observed := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock, ratelimit.WithObserver(&eventLog{}))
@@ -119,14 +117,12 @@ func TestMisconfiguredLimitIsInternal(t *testing.T) {
 	assert.Zero(t, svc.received.Load(), "a message reached the handler")
 
 	var errs []string
-	obs.mu.Lock()
-	for _, e := range obs.ev {
+	for _, e := range obs.All() {
 		if e.Outcome == ratelimit.OutcomeError {
 			assert.ErrorIs(t, e.Err, ratelimit.ErrUnknownTier)
 			errs = append(errs, e.Name)
 		}
 	}
-	obs.mu.Unlock()
 	assert.Equal(t, []string{"plan", "msgs"}, errs, "error Events")
 	lines := logLines(&logs)
 	if assert.Len(t, lines, 2, "log lines: %q", lines) {

@@ -16,6 +16,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/internal/testkit/eventrec"
 	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -309,22 +310,11 @@ func serveWith(t testing.TB, svc *testService, opts ...grpc.ServerOption) testgr
 }
 
 // eventLog records Events.
-type eventLog struct {
-	mu sync.Mutex
-	ev []ratelimit.Event
-}
-
-func (l *eventLog) Observe(_ context.Context, e ratelimit.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ev = append(l.ev, e)
-}
+type eventLog struct{ eventrec.Recorder }
 
 func (l *eventLog) outcomes() map[string][]ratelimit.Outcome {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	m := map[string][]ratelimit.Outcome{}
-	for _, e := range l.ev {
+	for _, e := range l.All() {
 		m[e.Name] = append(m[e.Name], e.Outcome)
 	}
 	return m

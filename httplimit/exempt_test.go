@@ -17,6 +17,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/limitset"
+	"github.com/rlkit/ratelimit/internal/testkit/eventrec"
 	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
@@ -74,25 +75,7 @@ func remaining(t *testing.T, lim ratelimit.KeyedLimiter, key string) int {
 }
 
 // events records the Events an observer receives.
-type events struct {
-	mu  sync.Mutex
-	got []ratelimit.Event
-}
-
-func (e *events) Observe(_ context.Context, ev ratelimit.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.got = append(e.got, ev)
-}
-
-// take returns the events received since the last call.
-func (e *events) take() []ratelimit.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	got := e.got
-	e.got = nil
-	return got
-}
+type events struct{ eventrec.Recorder }
 
 // exemptEvent and deniedEvent are the Events the middleware reports for
 // limit name with the fixed window (the limiters of these tests).
@@ -510,7 +493,7 @@ func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 	} {
 		a := get(t, srv, c.hdr...)
 		assert.Equalf(t, c.code, a.code, "%s: status", c.name)
-		assert.Equalf(t, c.want, withoutDecisions(obs.take()), "%s: events", c.name)
+		assert.Equalf(t, c.want, withoutDecisions(obs.Take()), "%s: events", c.name)
 	}
 
 	// A cost of 0 exempts the request from every limit: N is the cost.
@@ -519,7 +502,7 @@ func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 	resp, err := srv.Client().Do(req)
 	require.NoError(t, err)
 	_ = resp.Body.Close()
-	assert.Equal(t, all(func(name string) ratelimit.Event { return exemptEvent(name, 0) }), obs.take(), "cost 0")
+	assert.Equal(t, all(func(name string) ratelimit.Event { return exemptEvent(name, 0) }), obs.Take(), "cost 0")
 
 	// The limiters' decisions were there too, each once, under its limit.
 	assert.Equal(t, map[string]int{"api": 2, "ip": 3, "trial": 2}, decisions,
@@ -648,5 +631,5 @@ func TestDenialBeatsAnEarlierLimitsExemption(t *testing.T) {
 	srv := loopback(t, mw.Handler(okHandler))
 	a := get(t, srv, "X-API-Key", "partner")
 	assert.Equal(t, http.StatusForbidden, a.code)
-	assert.Equal(t, []ratelimit.Event{deniedEvent("abuse", ratelimit.OutcomeDenied, 1)}, obs.take())
+	assert.Equal(t, []ratelimit.Event{deniedEvent("abuse", ratelimit.OutcomeDenied, 1)}, obs.Take())
 }

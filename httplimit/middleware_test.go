@@ -484,7 +484,7 @@ func TestShadow(t *testing.T) {
 	calls, _ = live.counts()
 	assert.Equal(t, 4, calls, "live: calls")
 	outcomes := map[string][]ratelimit.Outcome{}
-	for _, e := range obs.take() {
+	for _, e := range obs.Take() {
 		outcomes[e.Name] = append(outcomes[e.Name], e.Outcome)
 	}
 	a, sh := ratelimit.OutcomeAllowed, ratelimit.OutcomeShadow

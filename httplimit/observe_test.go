@@ -62,7 +62,7 @@ func TestObserverNamesEveryDecision(t *testing.T) {
 		a := get(t, srv, "X-API-Key", c.key)
 		require.Equal(t, c.code, a.code, "request %d", i)
 		assert.True(t, strings.HasPrefix(a.header.Get("RateLimit"), `"api";`), "request %d: RateLimit %q", i, a.header.Get("RateLimit"))
-		got := obs.take()
+		got := obs.Take()
 		for j := range got {
 			assert.NotZero(t, got[j].Decision.Limit, "request %d, event %d: no Decision", i, j)
 			got[j].Decision, got[j].Latency = ratelimit.Decision{}, 0
@@ -99,7 +99,7 @@ func TestOneObserverPerDecision(t *testing.T) {
 		require.Equal(t, 200, get(t, srv, "X-API-Key", "free-a").code)
 	}
 	var outcomes []ratelimit.Outcome
-	for _, e := range own.take() {
+	for _, e := range own.Take() {
 		outcomes = append(outcomes, e.Outcome)
 	}
 	assert.Equal(t, []ratelimit.Outcome{ratelimit.OutcomeAllowed, ratelimit.OutcomeDenied}, outcomes,
@@ -164,7 +164,7 @@ func TestMisconfiguredLimitIs500(t *testing.T) {
 				assert.Equal(t, 5, remaining(t, other, "127.0.0.1"), "a request answered 500 is charged nowhere")
 			}
 			var errEvents []ratelimit.Event
-			for _, e := range obs.take() {
+			for _, e := range obs.Take() {
 				if e.Outcome == ratelimit.OutcomeError {
 					errEvents = append(errEvents, e)
 				}

@@ -16,6 +16,8 @@
 //   - fakeclock is the fake time of the tests: a *clock.Mock safe to
 //     share with waiters (optionally announcing each timer), and a manual
 //     clock for long timelines.
+//   - eventrec is the Observer that keeps every Event, for the tests of
+//     the packages above the root.
 //
 // They live in the root module, under internal/, because the tests of every
 // module of the repository (redislimit, grpclimit, otellimit, the examples)
