@@ -65,17 +65,6 @@ func linRun(w lincheck.Workload, phases []time.Time, clk *fakeclock.Manual, do f
 	return rec.Ops()
 }
 
-// requireLinearizable checks ops and fails t unless porcupine finds them
-// linearizable, with the visualisation's path.
-func requireLinearizable(t *testing.T, scenario string, m porcupine.Model, ops []lincheck.Op) lincheck.Result {
-	t.Helper()
-	r := lincheck.Check(t, scenario, m, ops, reliability.Pick(60*time.Second, 10*time.Minute))
-	if !r.Linearizable() {
-		t.Fatalf("%s: %d operations are %s; visualisation: %s", scenario, r.Ops, r.VerdictString(), r.File)
-	}
-	return r
-}
-
 // linVerdict is the verdict to record: linearizable unless t failed.
 func linVerdict(t *testing.T) string {
 	if t.Failed() {
@@ -119,7 +108,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 			})
 			m, err := lincheck.NewModel(p, linStart)
 			require.NoError(t, err)
-			st.Add(algo.String(), requireLinearizable(t, "linearizability-memory-"+algo.String(), m, ops))
+			st.Add(algo.String(), lincheck.Require(t, "linearizability-memory-"+algo.String(), m, ops))
 		})
 	}
 	w, phases := linShape(seed)
@@ -163,7 +152,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 			})
 			m, err := lincheck.NewModel(p, linStart)
 			require.NoError(t, err)
-			st.Add(algo.String(), requireLinearizable(t, "linearizability-keyed-"+algo.String(), m, ops))
+			st.Add(algo.String(), lincheck.Require(t, "linearizability-keyed-"+algo.String(), m, ops))
 		})
 	}
 	w, phases := linShape(seed, keys...)
@@ -218,7 +207,7 @@ func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 	}
 
 	ops, m := run(1)
-	requireLinearizable(t, "linearizability-broken-sequential", m, ops)
+	lincheck.Require(t, "linearizability-broken-sequential", m, ops)
 
 	var r lincheck.Result
 	attempts := 0

@@ -95,11 +95,7 @@ func requireLinearizable(t *testing.T, scenario string, p ratelimit.Policy, ops 
 	}
 	m, err := lincheck.NewModel(p, linStart, lincheck.WithPrecision(time.Microsecond))
 	require.NoError(t, err)
-	r := lincheck.Check(t, scenario, m, ops, reliability.Pick(60*time.Second, 10*time.Minute))
-	if !r.Linearizable() {
-		t.Fatalf("%s: %d operations are %s; visualisation: %s", scenario, r.Ops, r.VerdictString(), r.File)
-	}
-	return r
+	return lincheck.Require(t, scenario, m, ops)
 }
 
 // linWorkload is the load of one process.

@@ -112,3 +112,15 @@ func (s *Stats) Add(name string, r Result) {
 	s.Notes = append(s.Notes, fmt.Sprintf("%s: %d ops in %d histories, %s, checked in %v",
 		name, r.Ops, r.Histories, r.VerdictString(), r.Elapsed.Round(time.Millisecond)))
 }
+
+// Require is Check giving up after a minute (ten minutes in the long runs,
+// reliability.Long), and fails tb unless the history is linearizable,
+// naming the visualisation.
+func Require(tb testing.TB, scenario string, m porcupine.Model, ops []Op) Result {
+	tb.Helper()
+	r := Check(tb, scenario, m, ops, reliability.Pick(60*time.Second, 10*time.Minute))
+	if !r.Linearizable() {
+		tb.Fatalf("%s: %d operations are %s; visualisation: %s", scenario, r.Ops, r.VerdictString(), r.File)
+	}
+	return r
+}
