@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -69,7 +70,7 @@ func TestAbuseDoneContextBeforeWait(t *testing.T) {
 	defer cancel2()
 	for _, p := range testPolicies {
 		for _, exhausted := range []bool{false, true} {
-			c := newMockClock(t)
+			c := fakeclock.New(testStart)
 			for _, h := range waitHomes(t, p, c) {
 				if exhausted {
 					exhaust(t, h)
@@ -92,7 +93,7 @@ func TestAbuseDoneContextBeforeWait(t *testing.T) {
 func TestAbuseDeadlineTooShort(t *testing.T) {
 	t.Parallel()
 	for _, p := range testPolicies {
-		c := newMockClock(t)
+		c := fakeclock.New(testStart)
 		for _, h := range waitHomes(t, p, c) {
 			exhaust(t, h)
 			before := h.peek()
@@ -114,7 +115,7 @@ func TestAbuseCancelWhileWaiting(t *testing.T) {
 	for _, p := range testPolicies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			c := newTimerClock(t)
+			c := fakeclock.NewAnnouncing(testStart)
 			for _, h := range waitHomes(t, p, c) {
 				exhaust(t, h)
 				if p.Algorithm == LeakyBucketAlgorithm && h.name == "single" {
@@ -126,7 +127,7 @@ func TestAbuseCancelWhileWaiting(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				go func() { done <- h.waitN(ctx, 1) }()
-				c.awaitTimer(t)
+				c.Next(t)
 				cancel()
 				select {
 				case err := <-done:
@@ -145,7 +146,7 @@ func TestAbuseNilContext(t *testing.T) {
 	t.Parallel()
 	var nilCtx context.Context
 	for _, p := range testPolicies {
-		c := newMockClock(t)
+		c := fakeclock.New(testStart)
 		for _, h := range waitHomes(t, p, c) {
 			var err error
 			require.NotPanicsf(t, func() { err = h.waitN(nilCtx, 1) }, "%v %s", p, h.name)
@@ -171,7 +172,7 @@ func TestAbuseConcurrentRefunds(t *testing.T) {
 	for _, p := range testPolicies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			c := newManualClock(testStart)
+			c := fakeclock.NewManual(testStart)
 			k, err := NewKeyed(p, WithClock(c))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -284,13 +285,13 @@ func TestAbusePolicyChangeMidTraffic(t *testing.T) {
 // instead of waiting forever.
 func TestAbuseWaiterOutlivesLoweredLimit(t *testing.T) {
 	t.Parallel()
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	fw, err := NewFixedWindow(5, time.Second, WithClock(c))
 	require.NoError(t, err)
 	require.True(t, fw.AllowN(5).Allowed)
 	done := make(chan error, 1)
 	go func() { done <- fw.WaitN(context.Background(), 5) }()
-	c.awaitTimer(t)
+	c.Next(t)
 	require.NoError(t, fw.SetLimit(2))
 	c.Add(time.Second)
 	select {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,7 +35,7 @@ func TestAllowAllReportsLongestRetryAfter(t *testing.T) {
 		for _, hourFirst := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/hourFirst=%v", name, hourFirst), func(t *testing.T) {
 				t.Parallel()
-				mock := newManualClock(testStart)
+				mock := fakeclock.NewManual(testStart)
 				sec, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 1), WithClock(mock))
 				require.NoError(t, err)
 				hour, err := NewKeyed(TokenBucketPolicy(Per(1, time.Hour), 1), WithClock(mock))
@@ -76,7 +76,7 @@ func TestWaitRetryAfterSucceedsSingle(t *testing.T) {
 	for _, p := range testPolicies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			mock := newManualClock(testStart)
+			mock := fakeclock.NewManual(testStart)
 			l, err := p.NewLimiter(WithClock(mock))
 			require.NoError(t, err)
 			for i := 0; i < 50; i++ {
@@ -98,7 +98,7 @@ func TestWaitRetryAfterSucceedsKeyed(t *testing.T) {
 	for _, p := range testPolicies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			mock := newManualClock(testStart)
+			mock := fakeclock.NewManual(testStart)
 			k, err := NewKeyed(p, WithClock(mock))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -128,7 +128,7 @@ func TestWaitRetryAfterSucceedsAllowAll(t *testing.T) {
 			t.Parallel()
 			for _, pa := range testPolicies {
 				for _, pb := range testPolicies {
-					mock := newManualClock(testStart)
+					mock := fakeclock.NewManual(testStart)
 					pb := pb
 					pb.Limit *= 3
 					pb.Period *= 5
@@ -189,7 +189,7 @@ func (l cancelOnAllow) AllowN(ctx context.Context, key string, n int) (Decision,
 // cancelled meanwhile.
 func TestAllowAllRefundIgnoresCallerCancellation(t *testing.T) {
 	t.Parallel()
-	mock := newManualClock(testStart)
+	mock := fakeclock.NewManual(testStart)
 	k1, err := NewKeyed(FixedWindowPolicy(5, time.Minute), WithClock(mock))
 	require.NoError(t, err)
 	k2, err := NewKeyed(FixedWindowPolicy(1, time.Minute), WithClock(mock))
@@ -241,7 +241,7 @@ func TestAllowAllNilLimiter(t *testing.T) {
 // path it would be charged, then refunded).
 func TestAllowAllTieredIsAtomic(t *testing.T) {
 	t.Parallel()
-	mock := newManualClock(testStart)
+	mock := fakeclock.NewManual(testStart)
 	tierLim, err := NewKeyed(FixedWindowPolicy(1, time.Hour), WithClock(mock))
 	require.NoError(t, err)
 	tiered, err := NewTiered(func(context.Context, string) string { return "free" }, map[string]KeyedLimiter{"free": tierLim})
@@ -276,4 +276,3 @@ func TestAllowAllTieredIsAtomic(t *testing.T) {
 }
 
 var _ = errors.New
-var _ = clock.NewMock

@@ -12,12 +12,13 @@ import (
 
 // fakeClock is a Clock written from scratch, as a user of this package
 // would write one for their tests: it implements Now and After and nothing
-// else, and time moves only when the test calls Advance, or, on an instant
-// clock, when a waiter asks to wait.
+// else, and time moves only when the test calls Advance. It is not
+// internal/testkit/fakeclock on purpose: TestHandWrittenFakeClockDrivesEveryAlgorithm
+// shows that a Clock owing nothing to github.com/benbjohnson/clock drives
+// every limiter.
 type fakeClock struct {
 	mu      sync.Mutex
 	now     time.Time
-	instant bool // After moves the time forward by d and fires at once
 	pending []fakeTimer
 }
 
@@ -27,11 +28,6 @@ type fakeTimer struct {
 }
 
 func newFakeClock(start time.Time) *fakeClock { return &fakeClock{now: start} }
-
-// newInstantClock returns a fake on which every wait ends at once: After
-// moves the time forward by d and returns a channel that already holds it,
-// so a WaitN loop retries on fake time without another goroutine.
-func newInstantClock(start time.Time) *fakeClock { return &fakeClock{now: start, instant: true} }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
@@ -45,10 +41,7 @@ func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
-	if c.instant && d > 0 {
-		c.now = c.now.Add(d)
-	}
-	if c.instant || d <= 0 {
+	if d <= 0 {
 		ch <- c.now
 		return ch
 	}

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func newTestFixedWindow(t *testing.T, limit int, window time.Duration) (*FixedWindow, *clock.Mock) {
+func newTestFixedWindow(t *testing.T, limit int, window time.Duration) (*FixedWindow, *fakeclock.Mock) {
 	t.Helper()
-	mock := newMockClock(t)
+	mock := fakeclock.New(testStart)
 	w, err := NewFixedWindow(limit, window, WithClock(mock))
 	require.NoError(t, err)
 	return w, mock
@@ -80,7 +80,7 @@ func TestFixedWindowBoundaryBurst(t *testing.T) {
 func TestFixedWindowAlignedToEpoch(t *testing.T) {
 	t.Parallel()
 	const ms = time.Millisecond
-	mock := newMockClock(t)
+	mock := fakeclock.New(testStart)
 	mock.Set(testStart.Add(300 * ms))
 	w, err := NewFixedWindow(3, time.Second, WithClock(mock))
 	require.NoError(t, err)
@@ -91,8 +91,7 @@ func TestFixedWindowAlignedToEpoch(t *testing.T) {
 	})
 
 	// A one-minute window starts on the minute, from any creation time.
-	mock2 := clock.NewMock()
-	mock2.Set(time.Date(2024, 5, 6, 7, 8, 9, 10, time.UTC))
+	mock2 := fakeclock.New(time.Date(2024, 5, 6, 7, 8, 9, 10, time.UTC))
 	m, err := NewFixedWindow(1, time.Minute, WithClock(mock2))
 	require.NoError(t, err)
 	d := m.AllowN(1)

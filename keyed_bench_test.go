@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/benchkeys"
+	"github.com/rlkit/ratelimit/internal/testkit/benchkeys"
 )
 
 // keyedBenchPolicies are the policies of the keyed benchmarks: limits high
@@ -41,7 +41,7 @@ func benchKeys(n int) []string {
 //   - 1Mkeys: round-robin over 1,000,000 distinct 10-byte keys, in the order
 //     they were inserted, passing the very strings of the keys slice;
 //   - 1Mrandom: the shape of real traffic. 1,000,000 distinct keys of 14 to
-//     24 bytes (internal/benchkeys) are inserted in a shuffled order as fresh
+//     24 bytes (internal/testkit/benchkeys) are inserted in a shuffled order as fresh
 //     strings, then looked up in random order: each goroutine draws an index
 //     from its own small generator and writes that key into its own scratch
 //     buffer, so the key's bytes are hot in cache and are not the string the
@@ -160,7 +160,7 @@ func fillKeyed(b *testing.B, p Policy, keys []string) *Keyed {
 }
 
 // fillKeyedRandom returns a Keyed limiter holding the first n keys of
-// internal/benchkeys, inserted in a shuffled order as fresh strings, and
+// internal/testkit/benchkeys, inserted in a shuffled order as fresh strings, and
 // reports the heap it takes per key.
 func fillKeyedRandom(b *testing.B, p Policy, n int) *Keyed {
 	return fillKeyedWith(b, p, n, func(yield func(string)) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -77,7 +78,7 @@ func TestBlockedWaitN(t *testing.T) {
 	for _, algo := range reconfigAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			t.Parallel()
-			clk := newFakeClock(testStart)
+			clk := fakeclock.NewAnnouncing(testStart)
 			k, err := NewKeyed(policyOf(algo, 10), WithClock(clk))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -91,14 +92,14 @@ func TestBlockedWaitN(t *testing.T) {
 
 			done := make(chan error, 1)
 			go func() { done <- k.WaitN(ctx, "key", 1) }()
-			awaitTimer(t, clk)
-			clk.Advance(time.Hour - time.Nanosecond)
+			clk.Next(t)
+			clk.Add(time.Hour - time.Nanosecond)
 			select {
 			case err := <-done:
 				t.Fatalf("WaitN returned %v before the block ended", err)
 			default:
 			}
-			clk.Advance(time.Nanosecond)
+			clk.Add(time.Nanosecond)
 			select {
 			case err := <-done:
 				require.NoError(t, err)
@@ -115,7 +116,7 @@ func TestBlockedWaitN(t *testing.T) {
 func TestBlockedKeyInAllowAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	a, err := NewKeyed(FixedWindowPolicy(10, time.Minute), WithClock(clk))
 	require.NoError(t, err)
 	b, err := NewKeyed(TokenBucketPolicy(PerMinute(10), 10), WithClock(clk))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -61,9 +62,9 @@ func wantUsed(used, from, to int, mode Inheritance) int {
 
 // newReconfigKeyed returns a Keyed running p on a manual clock at a whole
 // minute.
-func newReconfigKeyed(t *testing.T, p Policy, opts ...Option) (*Keyed, *manualClock) {
+func newReconfigKeyed(t *testing.T, p Policy, opts ...Option) (*Keyed, *fakeclock.Manual) {
 	t.Helper()
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	k, err := NewKeyed(p, append([]Option{WithClock(clk)}, opts...)...)
 	require.NoError(t, err)
 	return k, clk
@@ -294,7 +295,7 @@ func TestSetPolicyErrors(t *testing.T) {
 func TestSetPolicyUnderConcurrentTraffic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	k1, err := NewKeyed(policyOf(TokenBucketAlgorithm, 10), WithClock(clk))
 	require.NoError(t, err)
 	k2, err := NewKeyed(policyOf(FixedWindowAlgorithm, 10), WithClock(clk))
@@ -386,7 +387,7 @@ func TestSetPolicyUnderConcurrentTraffic(t *testing.T) {
 func TestSetPolicyConcurrentWithTimeAndPruning(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	k, err := NewKeyed(policyOf(SlidingLogAlgorithm, 10), WithClock(clk), WithMaxKeys(64))
 	require.NoError(t, err)
 	var stop atomic.Bool
@@ -444,7 +445,7 @@ func TestSetPolicyConcurrentWithTimeAndPruning(t *testing.T) {
 func TestSetPolicyLoosenKeepsEveryEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	k1, err := NewKeyed(policyOf(SlidingLogAlgorithm, 5), WithClock(clk))
 	require.NoError(t, err)
 	k2, err := NewKeyed(policyOf(TokenBucketAlgorithm, 5), WithClock(clk))

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,7 +18,7 @@ func TestWithMaxKeysIsExact(t *testing.T) {
 	for _, n := range []int{1, 7, 64, 200, 1000} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			t.Parallel()
-			mock := newManualClock(testStart)
+			mock := fakeclock.NewManual(testStart)
 			k, err := NewKeyed(FixedWindowPolicy(1, time.Hour), WithClock(mock), WithMaxKeys(n))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -46,7 +47,7 @@ func TestWithMaxKeysIsExact(t *testing.T) {
 // is idle, a new key that lands in another shard is admitted.
 func TestWithMaxKeysReclaimsAcrossShards(t *testing.T) {
 	t.Parallel()
-	mock := newManualClock(testStart)
+	mock := fakeclock.NewManual(testStart)
 	k, err := NewKeyed(FixedWindowPolicy(1, time.Second), WithClock(mock), WithMaxKeys(1))
 	require.NoError(t, err)
 	ctx := context.Background()

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -154,7 +154,7 @@ var seedForTest = maphash.MakeSeed()
 // within slots/budget sweeps, although each deletion shifts later slots
 // back under the cursor and the table shrinks as it empties.
 func TestReclaimVisitsEveryKey(t *testing.T) {
-	mock := clock.NewMock()
+	mock := fakeclock.New(time.Unix(0, 0))
 	k, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 10), WithClock(mock))
 	require.NoError(t, err)
 	ctx := context.Background()

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,7 +39,7 @@ func TestKeyedMatchesSingle(t *testing.T) {
 	for _, p := range testPolicies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			mock := newManualClock(time.Unix(1_700_000_000, 123_456_789))
+			mock := fakeclock.NewManual(time.Unix(1_700_000_000, 123_456_789))
 			keyed, err := NewKeyed(p, WithClock(mock))
 			require.NoError(t, err)
 			keys := []string{"alice", "bob", "carol"}
@@ -71,7 +71,7 @@ func TestKeyedRefundUndoes(t *testing.T) {
 	for _, p := range testPolicies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			mock := newManualClock(time.Unix(1_700_000_000, 0))
+			mock := fakeclock.NewManual(time.Unix(1_700_000_000, 0))
 			keyed, err := NewKeyed(p, WithClock(mock))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -139,7 +139,7 @@ func TestNewKeyedErrors(t *testing.T) {
 // being inserted until its quota is full again.
 func TestKeyedReclaimsOnlyIdleKeys(t *testing.T) {
 	t.Parallel()
-	mock := newManualClock(time.Unix(1_700_000_000, 0))
+	mock := fakeclock.NewManual(time.Unix(1_700_000_000, 0))
 	// 10 per minute: a used key is idle again 6s after its last token.
 	k, err := NewKeyed(TokenBucketPolicy(Per(10, time.Minute), 10), WithClock(mock), WithMaxKeys(64*4))
 	require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestKeyedReclaimsOnlyIdleKeys(t *testing.T) {
 // new keys are denied with ErrTooManyKeys, existing ones go on.
 func TestKeyedCapDeniesNewKeysOnly(t *testing.T) {
 	t.Parallel()
-	mock := newManualClock(time.Unix(0, 0))
+	mock := fakeclock.NewManual(time.Unix(0, 0))
 	k, err := NewKeyed(FixedWindowPolicy(5, time.Hour), WithClock(mock), WithMaxKeys(64))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -216,7 +216,7 @@ func TestKeyedFloodMemoryBound(t *testing.T) {
 		flood   = 5_000_000
 		perKey  = 120 // bytes
 	)
-	mock := newManualClock(time.Unix(1_700_000_000, 0))
+	mock := fakeclock.NewManual(time.Unix(1_700_000_000, 0))
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -254,7 +254,7 @@ func TestKeyedConcurrentExact(t *testing.T) {
 	for _, p := range testPolicies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			mock := newManualClock(time.Unix(1_700_000_000, 0))
+			mock := fakeclock.NewManual(time.Unix(1_700_000_000, 0))
 			k, err := NewKeyed(p, WithClock(mock))
 			require.NoError(t, err)
 			const keys, workers, tries = 50, 32, 40
@@ -283,7 +283,7 @@ func TestKeyedConcurrentExact(t *testing.T) {
 
 func TestKeyedWait(t *testing.T) {
 	t.Parallel()
-	mock := newCountingMock(time.Unix(1_700_000_000, 0))
+	mock := fakeclock.NewAnnouncing(time.Unix(1_700_000_000, 0))
 	k, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 1), WithClock(mock))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -291,7 +291,7 @@ func TestKeyedWait(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- k.WaitN(ctx, "w", 1) }()
-	waitForTimers(t, mock, 1)
+	mock.Next(t)
 	select {
 	case err := <-done:
 		t.Fatalf("WaitN returned %v before the token refilled", err)
@@ -311,60 +311,13 @@ func TestKeyedWait(t *testing.T) {
 
 	cctx, cancelNow := context.WithCancel(ctx)
 	go func() { done <- slow.WaitN(cctx, "w", 1) }()
-	waitForTimers(t, mock, 2)
+	mock.Next(t)
 	cancelNow()
 	assert.ErrorIs(t, <-done, context.Canceled)
 }
 
-// manualClock is a clock that tests set directly. Unlike *clock.Mock,
-// whose Add and Set sleep a millisecond each to let goroutines run, it
-// costs nothing to advance, so long simulated timelines stay fast. It is
-// for tests that never wait: its timers never fire.
-type manualClock struct{ ns atomic.Int64 }
-
-func newManualClock(start time.Time) *manualClock {
-	c := &manualClock{}
-	c.ns.Store(start.UnixNano())
-	return c
-}
-
-func (c *manualClock) Now() time.Time                       { return time.Unix(0, c.ns.Load()) }
-func (c *manualClock) Add(d time.Duration)                  { c.ns.Add(int64(d)) }
-func (c *manualClock) After(time.Duration) <-chan time.Time { return make(chan time.Time, 1) }
-
-// countingMock is a mock clock that counts the timers made from it, so a
-// test can tell when a waiter has blocked.
-type countingMock struct {
-	*clock.Mock
-	timers atomic.Int64
-}
-
-func newCountingMock(start time.Time) *countingMock {
-	m := &countingMock{Mock: clock.NewMock()}
-	m.Set(start)
-	return m
-}
-
-func (c *countingMock) After(d time.Duration) <-chan time.Time {
-	c.timers.Add(1)
-	return c.Mock.After(d)
-}
-
-// waitForTimers waits (in real time, briefly) until n timers have been
-// made from c: the n-th waiter has blocked.
-func waitForTimers(t *testing.T, c *countingMock, n int64) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.timers.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiter %d did not block on the mock clock within 5s", n)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 func TestAllowAllDoesNotAllocate(t *testing.T) {
-	mock := newManualClock(time.Unix(1_700_000_000, 0))
+	mock := fakeclock.NewManual(time.Unix(1_700_000_000, 0))
 	a, err := NewKeyed(TokenBucketPolicy(Per(1<<20, time.Second), 1<<20), WithClock(mock))
 	require.NoError(t, err)
 	b, err := NewKeyed(FixedWindowPolicy(1<<20, time.Hour), WithClock(mock))
@@ -394,7 +347,7 @@ func TestAllowAllUnderContention(t *testing.T) {
 		for _, p := range testPolicies {
 			t.Run(path+"/"+p.Algorithm.String(), func(t *testing.T) {
 				t.Parallel()
-				mock := newManualClock(time.Unix(1_700_000_000, 0))
+				mock := fakeclock.NewManual(time.Unix(1_700_000_000, 0))
 				loosePolicy := p
 				loosePolicy.Limit = 1000
 				loose, err := NewKeyed(loosePolicy, WithClock(mock))
@@ -524,7 +477,7 @@ func TestResetEveryAlgorithm(t *testing.T) {
 // RetryAfter on the limiter's clock and admits one event.
 func TestKeyedWaitIsWaitNOne(t *testing.T) {
 	t.Parallel()
-	clk := newInstantClock(testStart)
+	clk := fakeclock.NewInstant(testStart)
 	k, err := NewKeyed(TokenBucketPolicy(Per(1, time.Second), 1), WithClock(clk))
 	require.NoError(t, err)
 	ctx := context.Background()

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func newTestLeakyBucket(t *testing.T, capacity int, leakEvery time.Duration) (*LeakyBucket, *clock.Mock) {
+func newTestLeakyBucket(t *testing.T, capacity int, leakEvery time.Duration) (*LeakyBucket, *fakeclock.Mock) {
 	t.Helper()
-	mock := newMockClock(t)
+	mock := fakeclock.New(testStart)
 	b, err := NewLeakyBucket(capacity, leakEvery, WithClock(mock))
 	require.NoError(t, err)
 	return b, mock

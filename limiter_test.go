@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -22,14 +22,6 @@ import (
 // 2-hour periods since the Unix epoch, so every window used in these tests
 // (1ms .. 2h) starts exactly there.
 var testStart = time.Unix(1_699_999_200, 0)
-
-// newMockClock returns a mock clock set to testStart.
-func newMockClock(t *testing.T) *clock.Mock {
-	t.Helper()
-	m := clock.NewMock()
-	m.Set(testStart)
-	return m
-}
 
 // testLimiter is what every exported limiter offers beyond [Limiter].
 type testLimiter interface {
@@ -56,7 +48,7 @@ type step struct {
 }
 
 // runSteps plays steps on l, whose clock is mock, checking every Decision.
-func runSteps(t *testing.T, l testLimiter, mock *clock.Mock, steps []step) {
+func runSteps(t *testing.T, l testLimiter, mock *fakeclock.Mock, steps []step) {
 	t.Helper()
 	for i, s := range steps {
 		if at := testStart.Add(s.at); !mock.Now().Equal(at) {
@@ -270,7 +262,7 @@ func TestLimitReportsConfiguration(t *testing.T) {
 	for _, tc := range limiterCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := newCaseLimiter(t, tc, 7, 7*time.Second, newMockClock(t))
+			l := newCaseLimiter(t, tc, 7, 7*time.Second, fakeclock.New(testStart))
 			assert.Equal(t, 7, l.Peek(0).Limit)
 			assert.Equal(t, wantAllow(7, 7, 0), l.Peek(0), "Peek(0) of a fresh limiter")
 		})
@@ -284,7 +276,7 @@ func TestInvalidNConsumesNothing(t *testing.T) {
 	for _, tc := range limiterCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMockClock(t)
+			mock := fakeclock.New(testStart)
 			l := newCaseLimiter(t, tc, 4, time.Second, mock)
 			require.True(t, l.AllowN(1).Allowed)
 			before := l.Peek(0)
@@ -318,7 +310,7 @@ func TestPeekDoesNotConsume(t *testing.T) {
 	for _, tc := range limiterCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMockClock(t)
+			mock := fakeclock.New(testStart)
 			l := newCaseLimiter(t, tc, 4, time.Second, mock)
 			mock.Add(123 * time.Millisecond)
 			for range 3 {
@@ -359,7 +351,7 @@ var retryScenarios = []retryScenario{
 	{name: "same-instant", pre: []step{{at: 700 * time.Millisecond, n: 3}}, reqAt: 700 * time.Millisecond, reqN: 2},
 }
 
-func playPre(t *testing.T, l testLimiter, mock *clock.Mock, pre []step) {
+func playPre(t *testing.T, l testLimiter, mock *fakeclock.Mock, pre []step) {
 	t.Helper()
 	for _, s := range pre {
 		mock.Set(testStart.Add(s.at))
@@ -376,7 +368,7 @@ func TestRetryAfterExact(t *testing.T) {
 		for _, sc := range retryScenarios {
 			t.Run(tc.name+"/"+sc.name, func(t *testing.T) {
 				t.Parallel()
-				mock := newMockClock(t)
+				mock := fakeclock.New(testStart)
 				l := newCaseLimiter(t, tc, 4, time.Second, mock)
 				playPre(t, l, mock, sc.pre)
 				mock.Set(testStart.Add(sc.reqAt))
@@ -410,7 +402,7 @@ func TestResetAfterExact(t *testing.T) {
 		for _, sc := range retryScenarios {
 			t.Run(tc.name+"/"+sc.name, func(t *testing.T) {
 				t.Parallel()
-				mock := newMockClock(t)
+				mock := fakeclock.New(testStart)
 				l := newCaseLimiter(t, tc, 4, time.Second, mock)
 				playPre(t, l, mock, sc.pre)
 				mock.Set(testStart.Add(sc.reqAt))
@@ -444,7 +436,7 @@ func TestDeniedEventsNotRecorded(t *testing.T) {
 	for _, tc := range limiterCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock1, mock2 := newMockClock(t), newMockClock(t)
+			mock1, mock2 := fakeclock.New(testStart), fakeclock.New(testStart)
 			flooded := newCaseLimiter(t, tc, 4, time.Second, mock1)
 			twin := newCaseLimiter(t, tc, 4, time.Second, mock2)
 			admitted, denied := 0, 0
@@ -483,7 +475,7 @@ func TestClockBackwardsNeverMints(t *testing.T) {
 			t.Parallel()
 			const at = 10*time.Second + 400*time.Millisecond
 			for _, back := range backs {
-				mock := newMockClock(t)
+				mock := fakeclock.New(testStart)
 				l := newCaseLimiter(t, tc, 4, time.Second, mock)
 				mock.Set(testStart.Add(at))
 				require.True(t, l.AllowN(4).Allowed)
@@ -495,7 +487,7 @@ func TestClockBackwardsNeverMints(t *testing.T) {
 				}
 				// Back to where we were, and on: exactly like a limiter that
 				// never saw the clock go back.
-				twinMock := newMockClock(t)
+				twinMock := fakeclock.New(testStart)
 				twin := newCaseLimiter(t, tc, 4, time.Second, twinMock)
 				twinMock.Set(testStart.Add(at))
 				require.True(t, twin.AllowN(4).Allowed)
@@ -519,7 +511,7 @@ func TestClockBackwardsPartialQuota(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const at = 10*time.Second + 400*time.Millisecond
-			mock, twinMock := newMockClock(t), newMockClock(t)
+			mock, twinMock := fakeclock.New(testStart), fakeclock.New(testStart)
 			l := newCaseLimiter(t, tc, 4, time.Second, mock)
 			twin := newCaseLimiter(t, tc, 4, time.Second, twinMock)
 			mock.Set(testStart.Add(at))
@@ -556,7 +548,7 @@ func TestConcurrentAllowAdmitsExactlyLimit(t *testing.T) {
 	for _, tc := range limiterCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMockClock(t)
+			mock := fakeclock.New(testStart)
 			mock.Add(123 * time.Millisecond)
 			l := newCaseLimiter(t, tc, limit, time.Minute, mock)
 			var admitted, weighted atomic.Int64
@@ -816,7 +808,7 @@ func TestHugeLimitNeverOverAdmits(t *testing.T) {
 		for _, limit := range []int{math.MaxInt32, math.MaxInt / 2, math.MaxInt/2 + 1, math.MaxInt} {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, limit), func(t *testing.T) {
 				t.Parallel()
-				mock := newMockClock(t)
+				mock := fakeclock.New(testStart)
 				l, err := tc.make(limit, 100*365*24*time.Hour, WithClock(mock))
 				if err != nil {
 					assert.ErrorIs(t, err, ErrInvalidConfig)
@@ -841,7 +833,7 @@ func TestHugeLimitNeverOverAdmits(t *testing.T) {
 // arguments and keep the old configuration and state.
 func TestSettersRejectBadConfig(t *testing.T) {
 	t.Parallel()
-	mock := newMockClock(t)
+	mock := fakeclock.New(testStart)
 	tb, err := NewTokenBucket(Per(10, time.Second), 5, WithClock(mock))
 	require.NoError(t, err)
 	lb, err := NewLeakyBucket(5, 100*time.Millisecond, WithClock(mock))

@@ -9,15 +9,16 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
+	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 	"github.com/stretchr/testify/require"
 )
 
 // The linearizability proofs of issue 12: concurrent histories of
 // decisions, recorded on many goroutines in phases of fixed limiter time,
 // checked with porcupine against the in-memory limiter of the same policy
-// replayed (internal/lincheck).
+// replayed (internal/testkit/lincheck).
 
 // linStart is the limiter time of the first phase: whole microseconds.
 var linStart = time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC)
@@ -55,24 +56,13 @@ var linAlgorithms = []ratelimit.Algorithm{
 // linRun runs phases of w on the limiter behind do, which reads clk, and
 // returns the recorded operations: clk is set to each phase's time while
 // no call is in flight.
-func linRun(w lincheck.Workload, phases []time.Time, clk *lincheck.Clock, do func(lincheck.Input) (ratelimit.Decision, error)) []lincheck.Op {
+func linRun(w lincheck.Workload, phases []time.Time, clk *fakeclock.Manual, do func(lincheck.Input) (ratelimit.Decision, error)) []lincheck.Op {
 	var rec lincheck.Recorder
 	for k, at := range phases {
 		clk.Set(at)
 		w.Run(&rec, k, 0, at, do)
 	}
 	return rec.Ops()
-}
-
-// requireLinearizable checks ops and fails t unless porcupine finds them
-// linearizable, with the visualisation's path.
-func requireLinearizable(t *testing.T, scenario string, m porcupine.Model, ops []lincheck.Op) lincheck.Result {
-	t.Helper()
-	r := lincheck.Check(t, scenario, m, ops, reliability.Pick(60*time.Second, 10*time.Minute))
-	if !r.Linearizable() {
-		t.Fatalf("%s: %d operations are %s; visualisation: %s", scenario, r.Ops, r.VerdictString(), r.File)
-	}
-	return r
 }
 
 // linVerdict is the verdict to record: linearizable unless t failed.
@@ -107,7 +97,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
 			w, phases := linShape(seed+uint64(algo), "k")
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			lim, err := p.NewLimiter(ratelimit.WithClock(clk))
 			require.NoError(t, err)
 			ops := linRun(w, lincheck.Schedule(seed, linStart, phases, p.WindowAt(linStart)), clk, func(in lincheck.Input) (ratelimit.Decision, error) {
@@ -118,7 +108,7 @@ func TestProofLinearizableMemory(t *testing.T) {
 			})
 			m, err := lincheck.NewModel(p, linStart)
 			require.NoError(t, err)
-			st.Add(algo.String(), requireLinearizable(t, "linearizability-memory-"+algo.String(), m, ops))
+			st.Add(algo.String(), lincheck.Require(t, "linearizability-memory-"+algo.String(), m, ops))
 		})
 	}
 	w, phases := linShape(seed)
@@ -150,7 +140,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 			}
 			w, phases := linShape(seed+uint64(algo), keys...)
 			w.PerPhase *= 2
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			k, err := ratelimit.NewKeyed(p, ratelimit.WithClock(clk))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -162,7 +152,7 @@ func TestProofLinearizableKeyed(t *testing.T) {
 			})
 			m, err := lincheck.NewModel(p, linStart)
 			require.NoError(t, err)
-			st.Add(algo.String(), requireLinearizable(t, "linearizability-keyed-"+algo.String(), m, ops))
+			st.Add(algo.String(), lincheck.Require(t, "linearizability-keyed-"+algo.String(), m, ops))
 		})
 	}
 	w, phases := linShape(seed, keys...)
@@ -203,7 +193,7 @@ func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 	p := ratelimit.TokenBucketPolicy(ratelimit.Per(20, time.Second), 30)
 	phases := reliability.Pick(4, 20)
 	run := func(clients int) ([]lincheck.Op, porcupine.Model) {
-		clk := lincheck.NewClock(linStart)
+		clk := fakeclock.NewManual(linStart)
 		inner, err := p.NewLimiter(ratelimit.WithClock(clk))
 		require.NoError(t, err)
 		b := racyBucket{inner: inner}
@@ -217,7 +207,7 @@ func TestProofLinearizableCatchesBrokenLimiter(t *testing.T) {
 	}
 
 	ops, m := run(1)
-	requireLinearizable(t, "linearizability-broken-sequential", m, ops)
+	lincheck.Require(t, "linearizability-broken-sequential", m, ops)
 
 	var r lincheck.Result
 	attempts := 0

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -76,7 +77,7 @@ func TestObserverSingleLimiter(t *testing.T) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
-			clk := newInstantClock(testStart)
+			clk := fakeclock.NewInstant(testStart)
 			l, err := p.NewLimiter(WithClock(clk), WithObserver(rec), WithName("api"))
 			require.NoError(t, err)
 
@@ -126,7 +127,7 @@ func TestObserverKeyed(t *testing.T) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
-			clk := newInstantClock(testStart)
+			clk := fakeclock.NewInstant(testStart)
 			k, err := NewKeyed(p, WithClock(clk), WithObserver(rec), WithName("api"), WithMaxKeys(1))
 			require.NoError(t, err)
 			type ctxKey struct{}
@@ -177,7 +178,7 @@ func TestObserverKeyed(t *testing.T) {
 // Observer, with the dimension's own verdict.
 func TestObserverAllowAllKeyed(t *testing.T) {
 	t.Parallel()
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	recA, recB := &recorder{}, &recorder{}
 	a, err := NewKeyed(FixedWindowPolicy(5, time.Hour), WithClock(clk), WithObserver(recA), WithName("api"))
 	require.NoError(t, err)
@@ -209,7 +210,7 @@ func TestObserverAllowAllKeyed(t *testing.T) {
 // nothing, single and keyed.
 func TestObserverDoesNotAllocate(t *testing.T) {
 	obs := ObserverFunc(func(context.Context, Event) {})
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	ctx := context.Background()
 	for _, p := range observerPolicies {
 		l, err := p.NewLimiter(WithClock(clk), WithObserver(obs), WithName("api"))

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlkit/ratelimit/internal/doccheck"
+	"github.com/rlkit/ratelimit/internal/testkit/doccheck"
 )
 
 // TestOptionDocsMatchConstructors: every exported option of the package

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,7 +40,7 @@ func TestOptionNotApplicableIsConfigError(t *testing.T) {
 			return err
 		}},
 		{"clock/tiered", "ratelimit.WithClock", "ratelimit.NewTiered", func() error {
-			_, err := NewTiered(tierOf, tiers, WithClock(newManualClock(testStart)))
+			_, err := NewTiered(tierOf, tiers, WithClock(fakeclock.NewManual(testStart)))
 			return err
 		}},
 		{"maxkeys/tiered", "ratelimit.WithMaxKeys", "ratelimit.NewTiered", func() error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -44,14 +45,14 @@ func utc(s string) time.Time {
 // their Decisions must be equal.
 type quotaHomes struct {
 	t      *testing.T
-	clk    *manualClock
+	clk    *fakeclock.Manual
 	single *Quota
 	keyed  *Keyed
 }
 
 func newQuotaHomes(t *testing.T, limit int, cal Calendar, opts ...Option) *quotaHomes {
 	t.Helper()
-	clk := newManualClock(time.Unix(0, 0))
+	clk := fakeclock.NewManual(time.Unix(0, 0))
 	single, err := NewQuota(limit, cal, WithClock(clk))
 	require.NoError(t, err)
 	keyed, err := NewKeyed(QuotaPolicy(limit, cal), append([]Option{WithClock(clk)}, opts...)...)
@@ -59,7 +60,7 @@ func newQuotaHomes(t *testing.T, limit int, cal Calendar, opts ...Option) *quota
 	return &quotaHomes{t: t, clk: clk, single: single, keyed: keyed}
 }
 
-func (h *quotaHomes) set(at time.Time) { h.clk.ns.Store(at.UnixNano()) }
+func (h *quotaHomes) set(at time.Time) { h.clk.Set(at) }
 
 func (h *quotaHomes) allowN(n int) Decision {
 	h.t.Helper()
@@ -223,7 +224,7 @@ func TestQuotaRefund(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cal := Calendar{Unit: Daily, Location: loadZone(t, "America/New_York")}
-	clk := newManualClock(utc("2026-03-08 12:00"))
+	clk := fakeclock.NewManual(utc("2026-03-08 12:00"))
 	k, err := NewKeyed(QuotaPolicy(10, cal), WithClock(clk))
 	require.NoError(t, err)
 
@@ -236,7 +237,7 @@ func TestQuotaRefund(t *testing.T) {
 
 	// Across the boundary (04:00Z on 2026-03-09): a refund of the old
 	// day's events does not touch the new day.
-	clk.ns.Store(utc("2026-03-09 04:00").UnixNano() - 1)
+	clk.Set(utc("2026-03-09 04:00").Add(-1))
 	require.True(t, must(k.AllowN(ctx, "k", 10)).Allowed)
 	clk.Add(1)
 	require.True(t, must(k.AllowN(ctx, "k", 4)).Allowed) // the new day
@@ -278,7 +279,7 @@ func TestQuotaIdleKeysReclaimed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cal := Calendar{Unit: Daily, Location: loadZone(t, "Australia/Sydney")}
-	clk := newManualClock(utc("2026-10-03 20:00")) // the 23h day: 14:00Z to 13:00Z
+	clk := fakeclock.NewManual(utc("2026-10-03 20:00")) // the 23h day: 14:00Z to 13:00Z
 	k, err := NewKeyed(QuotaPolicy(5, cal), WithClock(clk), WithMaxKeys(1))
 	require.NoError(t, err)
 	require.True(t, must(k.AllowN(ctx, "a", 1)).Allowed)
@@ -286,7 +287,7 @@ func TestQuotaIdleKeysReclaimed(t *testing.T) {
 	d, err := k.AllowN(ctx, "b", 1)
 	require.ErrorIs(t, err, ErrTooManyKeys, "a used key is not reclaimed within its period")
 	assert.False(t, d.Allowed)
-	clk.ns.Store(utc("2026-10-04 13:00").UnixNano() - 1)
+	clk.Set(utc("2026-10-04 13:00").Add(-1))
 	_, err = k.AllowN(ctx, "b", 1)
 	require.ErrorIs(t, err, ErrTooManyKeys, "1ns before the boundary, a's day is not over")
 
@@ -384,7 +385,7 @@ func TestQuotaAllowAllStack(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			clk := newManualClock(utc("2026-03-29 14:00")) // Sunday, 10:00 EDT
+			clk := fakeclock.NewManual(utc("2026-03-29 14:00")) // Sunday, 10:00 EDT
 			newKeyed := func(p Policy) KeyedLimiter {
 				k, err := NewKeyed(p, WithClock(clk))
 				require.NoError(t, err)
@@ -460,7 +461,7 @@ func TestQuotaAllowAllStack(t *testing.T) {
 // count against a new limit.
 func TestQuotaSetLimitKeepsCount(t *testing.T) {
 	t.Parallel()
-	clk := newManualClock(utc("2026-06-10 12:00"))
+	clk := fakeclock.NewManual(utc("2026-06-10 12:00"))
 	q, err := NewQuota(10, Calendar{Unit: Daily}, WithClock(clk))
 	require.NoError(t, err)
 	require.True(t, q.AllowN(8).Allowed)
@@ -517,7 +518,7 @@ func TestQuotaSpanCache(t *testing.T) {
 		require.Equal(t, [2]int64{ws, we}, [2]int64{s, e}, "period(%v) after %d calls", time.Unix(0, now).UTC(), i)
 	}
 
-	k, err := NewKeyed(QuotaPolicy(3, cal), WithClock(newManualClock(utc("2026-10-04 12:00"))))
+	k, err := NewKeyed(QuotaPolicy(3, cal), WithClock(fakeclock.NewManual(utc("2026-10-04 12:00"))))
 	require.NoError(t, err)
 	done := make(chan struct{})
 	for g := range 8 {
@@ -690,7 +691,7 @@ func TestQuotaZoneChange(t *testing.T) {
 		t.Run(fmt.Sprintf("%v to %d", tc.mode, tc.limit), func(t *testing.T) {
 			t.Parallel()
 			// 22:00 on June 10 in New York is 02:00 UTC on June 11, 11:00 in Tokyo.
-			clk := newManualClock(utc("2026-06-11 02:00"))
+			clk := fakeclock.NewManual(utc("2026-06-11 02:00"))
 			k, err := NewKeyed(QuotaPolicy(10, Calendar{Unit: Daily, Location: ny}), WithClock(clk))
 			require.NoError(t, err)
 			require.True(t, must(k.AllowN(ctx, "key", 7)).Allowed)

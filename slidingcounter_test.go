@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func newTestSlidingCounter(t *testing.T, limit int, window time.Duration) (*SlidingCounter, *clock.Mock) {
+func newTestSlidingCounter(t *testing.T, limit int, window time.Duration) (*SlidingCounter, *fakeclock.Mock) {
 	t.Helper()
-	mock := newMockClock(t)
+	mock := fakeclock.New(testStart)
 	c, err := NewSlidingCounter(limit, window, WithClock(mock))
 	require.NoError(t, err)
 	return c, mock
@@ -138,7 +138,7 @@ func TestSlidingCounterSetLimitKeepsCounts(t *testing.T) {
 func evenTraffic(t *testing.T, limit int, rate float64, phase time.Duration) (denied, wrongDenied, maxInWindow int) {
 	t.Helper()
 	const w = time.Second
-	mock := newManualClock(testStart.Add(phase))
+	mock := fakeclock.NewManual(testStart.Add(phase))
 	sc, err := NewSlidingCounter(limit, w, WithClock(mock))
 	require.NoError(t, err)
 	period := time.Duration(float64(w) / rate)

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func newTestSlidingLog(t *testing.T, limit int, window time.Duration) (*SlidingLog, *clock.Mock) {
+func newTestSlidingLog(t *testing.T, limit int, window time.Duration) (*SlidingLog, *fakeclock.Mock) {
 	t.Helper()
-	mock := newMockClock(t)
+	mock := fakeclock.New(testStart)
 	l, err := NewSlidingLog(limit, window, WithClock(mock))
 	require.NoError(t, err)
 	return l, mock

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -31,7 +32,7 @@ func TestTieredMove(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%v/%d", tc.mode, tc.proUse), func(t *testing.T) {
 			t.Parallel()
-			clk := newManualClock(testStart)
+			clk := fakeclock.NewManual(testStart)
 			free, err := NewKeyed(TokenBucketPolicy(PerMinute(100), 100), WithClock(clk))
 			require.NoError(t, err)
 			pro, err := NewKeyed(FixedWindowPolicy(10_000, time.Minute), WithClock(clk))
@@ -61,7 +62,7 @@ func TestTieredMove(t *testing.T) {
 func TestTieredAdminDelegates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	free, err := NewKeyed(FixedWindowPolicy(100, time.Minute), WithClock(clk))
 	require.NoError(t, err)
 	plain := plainKeyed{free}
@@ -133,7 +134,7 @@ func TestMoveKeyErrors(t *testing.T) {
 // under the outer tier's name, so AllowAll takes its atomic path for it.
 func TestTierFollowsNestedTiered(t *testing.T) {
 	t.Parallel()
-	leaf, err := NewKeyed(FixedWindowPolicy(2, time.Minute), WithClock(newManualClock(testStart)))
+	leaf, err := NewKeyed(FixedWindowPolicy(2, time.Minute), WithClock(fakeclock.NewManual(testStart)))
 	require.NoError(t, err)
 	inner, err := NewTiered(func(context.Context, string) string { return "in" }, map[string]KeyedLimiter{"in": leaf})
 	require.NoError(t, err)
@@ -166,7 +167,7 @@ func allResolveKeyed(t *testing.T, l KeyedLimiter) bool {
 // is charged in the default tier, through AllowN, Peek, WaitN and Tier.
 func TestTieredDefaultTier(t *testing.T) {
 	t.Parallel()
-	clk := newManualClock(testStart)
+	clk := fakeclock.NewManual(testStart)
 	free, err := NewKeyed(FixedWindowPolicy(1, time.Hour), WithClock(clk))
 	require.NoError(t, err)
 	pro, err := NewKeyed(FixedWindowPolicy(10, time.Hour), WithClock(clk))
@@ -224,7 +225,7 @@ func TestTieredDefaultTierMustExist(t *testing.T) {
 func TestObserverTieredReportsThroughItsTier(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
-	k, err := NewKeyed(FixedWindowPolicy(1, time.Hour), WithClock(newManualClock(testStart)), WithObserver(rec), WithName("api"))
+	k, err := NewKeyed(FixedWindowPolicy(1, time.Hour), WithClock(fakeclock.NewManual(testStart)), WithObserver(rec), WithName("api"))
 	require.NoError(t, err)
 	tl, err := NewTiered(func(context.Context, string) string { return "free" }, map[string]KeyedLimiter{"free": k})
 	require.NoError(t, err)

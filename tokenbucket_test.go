@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func newTestTokenBucket(t *testing.T, capacity, refill int, per time.Duration) (*TokenBucket, *clock.Mock) {
+func newTestTokenBucket(t *testing.T, capacity, refill int, per time.Duration) (*TokenBucket, *fakeclock.Mock) {
 	t.Helper()
-	mock := newMockClock(t)
+	mock := fakeclock.New(testStart)
 	b, err := NewTokenBucket(Per(refill, per), capacity, WithClock(mock))
 	require.NoError(t, err)
 	return b, mock

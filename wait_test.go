@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -19,51 +19,12 @@ import (
 // only turns a hang (a bug) into a failure.
 const failSafe = 10 * time.Second
 
-// timerClock is a mock clock that reports every timer a waiter starts, so
-// that a test knows, without polling, that the waiter has taken its place
-// and is about to block; the timer's channel is buffered, so advancing the
-// mock from then on releases it deterministically.
-type timerClock struct {
-	*clock.Mock
-	started chan time.Duration
-}
-
-func newTimerClock(t *testing.T) *timerClock {
-	t.Helper()
-	return &timerClock{Mock: newMockClock(t), started: make(chan time.Duration, 256)}
-}
-
-func (c *timerClock) After(d time.Duration) <-chan time.Time {
-	ch := c.Mock.After(d)
-	c.started <- d
-	return ch
-}
-
-// awaitTimer waits until some waiter has started a timer and returns its
-// duration.
-func (c *timerClock) awaitTimer(t *testing.T) time.Duration {
-	t.Helper()
-	select {
-	case d := <-c.started:
-		return d
-	case <-time.After(failSafe):
-		t.Fatalf("no waiter started a timer within %v", failSafe)
-		return 0
-	}
-}
-
-// assertNoTimer checks that no waiter started a timer.
-func (c *timerClock) assertNoTimer(t *testing.T) {
-	t.Helper()
-	select {
-	case d := <-c.started:
-		t.Errorf("a waiter started a timer of %v, want none", d)
-	default:
-	}
-}
-
-// since returns the mock time elapsed since testStart.
-func (c *timerClock) since() time.Duration { return c.Now().Sub(testStart) }
+// since returns the mock time elapsed since testStart. The waiters' clock
+// is a fakeclock.NewAnnouncing: each timer a waiter starts is announced, so
+// a test knows, without polling, that the waiter has taken its place and is
+// about to block; the timer's channel is buffered, so advancing the mock
+// from then on releases it deterministically.
+func since(c Clock) time.Duration { return c.Now().Sub(testStart) }
 
 type waitResult struct {
 	id  int
@@ -72,10 +33,10 @@ type waitResult struct {
 }
 
 // startWaiter calls l.WaitN(ctx, n) in a goroutine and reports to out.
-func startWaiter(ctx context.Context, l Limiter, c *timerClock, id, n int, out chan<- waitResult) {
+func startWaiter(ctx context.Context, l Limiter, c *fakeclock.Mock, id, n int, out chan<- waitResult) {
 	go func() {
 		err := l.WaitN(ctx, n)
-		out <- waitResult{id: id, err: err, at: c.since()}
+		out <- waitResult{id: id, err: err, at: since(c)}
 	}()
 }
 
@@ -103,13 +64,13 @@ func assertNoResult(t *testing.T, ch <-chan waitResult) {
 
 // waitNow runs WaitN on a frozen clock and returns its error; it must
 // return without starting a timer.
-func waitNow(ctx context.Context, t *testing.T, l Limiter, c *timerClock, n int) error {
+func waitNow(ctx context.Context, t *testing.T, l Limiter, c *fakeclock.Mock, n int) error {
 	t.Helper()
-	before := c.since()
+	before := since(c)
 	out := make(chan waitResult, 1)
 	startWaiter(ctx, l, c, 0, n, out)
 	r := recvResult(t, out)
-	c.assertNoTimer(t)
+	c.None(t)
 	assert.Equalf(t, before, r.at, "WaitN(%d) returned at mock time %v, want at once", n, r.at)
 	return r.err
 }
@@ -118,7 +79,7 @@ func waitNow(ctx context.Context, t *testing.T, l Limiter, c *timerClock, n int)
 // that order, each at its exact time.
 func TestTokenBucketWaitFIFO(t *testing.T) {
 	t.Parallel()
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	b, err := NewTokenBucket(Per(1, time.Second), 2, WithClock(c))
 	require.NoError(t, err)
 	require.True(t, b.AllowN(2).Allowed)
@@ -129,7 +90,7 @@ func TestTokenBucketWaitFIFO(t *testing.T) {
 	wantTimers := []time.Duration{1, 3, 4, 5, 7}
 	for i, n := range ns {
 		startWaiter(ctx, b, c, i, n, out)
-		got := c.awaitTimer(t)
+		got := c.Next(t)
 		assert.Equalf(t, wantTimers[i]*time.Second, got, "waiter %d (n=%d) timer", i, n)
 	}
 	assert.False(t, b.Allow(), "Allow with 5 waiters queued")
@@ -161,7 +122,7 @@ func TestTokenBucketWaitFIFO(t *testing.T) {
 // once, without a timer, and takes them.
 func TestTokenBucketWaitImmediate(t *testing.T) {
 	t.Parallel()
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	b, err := NewTokenBucket(Per(1, time.Second), 3, WithClock(c))
 	require.NoError(t, err)
 	require.NoError(t, waitNow(context.Background(), t, b, c, 2))
@@ -172,7 +133,7 @@ func TestTokenBucketWaitImmediate(t *testing.T) {
 // once and gives its token back when nobody queued behind it.
 func TestTokenBucketWaitCancel(t *testing.T) {
 	t.Parallel()
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	b, err := NewTokenBucket(Per(1, time.Second), 1, WithClock(c))
 	require.NoError(t, err)
 	require.True(t, b.Allow())
@@ -180,7 +141,7 @@ func TestTokenBucketWaitCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan waitResult, 1)
 	startWaiter(ctx, b, c, 0, 1, out)
-	require.Equal(t, time.Second, c.awaitTimer(t))
+	require.Equal(t, time.Second, c.Next(t))
 	cancel()
 	r := recvResult(t, out)
 	assert.ErrorIs(t, r.err, context.Canceled)
@@ -197,7 +158,7 @@ func TestTokenBucketWaitCancel(t *testing.T) {
 // its release time), so the count stays exact.
 func TestTokenBucketWaitCancelWithQueueBehind(t *testing.T) {
 	t.Parallel()
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	b, err := NewTokenBucket(Per(1, time.Second), 1, WithClock(c))
 	require.NoError(t, err)
 	require.True(t, b.Allow())
@@ -205,9 +166,9 @@ func TestTokenBucketWaitCancelWithQueueBehind(t *testing.T) {
 	ctxA, cancelA := context.WithCancel(context.Background())
 	out := make(chan waitResult, 2)
 	startWaiter(ctxA, b, c, 0, 1, out)
-	require.Equal(t, time.Second, c.awaitTimer(t))
+	require.Equal(t, time.Second, c.Next(t))
 	startWaiter(context.Background(), b, c, 1, 1, out)
-	require.Equal(t, 2*time.Second, c.awaitTimer(t))
+	require.Equal(t, 2*time.Second, c.Next(t))
 	cancelA()
 	r := recvResult(t, out)
 	assert.Equal(t, 0, r.id)
@@ -266,7 +227,7 @@ func TestWaitDeadline(t *testing.T) {
 	for _, tc := range longWaitCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := newTimerClock(t)
+			c := fakeclock.NewAnnouncing(testStart)
 			l := tc.make(t, c)
 			require.True(t, l.AllowN(tc.consume).Allowed)
 			before := l.Peek(0)
@@ -285,7 +246,7 @@ func TestWaitDeadline(t *testing.T) {
 			defer cancel2()
 			out := make(chan waitResult, 1)
 			startWaiter(ctx2, l, c, 1, 1, out)
-			d := c.awaitTimer(t)
+			d := c.Next(t)
 			assert.GreaterOrEqual(t, d, 2*time.Hour)
 			c.Add(d)
 			r := recvResult(t, out)
@@ -302,7 +263,7 @@ func TestWaitInvalidN(t *testing.T) {
 	for _, tc := range limiterCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := newTimerClock(t)
+			c := fakeclock.NewAnnouncing(testStart)
 			l := newCaseLimiter(t, tc, 4, time.Second, c)
 			require.True(t, l.AllowN(4).Allowed)
 			before := l.Peek(0)
@@ -339,7 +300,7 @@ func TestWaitInvalidN(t *testing.T) {
 func TestLeakyBucketShaper(t *testing.T) {
 	t.Parallel()
 	const every = 100 * time.Millisecond
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	b, err := NewLeakyBucket(3, every, WithClock(c))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -349,9 +310,9 @@ func TestLeakyBucketShaper(t *testing.T) {
 	// though the bucket has room: no bursts.
 	require.NoError(t, waitNow(ctx, t, b, c, 1))
 	startWaiter(ctx, b, c, 1, 1, out)
-	require.Equal(t, every, c.awaitTimer(t))
+	require.Equal(t, every, c.Next(t))
 	startWaiter(ctx, b, c, 2, 1, out)
-	require.Equal(t, 2*every, c.awaitTimer(t))
+	require.Equal(t, 2*every, c.Next(t))
 
 	// The queue holds 3: the fourth is refused at once.
 	err = waitNow(ctx, t, b, c, 1)
@@ -369,7 +330,7 @@ func TestLeakyBucketShaper(t *testing.T) {
 
 	// A place is free again: a new caller queues behind waiter 2.
 	startWaiter(ctx, b, c, 3, 1, out)
-	require.Equal(t, 2*every, c.awaitTimer(t))
+	require.Equal(t, 2*every, c.Next(t))
 	for _, id := range []int{2, 3} {
 		c.Add(every)
 		r := recvResult(t, out)
@@ -386,7 +347,7 @@ func TestLeakyBucketShaper(t *testing.T) {
 func TestLeakyBucketShaperCancel(t *testing.T) {
 	t.Parallel()
 	const every = 100 * time.Millisecond
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	b, err := NewLeakyBucket(3, every, WithClock(c))
 	require.NoError(t, err)
 	require.NoError(t, waitNow(context.Background(), t, b, c, 1))
@@ -394,13 +355,13 @@ func TestLeakyBucketShaperCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan waitResult, 2)
 	startWaiter(ctx, b, c, 1, 1, out)
-	require.Equal(t, every, c.awaitTimer(t))
+	require.Equal(t, every, c.Next(t))
 	cancel()
 	r := recvResult(t, out)
 	assert.ErrorIs(t, r.err, context.Canceled)
 
 	startWaiter(context.Background(), b, c, 2, 1, out)
-	assert.Equal(t, every, c.awaitTimer(t), "the next caller's wait: the cancelled place is free")
+	assert.Equal(t, every, c.Next(t), "the next caller's wait: the cancelled place is free")
 	c.Add(every)
 	r = recvResult(t, out)
 	assert.Equal(t, waitResult{id: 2, at: every}, r)
@@ -425,21 +386,21 @@ func TestWindowWaitRollsOver(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := newTimerClock(t)
+			c := fakeclock.NewAnnouncing(testStart)
 			l, err := tt.make(c)
 			require.NoError(t, err)
 			c.Add(300 * ms)
 			require.True(t, l.AllowN(2).Allowed)
 			out := make(chan waitResult, 1)
 			startWaiter(context.Background(), l, c, 0, 1, out)
-			require.Equal(t, tt.timer, c.awaitTimer(t))
+			require.Equal(t, tt.timer, c.Next(t))
 			c.Add(tt.timer - 1)
 			assertNoResult(t, out)
 			c.Add(1)
 			r := recvResult(t, out)
 			assert.NoError(t, r.err)
 			assert.Equal(t, 300*ms+tt.timer, r.at)
-			c.assertNoTimer(t)
+			c.None(t)
 			assert.Equal(t, tt.remaining, l.Peek(0).Remaining, "the waiter took one event")
 		})
 	}
@@ -456,13 +417,13 @@ func TestWaitCancelTakesNothing(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := newTimerClock(t)
+			c := fakeclock.NewAnnouncing(testStart)
 			l := newCaseLimiter(t, tc, 2, time.Second, c)
 			require.True(t, l.AllowN(2).Allowed)
 			ctx, cancel := context.WithCancel(context.Background())
 			out := make(chan waitResult, 1)
 			startWaiter(ctx, l, c, 0, 1, out)
-			d := c.awaitTimer(t)
+			d := c.Next(t)
 			cancel()
 			r := recvResult(t, out)
 			assert.ErrorIs(t, r.err, context.Canceled)
@@ -480,7 +441,7 @@ func TestWaitCancelTakesNothing(t *testing.T) {
 // released, so the count is stable here.
 func TestWaitCancelNoGoroutineLeak(t *testing.T) {
 	base := runtime.NumGoroutine()
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan waitResult, 64)
 	waiters := 0
@@ -493,7 +454,7 @@ func TestWaitCancelNoGoroutineLeak(t *testing.T) {
 		require.True(t, l.AllowN(consume).Allowed)
 		for range 6 {
 			startWaiter(ctx, l, c, waiters, 1, out)
-			c.awaitTimer(t)
+			c.Next(t)
 			waiters++
 		}
 	}
@@ -529,14 +490,14 @@ func TestWaitErrorsAreDistinct(t *testing.T) {
 // says.
 func TestTokenBucketPeekWhileWaiterQueued(t *testing.T) {
 	t.Parallel()
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	b, err := NewTokenBucket(Per(10, time.Second), 1, WithClock(c))
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.True(t, b.Allow())
 	out := make(chan waitResult, 1)
 	startWaiter(ctx, b, c, 1, 1, out)
-	require.Equal(t, 100*time.Millisecond, c.awaitTimer(t))
+	require.Equal(t, 100*time.Millisecond, c.Next(t))
 	d := b.Peek(0)
 	assert.False(t, d.Allowed, "Peek(0) while a waiter holds tokens the bucket lacks")
 	assert.Equal(t, 0, d.Remaining)
@@ -554,17 +515,17 @@ func TestTokenBucketPeekWhileWaiterQueued(t *testing.T) {
 func TestLeakyBucketAllowNMetersIndependently(t *testing.T) {
 	t.Parallel()
 	const every = 100 * time.Millisecond
-	c := newTimerClock(t)
+	c := fakeclock.NewAnnouncing(testStart)
 	b, err := NewLeakyBucket(4, every, WithClock(c))
 	require.NoError(t, err)
 	ctx := context.Background()
 	out := make(chan waitResult, 4)
 	require.NoError(t, waitNow(ctx, t, b, c, 1))
 	startWaiter(ctx, b, c, 1, 1, out)
-	require.Equal(t, every, c.awaitTimer(t))
+	require.Equal(t, every, c.Next(t))
 	assert.True(t, b.Allow(), "AllowN admits at once although a waiter is queued")
 	startWaiter(ctx, b, c, 2, 1, out)
-	require.Equal(t, 3*every, c.awaitTimer(t), "a later waiter queues behind the AllowN event")
+	require.Equal(t, 3*every, c.Next(t), "a later waiter queues behind the AllowN event")
 	assert.False(t, b.Allow(), "the bucket is full: 1 released, 2 waiting, 1 metered")
 	c.Add(every)
 	r := recvResult(t, out)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/benchkeys"
+	"github.com/rlkit/ratelimit/internal/testkit/benchkeys"
 	"github.com/sethvargo/go-limiter/memorystore"
 	ulule "github.com/ulule/limiter/v3"
 	ululemem "github.com/ulule/limiter/v3/drivers/store/memory"
@@ -29,7 +29,7 @@ import (
 //	          limiter stored (the old measure: it walks each store in
 //	          allocation order and never copies a key's bytes into cache)
 //	1Mrandom  real traffic: 1,000,000 distinct keys of 14 to 24 bytes
-//	          ("tenant-42/user:004711", internal/benchkeys) inserted in a
+//	          ("tenant-42/user:004711", internal/testkit/benchkeys) inserted in a
 //	          shuffled order, looked up in random order with bytes that are
 //	          hot in cache and are not the stored string
 //
@@ -327,7 +327,7 @@ func benchKeyedManyParallel(b *testing.B, lib keyedLib, keys []string, filled **
 }
 
 // benchKeyedRandomSerial looks up random keys of a limiter holding
-// len(keys) keys of internal/benchkeys, each written into a scratch buffer.
+// len(keys) keys of internal/testkit/benchkeys, each written into a scratch buffer.
 func benchKeyedRandomSerial(b *testing.B, lib keyedLib, keys []string, filled **filledKeyed) {
 	n := len(keys)
 	f := fillOnce(b, filled, func() *filledKeyed { return fillKeyedRandom(b, lib, n) })
@@ -415,7 +415,7 @@ func fillKeyed(b *testing.B, lib keyedLib, keys []string) *filledKeyed {
 }
 
 // fillKeyedRandom returns a fresh limiter of lib holding the first n keys of
-// internal/benchkeys, inserted in a shuffled order as freshly allocated
+// internal/testkit/benchkeys, inserted in a shuffled order as freshly allocated
 // strings, each admitted once, and measures the live heap it takes per key
 // as fillKeyed does.
 func fillKeyedRandom(b *testing.B, lib keyedLib, n int) *filledKeyed {

@@ -40,7 +40,7 @@ import (
 // SET...: the part of its server time that does not depend on load).
 //
 // It uses the Redis at REDIS_ADDR, or starts redis-server on a free
-// loopback port (internal/redistest is not importable from this module),
+// loopback port (internal/testkit/redistest is not importable from this module),
 // and skips when there is neither.
 func BenchmarkRedis(b *testing.B) {
 	addr := benchRedisAddr(b)

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // bucketService is this package's own server interceptors over a token
@@ -69,7 +69,7 @@ func startBucketService(t *testing.T, clk ratelimit.Clock, keyed bool) (*bucketS
 // another through c, moving clk by each timer the client starts, once no
 // call is out (time stands still on the wire). It returns the calls'
 // errors.
-func driveCalls(t *testing.T, clk *timerclock.Clock, c *Client, client grpc_testing.TestServiceClient, workers, each int) []error {
+func driveCalls(t *testing.T, clk *fakeclock.Mock, c *Client, client grpc_testing.TestServiceClient, workers, each int) []error {
 	t.Helper()
 	var mu sync.Mutex
 	var errs []error
@@ -119,7 +119,7 @@ func TestClientTokenBucketReorderedAnswers(t *testing.T) {
 		for _, blind := range []int{5, 10} {
 			t.Run(fmt.Sprintf("keyed=%v/blind=%d", keyed, blind), func(t *testing.T) {
 				t.Parallel()
-				clk := timerclock.New(clientEpoch)
+				clk := fakeclock.NewAnnouncing(clientEpoch)
 				b, addr := startBucketService(t, clk, keyed)
 				c := newTestClient(t, nil, nil, nil, clk)
 				client, _ := dial(t, addr, c)

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // startLimitedServer serves a testService behind this package's server
@@ -39,7 +39,7 @@ func TestClientObeysServer(t *testing.T) {
 	for _, fields := range []FieldSet{allFields, NoFields} {
 		t.Run(fmt.Sprint(fields), func(t *testing.T) {
 			t.Parallel()
-			clk := timerclock.New(clientEpoch)
+			clk := fakeclock.NewAnnouncing(clientEpoch)
 			kl, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(clk))
 			require.NoError(t, err)
 			var denied atomic.Int64

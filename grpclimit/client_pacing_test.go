@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // fieldScript is a server interceptor that sends, as header metadata of
@@ -71,7 +71,7 @@ func TestClientPacesByMetadata(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			svc, script, addr := pacedServer(t)
-			clk := timerclock.New(clientEpoch) // 2026-01-01T00:00:00Z = 1767225600
+			clk := fakeclock.NewAnnouncing(clientEpoch) // 2026-01-01T00:00:00Z = 1767225600
 			c := newTestClient(t, nil, nil, nil, clk)
 			client, conn := dial(t, addr, c)
 			ctx := context.Background()
@@ -103,7 +103,7 @@ func TestClientPacesByMetadata(t *testing.T) {
 func TestClientMetadataOnRefusal(t *testing.T) {
 	t.Parallel()
 	svc, script, addr := pacedServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk)
 	client, conn := dial(t, addr, c)
 	script.send(metadata.Pairs("ratelimit", `"api";r=0;t=7`))
@@ -119,7 +119,7 @@ func TestClientMetadataOnRefusal(t *testing.T) {
 func TestClientBackoffGrows(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk, WithBackoff(time.Second, 4*time.Second))
 	client, conn := dial(t, addr, c)
 	zero := denialWith(&errdetails.RetryInfo{RetryDelay: &durationpb.Duration{}})
@@ -151,7 +151,7 @@ func TestClientBackoffGrows(t *testing.T) {
 func TestClientPolicyShaping(t *testing.T) {
 	t.Parallel()
 	_, script, addr := pacedServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk, WithPolicyShaping(true))
 	client, _ := dial(t, addr, c)
 	script.send(metadata.Pairs("ratelimit-policy", `"api";q=4;w=2`, "ratelimit", `"api";r=3;t=2`))

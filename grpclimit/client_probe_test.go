@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // gate is a server interceptor that holds every unary call until the test
@@ -84,7 +84,7 @@ func TestClientCappedPauseEndsWithOneProbe(t *testing.T) {
 	t.Parallel()
 	const waiting = 20
 	g, addr := startGate(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk, WithMaxPause(10*time.Second))
 	client, _ := dial(t, addr, c)
 
@@ -131,7 +131,7 @@ func TestClientRetryTooLateReturnsAnswer(t *testing.T) {
 		t.Run(map[bool]string{false: "limiter outlasts the deadline", true: "cancelled while waiting"}[cancelled], func(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
-			clk := timerclock.New(clientEpoch)
+			clk := fakeclock.NewAnnouncing(clientEpoch)
 			var lim ratelimit.Limiter
 			if !cancelled {
 				tb, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(1), 1, ratelimit.WithClock(clk))
@@ -170,7 +170,7 @@ func TestClientRetryTooLateReturnsAnswer(t *testing.T) {
 func TestClientBoundsScopes(t *testing.T) {
 	t.Parallel()
 	svc, script, addr := pacedServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1000), 1000), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	byTenant := func(ctx context.Context, _ string) (string, bool) {
@@ -216,7 +216,7 @@ func TestClientBoundsScopes(t *testing.T) {
 func TestClientStreamProbeHandsOn(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk)
 	client, conn := dial(t, addr, c)
 	svc.answer(denial(5 * time.Second))

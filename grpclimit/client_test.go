@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 var unaryReq = &grpc_testing.SimpleRequest{}
@@ -67,7 +67,7 @@ func newBucket(t *testing.T, r ratelimit.Rate, capacity int, clk ratelimit.Clock
 func TestClientWaitsForLimiter(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, newBucket(t, ratelimit.Per(1, 10*time.Second), 1, clk), nil, nil, clk)
 	tc, _ := dial(t, addr, c)
 	ctx := context.Background()
@@ -90,7 +90,7 @@ func TestClientWaitsForLimiter(t *testing.T) {
 func TestClientRefusals(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(nil))
 	tc, _ := dial(t, addr, c)
@@ -125,7 +125,7 @@ func TestClientRefusals(t *testing.T) {
 func TestClientCostExceedsLimit(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, _ any) int {
 		if method == methodEmpty {
@@ -150,7 +150,7 @@ func TestClientCostExceedsLimit(t *testing.T) {
 func TestClientCostFromRequest(t *testing.T) {
 	t.Parallel()
 	_, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	lim := newBucket(t, ratelimit.PerHour(1), 10, clk)
 	var streamReq []any
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, req any) int {
@@ -178,7 +178,7 @@ func TestClientPauseByTarget(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	other, addr2 := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	var hooked []time.Duration
 	c := newTestClient(t, nil, nil, nil, clk, WithRetries(3), WithPauseHook(func(_ context.Context, method string, d time.Duration) {
 		assert.Equal(t, methodUnary, method)
@@ -219,7 +219,7 @@ func TestClientPauseByMethod(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	other, addr2 := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk, WithPauseScope(PauseByMethod))
 	tc, conn := dial(t, addr, c)
 	tc2, conn2 := dial(t, addr2, c)
@@ -258,7 +258,7 @@ func byTenant(ctx context.Context, _ string) (string, bool) {
 func TestClientPauseByKey(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	c := newTestClient(t, nil, kl, byTenant, clk, WithPauseScope(PauseByKey))
@@ -297,7 +297,7 @@ func TestClientPauseByKey(t *testing.T) {
 func TestClientCapsPause(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	var hooked time.Duration
 	c := newTestClient(t, nil, nil, nil, clk, WithMaxPause(time.Minute), WithPauseHook(func(_ context.Context, _ string, d time.Duration) { hooked = d }))
 	tc, conn := dial(t, addr, c)
@@ -340,7 +340,7 @@ func TestClientRetries(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
-			clk := timerclock.New(clientEpoch)
+			clk := fakeclock.NewAnnouncing(clientEpoch)
 			c := newTestClient(t, nil, nil, nil, clk, tc.opts...)
 			client, _ := dial(t, addr, c)
 			svc.answer(tc.answers...)
@@ -394,7 +394,7 @@ func TestClientHostileRetryInfo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
-			clk := timerclock.New(clientEpoch)
+			clk := fakeclock.NewAnnouncing(clientEpoch)
 			c := newTestClient(t, nil, nil, nil, clk, WithMaxPause(maxPause), WithRetries(1), WithMaxRetryWait(0))
 			client, conn := dial(t, addr, c)
 			svc.answer(tc.err)
@@ -418,7 +418,7 @@ func TestClientHostileRetryInfo(t *testing.T) {
 func TestClientPauseDeadline(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk)
 	tc, _ := dial(t, addr, c)
 	svc.answer(denial(time.Hour))
@@ -445,7 +445,7 @@ func TestClientStreamPause(t *testing.T) {
 	t.Run("client streaming, CloseAndRecv", func(t *testing.T) {
 		t.Parallel()
 		svc, addr := startServer(t)
-		clk := timerclock.New(clientEpoch)
+		clk := fakeclock.NewAnnouncing(clientEpoch)
 		c := newTestClient(t, nil, nil, nil, clk, WithRetries(3))
 		tc, conn := dial(t, addr, c)
 		svc.answer(denial(4 * time.Second))
@@ -475,7 +475,7 @@ func TestClientStreamPause(t *testing.T) {
 	t.Run("bidi, Recv", func(t *testing.T) {
 		t.Parallel()
 		svc, addr := startServer(t)
-		clk := timerclock.New(clientEpoch)
+		clk := fakeclock.NewAnnouncing(clientEpoch)
 		c := newTestClient(t, nil, nil, nil, clk, WithPauseScope(PauseByMethod))
 		tc, conn := dial(t, addr, c)
 		svc.answer(denial(6 * time.Second))
@@ -492,7 +492,7 @@ func TestClientStreamPause(t *testing.T) {
 	t.Run("Header, then RecvMsg", func(t *testing.T) {
 		t.Parallel()
 		svc, addr := startServer(t)
-		clk := timerclock.New(clientEpoch)
+		clk := fakeclock.NewAnnouncing(clientEpoch)
 		c := newTestClient(t, nil, nil, nil, clk)
 		tc, conn := dial(t, addr, c)
 		svc.answer(denial(2 * time.Second))
@@ -510,7 +510,7 @@ func TestClientStreamPause(t *testing.T) {
 	t.Run("limiter", func(t *testing.T) {
 		t.Parallel()
 		svc, addr := startServer(t)
-		clk := timerclock.New(clientEpoch)
+		clk := fakeclock.NewAnnouncing(clientEpoch)
 		c := newTestClient(t, newBucket(t, ratelimit.Per(1, 8*time.Second), 1, clk), nil, nil, clk)
 		tc, _ := dial(t, addr, c)
 		for i := range 2 {
@@ -548,7 +548,7 @@ func TestClientStreamPause(t *testing.T) {
 func TestClientConcurrent(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	const capacity, callers = 10, 40
 	c := newTestClient(t, newBucket(t, ratelimit.PerHour(1), capacity, clk), nil, nil, clk, WithPauseScope(PauseByMethod))
 	tc, conn := dial(t, addr, c)
@@ -630,8 +630,8 @@ func TestClientOptions(t *testing.T) {
 		assert.ErrorIs(t, tc.err, ratelimit.ErrInvalidConfig, tc.name)
 		assert.Contains(t, tc.err.Error(), "ratelimit: invalid configuration: "+tc.want, tc.name)
 	}
-	_, err = NewClient(tb, WithClock((*timerclock.Clock)(nil)))
-	assert.ErrorContains(t, err, "grpclimit.WithClock: clock is a nil *timerclock.Clock")
+	_, err = NewClient(tb, WithClock((*fakeclock.Mock)(nil)))
+	assert.ErrorContains(t, err, "grpclimit.WithClock: clock is a nil *fakeclock.Mock")
 
 	c1, err := NewClient(nil, nil, WithPauseScope(PauseByMethod), WithPauseHook(nil))
 	require.NoError(t, err, "a nil limiter and a nil option")
@@ -652,7 +652,7 @@ func TestClientPauseDuringLimiterWait(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			svc, addr := startServer(t)
-			clk := timerclock.New(clientEpoch)
+			clk := fakeclock.NewAnnouncing(clientEpoch)
 			c := newTestClient(t, newBucket(t, ratelimit.Per(1, 2*time.Second), 1, clk), nil, nil, clk, WithCost(func(_ context.Context, method string, _ any) int {
 				if method == methodEmpty {
 					return 0 // not limited: it brings the pause
@@ -694,7 +694,7 @@ func TestClientPauseDuringLimiterWait(t *testing.T) {
 // keyed client without a key does not create the stream.
 func TestClientStreamDirect(t *testing.T) {
 	t.Parallel()
-	clk := timerclock.New(clientEpoch)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
 	c := newTestClient(t, nil, nil, nil, clk)
 	streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
 		return nil, denial(9 * time.Second)

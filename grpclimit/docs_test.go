@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/doccheck"
+	"github.com/rlkit/ratelimit/internal/testkit/doccheck"
 )
 
 // TestOptionDocsMatchConstructors: every exported option of the package

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -115,7 +116,7 @@ func TestReflectionAndHealthExempt(t *testing.T) {
 	for _, charge := range []bool{false, true} {
 		t.Run(map[bool]string{false: "default", true: "charged"}[charge], func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(epoch)
+			mock := fakeclock.New(epoch)
 			var (
 				mu     sync.Mutex
 				events []ratelimit.Event

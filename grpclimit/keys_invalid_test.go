@@ -8,6 +8,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -36,7 +37,7 @@ func TestKeyHelpersRefuseNil(t *testing.T) {
 	}
 	for name, k := range broken {
 		t.Run(name, func(t *testing.T) {
-			lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(epoch))
+			lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), fakeclock.New(epoch))
 			_, err := grpclimit.New([]grpclimit.Limit{{Name: "u", Key: k, Limiter: lim}})
 			require.Error(t, err, "New accepted a Limit whose key helper was given nil")
 			assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
@@ -70,7 +71,7 @@ func TestClientRefusesTypedNilAndInvalidKeys(t *testing.T) {
 	_, err = grpclimit.NewClient(nil)
 	assert.NoError(t, err, "an untyped nil limiter is documented: obey the server alone")
 
-	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(epoch))
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), fakeclock.New(epoch))
 	_, err = grpclimit.NewKeyedClient(lim, grpclimit.KeyByUser(nil))
 	require.Error(t, err, "NewKeyedClient(KeyByUser(nil))")
 	assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
@@ -93,7 +94,7 @@ func TestInvalidMethodsRefused(t *testing.T) {
 		`IsService("pkg.Svc/M")`:       grpclimit.When(grpclimit.IsService("pkg.Svc/M"), method),
 		`FirstOf(When(IsService("")))`: grpclimit.FirstOf(grpclimit.When(grpclimit.IsService("/"), method)),
 	} {
-		_, err := grpclimit.New([]grpclimit.Limit{{Name: "login", Key: k, Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(epoch))}})
+		_, err := grpclimit.New([]grpclimit.Limit{{Name: "login", Key: k, Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), fakeclock.New(epoch))}})
 		require.Error(t, err, name)
 		assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
 		assert.Contains(t, err.Error(), `grpclimit.Limit.Key of limit "login"`, name)
@@ -106,7 +107,7 @@ func TestInvalidMethodsRefused(t *testing.T) {
 		"IsMethod(no pkg)":  grpclimit.When(grpclimit.IsMethod("/Svc/M"), method),
 		"IsService(no pkg)": grpclimit.When(grpclimit.IsService("Svc"), method),
 	} {
-		_, err := grpclimit.New([]grpclimit.Limit{{Name: "login", Key: k, Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(epoch))}})
+		_, err := grpclimit.New([]grpclimit.Limit{{Name: "login", Key: k, Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), fakeclock.New(epoch))}})
 		assert.NoError(t, err, name)
 	}
 }

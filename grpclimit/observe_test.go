@@ -10,6 +10,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -38,7 +39,7 @@ func tierByKey(_ context.Context, key string) string {
 // the limiter's name ("api-free", or "").
 func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	free := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock, ratelimit.WithName("api-free"))
 	pro := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Minute), 10), mock)
 	tiers, err := ratelimit.NewTiered(tierByKey, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
@@ -50,12 +51,10 @@ func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 		md, _ := unary(t, c, key)
 		assert.True(t, strings.HasPrefix(fieldsOf(md).ratelimit, `"api";`), "call %d: %q", i, fieldsOf(md).ratelimit)
 	}
-	obs.mu.Lock()
 	var got []string
-	for _, e := range obs.ev {
+	for _, e := range obs.All() {
 		got = append(got, e.Name+" "+e.Home.String()+" "+e.Algorithm.String()+" "+e.Outcome.String())
 	}
-	obs.mu.Unlock()
 	assert.Equal(t, []string{"api keyed fixedwindow allowed", "api keyed fixedwindow denied", "api keyed tokenbucket allowed"}, got)
 
 	observed := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock, ratelimit.WithObserver(&eventLog{}))
@@ -72,7 +71,7 @@ func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 // ResourceExhausted "it can never succeed, do not retry".
 func TestMisconfiguredLimitIsInternal(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	tiers := func() *ratelimit.Tiered {
 		tr, err := ratelimit.NewTiered(tierByKey, map[string]ratelimit.KeyedLimiter{"free": newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)})
 		require.NoError(t, err)
@@ -118,14 +117,12 @@ func TestMisconfiguredLimitIsInternal(t *testing.T) {
 	assert.Zero(t, svc.received.Load(), "a message reached the handler")
 
 	var errs []string
-	obs.mu.Lock()
-	for _, e := range obs.ev {
+	for _, e := range obs.All() {
 		if e.Outcome == ratelimit.OutcomeError {
 			assert.ErrorIs(t, e.Err, ratelimit.ErrUnknownTier)
 			errs = append(errs, e.Name)
 		}
 	}
-	obs.mu.Unlock()
 	assert.Equal(t, []string{"plan", "msgs"}, errs, "error Events")
 	lines := logLines(&logs)
 	if assert.Len(t, lines, 2, "log lines: %q", lines) {

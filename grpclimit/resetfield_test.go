@@ -8,6 +8,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -36,7 +37,7 @@ func TestRateLimitTIsReset(t *testing.T) {
 	} {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(epoch.Add(30 * time.Second))
+			mock := fakeclock.New(epoch.Add(30 * time.Second))
 			ic := newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: newKeyed(t, p, mock)}}, grpclimit.WithClock(mock))
 			c := serve(t, &testService{}, ic)
 			var refusals, differ int

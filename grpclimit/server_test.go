@@ -16,6 +16,8 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/internal/testkit/eventrec"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -28,12 +30,6 @@ import (
 
 // epoch is a whole minute in 2026, so fixed windows of a minute start on it.
 var epoch = time.Unix(1767225600, 0)
-
-func newMock(at time.Time) *clock.Mock {
-	m := clock.NewMock()
-	m.Set(at)
-	return m
-}
 
 func newKeyed(t testing.TB, p ratelimit.Policy, c ratelimit.Clock, opts ...ratelimit.Option) *ratelimit.Keyed {
 	t.Helper()
@@ -100,7 +96,7 @@ func TestExactCountsUnderConcurrentClients(t *testing.T) {
 	}{{"one limit", false, false}, {"two limits", true, false}, {"bufconn", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(epoch)
+			mock := fakeclock.New(epoch)
 			limits := []grpclimit.Limit{{Name: "method", Key: grpclimit.KeyByMethod(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(quota, time.Minute), mock)}}
 			if tc.two {
 				limits = append(limits, grpclimit.Limit{Name: "service", Key: grpclimit.KeyByService(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1000, time.Minute), mock)})
@@ -146,7 +142,7 @@ func TestExactCountsUnderConcurrentClients(t *testing.T) {
 func TestUnaryFieldsAndDenial(t *testing.T) {
 	t.Parallel()
 	const key = "secret-api-key-7731"
-	mock := newMock(epoch.Add(10500 * time.Millisecond))
+	mock := fakeclock.New(epoch.Add(10500 * time.Millisecond))
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
 	svc := &testService{}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: lim}}, grpclimit.WithClock(mock)))
@@ -201,7 +197,7 @@ func TestFieldSets(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(tc.set), func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(epoch)
+			mock := fakeclock.New(epoch)
 			lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)
 			c := serve(t, &testService{}, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMethod(), Limiter: lim}}, grpclimit.WithClock(mock), grpclimit.WithFields(tc.set)))
 			md, err := unary(t, c, "")
@@ -218,7 +214,7 @@ func TestFieldSets(t *testing.T) {
 // none.
 func TestSeveralLimitsAllOrNothing(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	perMethod := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{}
@@ -253,7 +249,7 @@ type planKey struct{}
 // an earlier interceptor stored in the context.
 func TestTiers(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	free := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	pro := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Hour), mock)
 	var tierCalls atomic.Int64
@@ -314,22 +310,11 @@ func serveWith(t testing.TB, svc *testService, opts ...grpc.ServerOption) testgr
 }
 
 // eventLog records Events.
-type eventLog struct {
-	mu sync.Mutex
-	ev []ratelimit.Event
-}
-
-func (l *eventLog) Observe(_ context.Context, e ratelimit.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ev = append(l.ev, e)
-}
+type eventLog struct{ eventrec.Recorder }
 
 func (l *eventLog) outcomes() map[string][]ratelimit.Outcome {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	m := map[string][]ratelimit.Outcome{}
-	for _, e := range l.ev {
+	for _, e := range l.All() {
 		m[e.Name] = append(m[e.Name], e.Outcome)
 	}
 	return m
@@ -341,7 +326,7 @@ func (l *eventLog) outcomes() map[string][]ratelimit.Outcome {
 // limiter's) and the shadow limit's denials as OutcomeShadow.
 func TestShadowMode(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	var obs eventLog
 	live := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock, ratelimit.WithName("live-limiter"))
 	trial := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
@@ -378,7 +363,7 @@ func TestShadowMode(t *testing.T) {
 // cost; the interceptor's observer sees both.
 func TestExemptAndDeniedKeys(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)
 	var obs eventLog
 	svc := &testService{}
@@ -462,7 +447,7 @@ func TestLimiterFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(epoch)
+			mock := fakeclock.New(epoch)
 			var logs syncBuffer
 			svc := &testService{}
 			c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: &failing{dec: tc.dec, err: errBackend}}},
@@ -549,7 +534,7 @@ func TestDeniedHandler(t *testing.T) {
 	for _, custom := range []bool{true, false} {
 		t.Run(fmt.Sprint("custom=", custom), func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(epoch)
+			mock := fakeclock.New(epoch)
 			var seen grpclimit.Denial
 			c := serve(t, &testService{}, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMethod(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)}},
 				grpclimit.WithClock(mock), grpclimit.WithDeniedHandler(func(_ context.Context, d grpclimit.Denial) error {
@@ -576,7 +561,7 @@ func TestDeniedHandler(t *testing.T) {
 
 func TestNewErrors(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)
 	var nilKeyed *ratelimit.Keyed
 	cases := []struct {
@@ -610,7 +595,7 @@ func TestNewErrors(t *testing.T) {
 // batch costs its size; a stream's creation is priced with a nil request.
 func TestCostFromRequest(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)
 	var streamReq atomic.Value
 	c := serve(t, &testService{}, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: lim}},

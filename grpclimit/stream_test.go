@@ -7,6 +7,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/grpclimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -44,7 +45,7 @@ func sendInput(t *testing.T, c testgrpc.TestServiceClient, key string, n int) in
 // call limits.
 func TestStreamCreationLimited(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "streams", Key: grpclimit.KeyByAPIKey(), Limiter: lim}}, grpclimit.WithClock(mock)))
@@ -79,7 +80,7 @@ func TestStreamMessagesLimited(t *testing.T) {
 	}{{"cost 1", 0, 5}, {"cost 2", 2, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(epoch)
+			mock := fakeclock.New(epoch)
 			msgs := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 			var opts []grpclimit.Option
 			opts = append(opts, grpclimit.WithClock(mock))
@@ -119,7 +120,7 @@ func TestStreamMessagesLimited(t *testing.T) {
 // admitted messages one by one and the denial ends the stream.
 func TestStreamMessagesBidi(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	calls := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)
 	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{}
@@ -151,7 +152,7 @@ func TestStreamMessagesBidi(t *testing.T) {
 // the stream with PermissionDenied at its first message.
 func TestStreamMessagesDeniedKey(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	svc := &testService{}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true, DeniedKeys: []string{"leaked"}}}, grpclimit.WithClock(mock)))
@@ -164,7 +165,7 @@ func TestStreamMessagesDeniedKey(t *testing.T) {
 // failed receive (the client's end of stream) and returns its error as is.
 func TestStreamRecvErrorsPassThrough(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	svc := &testService{}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByMethod(), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))
@@ -185,7 +186,7 @@ func TestStreamRecvErrorsPassThrough(t *testing.T) {
 // A denied message is not left in the message RecvMsg was given.
 func TestStreamDeniedMessagesTrailerOnce(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{keepOnDenial: true}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))
@@ -206,7 +207,7 @@ func TestStreamDeniedMessagesTrailerOnce(t *testing.T) {
 // fields in its trailer: they no longer describe the stream's quota.
 func TestStreamTrailerOnlyForLastDenial(t *testing.T) {
 	t.Parallel()
-	mock := newMock(epoch)
+	mock := fakeclock.New(epoch)
 	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{keepOnDenial: true}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))

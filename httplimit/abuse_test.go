@@ -18,12 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/hints"
 	"github.com/rlkit/ratelimit/internal/limitset"
 	"github.com/rlkit/ratelimit/internal/pacer"
 	"github.com/rlkit/ratelimit/internal/sfv"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -156,7 +156,7 @@ func FuzzXForwardedFor(f *testing.F) {
 // TestNewRejectsDuplicateNames: two Limits with one Name would be
 // indistinguishable in the fields and hooks (issue 9, item 15).
 func TestNewRejectsDuplicateNames(t *testing.T) {
-	lim := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), clock.NewMock())
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), fakeclock.New(time.Unix(0, 0)))
 	for _, names := range [][2]string{{"api", "api"}, {"", "default"}, {"", ""}} {
 		_, err := New([]Limit{
 			{Name: names[0], Key: KeyByIP(), Limiter: lim},
@@ -187,7 +187,7 @@ func TestHeadCountsAsGetRoute(t *testing.T) {
 		{"KeyByRoute(mux)", KeyByRoute(mux)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lim := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Hour), clock.NewMock())
+			lim := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Hour), fakeclock.New(time.Unix(0, 0)))
 			h := newMW(t, []Limit{{Name: "report", Key: tc.key, Limiter: lim}}).Handler(mux)
 			path := "/report"
 			if tc.name == "IsRoute subtree" {
@@ -236,7 +236,7 @@ func (f *failOpenOnDone) Peek(ctx context.Context, _ string, n int) (ratelimit.D
 // whatever Decision came with it (issue 9, item 1).
 func TestMiddlewareDoneContextNotServed(t *testing.T) {
 	t.Parallel()
-	mem := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clock.NewMock())
+	mem := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), fakeclock.New(time.Unix(0, 0)))
 	for _, tc := range []struct {
 		name   string
 		limits func(l ratelimit.KeyedLimiter) []Limit
@@ -305,7 +305,7 @@ func TestMiddlewareHalfClosedClientNotServed(t *testing.T) {
 // they would be made up (issue 9, item 17).
 func TestMiddlewareFailOpenHeadersTruthful(t *testing.T) {
 	t.Parallel()
-	mem := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clock.NewMock())
+	mem := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), fakeclock.New(time.Unix(0, 0)))
 	for _, open := range []bool{true, false} {
 		for _, limits := range [][]Limit{
 			{{Name: "redis", Key: KeyByIP(), Limiter: failing{open: open}}},
@@ -332,7 +332,7 @@ func TestMiddlewareFailOpenHeadersTruthful(t *testing.T) {
 // per request (issue 9, item 17).
 func TestErrorReportsRateLimited(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	type report struct {
 		limit      string
 		suppressed int64
@@ -394,7 +394,7 @@ func TestMiddlewareWaitingRetryAfterSucceeds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(t, epoch)
+			mock := fakeclock.New(epoch)
 			var limits []Limit
 			for i, p := range tc.policies {
 				limits = append(limits, Limit{Name: fmt.Sprint("l", i), Key: KeyByIP(), Limiter: newKeyed(t, p, mock)})

@@ -17,6 +17,8 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/limitset"
+	"github.com/rlkit/ratelimit/internal/testkit/eventrec"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // loopback serves h on a real loopback server for the test's lifetime.
@@ -73,25 +75,7 @@ func remaining(t *testing.T, lim ratelimit.KeyedLimiter, key string) int {
 }
 
 // events records the Events an observer receives.
-type events struct {
-	mu  sync.Mutex
-	got []ratelimit.Event
-}
-
-func (e *events) Observe(_ context.Context, ev ratelimit.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.got = append(e.got, ev)
-}
-
-// take returns the events received since the last call.
-func (e *events) take() []ratelimit.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	got := e.got
-	e.got = nil
-	return got
-}
+type events struct{ eventrec.Recorder }
 
 // exemptEvent and deniedEvent are the Events the middleware reports for
 // limit name with the fixed window (the limiters of these tests).
@@ -124,7 +108,7 @@ func overrideFrom(next http.Handler) http.Handler {
 // still applies to the exempt key.
 func TestExemptKeysAreNeverCharged(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	srv := loopback(t, newMW(t, []Limit{
 		{Name: "api", Key: KeyByAPIKey(), Limiter: perKey, ExemptKeys: []string{"health-checker", "internal"}},
@@ -161,7 +145,7 @@ func TestExemptKeysAreNeverCharged(t *testing.T) {
 // a custom DeniedHandler sees ErrDenied, Never and the limit's name.
 func TestDeniedKeysAreRefusedWith403(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	perIP := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	limits := []Limit{
@@ -203,7 +187,7 @@ func TestDeniedKeysAreRefusedWith403(t *testing.T) {
 // gets 403; in neither, it is limited.
 func TestExemptAndDeniedNetworksByPeer(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	for _, c := range []struct {
 		name    string
 		opt     Option
@@ -243,7 +227,7 @@ func TestExemptAndDeniedNetworksByPeer(t *testing.T) {
 // peer, the same forged header exempts nothing and denies nothing.
 func TestNetworksThroughTrustedProxy(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	trusting, err := NewIPResolver(TrustedProxies("127.0.0.0/8", "::1"))
 	require.NoError(t, err)
 	nets := []Option{ExemptNetworks("10.0.0.0/8"), DeniedNetworks("10.66.0.0/16", "198.51.100.0/24")}
@@ -320,7 +304,7 @@ func TestNetworksMatchUnmappedAddresses(t *testing.T) {
 func TestExemptKeysCompareTheRawKey(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("k", maxKeyLen+1)
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	for _, c := range []struct {
 		name   string
 		exempt string
@@ -342,7 +326,7 @@ func TestExemptKeysCompareTheRawKey(t *testing.T) {
 // instead of enforcing it, but not a denied network.
 func TestExemptionPrecedence(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	trusting, err := NewIPResolver(TrustedProxies("127.0.0.0/8", "::1"))
 	require.NoError(t, err)
 	const xff = "X-Forwarded-For"
@@ -446,7 +430,7 @@ func TestExemptionPrecedence(t *testing.T) {
 // limiter decided), and the decisions the limiters take (Home keyed).
 func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	trusting, err := NewIPResolver(TrustedProxies("127.0.0.0/8", "::1"))
 	require.NoError(t, err)
 	var obs events
@@ -509,7 +493,7 @@ func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 	} {
 		a := get(t, srv, c.hdr...)
 		assert.Equalf(t, c.code, a.code, "%s: status", c.name)
-		assert.Equalf(t, c.want, withoutDecisions(obs.take()), "%s: events", c.name)
+		assert.Equalf(t, c.want, withoutDecisions(obs.Take()), "%s: events", c.name)
 	}
 
 	// A cost of 0 exempts the request from every limit: N is the cost.
@@ -518,7 +502,7 @@ func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 	resp, err := srv.Client().Do(req)
 	require.NoError(t, err)
 	_ = resp.Body.Close()
-	assert.Equal(t, all(func(name string) ratelimit.Event { return exemptEvent(name, 0) }), obs.take(), "cost 0")
+	assert.Equal(t, all(func(name string) ratelimit.Event { return exemptEvent(name, 0) }), obs.Take(), "cost 0")
 
 	// The limiters' decisions were there too, each once, under its limit.
 	assert.Equal(t, map[string]int{"api": 2, "ip": 3, "trial": 2}, decisions,
@@ -638,7 +622,7 @@ func FuzzNetworksTrustOnlyTrustedProxies(f *testing.F) {
 // not of an exemption the request never got.
 func TestDenialBeatsAnEarlierLimitsExemption(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	var obs events
 	mw := newMW(t, []Limit{
 		{Name: "api", Key: KeyByAPIKey(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock), ExemptKeys: []string{"partner"}},
@@ -647,5 +631,5 @@ func TestDenialBeatsAnEarlierLimitsExemption(t *testing.T) {
 	srv := loopback(t, mw.Handler(okHandler))
 	a := get(t, srv, "X-API-Key", "partner")
 	assert.Equal(t, http.StatusForbidden, a.code)
-	assert.Equal(t, []ratelimit.Event{deniedEvent("abuse", ratelimit.OutcomeDenied, 1)}, obs.take())
+	assert.Equal(t, []ratelimit.Event{deniedEvent("abuse", ratelimit.OutcomeDenied, 1)}, obs.Take())
 }

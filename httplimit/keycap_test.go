@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // openLimiter is a KeyedLimiter that admits everything and holds no key,
@@ -52,7 +52,7 @@ func TestKeyedTransportBoundsKeys(t *testing.T) {
 	for range 100 {
 		s.script = append(s.script, hourly)
 	}
-	clk := timerclock.New(epoch)
+	clk := fakeclock.NewAnnouncing(epoch)
 	tr, err := NewKeyedTransport(nil, openLimiter{}, byPath, WithClock(clk), WithMaxKeys(10))
 	require.NoError(t, err)
 	get := func(path string) (*http.Response, error) {
@@ -91,7 +91,7 @@ func TestKeyedTransportBoundsKeys(t *testing.T) {
 func TestKeyedTransportKeepsLiveKeysAtCap(t *testing.T) {
 	t.Parallel()
 	_, srv := startScripted(t, answer(http.StatusTooManyRequests, "Retry-After", "60"))
-	clk := timerclock.New(epoch)
+	clk := fakeclock.NewAnnouncing(epoch)
 	tr, err := NewKeyedTransport(nil, openLimiter{}, byPath, WithClock(clk), WithMaxKeys(1))
 	require.NoError(t, err)
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/paused", nil)
@@ -118,7 +118,7 @@ func TestKeyedTransportKeepsLiveKeysAtCap(t *testing.T) {
 func TestKeyedTransportDefaultCap(t *testing.T) {
 	t.Parallel()
 	h := http.Header{"Ratelimit": {`"hourly";r=0;t=3600`}}
-	tr, err := NewKeyedTransport(fieldsAnswer(h), openLimiter{}, byPath, WithClock(timerclock.New(epoch)))
+	tr, err := NewKeyedTransport(fieldsAnswer(h), openLimiter{}, byPath, WithClock(fakeclock.NewAnnouncing(epoch)))
 	require.NoError(t, err)
 	for i := range 1 << 16 {
 		req, _ := http.NewRequest(http.MethodGet, "http://h/"+strconv.Itoa(i), nil)
@@ -180,7 +180,7 @@ func BenchmarkKeyedTransportKeyBytes(b *testing.B) {
 			b.ReportAllocs()
 			var total float64
 			for range b.N {
-				tr, err := NewKeyedTransport(fieldsAnswer(bc.h), openLimiter{}, byPath, WithClock(timerclock.New(epoch)))
+				tr, err := NewKeyedTransport(fieldsAnswer(bc.h), openLimiter{}, byPath, WithClock(fakeclock.NewAnnouncing(epoch)))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -222,7 +222,7 @@ func TestKeyedTransportForgetsHealthyKeysAtCap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tr, err := NewKeyedTransport(fieldsAnswer(tc.header), openLimiter{}, byPath, WithClock(timerclock.New(epoch)), WithMaxKeys(100))
+			tr, err := NewKeyedTransport(fieldsAnswer(tc.header), openLimiter{}, byPath, WithClock(fakeclock.NewAnnouncing(epoch)), WithMaxKeys(100))
 			require.NoError(t, err)
 			for i := range 200 {
 				req, _ := http.NewRequest(http.MethodGet, "http://h/"+strconv.Itoa(i), nil)
@@ -236,7 +236,7 @@ func TestKeyedTransportForgetsHealthyKeysAtCap(t *testing.T) {
 	t.Run("nearly spent", func(t *testing.T) {
 		t.Parallel()
 		h := http.Header{"Ratelimit-Policy": {`"hourly";q=101;w=3600`}, "Ratelimit": {`"hourly";r=10;t=3600`}}
-		tr, err := NewKeyedTransport(fieldsAnswer(h), openLimiter{}, byPath, WithClock(timerclock.New(epoch)), WithMaxKeys(100))
+		tr, err := NewKeyedTransport(fieldsAnswer(h), openLimiter{}, byPath, WithClock(fakeclock.NewAnnouncing(epoch)), WithMaxKeys(100))
 		require.NoError(t, err)
 		for i := range 100 {
 			req, _ := http.NewRequest(http.MethodGet, "http://h/"+strconv.Itoa(i), nil)

@@ -15,22 +15,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // epoch is a whole minute in 2026, so fixed windows of a minute start on it.
 var epoch = time.Unix(1767225600, 0)
-
-func newMock(t *testing.T, at time.Time) *clock.Mock {
-	t.Helper()
-	m := clock.NewMock()
-	m.Set(at)
-	return m
-}
 
 func newKeyed(t testing.TB, p ratelimit.Policy, c ratelimit.Clock) *ratelimit.Keyed {
 	t.Helper()
@@ -98,7 +91,7 @@ func checkHeaders(t *testing.T, step string, w *httptest.ResponseRecorder, want 
 // checks every field of every answer.
 func TestHeadersExact(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch.Add(10*time.Second))
+	mock := fakeclock.New(epoch.Add(10 * time.Second))
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
 	h := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
 
@@ -172,7 +165,7 @@ func TestRetryAfterRounding(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(t, epoch.Add(123*time.Millisecond))
+			mock := fakeclock.New(epoch.Add(123 * time.Millisecond))
 			lim := newKeyed(t, tc.p, mock)
 			h := newMW(t, []Limit{{Name: "x", Key: KeyByIP(), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
 			if w := do(h, "GET", "/"); w.Code != 200 {
@@ -214,7 +207,7 @@ func TestRetryAfterRounding(t *testing.T) {
 // answer, when the quota resets.
 func TestNever(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5), mock)
 	cost := func(r *http.Request) int {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
@@ -259,7 +252,7 @@ func TestNever(t *testing.T) {
 // POST /login, all or nothing, with the most restrictive one reported.
 func TestMultipleLimits(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	login := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	mw := newMW(t, []Limit{
@@ -299,7 +292,7 @@ func TestMultipleLimits(t *testing.T) {
 // Limit.Tier.
 func TestTiers(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	free := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	pro := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock)
 	tiered, err := ratelimit.NewTiered(func(_ context.Context, key string) string {
@@ -346,7 +339,7 @@ func TestTiersFromRequestContext(t *testing.T) {
 	for _, two := range []bool{false, true} {
 		t.Run(fmt.Sprintf("two limits=%v", two), func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(t, epoch)
+			mock := fakeclock.New(epoch)
 			free := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 			pro := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Hour), mock)
 			var calls atomic.Int64
@@ -469,7 +462,7 @@ func (s *callSpy) counts() (calls, denials int) {
 // know), reports its denials as OutcomeShadow.
 func TestShadow(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	live := &callSpy{KeyedLimiter: newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)}
 	trial := &callSpy{KeyedLimiter: newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)}
 	var obs events
@@ -491,7 +484,7 @@ func TestShadow(t *testing.T) {
 	calls, _ = live.counts()
 	assert.Equal(t, 4, calls, "live: calls")
 	outcomes := map[string][]ratelimit.Outcome{}
-	for _, e := range obs.take() {
+	for _, e := range obs.Take() {
 		outcomes[e.Name] = append(outcomes[e.Name], e.Outcome)
 	}
 	a, sh := ratelimit.OutcomeAllowed, ratelimit.OutcomeShadow
@@ -508,7 +501,7 @@ func TestShadow(t *testing.T) {
 // TestOverride: exemption, cost and shadow through the context.
 func TestOverride(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
 	mw := newMW(t, []Limit{{Name: "api", Key: KeyByIP(), Limiter: lim}}, WithClock(mock))
 	with := func(o Override) http.Handler {
@@ -533,7 +526,7 @@ func TestOverride(t *testing.T) {
 // TestHeaderSets: each set alone, and none.
 func TestHeaderSets(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	for _, set := range []HeaderSet{NoHeaders, XRateLimitHeaders, IETFHeaders, allHeaders} {
 		lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), mock)
 		h := newMW(t, []Limit{{Key: KeyByIP(), Limiter: lim}}, WithClock(mock), WithHeaders(set)).Handler(okHandler)
@@ -555,7 +548,7 @@ func TestHeaderSets(t *testing.T) {
 // TestPolicyNameEscaped: quotes and backslashes in names are escaped.
 func TestPolicyNameEscaped(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), mock)
 	h := newMW(t, []Limit{{Name: `a"b\c`, Key: KeyByIP(), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
 	v := do(h, "GET", "/").Header().Get("RateLimit-Policy")
@@ -570,7 +563,7 @@ func TestPolicyNameEscaped(t *testing.T) {
 
 func TestNewErrors(t *testing.T) {
 	t.Parallel()
-	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), clock.NewMock())
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), fakeclock.New(time.Unix(0, 0)))
 	bad := [][]Limit{
 		nil,
 		{{Limiter: lim}},
@@ -593,7 +586,7 @@ func TestNewErrors(t *testing.T) {
 // of 429.
 func TestDegradedHandler(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)
 	h := newMW(t, []Limit{{Name: "search", Key: KeyByIP(), Limiter: lim}}, WithClock(mock),
 		WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d Denial) {

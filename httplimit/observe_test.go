@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // tierOfKey reads the tier from the API key: "free-..." or "pro-...", else
@@ -30,7 +31,7 @@ func tierOfKey(_ context.Context, key string) string {
 // Real server on loopback; the limiters have no observer of their own.
 func TestObserverNamesEveryDecision(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	free, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(2, time.Minute), ratelimit.WithClock(mock), ratelimit.WithName("api-free"))
 	require.NoError(t, err)
 	pro := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Minute), 10), mock)
@@ -61,7 +62,7 @@ func TestObserverNamesEveryDecision(t *testing.T) {
 		a := get(t, srv, "X-API-Key", c.key)
 		require.Equal(t, c.code, a.code, "request %d", i)
 		assert.True(t, strings.HasPrefix(a.header.Get("RateLimit"), `"api";`), "request %d: RateLimit %q", i, a.header.Get("RateLimit"))
-		got := obs.take()
+		got := obs.Take()
 		for j := range got {
 			assert.NotZero(t, got[j].Decision.Limit, "request %d, event %d: no Decision", i, j)
 			got[j].Decision, got[j].Latency = ratelimit.Decision{}, 0
@@ -78,7 +79,7 @@ func TestObserverNamesEveryDecision(t *testing.T) {
 // denials (no limiter reads a mark of the middleware's any more).
 func TestOneObserverPerDecision(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	var own events
 	observed, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(mock), ratelimit.WithObserver(&own))
 	require.NoError(t, err)
@@ -98,7 +99,7 @@ func TestOneObserverPerDecision(t *testing.T) {
 		require.Equal(t, 200, get(t, srv, "X-API-Key", "free-a").code)
 	}
 	var outcomes []ratelimit.Outcome
-	for _, e := range own.take() {
+	for _, e := range own.Take() {
 		outcomes = append(outcomes, e.Outcome)
 	}
 	assert.Equal(t, []ratelimit.Outcome{ratelimit.OutcomeAllowed, ratelimit.OutcomeDenied}, outcomes,
@@ -118,7 +119,7 @@ type wrapped struct{ ratelimit.KeyedLimiter }
 // Tiered behind a wrapper, and a shadow limit (served, and reported).
 func TestMisconfiguredLimitIs500(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	newTiers := func() *ratelimit.Tiered {
 		tiers, err := ratelimit.NewTiered(tierOfKey, map[string]ratelimit.KeyedLimiter{"free": newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)})
 		require.NoError(t, err)
@@ -163,7 +164,7 @@ func TestMisconfiguredLimitIs500(t *testing.T) {
 				assert.Equal(t, 5, remaining(t, other, "127.0.0.1"), "a request answered 500 is charged nowhere")
 			}
 			var errEvents []ratelimit.Event
-			for _, e := range obs.take() {
+			for _, e := range obs.Take() {
 				if e.Outcome == ratelimit.OutcomeError {
 					errEvents = append(errEvents, e)
 				}

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // bucketServer is this package's own middleware over a token bucket of 5
@@ -205,7 +205,7 @@ func TestPacingTokenBucketReorderedAnswers(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("keyed=%v/blind=%d/%s", keyed, tc.blind, tc.order), func(t *testing.T) {
 				t.Parallel()
-				clk := timerclock.New(pacingAligned)
+				clk := fakeclock.NewAnnouncing(pacingAligned)
 				s := startBucketServer(t, clk, keyed)
 				probe := &pacingProbe{base: s.srv.Client().Transport}
 				tr, err := NewTransport(probe, nil, WithClock(clk))
@@ -245,7 +245,7 @@ func TestPacingTokenBucketConcurrent(t *testing.T) {
 	for _, keyed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keyed=%v", keyed), func(t *testing.T) {
 			t.Parallel()
-			clk := timerclock.New(pacingAligned)
+			clk := fakeclock.NewAnnouncing(pacingAligned)
 			s := startBucketServer(t, clk, keyed)
 			probe := &pacingProbe{base: s.srv.Client().Transport}
 			tr, err := NewTransport(probe, nil, WithClock(clk), WithRetries(5))

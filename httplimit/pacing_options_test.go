@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -47,7 +47,7 @@ func TestPacingBackoff(t *testing.T) {
 func TestPacingBackoffJitter(t *testing.T) {
 	t.Parallel()
 	const first, ceiling, requests = time.Second, 8 * time.Second, 204
-	clk := timerclock.New(pacingAligned)
+	clk := fakeclock.NewAnnouncing(pacingAligned)
 	s, srv := startDialectServer(t, modeBare, clk, false, dialectPolicy{q: 0, w: time.Hour})
 	tr, err := NewTransport(srv.Client().Transport, nil, WithClock(clk), WithBackoff(first, ceiling))
 	require.NoError(t, err)

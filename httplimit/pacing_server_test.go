@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -433,7 +433,7 @@ func TestDialectServer(t *testing.T) {
 		covered[tc.mode] = true
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := timerclock.New(tc.start)
+			clk := fakeclock.NewAnnouncing(tc.start)
 			s, srv := startDialectServer(t, tc.mode, clk, tc.noRA)
 			if tc.lie != nil {
 				s.lie(*tc.lie)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -98,7 +98,7 @@ func (r *pacingRun) ok() int {
 
 // pacingDone is sent on the clock's Timers channel, in place of a
 // duration, once every client has finished: the driver then needs only
-// timerclock's Next, and its patience, to wait for either event.
+// fakeclock's Next, and its patience, to wait for either event.
 const pacingDone = time.Duration(-1)
 
 // drivePacing runs workers goroutines that each send each GETs to url
@@ -117,11 +117,11 @@ const pacingDone = time.Duration(-1)
 // probe's answer would have the probe run out of time while it is out.
 //
 // It fails t if a client neither finishes nor starts a timer within
-// timerclock's patience, or starts more than pacingMaxTimers timers; the
+// fakeclock's patience, or starts more than pacingMaxTimers timers; the
 // clients' context is then cancelled and they are waited for, so that no
 // goroutine outlives the test. It sleeps only to let requests out come
 // back.
-func drivePacing(t *testing.T, clk *timerclock.Clock, rt http.RoundTripper, url string, workers, each int) *pacingRun {
+func drivePacing(t *testing.T, clk *fakeclock.Mock, rt http.RoundTripper, url string, workers, each int) *pacingRun {
 	t.Helper()
 	run := &pacingRun{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -346,7 +346,7 @@ type pacingOutcome struct {
 // mock starting at start, and measures the run.
 func studyPacing(t *testing.T, mode string, noRetryAfter bool, start time.Time, n int, opts ...ClientOption) pacingOutcome {
 	t.Helper()
-	clk := timerclock.New(start)
+	clk := fakeclock.NewAnnouncing(start)
 	s, srv := startDialectServer(t, mode, clk, noRetryAfter)
 	probe := &pacingProbe{base: srv.Client().Transport}
 	tr, err := NewTransport(probe, nil, append([]ClientOption{WithClock(clk), WithRetries(5)}, opts...)...)
@@ -495,7 +495,7 @@ func TestPacingConcurrent(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/workers=%d", mode, workers), func(t *testing.T) {
 				t.Parallel()
 				const each = 5
-				clk := timerclock.New(pacingAligned)
+				clk := fakeclock.NewAnnouncing(pacingAligned)
 				s, srv := startDialectServer(t, mode, clk, false)
 				probe := &pacingProbe{base: srv.Client().Transport}
 				tr, err := NewTransport(probe, nil, WithClock(clk), WithRetries(5))
@@ -558,7 +558,7 @@ func TestPacingHostileHints(t *testing.T) {
 		for _, c := range cases {
 			t.Run(mode+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
-				clk := timerclock.New(now)
+				clk := fakeclock.NewAnnouncing(now)
 				s, srv := startDialectServer(t, mode, clk, false)
 				s.lie(c.h)
 				// No retries: the first answer, and the pause it asked

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // gateServer is a loopback server that holds every request until the test
@@ -89,7 +89,7 @@ func TestTransportCappedPauseEndsWithOneProbe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			g := startGate(t)
-			clk := timerclock.New(epoch)
+			clk := fakeclock.NewAnnouncing(epoch)
 			tr, err := NewTransport(nil, nil, WithClock(clk), WithMaxPause(10*time.Second))
 			require.NoError(t, err)
 			first := roundTrip(tr, mustGet(t, g.srv.URL))
@@ -140,7 +140,7 @@ func TestTransportProbeWithoutAnswer(t *testing.T) {
 		t.Run(failure, func(t *testing.T) {
 			t.Parallel()
 			g := startGate(t)
-			clk := timerclock.New(epoch)
+			clk := fakeclock.NewAnnouncing(epoch)
 			// No connection reused, so that net/http does not send a
 			// request again on a fresh one when its connection is cut.
 			base := &http.Transport{DisableKeepAlives: true}

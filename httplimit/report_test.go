@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // logRecorder is a slog.Handler keeping every record's message and
@@ -115,7 +116,7 @@ func TestErrorReportLoggerNilSilences(t *testing.T) {
 // name and ratelimit.ErrUnknownTier.
 func TestUnknownTierReported(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	free := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	tiered, err := ratelimit.NewTiered(func(context.Context, string) string { return "gold" },
 		map[string]ratelimit.KeyedLimiter{"free": free})

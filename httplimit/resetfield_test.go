@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // resetPolicies are one policy of every algorithm, each with a quota of 3
@@ -36,7 +37,7 @@ func TestRateLimitTIsReset(t *testing.T) {
 	for _, p := range resetPolicies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
-			mock := newMock(t, epoch.Add(30*time.Second))
+			mock := fakeclock.New(epoch.Add(30 * time.Second))
 			mw := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: newKeyed(t, p, mock)}}, WithClock(mock))
 			srv := httptest.NewServer(mw.Handler(okHandler))
 			t.Cleanup(srv.Close)

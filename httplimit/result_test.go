@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // resultSpy is a handler recording what ResultFrom gives it.
@@ -25,7 +26,7 @@ func (s *resultSpy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Decision of the most restrictive enforced limit, with its name.
 func TestDecisionFrom(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock)
 	perIP := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
 	spy := &resultSpy{}
@@ -68,7 +69,7 @@ func TestDecisionFromOffByDefault(t *testing.T) {
 // sees its Decision marked Shadow, Allowed false once it would deny.
 func TestDecisionFromShadow(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	trial := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)
 	spy := &resultSpy{}
 	h := newMW(t, []Limit{{Name: "trial", Key: KeyByIP(), Limiter: trial, Shadow: true}},

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // routeLayout is one place a middleware can sit relative to the service's
@@ -98,7 +99,7 @@ func TestRouteLimitsInEveryLayout(t *testing.T) {
 			t.Run(layout.name+"/"+key.name, func(t *testing.T) {
 				t.Parallel()
 				api := http.NewServeMux()
-				lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), newMock(t, epoch))
+				lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), fakeclock.New(epoch))
 				mw := newMW(t, []Limit{{Name: "route", Key: key.key(api), Limiter: lim}})
 				srv := httptest.NewServer(layout.build(mw, api, routes))
 				t.Cleanup(srv.Close)

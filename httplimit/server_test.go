@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // TestLoopbackConcurrent runs a real server on a loopback port and many
@@ -26,7 +27,7 @@ func TestLoopbackConcurrent(t *testing.T) {
 		clients   = 64
 		perClient = 12 // requests per client: 768 in all
 	)
-	mock := newMock(t, epoch) // frozen time: one window for the whole test
+	mock := fakeclock.New(epoch) // frozen time: one window for the whole test
 	byKey := newKeyed(t, ratelimit.SlidingLogPolicy(perKey, time.Minute), mock)
 	byIP := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), perIP), mock)
 	var served [keys]atomic.Int64
@@ -109,7 +110,7 @@ func TestLoopbackConcurrent(t *testing.T) {
 func TestLoopbackWindows(t *testing.T) {
 	t.Parallel()
 	const limit, clients, perClient = 25, 40, 3
-	mock := newMock(t, epoch)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(limit, time.Second), mock)
 	var handled atomic.Int64
 	srv := httptest.NewServer(newMW(t, []Limit{{Key: KeyByIP(), Limiter: lim}}, WithClock(mock)).Handler(

@@ -17,7 +17,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/hints"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -112,7 +112,7 @@ func TestTransportPausesExactly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, srv := startScripted(t, answer(429, tc.hdr...))
-			clk := timerclock.New(epoch)
+			clk := fakeclock.NewAnnouncing(epoch)
 			tr, err := NewTransport(nil, nil, WithRetries(2), WithClock(clk))
 			if err != nil {
 				t.Fatal(err)
@@ -144,7 +144,7 @@ func TestTransportPausesExactly(t *testing.T) {
 func TestTransportPausesAll(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(503, "Retry-After", "10"))
-	clk := timerclock.New(epoch)
+	clk := fakeclock.NewAnnouncing(epoch)
 	tr, _ := NewTransport(nil, nil, WithClock(clk))
 	req, _ := http.NewRequest("GET", srv.URL, nil)
 	r := <-roundTrip(tr, req) // no retries: the 503 comes back
@@ -173,7 +173,7 @@ type onlyReader struct{ io.Reader }
 func TestTransportRetriesOnlyReplayable(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(429, "Retry-After", "1"), answer(429, "Retry-After", "1"))
-	clk := timerclock.New(epoch)
+	clk := fakeclock.NewAnnouncing(epoch)
 	tr, _ := NewTransport(nil, nil, WithRetries(3), WithClock(clk))
 
 	// A POST with a streaming body: not replayable, so the 429 comes back.
@@ -206,7 +206,7 @@ func TestTransportRetriesOnlyReplayable(t *testing.T) {
 func TestTransportRetryBound(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t, answer(429, "Retry-After", "1"), answer(429, "Retry-After", "1"), answer(429, "Retry-After", "3600"))
-	clk := timerclock.New(epoch)
+	clk := fakeclock.NewAnnouncing(epoch)
 	tr, _ := NewTransport(nil, nil, WithRetries(1), WithClock(clk))
 	req, _ := http.NewRequest("GET", srv.URL, nil)
 	done := roundTrip(tr, req)
@@ -258,7 +258,7 @@ func TestTransportRetryBound(t *testing.T) {
 func TestTransportLimiter(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t)
-	clk := timerclock.New(epoch)
+	clk := fakeclock.NewAnnouncing(epoch)
 	lim, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Second), 2, ratelimit.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +365,7 @@ func TestTransportPauseOnlyFromExhausted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, srv := startScripted(t, answer(429, tc.hdr...))
-			clk := timerclock.New(epoch)
+			clk := fakeclock.NewAnnouncing(epoch)
 			tr, err := NewTransport(nil, nil, WithClock(clk))
 			require.NoError(t, err)
 			req, _ := http.NewRequest("GET", srv.URL, nil)
@@ -384,7 +384,7 @@ func TestKeyedTransportPausePerKey(t *testing.T) {
 	t.Parallel()
 	sa, srvA := startScripted(t, answer(429, "Retry-After", "60"))
 	sb, srvB := startScripted(t)
-	clk := timerclock.New(epoch)
+	clk := fakeclock.NewAnnouncing(epoch)
 	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clk)
 	tr, err := NewKeyedTransport(nil, kl, func(r *http.Request) (string, bool) { return r.URL.Host, true }, WithClock(clk))
 	require.NoError(t, err)
@@ -442,7 +442,7 @@ func TestTransportRetriesOnlyIdempotent(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/safe=%v/%s", tc.method, tc.safe, tc.idem), func(t *testing.T) {
 			t.Parallel()
 			s, srv := startScripted(t, answer(503, "Retry-After", "1"))
-			clk := timerclock.New(epoch)
+			clk := fakeclock.NewAnnouncing(epoch)
 			tr, err := NewTransport(nil, nil, WithRetries(3), WithClock(clk))
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -514,7 +514,7 @@ func (c *closeTracker) Close() error { c.closed.Store(true); return nil }
 func TestKeyedTransportNoKey(t *testing.T) {
 	t.Parallel()
 	s, srv := startScripted(t)
-	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), clock.NewMock())
+	kl := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), fakeclock.New(time.Unix(0, 0)))
 	tr, err := NewKeyedTransport(nil, kl, KeyByHeader("X-Tenant"))
 	require.NoError(t, err)
 	body := &closeTracker{Reader: strings.NewReader("x")}
@@ -540,7 +540,7 @@ func TestKeyedTransportNoKey(t *testing.T) {
 // of the wrong type do not compile: TestWrongOptionDoesNotCompile.
 func TestOptionsCheckedPerConstructor(t *testing.T) {
 	t.Parallel()
-	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), clock.NewMock())
+	lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Second), fakeclock.New(time.Unix(0, 0)))
 	limits := []Limit{{Key: KeyByIP(), Limiter: lim}}
 	keyed := func(opts ...ClientOption) error {
 		_, err := NewKeyedTransport(nil, lim, KeyByIP(), opts...)
@@ -565,9 +565,9 @@ func TestOptionsCheckedPerConstructor(t *testing.T) {
 	}
 	// The options that do apply are accepted, and WithCost and WithClock
 	// apply to both.
-	_, err := New(limits, WithCost(func(*http.Request) int { return 2 }), WithClock(clock.NewMock()), WithLogger(nil), nil)
+	_, err := New(limits, WithCost(func(*http.Request) int { return 2 }), WithClock(fakeclock.New(time.Unix(0, 0))), WithLogger(nil), nil)
 	assert.NoError(t, err)
-	_, err = NewTransport(nil, nil, WithCost(func(*http.Request) int { return 2 }), WithClock(clock.NewMock()), WithRetries(2), nil)
+	_, err = NewTransport(nil, nil, WithCost(func(*http.Request) int { return 2 }), WithClock(fakeclock.New(time.Unix(0, 0))), WithRetries(2), nil)
 	assert.NoError(t, err)
 }
 
@@ -601,7 +601,7 @@ func TestTransportRetryTooLateReturnsAnswer(t *testing.T) {
 				w.WriteHeader(http.StatusTooManyRequests)
 				_, _ = io.WriteString(w, tc.body)
 			})
-			clk := timerclock.New(epoch)
+			clk := fakeclock.NewAnnouncing(epoch)
 			var lim ratelimit.Limiter
 			if tc.limiter {
 				tb, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(1), 1, ratelimit.WithClock(clk))

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // policyLimiter admits everything and tells the policy it is given, which
@@ -85,7 +86,7 @@ func TestQuotaPolicyWindowIsThePeriodsLength(t *testing.T) {
 		{monthly, time.Date(2026, 3, 31, 0, 0, 0, 0, ny), 31*24*time.Hour - time.Hour},
 		{monthly, time.Date(2028, 2, 29, 0, 0, 0, 0, ny), 29 * 24 * time.Hour},
 	} {
-		mock := newMock(t, c.at)
+		mock := fakeclock.New(c.at)
 		mw := newMW(t, []Limit{{Name: "quota", Key: KeyByIP(), Limiter: newPolicyLimiter(c.p)}}, WithClock(mock))
 		want := `"quota";q=100;w=` + strconv.FormatInt(int64(c.want/time.Second), 10)
 		assert.Equalf(t, want, policyField(t, mw), "%v at %v", c.p.Calendar.Unit, c.at)
@@ -100,7 +101,7 @@ func TestLoopbackKeyedQuota(t *testing.T) {
 	t.Parallel()
 	ny := newYork(t)
 	at := time.Date(2026, 3, 8, 20, 0, 0, 0, ny) // 4 hours before midnight
-	mock := newMock(t, at)
+	mock := fakeclock.New(at)
 	lim, err := ratelimit.NewKeyed(ratelimit.QuotaPolicy(3, ratelimit.Calendar{Unit: ratelimit.Daily, Location: ny}), ratelimit.WithClock(mock))
 	require.NoError(t, err)
 	srv := loopback(t, newMW(t, []Limit{{Name: "daily", Key: KeyByIP(), Limiter: lim}}, WithClock(mock)).Handler(okHandler))

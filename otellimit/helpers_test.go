@@ -3,7 +3,6 @@ package otellimit_test
 import (
 	"context"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,33 +15,10 @@ import (
 	"github.com/rlkit/ratelimit/otellimit"
 )
 
-// fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// After moves the clock forward by d and fires at once, so that a WaitN
-// returns without real waiting.
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	now := c.now
-	c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	ch <- now
-	return ch
-}
+// clockStart is where the tests' clocks start. They are instant clocks
+// (fakeclock.NewInstant): a WaitN returns at once, having moved the time by
+// its wait.
+var clockStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // newObserver returns an Observer on a fresh SDK MeterProvider and the
 // ManualReader that reads it.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/rlkit/ratelimit/otellimit"
 )
 
@@ -17,7 +18,7 @@ func TestDecisionsOfAKeyedLimiterAreCountedByOutcome(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
 	keyed, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(1), 3),
-		ratelimit.WithClock(newFakeClock()), ratelimit.WithMaxKeys(2),
+		ratelimit.WithClock(fakeclock.NewInstant(clockStart)), ratelimit.WithMaxKeys(2),
 		ratelimit.WithName("api"), ratelimit.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -57,7 +58,7 @@ func TestDecisionsOfAKeyedLimiterAreCountedByOutcome(t *testing.T) {
 func TestDecisionsOfATokenBucketAreCountedAndTimed(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t, otellimit.WithDurationForAllHomes())
-	clk := newFakeClock()
+	clk := fakeclock.NewInstant(clockStart)
 	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 2,
 		ratelimit.WithClock(clk), ratelimit.WithName("outbound"), ratelimit.WithObserver(obs))
 	require.NoError(t, err)
@@ -91,7 +92,7 @@ func TestNoAttributeValueIsAKey(t *testing.T) {
 	obs, reader := newObserver(t, otellimit.WithDurationForAllHomes())
 	keys := []string{"sk_live_4eC39HqLyjWDarjtT1zdp7dc", "user:42", "203.0.113.7", "2001:db8::1", "alice@example.com"}
 	keyed, err := ratelimit.NewKeyed(ratelimit.SlidingLogPolicy(2, time.Minute),
-		ratelimit.WithClock(newFakeClock()), ratelimit.WithMaxKeys(len(keys)-1),
+		ratelimit.WithClock(fakeclock.NewInstant(clockStart)), ratelimit.WithMaxKeys(len(keys)-1),
 		ratelimit.WithName("login"), ratelimit.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -120,7 +121,7 @@ func TestNoAttributeValueIsAKey(t *testing.T) {
 func TestObserverServesManyLimiters(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
-	clk := newFakeClock()
+	clk := fakeclock.NewInstant(clockStart)
 	policies := []ratelimit.Policy{
 		ratelimit.TokenBucketPolicy(ratelimit.PerMinute(1), 1),
 		ratelimit.LeakyBucketPolicy(1, time.Minute),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/httplimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // TestMiddlewareLimitsAreNamedOnce: limits served by the middleware, with
@@ -24,7 +25,7 @@ import (
 func TestMiddlewareLimitsAreNamedOnce(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
-	clk := newFakeClock()
+	clk := fakeclock.NewInstant(clockStart)
 	free, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(clk), ratelimit.WithName("api-free"))
 	require.NoError(t, err)
 	pro, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(100, time.Minute), ratelimit.WithClock(clk))

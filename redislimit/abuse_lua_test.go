@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -199,7 +200,7 @@ func TestForeignStateNoLockout(t *testing.T) {
 	}
 	for _, pp := range pairs {
 		t.Run(name(pp[0])+"_then_"+name(pp[1]), func(t *testing.T) {
-			mock := newMock()
+			mock := fakeclock.NewManual(mockStart)
 			a := mustNew(t, c, pp[0], WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 			b := mustNew(t, c, pp[1], WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 			for range pp[0].Limit {
@@ -265,7 +266,7 @@ func TestSmallBackwardStepHolds(t *testing.T) {
 		ratelimit.SlidingLogPolicy(5, time.Second),
 		ratelimit.SlidingCounterPolicy(5, time.Second),
 	} {
-		mock := newMock()
+		mock := fakeclock.NewManual(mockStart)
 		l := mustNew(t, c, p, WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 		mock.Set(mock.Now().Truncate(time.Second).Add(time.Second)) // a window boundary
 		for range 5 {
@@ -413,7 +414,7 @@ func TestClientTimeBeforeEpoch(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range policies() {
-		mock := newMock()
+		mock := fakeclock.NewManual(mockStart)
 		mock.Set(time.Date(1969, 6, 1, 12, 0, 0, 123456000, time.UTC))
 		l := mustNew(t, c, p, WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 		admitted := 0

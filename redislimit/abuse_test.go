@@ -15,6 +15,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -424,7 +425,7 @@ func TestDenyCacheInvalidatedByAdmission(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5)
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
 	require.NoError(t, err)
 	l := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)))
@@ -460,7 +461,7 @@ func TestDenyCacheMicrosecondTime(t *testing.T) {
 		ratelimit.LeakyBucketPolicy(1, time.Second),
 		ratelimit.SlidingLogPolicy(1, time.Second),
 	} {
-		mock := newMock()
+		mock := fakeclock.NewManual(mockStart)
 		mock.Add(500 * time.Nanosecond)
 		l := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)))
 		d, err := l.AllowN(bg(), "k", 1)
@@ -531,7 +532,7 @@ func TestBreakerOnByDefault(t *testing.T) {
 func TestErrorReportsRateLimited(t *testing.T) {
 	t.Parallel()
 	logs := &logRecorder{}
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	l, err := New(refusedClient(t, true), ratelimit.FixedWindowPolicy(5, time.Second), WithTimeout(20*time.Millisecond),
 		WithBreaker(0), withLocalClock(mock), WithLogger(logs.logger()), WithName("login"))
 	require.NoError(t, err)

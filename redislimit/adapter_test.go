@@ -1,11 +1,9 @@
 package redislimit
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,26 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// eventLog records the Events an observer receives.
-type eventLog struct {
-	mu sync.Mutex
-	ev []ratelimit.Event
-}
-
-func (e *eventLog) Observe(_ context.Context, ev ratelimit.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.ev = append(e.ev, ev)
-}
-
-func (e *eventLog) take() []ratelimit.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ev := e.ev
-	e.ev = nil
-	return ev
-}
 
 // TestOneReportPerFailureBehindMiddleware: a login limit on a Redis that is
 // down, behind the middleware, with every default: one failure is one log
@@ -67,7 +45,7 @@ func TestOneReportPerFailureBehindMiddleware(t *testing.T) {
 		}
 		login := mustNew(t, client, ratelimit.FixedWindowPolicy(5, time.Minute), opts...)
 		mwLog := &logRecorder{}
-		var obs eventLog
+		var obs events
 		mw, err := httplimit.New([]httplimit.Limit{{Name: "login", Key: httplimit.KeyByIP(), Limiter: login}},
 			httplimit.WithLogger(mwLog.logger()), httplimit.WithErrorReportInterval(0), httplimit.WithObserver(&obs))
 		require.NoError(t, err)
@@ -92,7 +70,7 @@ func TestOneReportPerFailureBehindMiddleware(t *testing.T) {
 		defaults.records = nil
 		defaults.mu.Unlock()
 
-		ev := obs.take()
+		ev := obs.Take()
 		if assert.Len(t, ev, 1, "own logger %v: Events", own) {
 			assert.Equal(t, "login", ev[0].Name)
 			assert.Equal(t, ratelimit.HomeRedis, ev[0].Home)
@@ -106,8 +84,8 @@ func TestOneReportPerFailureBehindMiddleware(t *testing.T) {
 
 	// A limiter with an observer of its own beside the middleware's would
 	// have each decision counted twice.
-	observed := mustNew(t, client, ratelimit.FixedWindowPolicy(5, time.Minute), WithObserver(&eventLog{}))
-	_, err := httplimit.New([]httplimit.Limit{{Name: "login", Key: httplimit.KeyByIP(), Limiter: observed}}, httplimit.WithObserver(&eventLog{}))
+	observed := mustNew(t, client, ratelimit.FixedWindowPolicy(5, time.Minute), WithObserver(&events{}))
+	_, err := httplimit.New([]httplimit.Limit{{Name: "login", Key: httplimit.KeyByIP(), Limiter: observed}}, httplimit.WithObserver(&events{}))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "counted twice")

@@ -9,14 +9,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/require"
 )
 
 // clientLimiter returns a limiter on a manual clock with client time.
 func clientLimiter(t *testing.T, c redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Limiter, *manualClock) {
 	t.Helper()
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	// Start at a whole minute, so that minute windows are easy to reason about.
 	mock.Set(mock.Now().Truncate(time.Minute))
 	opts = append([]Option{WithClock(mock), WithPrefix(uniquePrefix(t))}, opts...)
@@ -254,13 +254,13 @@ func TestQuotaBoundaryFromServerClock(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	p := ratelimit.QuotaPolicy(5, ratelimit.Calendar{Unit: ratelimit.Daily})
-	lagging := lincheck.NewClock(time.Now().Add(-24 * time.Hour))
+	lagging := fakeclock.NewManual(time.Now().Add(-24 * time.Hour))
 	l := mustNew(t, c, p, withLocalClock(lagging), WithPrefix(uniquePrefix(t)))
 	d, err := l.AllowN(bg(), "k", 1)
 	require.NoError(t, err)
 	end := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 	require.InDelta(t, float64(time.Until(end)), float64(d.ResetAfter), float64(5*time.Second), "ResetAfter must point at the end of the server's day")
-	far := lincheck.NewClock(time.Now().Add(-10 * 24 * time.Hour))
+	far := fakeclock.NewManual(time.Now().Add(-10 * 24 * time.Hour))
 	l2 := mustNew(t, c, p, withLocalClock(far), WithPrefix(uniquePrefix(t)), WithFailurePolicy(FailClosed))
 	d, err = l2.AllowN(bg(), "k", 1)
 	require.ErrorIs(t, err, ErrUnavailable)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // TestClients runs a burst on every kind of client New accepts that a
@@ -42,7 +43,7 @@ func TestClients(t *testing.T) {
 func TestSlidingLogMemory(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	for _, entries := range []int{100, 10_000} {
 		l := mustNew(t, c, ratelimit.SlidingLogPolicy(entries, time.Hour), WithClock(mock), WithPrefix(uniquePrefix(t)))
 		for range entries {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 )
 
 // TestCluster runs the conformance timelines of every algorithm on a

@@ -15,7 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 )
 
 // No over-admission: several OS processes, each with 32 goroutines, share
@@ -93,7 +94,7 @@ func hammer(s hammerSpec) (admitted [hammerKeys]int64, errs int64, err error) {
 	opts := []Option{WithPrefix(s.Prefix), WithTimeout(10 * time.Second)}
 	if !s.ServerTime {
 		// A frozen clock, identical in every process.
-		opts = append(opts, WithClock(newMock()))
+		opts = append(opts, WithClock(fakeclock.NewManual(mockStart)))
 	}
 	l, err := New(c, p, opts...)
 	if err != nil {

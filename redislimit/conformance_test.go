@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // The conformance suite drives the in-memory reference (ratelimit.Keyed)
@@ -39,13 +39,13 @@ type pair struct {
 
 func newPair(t *testing.T, c redis.UniversalClient, p ratelimit.Policy) *pair {
 	t.Helper()
-	return newPairAt(t, c, p, newMock().Now())
+	return newPairAt(t, c, p, fakeclock.NewManual(mockStart).Now())
 }
 
 // newPairAt is newPair with the clock at start (whole microseconds).
 func newPairAt(t *testing.T, c redis.UniversalClient, p ratelimit.Policy, start time.Time) *pair {
 	t.Helper()
-	mock := lincheck.NewClock(start)
+	mock := fakeclock.NewManual(start)
 	mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
 	if err != nil {
 		t.Fatalf("NewKeyed(%v): %v", p, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -47,7 +48,7 @@ func keyspace(t *testing.T, c *redis.Client, prefix string) map[string]string {
 func TestSlidingLogDenialWritesNothing(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	prefix := uniquePrefix(t)
 	l := mustNew(t, c, ratelimit.SlidingLogPolicy(5, 300*time.Millisecond),
 		WithClock(mock), WithDenyCache(0), WithPrefix(prefix))
@@ -95,7 +96,7 @@ func TestDenialsWriteNothing(t *testing.T) {
 	for _, p := range ps {
 		t.Run(name(p), func(t *testing.T) {
 			t.Parallel()
-			mock := newMock()
+			mock := fakeclock.NewManual(mockStart)
 			mem, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
 			require.NoError(t, err)
 			prefix := uniquePrefix(t)

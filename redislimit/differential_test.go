@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,7 +84,7 @@ func TestDifferentialBlockedAllowNConvertsNothing(t *testing.T) {
 					{advance: 100 * time.Millisecond, key: "k", kind: 'a', n: 2},
 					{advance: 400 * time.Millisecond, key: "k", kind: 'p', n: 0},
 				}
-				runSteps(t, c, reconfigPolicy(from, 10), newMock().Now(), steps)
+				runSteps(t, c, reconfigPolicy(from, 10), fakeclock.NewManual(mockStart).Now(), steps)
 			})
 		}
 	}
@@ -106,7 +107,7 @@ func TestDifferentialInvalidAllowNConverts(t *testing.T) {
 					{advance: 450 * time.Millisecond, key: "k", kind: 'p', n: 0},
 					{key: "k", kind: 'a', n: 3},
 				}
-				runSteps(t, c, reconfigPolicy(from, 10), newMock().Now(), steps)
+				runSteps(t, c, reconfigPolicy(from, 10), fakeclock.NewManual(mockStart).Now(), steps)
 			})
 		}
 	}
@@ -358,7 +359,7 @@ func TestDifferentialSetPolicy(t *testing.T) {
 						steps := trafficSteps(limits[0])
 						steps = append(steps, step{advance: 40 * time.Millisecond, kind: 'S', policy: reconfigPolicy(to, limits[1]), mode: mode})
 						steps = append(steps, afterSteps(limits[1])...)
-						runSteps(t, c, reconfigPolicy(from, limits[0]), newMock().Now(), steps)
+						runSteps(t, c, reconfigPolicy(from, limits[0]), fakeclock.NewManual(mockStart).Now(), steps)
 					})
 				}
 			}
@@ -496,7 +497,7 @@ func TestDifferentialAdmin(t *testing.T) {
 					{key: "k2", kind: 'R'},
 					{key: "k2", kind: 'p', n: 0},
 				}
-				runSteps(t, c, p, newMock().Now(), steps)
+				runSteps(t, c, p, fakeclock.NewManual(mockStart).Now(), steps)
 			})
 		}
 	}
@@ -611,7 +612,7 @@ func TestDifferentialNameReusedAfterPruning(t *testing.T) {
 				{key: "k", kind: 'a', n: 1},
 				{key: "k", kind: 'p', n: 0},
 			}
-			runSteps(t, c, a, newMock().Now(), steps)
+			runSteps(t, c, a, fakeclock.NewManual(mockStart).Now(), steps)
 		})
 	}
 }

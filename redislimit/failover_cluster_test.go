@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/redistest"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // Failover on a Redis Cluster with replicas (issue 12). The scenarios

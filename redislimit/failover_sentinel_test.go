@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rlkit/ratelimit/internal/redistest"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // Sentinel failover under load (issue 12): a master, its replicas and three
-// sentinels on loopback (internal/redistest.StartSentinel); 4 processes x
+// sentinels on loopback (internal/testkit/redistest.StartSentinel); 4 processes x
 // 32 goroutines on go-redis's failover client call AllowN on one key whose
 // limit cannot refill during the run (a token bucket of burst L refilling
 // one event per hour); the master is SIGKILLed under load once a third of

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
-	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 )
 
 // startRedis starts a redis-server for t (or uses REDIS_ADDR) and returns a
@@ -36,16 +36,14 @@ func uniquePrefix(t testing.TB) string {
 	return fmt.Sprintf("rltest:%d:%d:", time.Now().UnixNano(), prefixSeq.Add(1))
 }
 
-// newMock returns a manual clock at a whole-microsecond time of today's
-// magnitude (Unix µs ~ 1.8e15).
-func newMock() *manualClock {
-	return lincheck.NewClock(time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC))
-}
+// mockStart is where the tests' manual clocks start: a whole-microsecond
+// time of today's magnitude (Unix µs ~ 1.8e15).
+var mockStart = time.Date(2026, 11, 30, 15, 0, 0, 123456000, time.UTC)
 
 // manualClock is a ratelimit.Clock that moves only when told, without the
-// millisecond sleep *clock.Mock takes on every move: lincheck's, whose
-// After answers at once (nothing here waits on it).
-type manualClock = lincheck.Clock
+// millisecond sleep *clock.Mock takes on every move; its After answers at
+// once (nothing here waits on it).
+type manualClock = fakeclock.Manual
 
 // roundUS rounds a duration up to a whole microsecond, keeping RetryNever.
 func roundUS(d time.Duration) time.Duration {

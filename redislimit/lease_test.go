@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 func TestLeaseConfigErrors(t *testing.T) {
@@ -78,7 +79,7 @@ type leaseRig struct {
 func newLeaseRig(t *testing.T, p ratelimit.Policy, cfg LeaseConfig, opts ...Option) *leaseRig {
 	t.Helper()
 	_, c := startRedis(t)
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	prefix := uniquePrefix(t)
 	opts = append([]Option{WithPrefix(prefix), WithClock(mock), WithLeases(cfg)}, opts...)
 	return &leaseRig{
@@ -398,7 +399,7 @@ func TestLeaseMaxKeys(t *testing.T) {
 func TestLeaseFailurePolicy(t *testing.T) {
 	t.Parallel()
 	c := refusedClient(t, true)
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	// No breaker: every call, the grant included, tries Redis.
 	l := mustNew(t, c, ratelimit.FixedWindowPolicy(1000, time.Second), WithClock(mock),
 		WithTimeout(100*time.Millisecond), WithFailurePolicy(FailClosed), WithLogger(nil), WithLeases(LeaseConfig{}), WithBreaker(0))
@@ -459,7 +460,7 @@ func (h *countScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func TestLeaseObserver(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	var events, allowed atomic.Int64
 	obs := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
 		events.Add(1)
@@ -536,7 +537,7 @@ func TestLeaseReplicaAck(t *testing.T) {
 	master, replica := startReplicated(t)
 	c := redis.NewClient(&redis.Options{Addr: master.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	mock := newMock()
+	mock := fakeclock.NewManual(mockStart)
 	// WAIT's timeout bounds how long a healthy replica may take to
 	// acknowledge; 2 s, as in TestReplicaAck, is far above what a loaded
 	// machine takes (tens of ms) and is paid once, by the grant with the

@@ -13,6 +13,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 func TestNewValidation(t *testing.T) {
@@ -40,7 +41,7 @@ func TestNewValidation(t *testing.T) {
 		{"zero timeout", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithTimeout(0)}, "ratelimit: invalid configuration: redislimit.WithTimeout must be positive, got 0s"},
 		{"negative breaker", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithBreaker(-time.Second)}, "redislimit.WithBreaker must not be negative, got -1s"},
 		{"typed nil observer", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithObserver((ratelimit.ObserverFunc)(nil))}, "redislimit.WithObserver: observer is a nil ratelimit.ObserverFunc"},
-		{"typed nil clock", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithClock((*manualClock)(nil))}, "redislimit.WithClock: clock is a nil *lincheck.Clock"},
+		{"typed nil clock", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithClock((*manualClock)(nil))}, "redislimit.WithClock: clock is a nil *fakeclock.Manual"},
 		{"negative deny cache", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithDenyCache(-1)}, "WithDenyCache"},
 		{"no instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithLocalFallback(0)}, "WithLocalFallback"},
 		{"local fallback without instances", ratelimit.FixedWindowPolicy(1, time.Second), []Option{WithFailurePolicy(failLocal)}, "WithLocalFallback(instances)"},
@@ -174,7 +175,7 @@ func TestDenyCache(t *testing.T) {
 		ratelimit.SlidingLogPolicy(5, time.Second),
 	} {
 		t.Run(name(p), func(t *testing.T) {
-			mock := newMock()
+			mock := fakeclock.NewManual(mockStart)
 			l := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)))
 			var denied ratelimit.Decision
 			for i := 0; ; i++ {
@@ -216,7 +217,7 @@ func TestDenyCache(t *testing.T) {
 		})
 	}
 	t.Run("bounded", func(t *testing.T) {
-		mock := newMock()
+		mock := fakeclock.NewManual(mockStart)
 		l := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour), WithClock(mock), WithDenyCache(64), WithPrefix(uniquePrefix(t)))
 		for i := range 1000 {
 			k := strconv.Itoa(i)
@@ -236,7 +237,7 @@ func TestDenyCache(t *testing.T) {
 		}
 	})
 	t.Run("refund drops the entry", func(t *testing.T) {
-		mock := newMock()
+		mock := fakeclock.NewManual(mockStart)
 		l := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour), WithClock(mock), WithPrefix(uniquePrefix(t)))
 		l.AllowN(bg(), "k", 1)
 		if d, _ := l.AllowN(bg(), "k", 1); d.Allowed {
@@ -358,7 +359,7 @@ func TestDeniedStoresNothing(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	for _, p := range policies() {
-		mock := newMock()
+		mock := fakeclock.NewManual(mockStart)
 		l := mustNew(t, c, p, WithClock(mock), WithDenyCache(0), WithPrefix(uniquePrefix(t)))
 		for {
 			d, err := l.AllowN(bg(), "k", 1)

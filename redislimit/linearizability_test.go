@@ -15,9 +15,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
-	"github.com/rlkit/ratelimit/internal/redistest"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
+	"github.com/rlkit/ratelimit/internal/testkit/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,7 +27,7 @@ import (
 // server or Cluster, with time passed to the scripts from a manual clock
 // that moves only between phases (WithClock), checked
 // with porcupine against the in-memory limiter of the same policy
-// replayed (internal/lincheck). Durations are compared at the microsecond
+// replayed (internal/testkit/lincheck). Durations are compared at the microsecond
 // Redis keeps: the scripts work in whole microseconds and round
 // RetryAfter and ResetAfter up (docs/redis.md, Time), which the differential and
 // conformance suites already demand (roundDecision); every phase time is
@@ -58,7 +59,7 @@ func linPolicy(algo ratelimit.Algorithm) ratelimit.Policy {
 
 // linLimiter returns a limiter of p on c that decides at clk's time, with
 // the default options otherwise (the deny cache on).
-func linLimiter(t testing.TB, c redis.UniversalClient, p ratelimit.Policy, prefix string, clk *lincheck.Clock, opts ...Option) *Limiter {
+func linLimiter(t testing.TB, c redis.UniversalClient, p ratelimit.Policy, prefix string, clk *fakeclock.Manual, opts ...Option) *Limiter {
 	t.Helper()
 	opts = append([]Option{WithClock(clk), WithPrefix(prefix), WithTimeout(10 * time.Second)}, opts...)
 	return mustNew(t, c, p, opts...)
@@ -94,11 +95,7 @@ func requireLinearizable(t *testing.T, scenario string, p ratelimit.Policy, ops 
 	}
 	m, err := lincheck.NewModel(p, linStart, lincheck.WithPrecision(time.Microsecond))
 	require.NoError(t, err)
-	r := lincheck.Check(t, scenario, m, ops, reliability.Pick(60*time.Second, 10*time.Minute))
-	if !r.Linearizable() {
-		t.Fatalf("%s: %d operations are %s; visualisation: %s", scenario, r.Ops, r.VerdictString(), r.File)
-	}
-	return r
+	return lincheck.Require(t, scenario, m, ops)
 }
 
 // linWorkload is the load of one process.
@@ -119,7 +116,7 @@ func TestProofLinearizableRedis(t *testing.T) {
 	for _, algo := range allAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			l := linLimiter(t, c, p, uniquePrefix(t), clk)
 			w := linWorkload(seed+uint64(algo), clients, linKeys)
 			var rec lincheck.Recorder
@@ -155,7 +152,7 @@ func TestProofLinearizableRedisCluster(t *testing.T) {
 	for _, algo := range allAlgorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			p := linPolicy(algo)
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			l := linLimiter(t, c, p, uniquePrefix(t), clk)
 			nodes := map[string]bool{}
 			for _, k := range keys {
@@ -227,7 +224,7 @@ func TestWorkerLinearizable(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: spec.Addr, ContextTimeoutEnabled: true})
 	defer c.Close()
 	p := linPolicy(ratelimit.Algorithm(spec.Algo))
-	clk := lincheck.NewClock(linStart)
+	clk := fakeclock.NewManual(linStart)
 	l := linLimiter(t, c, p, spec.Prefix, clk)
 	w := linWorkload(spec.Seed, spec.Clients, spec.Keys)
 	in := bufio.NewScanner(os.Stdin)
@@ -363,7 +360,7 @@ func TestDenyCacheLinearizable(t *testing.T) {
 	_, c := startRedis(t)
 	t.Run("two-instances", func(t *testing.T) {
 		p := ratelimit.FixedWindowPolicy(5, time.Hour)
-		clk := lincheck.NewClock(linStart)
+		clk := fakeclock.NewManual(linStart)
 		prefix := uniquePrefix(t)
 		a := linLimiter(t, c, p, prefix, clk, WithDenyCache(defaultDenyCacheKeys))
 		b := linLimiter(t, c, p, prefix, clk, WithDenyCache(defaultDenyCacheKeys))
@@ -385,7 +382,7 @@ func TestDenyCacheLinearizable(t *testing.T) {
 		seed := reliability.Seed(t)
 		for _, algo := range allAlgorithms {
 			p := linPolicy(algo)
-			clk := lincheck.NewClock(linStart)
+			clk := fakeclock.NewManual(linStart)
 			l := linLimiter(t, c, p, uniquePrefix(t), clk, WithDenyCache(defaultDenyCacheKeys))
 			w := linWorkload(seed+uint64(algo), 32, linKeys)
 			var rec lincheck.Recorder

@@ -20,8 +20,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/redistest"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // The multi-process load harness of the fault scenarios (issue 12).

@@ -11,9 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/faultproxy"
-	"github.com/rlkit/ratelimit/internal/redistest"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/faultproxy"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 	"go.uber.org/goleak"
 )
 
@@ -260,7 +260,7 @@ func runNetScenario(t *testing.T, sc netScenario) {
 		recovery = time.Duration(lastFail - faultStart.UnixNano())
 	}
 
-	how := fmt.Sprintf("redis-server 7 on loopback behind internal/faultproxy; go-redis v9 client with default options but ContextTimeoutEnabled and Addr = the proxy; "+
+	how := fmt.Sprintf("redis-server 7 on loopback behind internal/testkit/faultproxy; go-redis v9 client with default options but ContextTimeoutEnabled and Addr = the proxy; "+
 		"Limiter with WithTimeout(%v), %s, WithBreaker(0) and WithDenyCache(0) (every call goes to Redis); %d goroutines calling AllowN(key, 1) in a loop on one key, "+
 		"token bucket of %d per day (burst %d: it cannot refill during the run); fault: %s, switched on as the load starts, for %v, then %v without it (longer if no call has found Redis again by then).",
 		netTimeout, map[bool]string{false: "FailClosed", true: "WithLocalFallback(4)"}[sc.local], netWorkers, netLimit, netLimit, sc.fault, faultFor, afterFor)

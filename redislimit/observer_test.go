@@ -9,36 +9,19 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/eventrec"
 	"github.com/stretchr/testify/require"
 )
 
 // events is an Observer that keeps every Event it is given.
-type events struct {
-	mu  sync.Mutex
-	all []ratelimit.Event
-}
-
-func (o *events) Observe(_ context.Context, e ratelimit.Event) {
-	o.mu.Lock()
-	o.all = append(o.all, e)
-	o.mu.Unlock()
-}
-
-// take returns the Events received since the last take.
-func (o *events) take() []ratelimit.Event {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	all := o.all
-	o.all = nil
-	return all
-}
+type events struct{ eventrec.Recorder }
 
 // requireOne checks that exactly one Event was received since the last
 // take, for a call that returned d and err, with outcome want, and returns
 // it.
 func (o *events) requireOne(t *testing.T, what string, want ratelimit.Outcome, n int, d ratelimit.Decision, err error) ratelimit.Event {
 	t.Helper()
-	got := o.take()
+	got := o.Take()
 	require.Lenf(t, got, 1, "%s: %d events, want exactly 1: %+v", what, len(got), got)
 	e := got[0]
 	require.Equalf(t, want, e.Outcome, "%s: Outcome (event %+v)", what, e)
@@ -98,7 +81,7 @@ func TestObserverAllowNOutcomes(t *testing.T) {
 			require.ErrorIs(t, err, context.Canceled)
 			obs.requireOne(t, "done ctx", ratelimit.OutcomeError, 1, d, err)
 			require.False(t, l.Allow(done, "k"))
-			require.Len(t, obs.take(), 1, "Allow: one event")
+			require.Len(t, obs.Take(), 1, "Allow: one event")
 
 			//lint:ignore SA1012 a nil ctx is what is tested
 			d, err = l.AllowN(nil, "k", 1)
@@ -109,7 +92,7 @@ func TestObserverAllowNOutcomes(t *testing.T) {
 			_, err = l.Peek(ctx, "k", 1)
 			require.NoError(t, err)
 			require.NoError(t, l.RefundN(ctx, "k", 1))
-			require.Empty(t, obs.take(), "Peek or RefundN observed")
+			require.Empty(t, obs.Take(), "Peek or RefundN observed")
 		})
 	}
 }
@@ -153,7 +136,7 @@ func TestObserverConcurrentCalls(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			got := obs.take()
+			got := obs.Take()
 			require.Len(t, got, workers*calls, "events")
 			var gotAllowed, gotDenied int
 			for _, e := range got {
@@ -254,10 +237,9 @@ func TestObserverWaitN(t *testing.T) {
 // requireOne can check the rest of it for a call that returns no Decision
 // (WaitN).
 func (o *events) peekDecision() ratelimit.Decision {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.all) != 1 {
+	all := o.All()
+	if len(all) != 1 {
 		return ratelimit.Decision{}
 	}
-	return o.all[0].Decision
+	return all[0].Decision
 }

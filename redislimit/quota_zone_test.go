@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/lincheck"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -64,7 +64,7 @@ func TestQuotaZoneRulesDisagree(t *testing.T) {
 	for name, zones := range sameNameZones(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			mock := newMock()
+			mock := fakeclock.NewManual(mockStart)
 			prefix := uniquePrefix(t)
 			var ls [2]*Limiter
 			for i, z := range zones {
@@ -191,7 +191,7 @@ func TestQuotaZoneHelperProcess(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	l, err := New(c, ratelimit.QuotaPolicy(5, ratelimit.Calendar{Unit: ratelimit.Daily, Location: paris}),
-		WithPrefix(prefix), WithClock(lincheck.NewClock(time.Unix(0, at))), WithFailurePolicy(FailClosed),
+		WithPrefix(prefix), WithClock(fakeclock.NewManual(time.Unix(0, at))), WithFailurePolicy(FailClosed),
 		WithTimeout(10*time.Second)) // a loaded machine runs the suite beside this process
 	require.NoError(t, err)
 	d, err := l.AllowN(bg(), "k", 1)
@@ -247,7 +247,7 @@ func TestQuotaTwoZoneDatabases(t *testing.T) {
 func TestQuotaStoredPeriodCounts(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	mock := newMock() // 2026-11-30 15:00:00.123456 UTC: 00:00 in UTC+9
+	mock := fakeclock.NewManual(mockStart) // 2026-11-30 15:00:00.123456 UTC: 00:00 in UTC+9
 	prefix := uniquePrefix(t)
 	mk := func(off int) *Limiter {
 		cal := ratelimit.Calendar{Unit: ratelimit.Daily, Location: time.FixedZone("Corp/Office", off)}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 )
 
 func TestReplicaAckConfig(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
-	"github.com/rlkit/ratelimit/internal/faultproxy"
-	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/faultproxy"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 	"github.com/rlkit/ratelimit/redislimit/internal/exec"
 	"github.com/stretchr/testify/require"
 )

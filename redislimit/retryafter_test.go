@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // TestWaitRetryAfterSucceedsRedis: on Redis, waiting exactly the RetryAfter
@@ -23,7 +24,7 @@ func TestWaitRetryAfterSucceedsRedis(t *testing.T) {
 		ratelimit.SlidingLogPolicy(3, 10*time.Second),
 	} {
 		t.Run(name(p), func(t *testing.T) {
-			mock := newMock()
+			mock := fakeclock.NewManual(mockStart)
 			l := mustNew(t, c, p, WithClock(mock), WithPrefix(uniquePrefix(t)))
 			for i := range 3 {
 				d, err := l.AllowN(bg(), "k", 1)
@@ -56,7 +57,7 @@ func TestAllowAllRedisReportsLongestRetryAfter(t *testing.T) {
 	_, c := startRedis(t)
 	for _, order := range []string{"second-first", "hour-first"} {
 		t.Run(order, func(t *testing.T) {
-			mock := newMock()
+			mock := fakeclock.NewManual(mockStart)
 			perSecond := mustNew(t, c, ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 1),
 				WithClock(mock), WithPrefix(uniquePrefix(t)))
 			perHour := mustNew(t, c, ratelimit.FixedWindowPolicy(1, time.Hour),

@@ -16,7 +16,7 @@
 // test output goes to stderr as go test -v prints it. When a test fails, or no scenario
 // recorded a result, or a result file is malformed, it exits with status 1 and writes nothing.
 //
-// Each test leaves its figures in <temp dir>/<scenario>.json (internal/reliability.Record), and a
+// Each test leaves its figures in <temp dir>/<scenario>.json (internal/testkit/reliability.Record), and a
 // linearizability test may leave <scenario>.html, porcupine's visualisation: those are copied to
 // docs/reliability/<scenario>.html (next to the report, in a directory named after it) and
 // linked from the report. With -readme, the block between <!-- reliability:begin --> and
@@ -37,7 +37,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // Config is the command line.

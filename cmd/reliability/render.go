@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // Groups are the sections of the report, in order. A result of another group gets a section
@@ -170,7 +170,7 @@ func Render(w io.Writer, m Machine, ss []Scenario) {
 	p("and Redis. Every scenario below is a `TestProof...` test: `go test -race` (CI) runs its short\n")
 	p("version and asserts its bounds; `go run ./cmd/reliability` ran the same tests without `-race`, so\n")
 	p("the latencies are real speed, and wrote this page from the figures each test recorded\n")
-	p("(internal/reliability).\n\n")
+	p("(internal/testkit/reliability).\n\n")
 	versions := "short versions (the ones CI runs)"
 	if m.Long {
 		versions = "long versions (`-long`)"

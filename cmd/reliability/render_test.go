@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // sample returns hand-made results of every kind, in no particular order.

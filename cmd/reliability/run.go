@@ -13,7 +13,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // modulePath is the root module's path: the repository root is the directory whose go.mod

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 )
 
 // recipe builds the README's recipe on a redis-server of its own and serves

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/report"
+	"github.com/rlkit/ratelimit/internal/testkit/eventrec"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // epoch is 2026-01-01 00:00:00.3 UTC: not on a whole second, so that
@@ -34,13 +35,6 @@ type call struct {
 func byKey(c *call) (string, bool)  { return c.key, c.key != "" }
 func byUser(c *call) (string, bool) { return c.user, c.user != "" }
 
-func newMock(t testing.TB) *clock.Mock {
-	t.Helper()
-	m := clock.NewMock()
-	m.Set(epoch)
-	return m
-}
-
 // newKeyed returns a fixed window limiter of limit events a minute on c.
 func newKeyed(t testing.TB, limit int, c ratelimit.Clock) *ratelimit.Keyed {
 	t.Helper()
@@ -50,24 +44,7 @@ func newKeyed(t testing.TB, limit int, c ratelimit.Clock) *ratelimit.Keyed {
 }
 
 // events records what an observer sees.
-type events struct {
-	mu sync.Mutex
-	ev []ratelimit.Event
-}
-
-func (e *events) Observe(_ context.Context, ev ratelimit.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.ev = append(e.ev, ev)
-}
-
-func (e *events) take() []ratelimit.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ev := e.ev
-	e.ev = nil
-	return ev
-}
+type events struct{ eventrec.Recorder }
 
 // logRecorder is a slog.Handler keeping each record's attributes.
 type logRecorder struct {
@@ -137,9 +114,9 @@ func outcomes(evs []ratelimit.Event) []string {
 
 // setup builds a Set on a mock clock, with an observer and a log
 // recorder, no report pacing.
-func setup(t testing.TB, limits ...Limit[*call]) (*Set[*call], *events, *logRecorder, *clock.Mock) {
+func setup(t testing.TB, limits ...Limit[*call]) (*Set[*call], *events, *logRecorder, *fakeclock.Mock) {
 	t.Helper()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	ev, rec := &events{}, &logRecorder{}
 	s, err := New(Config{Pkg: "testlimit", Observer: ev, Clock: mock, Logger: report.To(slog.New(rec)), DeniedErr: errDenied}, limits)
 	require.NoError(t, err)
@@ -205,7 +182,7 @@ func TestNewCopiesTheLimits(t *testing.T) {
 // Verdict and what the observer and the logger saw.
 func TestDecideOutcomes(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, 2, mock)
 	s, ev, rec, _ := setup(t, Limit[*call]{Name: "api", Key: byKey, Limiter: lim, DeniedKeys: []string{"bad"}, ExemptKeys: []string{"vip"}})
 
@@ -213,7 +190,7 @@ func TestDecideOutcomes(t *testing.T) {
 	assert.Equal(t, Pass, o, "no key: the limit does not apply")
 	assert.Equal(t, -1, v.From)
 	assert.Empty(t, v.Charges())
-	assert.Empty(t, ev.take())
+	assert.Empty(t, ev.Take())
 
 	for i, want := range []int{1, 0} {
 		o, v = decide(s, &call{key: "k"})
@@ -236,7 +213,7 @@ func TestDecideOutcomes(t *testing.T) {
 	assert.NoError(t, v.Err)
 	// Every decision, once, under the limit's name, with the limiter's
 	// home and algorithm, and its Decision.
-	evs := ev.take()
+	evs := ev.Take()
 	require.Len(t, evs, 3)
 	for i, e := range evs {
 		assert.Equal(t, "api", e.Name)
@@ -249,7 +226,7 @@ func TestDecideOutcomes(t *testing.T) {
 	o, _ = decide(s, &call{key: "vip"})
 	assert.Equal(t, Pass, o, "exempt key")
 	assert.Equal(t, []ratelimit.Event{{Name: "api", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeExempt, N: 1,
-		Algorithm: ratelimit.FixedWindowAlgorithm, Decision: ratelimit.Decision{Allowed: true}}}, ev.take())
+		Algorithm: ratelimit.FixedWindowAlgorithm, Decision: ratelimit.Decision{Allowed: true}}}, ev.Take())
 	assert.Equal(t, 2, peekRemaining(t, lim, "vip"), "the exempt key was charged")
 
 	o, v = decide(s, &call{key: "bad"})
@@ -257,7 +234,7 @@ func TestDecideOutcomes(t *testing.T) {
 	require.NotNil(t, v.Listed)
 	assert.Equal(t, "api", v.Listed.Name)
 	assert.Equal(t, -1, v.From)
-	assert.Equal(t, []ratelimit.Event{deniedEvent("api", ratelimit.OutcomeDenied, 1)}, ev.take())
+	assert.Equal(t, []ratelimit.Event{deniedEvent("api", ratelimit.OutcomeDenied, 1)}, ev.Take())
 	assert.Equal(t, 2, peekRemaining(t, lim, "bad"), "the denied key was charged")
 
 	for _, mut := range []func(*Request[*call]){
@@ -267,11 +244,11 @@ func TestDecideOutcomes(t *testing.T) {
 		o, v = decide(s, &call{key: "bad"}, mut)
 		assert.Equal(t, Listed, o, "an exempt request with a denied key: denial beats exemption")
 		assert.Equal(t, "api", v.Listed.Name)
-		assert.Len(t, ev.take(), 1)
+		assert.Len(t, ev.Take(), 1)
 
 		o, _ = decide(s, &call{key: "other"}, mut)
 		assert.Equal(t, Pass, o, "an exempt request")
-		assert.Equal(t, ratelimit.OutcomeExempt, ev.take()[0].Outcome)
+		assert.Equal(t, ratelimit.OutcomeExempt, ev.Take()[0].Outcome)
 		assert.Equal(t, 2, peekRemaining(t, lim, "other"))
 	}
 
@@ -299,15 +276,15 @@ func TestDecideExempt(t *testing.T) {
 	l := s.DecideExempt(req)
 	require.NotNil(t, l)
 	assert.Equal(t, "api", l.Name)
-	assert.Equal(t, []ratelimit.Event{deniedEvent("api", ratelimit.OutcomeDenied, 2)}, ev.take())
+	assert.Equal(t, []ratelimit.Event{deniedEvent("api", ratelimit.OutcomeDenied, 2)}, ev.Take())
 
 	req.AllShadow = true
 	assert.Nil(t, s.DecideExempt(req), "every limit in shadow mode")
-	assert.Len(t, ev.take(), 2, "exempt from both limits")
+	assert.Len(t, ev.Take(), 2, "exempt from both limits")
 	req.AllShadow = false
 	req.R = &call{key: "ok", user: "bad"}
 	assert.Nil(t, s.DecideExempt(req), "a shadow limit's denied key")
-	got := ev.take()
+	got := ev.Take()
 	require.Len(t, got, 2, "one exemption per limit")
 	assert.Equal(t, ratelimit.OutcomeExempt, got[0].Outcome)
 	assert.Equal(t, "trial", got[1].Name)
@@ -338,7 +315,7 @@ func btoi(b bool) int {
 // fewest Remaining.
 func TestDecideAllOrNothing(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	perKey, perUser := newKeyed(t, 5, mock), newKeyed(t, 2, mock)
 	s, _, _, _ := setup(t,
 		Limit[*call]{Name: "key", Key: byKey, Limiter: perKey},
@@ -365,7 +342,7 @@ func TestDecideAllOrNothing(t *testing.T) {
 // the verdict Failed.
 func TestDecideTiers(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	free, pro := newKeyed(t, 1, mock), newKeyed(t, 100, mock)
 	calls := 0
 	tiered, err := ratelimit.NewTiered(func(_ context.Context, key string) string {
@@ -407,7 +384,7 @@ func TestDecideTiers(t *testing.T) {
 // admission.
 func TestDecideShadow(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	enf := &spy{KeyedLimiter: newKeyed(t, 3, mock)}
 	sh := &spy{KeyedLimiter: newKeyed(t, 1, mock)}
 	s, ev, _, _ := setup(t,
@@ -424,12 +401,12 @@ func TestDecideShadow(t *testing.T) {
 	require.Len(t, v.Charges(), 2)
 	assert.Equal(t, "api", v.Charges()[0].Entry.Name, "enforced limits first")
 	assert.Equal(t, "api", v.Limit())
-	assert.Equal(t, []string{"api:allowed", "trial:allowed"}, outcomes(ev.take()))
+	assert.Equal(t, []string{"api:allowed", "trial:allowed"}, outcomes(ev.Take()))
 
 	o, v = run(&call{key: "k"}, false)
 	require.Equal(t, Admitted, o, "the shadow limit denies: served")
 	assert.Equal(t, "api", v.Limit(), "without shadow fields the enforced Decision is reported")
-	assert.Equal(t, []string{"api:allowed", "trial:shadow"}, outcomes(ev.take()))
+	assert.Equal(t, []string{"api:allowed", "trial:shadow"}, outcomes(ev.Take()))
 
 	o, v = run(&call{key: "k"}, true)
 	require.Equal(t, Admitted, o)
@@ -458,12 +435,12 @@ func TestDecideShadow(t *testing.T) {
 
 	// A denied key of a shadow limit: served, not charged there, reported
 	// as OutcomeShadow.
-	ev.take()
+	ev.Take()
 	n := len(sh.keys)
 	o, _ = run(&call{key: "bad"}, false)
 	require.Equal(t, Admitted, o)
 	assert.Len(t, sh.keys, n, "the shadow limit charged its denied key")
-	evs := ev.take()
+	evs := ev.Take()
 	require.Len(t, evs, 2)
 	assert.Equal(t, "api", evs[0].Name)
 	assert.Equal(t, ratelimit.Event{Name: "trial", Home: ratelimit.HomeNone, Outcome: ratelimit.OutcomeShadow, N: 1,
@@ -476,7 +453,7 @@ func TestDecideShadow(t *testing.T) {
 func TestDecideLimiterErrors(t *testing.T) {
 	t.Parallel()
 	for _, open := range []bool{true, false} {
-		mock := newMock(t)
+		mock := fakeclock.New(epoch)
 		rec := &logRecorder{}
 		s, err := New(Config{Pkg: "testlimit", Clock: mock, Logger: report.To(slog.New(rec)), ReportEvery: 10 * time.Second},
 			[]Limit[*call]{{Name: "redis", Key: byKey, Limiter: failing{open: open}}})
@@ -521,7 +498,7 @@ func TestDecideLimiterErrors(t *testing.T) {
 // in order, enforced first.
 func TestDecideManyLimits(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	var limits []Limit[*call]
 	var lims []*ratelimit.Keyed
 	for i := range MaxInline + 3 {
@@ -573,7 +550,7 @@ func TestObserveAll(t *testing.T) {
 		Limit[*call]{Name: "a", Key: byKey, Limiter: newKeyed(t, 1, nil)},
 		Limit[*call]{Name: "b", Key: byUser, Limiter: newKeyed(t, 1, nil)})
 	s.ObserveAll(context.Background(), ratelimit.OutcomeDenied, 3)
-	assert.Equal(t, []ratelimit.Event{deniedEvent("a", ratelimit.OutcomeDenied, 3), deniedEvent("b", ratelimit.OutcomeDenied, 3)}, ev.take())
+	assert.Equal(t, []ratelimit.Event{deniedEvent("a", ratelimit.OutcomeDenied, 3), deniedEvent("b", ratelimit.OutcomeDenied, 3)}, ev.Take())
 
 	quiet, err := New(Config{Pkg: "testlimit"}, []Limit[*call]{{Key: byKey, Limiter: newKeyed(t, 1, nil)}})
 	require.NoError(t, err)
@@ -649,7 +626,7 @@ func (f failOpenWithRoom) Peek(ctx context.Context, key string, n int) (ratelimi
 // "a"'s.
 func TestDecideErrorsNameTheirLimit(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t)
+	mock := fakeclock.New(epoch)
 	s, ev, rec, _ := setup(t,
 		Limit[*call]{Name: "a", Key: byKey, Limiter: newKeyed(t, 1, mock)},
 		Limit[*call]{Name: "b", Key: byKey, Limiter: failOpenWithRoom{}})
@@ -660,5 +637,5 @@ func TestDecideErrorsNameTheirLimit(t *testing.T) {
 	require.Len(t, recs, 1)
 	assert.Equal(t, "b", recs[0]["limit"])
 	assert.ErrorIs(t, recs[0]["error"].(error), errBackend)
-	assert.Equal(t, []string{"a:allowed", "b:fallback"}, outcomes(ev.take()))
+	assert.Equal(t, []string{"a:allowed", "b:fallback"}, outcomes(ev.Take()))
 }

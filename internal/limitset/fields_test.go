@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // TestFieldNames: HTTPNames are http.Header's canonical keys, GRPCNames
@@ -33,7 +34,7 @@ func TestFieldNames(t *testing.T) {
 // values, the names of each.
 func TestWriteFieldsExact(t *testing.T) {
 	t.Parallel()
-	mock := newMock(t) // epoch: 2026-01-01 00:00:00.3 UTC
+	mock := fakeclock.New(epoch) // epoch: 2026-01-01 00:00:00.3 UTC
 	s, _, _, _ := setup(t, Limit[*call]{Name: "api", Key: byKey, Limiter: newKeyed(t, 2, mock)})
 	unix := strconv.FormatInt(epoch.Unix()+60, 10) // the window ends at 00:01:00
 	admitted := map[string][]string{

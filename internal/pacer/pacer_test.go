@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rlkit/ratelimit/internal/hints"
-	"github.com/rlkit/ratelimit/internal/timerclock"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
@@ -42,13 +42,13 @@ func item(r int64, reset time.Duration) Item { return Item{Remaining: r, Reset: 
 
 type fixture struct {
 	t   *testing.T
-	clk *timerclock.Clock
+	clk *fakeclock.Mock
 	src timesrc.Source
 	p   *Pacer
 }
 
 func newFixture(t *testing.T, cfg Config) *fixture {
-	clk := timerclock.New(start)
+	clk := fakeclock.NewAnnouncing(start)
 	return &fixture{t: t, clk: clk, src: timesrc.New(clk), p: New(cfg)}
 }
 

@@ -4,13 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 )
-
-type fixedClock struct{ now time.Time }
-
-func (c *fixedClock) Now() time.Time                       { return c.now }
-func (c *fixedClock) After(time.Duration) <-chan time.Time { return nil }
 
 // TestNowTimed: on the real clock NowTimed's time is the mark, and Since
 // measures real time from it; on another clock the time is that clock's
@@ -27,9 +23,9 @@ func TestNowTimed(t *testing.T) {
 	assert.GreaterOrEqual(t, rc.Since(now2, mark2), time.Duration(0))
 
 	start := time.Unix(1_700_000_000, 0)
-	c := &fixedClock{now: start}
+	c := fakeclock.NewManual(start)
 	fake := New(c)
-	c.now = start.Add(time.Hour)
+	c.Set(start.Add(time.Hour))
 	now, mark := fake.NowTimed()
 	assert.Equal(t, start.Add(time.Hour).UnixNano(), now, "the fake clock's time")
 	time.Sleep(time.Millisecond)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rlkit/ratelimit/internal/redistest"
+	"github.com/rlkit/ratelimit/internal/testkit/redistest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/rlkit/ratelimit/internal/reliability"
+	"github.com/rlkit/ratelimit/internal/testkit/reliability"
 )
 
 // Result is the outcome of [Check].
@@ -111,4 +111,16 @@ func (s *Stats) Add(name string, r Result) {
 	s.Histories += r.Histories
 	s.Notes = append(s.Notes, fmt.Sprintf("%s: %d ops in %d histories, %s, checked in %v",
 		name, r.Ops, r.Histories, r.VerdictString(), r.Elapsed.Round(time.Millisecond)))
+}
+
+// Require is Check giving up after a minute (ten minutes in the long runs,
+// reliability.Long), and fails tb unless the history is linearizable,
+// naming the visualisation.
+func Require(tb testing.TB, scenario string, m porcupine.Model, ops []Op) Result {
+	tb.Helper()
+	r := Check(tb, scenario, m, ops, reliability.Pick(60*time.Second, 10*time.Minute))
+	if !r.Linearizable() {
+		tb.Fatalf("%s: %d operations are %s; visualisation: %s", scenario, r.Ops, r.VerdictString(), r.File)
+	}
+	return r
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,7 +18,7 @@ var t0 = time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
 // the inputs run in order, to build histories from.
 func ref(t *testing.T, p ratelimit.Policy, ins ...Input) []ratelimit.Decision {
 	t.Helper()
-	clk := NewClock(t0)
+	clk := fakeclock.NewManual(t0)
 	lim, err := p.NewLimiter(ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	r := &replayer{lim: lim, clk: clk}
@@ -284,7 +285,7 @@ func BenchmarkCheck(b *testing.B) {
 			rets = append(rets, min(hi, pt+rng.Int64N(width)))
 		}
 	}
-	clk := NewClock(t0)
+	clk := fakeclock.NewManual(t0)
 	lim, _ := p.NewLimiter(ratelimit.WithClock(clk))
 	r := &replayer{lim: lim, clk: clk}
 	ops := make([]Op, len(ins))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // Option configures [NewModel].
@@ -35,7 +36,7 @@ type model struct {
 // were created, which the window algorithms align to). It returns the
 // policy's error if p is invalid.
 func NewModel(p ratelimit.Policy, start time.Time, opts ...Option) (porcupine.Model, error) {
-	if _, err := p.NewLimiter(ratelimit.WithClock(NewClock(start))); err != nil {
+	if _, err := p.NewLimiter(ratelimit.WithClock(fakeclock.NewManual(start))); err != nil {
 		return porcupine.Model{}, err
 	}
 	m := &model{policy: p, start: start}
@@ -76,7 +77,7 @@ type node struct {
 // replayer is a reference limiter and its clock.
 type replayer struct {
 	lim ratelimit.Limiter
-	clk *Clock
+	clk *fakeclock.Manual
 }
 
 // attempt is an input tried on a node (the key is the partition's).
@@ -236,7 +237,7 @@ func (s *node) giveBack(in Input, r *replayer) {
 
 // replay returns a fresh reference limiter brought to s's state.
 func (m *model) replay(s *node) *replayer {
-	clk := NewClock(m.start)
+	clk := fakeclock.NewManual(m.start)
 	lim, err := m.policy.NewLimiter(ratelimit.WithClock(clk))
 	if err != nil {
 		panic("lincheck: policy validated by NewModel fails: " + err.Error())

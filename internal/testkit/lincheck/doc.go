@@ -14,9 +14,9 @@
 // # Time is an input
 //
 // A limiter's decision depends on the time it reads. Here that time is not
-// observed but given: the limiters under test read a manual [Clock] that
-// holds still while the operations of a phase run concurrently, and moves
-// only between phases, when every operation of the phase has returned (a
+// observed but given: the limiters under test read a manual clock
+// (fakeclock.Manual) that holds still while the operations of a phase run
+// concurrently, and moves only between phases, when every operation of the phase has returned (a
 // barrier). Each operation's Input carries the limiter time T it ran at,
 // and the model replays it at T. So the check covers the atomicity of
 // decisions (no lost update, no stale read, no double charge among

@@ -14,7 +14,7 @@ import (
 // A package doc is the comment of every file's package clause, together.
 func TestPackageDocsReadInAMinute(t *testing.T) {
 	for _, dir := range []string{".", "httplimit", "grpclimit", "redislimit", "otellimit"} {
-		path := filepath.Join("..", "..", dir)
+		path := filepath.Join("..", "..", "..", dir)
 		files, err := filepath.Glob(filepath.Join(path, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("%s: no Go files (%v)", path, err)
