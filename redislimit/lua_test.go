@@ -12,7 +12,7 @@ import (
 func TestDivisionHelpers(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	src := luaPart("prelude") + `
+	src := luaPart("prelude") + luaPart("helpers") + `
 local out = {}
 for i = 1, #ARGV, 2 do
   local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])

@@ -9,7 +9,7 @@ local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local stored = redis.call('MGET', key, KEYS[2])
+local stored = loaded or redis.call('MGET', key, KEYS[2])
 local mode = decisionMode(ARGV[5], stored[2])
 
 local u = inherit and inherit(now, 6, limit, mode, function(u) fwCharged(key, now, u, w) end)

@@ -10,7 +10,7 @@ local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
-local stored = redis.call('MGET', key, KEYS[2])
+local stored = loaded or redis.call('MGET', key, KEYS[2])
 local mode = decisionMode(ARGV[5], stored[2])
 local span = capacity * every
 

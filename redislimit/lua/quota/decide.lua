@@ -12,7 +12,7 @@
 local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local stored = redis.call('MGET', key, KEYS[2])
+local stored = loaded or redis.call('MGET', key, KEYS[2])
 local mode = decisionMode(ARGV[9], stored[2])
 
 local s, e = qPeriod(now, 4)

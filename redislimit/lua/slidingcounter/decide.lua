@@ -11,7 +11,7 @@ local key = KEYS[1]
 local n = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
-local stored = redis.call('MGET', key, KEYS[2])
+local stored = loaded or redis.call('MGET', key, KEYS[2])
 local mode = decisionMode(ARGV[5], stored[2])
 
 local u = inherit and inherit(now, 6, limit, mode, function(u) scCharged(key, now, u, w) end)

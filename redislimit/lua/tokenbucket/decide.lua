@@ -13,7 +13,7 @@ local n = tonumber(ARGV[2])
 local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
 local p = tonumber(ARGV[5])
-local stored = redis.call('MGET', key, KEYS[2])
+local stored = loaded or redis.call('MGET', key, KEYS[2])
 local mode = decisionMode(ARGV[6], stored[2])
 local full = capacity * p
 
