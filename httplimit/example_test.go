@@ -31,7 +31,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	mw, err := httplimit.New([]httplimit.Limit{
-		{Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey},
+		{Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: perKey},
 	}, httplimit.WithClock(mock))
 	if err != nil {
 		log.Fatal(err)
@@ -68,7 +68,7 @@ func ExampleNew_multipleLimits() {
 	perKey, _ := ratelimit.NewKeyed(ratelimit.SlidingCounterPolicy(100, time.Minute))
 	login, _ := ratelimit.NewKeyed(ratelimit.SlidingLogPolicy(3, time.Minute))
 	mw, err := httplimit.New([]httplimit.Limit{
-		{Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey},
+		{Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: perKey},
 		{Name: "login", Key: httplimit.When(httplimit.IsRoute("POST /login"), httplimit.KeyByIP()), Limiter: login},
 	})
 	if err != nil {
@@ -285,7 +285,7 @@ func ExampleNew_tiers() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := httplimit.New([]httplimit.Limit{{Name: "plan", Key: httplimit.KeyByAPIKey(), Limiter: plans}},
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "plan", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: plans}},
 		httplimit.WithClock(mock), httplimit.WithLogger(nil))
 	if err != nil {
 		log.Fatal(err)
@@ -357,7 +357,7 @@ func Example_exemptions() {
 		fmt.Printf("    observed: limit %q %v (%v)\n", e.Name, e.Outcome, e.Err)
 	})
 	mw, err := httplimit.New([]httplimit.Limit{{
-		Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey,
+		Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: perKey,
 		ExemptKeys: []string{"billing-service"},
 		DeniedKeys: []string{"leaked-key"},
 	}},

@@ -93,7 +93,7 @@ func newServer(clk ratelimit.Clock, g *greeter) (*grpc.Server, error) {
 		return nil, err
 	}
 	limits, err := grpclimit.New([]grpclimit.Limit{
-		{Name: "per-key", Key: grpclimit.KeyByAPIKey(), Limiter: tiers},
+		{Name: "per-key", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: tiers},
 	}, grpclimit.WithClock(clk))
 	if err != nil {
 		return nil, err
@@ -107,7 +107,7 @@ func newServer(clk ratelimit.Clock, g *greeter) (*grpc.Server, error) {
 }
 
 // authenticate refuses calls without a known API key, before they reach
-// the limiter: KeyByAPIKey does not apply to a call without one, which
+// the limiter: KeyByMetadata("x-api-key") does not apply to a call without one, which
 // the limit would then let through uncharged.
 func authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)

@@ -105,7 +105,7 @@ func newLimits(rdb redis.UniversalClient, meters metric.MeterProvider, prefix st
 		return nil, err
 	}
 	return httplimit.New([]httplimit.Limit{
-		{Name: "api", Key: httplimit.FirstOf(httplimit.KeyByAPIKey(), httplimit.KeyByIP()), Limiter: api},
+		{Name: "api", Key: httplimit.FirstOf(httplimit.KeyByHeader("X-API-Key"), httplimit.KeyByIP()), Limiter: api},
 		{Name: "login", Key: httplimit.When(httplimit.IsRoute("POST /login"), httplimit.KeyByIP()), Limiter: login},
 	}, httplimit.WithObserver(obs))
 }
