@@ -50,7 +50,7 @@ func ExampleNewQuota() {
 func ExampleAllowAll_quota() {
 	mock := clock.NewMock()
 	mock.Set(time.Date(2026, 1, 31, 23, 59, 59, 0, time.UTC))
-	perSecond, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(10), 10), ratelimit.WithClock(mock))
+	perSecond, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 10), ratelimit.WithClock(mock))
 	daily, _ := ratelimit.NewKeyed(ratelimit.QuotaPolicy(10_000, ratelimit.Calendar{Unit: ratelimit.Daily}), ratelimit.WithClock(mock))
 	monthly, _ := ratelimit.NewKeyed(ratelimit.QuotaPolicy(200_000, ratelimit.Calendar{Unit: ratelimit.Monthly}), ratelimit.WithClock(mock))
 	dims := []ratelimit.Dimension{

@@ -394,7 +394,7 @@ func TestQuotaAllowAllStack(t *testing.T) {
 				return k
 			}
 			dims := []Dimension{
-				{Name: "second", Limiter: newKeyed(TokenBucketPolicy(PerSecond(10), 10)), Key: "c"},
+				{Name: "second", Limiter: newKeyed(TokenBucketPolicy(Per(10, time.Second), 10)), Key: "c"},
 				{Name: "day", Limiter: newKeyed(QuotaPolicy(12, Calendar{Unit: Daily, Location: ny})), Key: "c"},
 				{Name: "month", Limiter: newKeyed(QuotaPolicy(20, Calendar{Unit: Monthly, Location: ny})), Key: "c"},
 			}

@@ -134,7 +134,7 @@ func TestClientRetryTooLateReturnsAnswer(t *testing.T) {
 			clk := timerclock.New(clientEpoch)
 			var lim ratelimit.Limiter
 			if !cancelled {
-				tb, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(1), 1, ratelimit.WithClock(clk))
+				tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Minute), 1, ratelimit.WithClock(clk))
 				require.NoError(t, err)
 				lim = tb
 			}
@@ -171,7 +171,7 @@ func TestClientBoundsScopes(t *testing.T) {
 	t.Parallel()
 	svc, script, addr := pacedServer(t)
 	clk := timerclock.New(clientEpoch)
-	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1000), 1000), ratelimit.WithClock(clk))
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1000, time.Second), 1000), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	byTenant := func(ctx context.Context, _ string) (string, bool) {
 		k, ok := ctx.Value(tenantKey{}).(string)

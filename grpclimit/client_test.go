@@ -91,7 +91,7 @@ func TestClientRefusals(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	clk := timerclock.New(clientEpoch)
-	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
+	lim := newBucket(t, ratelimit.Per(1, time.Hour), 2, clk)
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(nil))
 	tc, _ := dial(t, addr, c)
 	require.True(t, lim.AllowN(2).Allowed, "drain the bucket")
@@ -126,7 +126,7 @@ func TestClientCostExceedsLimit(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	clk := timerclock.New(clientEpoch)
-	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
+	lim := newBucket(t, ratelimit.Per(1, time.Hour), 2, clk)
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, _ any) int {
 		if method == methodEmpty {
 			return 0
@@ -151,7 +151,7 @@ func TestClientCostFromRequest(t *testing.T) {
 	t.Parallel()
 	_, addr := startServer(t)
 	clk := timerclock.New(clientEpoch)
-	lim := newBucket(t, ratelimit.PerHour(1), 10, clk)
+	lim := newBucket(t, ratelimit.Per(1, time.Hour), 10, clk)
 	var streamReq []any
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, req any) int {
 		if r, ok := req.(*grpc_testing.SimpleRequest); ok {
@@ -259,7 +259,7 @@ func TestClientPauseByKey(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	clk := timerclock.New(clientEpoch)
-	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 5), ratelimit.WithClock(clk))
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	c := newTestClient(t, nil, kl, byTenant, clk, WithPauseScope(PauseByKey))
 	tc, conn := dial(t, addr, c)
@@ -550,7 +550,7 @@ func TestClientConcurrent(t *testing.T) {
 	svc, addr := startServer(t)
 	clk := timerclock.New(clientEpoch)
 	const capacity, callers = 10, 40
-	c := newTestClient(t, newBucket(t, ratelimit.PerHour(1), capacity, clk), nil, nil, clk, WithPauseScope(PauseByMethod))
+	c := newTestClient(t, newBucket(t, ratelimit.Per(1, time.Hour), capacity, clk), nil, nil, clk, WithPauseScope(PauseByMethod))
 	tc, conn := dial(t, addr, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -607,9 +607,9 @@ func TestClientConcurrent(t *testing.T) {
 // configuration errors naming them.
 func TestClientOptions(t *testing.T) {
 	t.Parallel()
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1)
+	tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Second), 1)
 	require.NoError(t, err)
-	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1), 1))
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 1))
 	require.NoError(t, err)
 	second := func(_ *Client, err error) error { return err }
 	for _, tc := range []struct {
@@ -704,7 +704,7 @@ func TestClientStreamDirect(t *testing.T) {
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Equal(t, 9*time.Second, c.PausedFor("", methodDuplex), "the target of a nil conn is empty")
 
-	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 5), ratelimit.WithClock(clk))
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	keyed := newTestClient(t, nil, kl, byTenant, clk)
 	created := false

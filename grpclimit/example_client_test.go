@@ -51,7 +51,7 @@ func ExampleNewClient() {
 
 	// At most 10 calls a second leave this client, and it obeys the
 	// pauses servers ask for.
-	limiter, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
+	limiter, err := ratelimit.NewTokenBucket(ratelimit.Per(10, time.Second), 10)
 	if err != nil {
 		panic(err)
 	}

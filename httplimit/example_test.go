@@ -190,7 +190,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // pause. A request the key function has no key for is not sent.
 func ExampleNewKeyedTransport() {
 	mock := clock.NewMock()
-	perHost, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(10), 10), ratelimit.WithClock(mock))
+	perHost, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 10), ratelimit.WithClock(mock))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -604,7 +604,7 @@ func TestTransportRetryTooLateReturnsAnswer(t *testing.T) {
 			clk := timerclock.New(epoch)
 			var lim ratelimit.Limiter
 			if tc.limiter {
-				tb, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(1), 1, ratelimit.WithClock(clk))
+				tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Minute), 1, ratelimit.WithClock(clk))
 				require.NoError(t, err)
 				lim = tb
 			}

@@ -16,7 +16,7 @@ import (
 func TestDecisionsOfAKeyedLimiterAreCountedByOutcome(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
-	keyed, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(1), 3),
+	keyed, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Minute), 3),
 		ratelimit.WithClock(newFakeClock()), ratelimit.WithMaxKeys(2),
 		ratelimit.WithName("api"), ratelimit.WithObserver(obs))
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func TestDecisionsOfATokenBucketAreCountedAndTimed(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t, otellimit.WithDurationForAllHomes())
 	clk := newFakeClock()
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 2,
+	tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Second), 2,
 		ratelimit.WithClock(clk), ratelimit.WithName("outbound"), ratelimit.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -122,7 +122,7 @@ func TestObserverServesManyLimiters(t *testing.T) {
 	obs, reader := newObserver(t)
 	clk := newFakeClock()
 	policies := []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(ratelimit.PerMinute(1), 1),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Minute), 1),
 		ratelimit.LeakyBucketPolicy(1, time.Minute),
 		ratelimit.FixedWindowPolicy(1, time.Minute),
 		ratelimit.SlidingLogPolicy(1, time.Minute),

@@ -75,12 +75,12 @@ func planOf(_ context.Context, key string) string {
 // reporting every decision to the meter provider under the limit's name.
 func newLimits(rdb redis.UniversalClient, meters metric.MeterProvider, prefix string) (*httplimit.Middleware, error) {
 	// "api": per API key by plan. Admitted while Redis is down.
-	free, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.PerMinute(100), 100),
+	free, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Minute), 100),
 		redislimit.WithPrefix(prefix+"api:"), redislimit.WithFailurePolicy(redislimit.FailOpen))
 	if err != nil {
 		return nil, err
 	}
-	pro, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.PerMinute(10_000), 1_000),
+	pro, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.Per(10_000, time.Minute), 1_000),
 		redislimit.WithPrefix(prefix+"api:"), redislimit.WithFailurePolicy(redislimit.FailOpen))
 	if err != nil {
 		return nil, err
