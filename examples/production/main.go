@@ -255,7 +255,7 @@ func decisions(ctx context.Context, reader *sdkmetric.ManualReader) (map[string]
 				continue
 			}
 			for _, dp := range sum.DataPoints {
-				counts[attr(dp.Attributes, otellimit.LimitKey)+"/"+attr(dp.Attributes, otellimit.OutcomeKey)] += dp.Value
+				counts[attr(dp.Attributes, attribute.Key("ratelimit.limit"))+"/"+attr(dp.Attributes, attribute.Key("ratelimit.outcome"))] += dp.Value
 			}
 		}
 	}
