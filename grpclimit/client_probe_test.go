@@ -236,7 +236,7 @@ func TestClientStreamProbeHandsOn(t *testing.T) {
 	require.Equal(t, 5*time.Second, clk.Next(t))
 	clk.Add(5 * time.Second)
 	require.NoError(t, <-streamed)
-	assert.Zero(t, c.PausedFor(conn.Target(), ""), "the stream's probe is handed on")
+	assert.Zero(t, c.PausedFor(conn.Target(), "", ""), "the stream's probe is handed on")
 	_, err = client.UnaryCall(context.Background(), unaryReq)
 	require.NoError(t, err)
 }

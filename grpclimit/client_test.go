@@ -192,8 +192,8 @@ func TestClientPauseByTarget(t *testing.T) {
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "the server's answer is returned")
 	assert.Equal(t, []time.Duration{7 * time.Second}, hooked)
 	assert.Equal(t, 1, svc.count(methodUnary), "an unmarked call is not retried")
-	assert.Equal(t, 7*time.Second, c.PausedFor(conn.Target(), "any method"))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn2.Target(), methodUnary))
+	assert.Equal(t, 7*time.Second, c.PausedFor(conn.Target(), "any method", ""))
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn2.Target(), methodUnary, ""))
 
 	_, err = tc2.UnaryCall(context.Background(), unaryReq)
 	require.NoError(t, err, "another target is not paused")
@@ -210,7 +210,7 @@ func TestClientPauseByTarget(t *testing.T) {
 	clk.Add(7 * time.Second)
 	require.NoError(t, <-done)
 	assert.Equal(t, 1, svc.count(methodEmpty))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), ""))
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), "", ""))
 }
 
 // TestClientPauseByMethod: under PauseByMethod, a pause holds back only
@@ -227,9 +227,9 @@ func TestClientPauseByMethod(t *testing.T) {
 
 	_, err := tc.UnaryCall(context.Background(), unaryReq)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, 5*time.Second, c.PausedFor(conn.Target(), methodUnary))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodEmpty))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn2.Target(), methodUnary))
+	assert.Equal(t, 5*time.Second, c.PausedFor(conn.Target(), methodUnary, ""))
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodEmpty, ""))
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn2.Target(), methodUnary, ""))
 
 	_, err = tc.EmptyCall(context.Background(), &grpc_testing.Empty{})
 	require.NoError(t, err, "another method is not paused")
@@ -269,9 +269,9 @@ func TestClientPauseByKey(t *testing.T) {
 
 	_, err = tc.UnaryCall(a, unaryReq)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, 3*time.Second, c.PausedForKey("a"))
-	assert.Equal(t, time.Duration(0), c.PausedForKey("b"))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodUnary), "PausedFor of a client paused by key")
+	assert.Equal(t, 3*time.Second, c.PausedFor(conn.Target(), methodUnary, "a"))
+	assert.Equal(t, 3*time.Second, c.PausedFor("dns:///elsewhere", methodEmpty, "a"), "a key's pause holds on every target and method")
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodUnary, "b"), "only key a is paused, not the target")
 
 	_, err = tc.UnaryCall(b, unaryReq)
 	require.NoError(t, err, "key b is not paused")
@@ -304,7 +304,7 @@ func TestClientCapsPause(t *testing.T) {
 	svc.answer(denial(10 * time.Hour))
 	_, err := tc.UnaryCall(context.Background(), unaryReq)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, time.Minute, c.PausedFor(conn.Target(), ""))
+	assert.Equal(t, time.Minute, c.PausedFor(conn.Target(), "", ""))
 	assert.Equal(t, time.Minute, hooked)
 
 	done := callAsync(context.Background(), tc)
@@ -399,7 +399,7 @@ func TestClientHostileRetryInfo(t *testing.T) {
 			client, conn := dial(t, addr, c)
 			svc.answer(tc.err)
 			_, err := client.UnaryCall(MarkRetrySafe(context.Background()), unaryReq)
-			got := c.PausedFor(conn.Target(), "")
+			got := c.PausedFor(conn.Target(), "", "")
 			if tc.pause == backoff {
 				assert.GreaterOrEqual(t, got, defaultBackoffFirst/2)
 				assert.LessOrEqual(t, got, defaultBackoffFirst)
@@ -454,7 +454,7 @@ func TestClientStreamPause(t *testing.T) {
 		require.NoError(t, stream.Send(&grpc_testing.StreamingInputCallRequest{}))
 		_, err = stream.CloseAndRecv()
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-		assert.Equal(t, 4*time.Second, c.PausedFor(conn.Target(), ""))
+		assert.Equal(t, 4*time.Second, c.PausedFor(conn.Target(), "", ""))
 		assert.Equal(t, 1, svc.count(methodInput), "a stream is never retried")
 
 		done := make(chan error, 1)
@@ -486,8 +486,8 @@ func TestClientStreamPause(t *testing.T) {
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 		_, err = stream.Recv() // the same end seen twice pauses once
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-		assert.Equal(t, 6*time.Second, c.PausedFor(conn.Target(), methodDuplex))
-		assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodInput))
+		assert.Equal(t, 6*time.Second, c.PausedFor(conn.Target(), methodDuplex, ""))
+		assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodInput, ""))
 	})
 	t.Run("Header, then RecvMsg", func(t *testing.T) {
 		t.Parallel()
@@ -505,7 +505,7 @@ func TestClientStreamPause(t *testing.T) {
 		require.NoError(t, err)
 		_, err = stream.CloseAndRecv()
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-		assert.Equal(t, 2*time.Second, c.PausedFor(conn.Target(), ""))
+		assert.Equal(t, 2*time.Second, c.PausedFor(conn.Target(), "", ""))
 	})
 	t.Run("limiter", func(t *testing.T) {
 		t.Parallel()
@@ -566,7 +566,7 @@ func TestClientConcurrent(t *testing.T) {
 			mu.Lock()
 			codesSeen[status.Code(err)]++
 			mu.Unlock()
-			_ = c.PausedFor(conn.Target(), methodUnary)
+			_ = c.PausedFor(conn.Target(), methodUnary, "")
 		})
 	}
 	wg.Wait()
@@ -600,7 +600,7 @@ func TestClientConcurrent(t *testing.T) {
 	wg.Wait()
 	cancel()
 	assert.Equal(t, capacity+callers, svc.count(methodUnary), "every caller reaches the server once")
-	assert.LessOrEqual(t, c2.PausedFor(conn2.Target(), methodUnary), time.Duration(callers)*time.Second)
+	assert.LessOrEqual(t, c2.PausedFor(conn2.Target(), methodUnary, ""), time.Duration(callers)*time.Second)
 }
 
 // TestClientOptions: invalid options and constructor arguments are
@@ -702,7 +702,8 @@ func TestClientStreamDirect(t *testing.T) {
 	cs, err := c.Stream()(context.Background(), &grpc.StreamDesc{}, nil, methodDuplex, streamer)
 	assert.Nil(t, cs)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, 9*time.Second, c.PausedFor("", methodDuplex), "the target of a nil conn is empty")
+	assert.Equal(t, 9*time.Second, c.PausedFor("", methodDuplex, ""), "the target of a nil conn is empty")
+	assert.Equal(t, 9*time.Second, c.PausedFor("", methodUnary, "any key"), "PauseByTarget ignores method and key")
 
 	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
@@ -714,5 +715,5 @@ func TestClientStreamDirect(t *testing.T) {
 	})
 	assertNotSent(t, err, codes.InvalidArgument, ErrNoKey)
 	assert.False(t, created, "a stream without a key is not created")
-	assert.Equal(t, time.Duration(0), keyed.PausedForKey("a"), "PausedForKey of a client not paused by key")
+	assert.Equal(t, time.Duration(0), keyed.PausedFor("", methodDuplex, "a"), "no answer paused the keyed client")
 }

@@ -216,8 +216,8 @@ func ExampleNewKeyedTransport() {
 		resp.Body.Close()
 		fmt.Println(resp.Request.URL.Host, resp.StatusCode)
 	}
-	fmt.Println("api-a paused for", tr.PausedForKey("api-a.example"))
-	fmt.Println("api-b paused for", tr.PausedForKey("api-b.example"))
+	fmt.Println("api-a paused for", tr.PausedFor("api-a.example"))
+	fmt.Println("api-b paused for", tr.PausedFor("api-b.example"))
 
 	noHost := &http.Request{Method: "GET", URL: &url.URL{Path: "/relative"}, Header: http.Header{}}
 	_, err = tr.RoundTrip(noHost)
