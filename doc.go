@@ -64,7 +64,7 @@
 //		return ch
 //	}
 //
-//	limiter, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 5,
+//	limiter, err := ratelimit.NewTokenBucket(ratelimit.Per(10, time.Second), 5,
 //		ratelimit.WithClock(&fakeClock{now: time.Unix(0, 0)}))
 //
 // Or, with Go 1.25 or later, use no WithClock at all and run the test in a
@@ -73,7 +73,7 @@
 //
 //	func TestWorker(t *testing.T) {
 //		synctest.Test(t, func(t *testing.T) {
-//			limiter, _ := ratelimit.NewTokenBucket(ratelimit.PerHour(1), 1)
+//			limiter, _ := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Hour), 1)
 //			limiter.Allow()
 //			start := time.Now()
 //			_ = limiter.Wait(context.Background()) // returns at once in real time

@@ -36,7 +36,7 @@ func ExampleKeyed_SetPolicy() {
 func ExampleKeyed_Block() {
 	mock := newMock()
 	ctx := context.Background()
-	logins, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(20), 20), ratelimit.WithClock(mock))
+	logins, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(20, time.Minute), 20), ratelimit.WithClock(mock))
 
 	_ = logins.Penalize(ctx, "203.0.113.7", 10) // a failed login costs 10
 	d, _ := logins.Peek(ctx, "203.0.113.7", 0)
@@ -92,7 +92,7 @@ func ExampleMoveKey() {
 	mock := newMock()
 	ctx := context.Background()
 	basic, _ := ratelimit.NewKeyed(ratelimit.SlidingLogPolicy(10, time.Minute), ratelimit.WithClock(mock))
-	premium, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(50), 50), ratelimit.WithClock(mock))
+	premium, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(50, time.Minute), 50), ratelimit.WithClock(mock))
 	basic.AllowN(ctx, "key", 8)
 
 	_ = ratelimit.MoveKey(ctx, "key", basic, premium, ratelimit.KeepUsed)

@@ -20,13 +20,13 @@ func ExampleNewQuota() {
 	mock := clock.NewMock()
 	mock.Set(time.Date(2026, 3, 8, 20, 0, 0, 0, newYork)) // 8 pm, 4 hours before midnight
 
-	q, err := ratelimit.NewQuota(10_000, ratelimit.Calendar{Unit: ratelimit.Daily, Location: newYork},
-		ratelimit.WithClock(mock))
+	daily := ratelimit.Calendar{Unit: ratelimit.Daily, Location: newYork}
+	q, err := ratelimit.NewQuota(10_000, daily, ratelimit.WithClock(mock))
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(ratelimit.QuotaPolicy(10_000, q.Calendar()))
-	fmt.Println(ratelimit.QuotaPolicy(10_000, q.Calendar()).WindowAt(mock.Now()))
+	fmt.Println(ratelimit.QuotaPolicy(10_000, daily))
+	fmt.Println(ratelimit.QuotaPolicy(10_000, daily).WindowAt(mock.Now()))
 
 	d := q.AllowN(9_999)
 	fmt.Println(d.Allowed, d.Remaining, d.ResetAfter)
@@ -50,7 +50,7 @@ func ExampleNewQuota() {
 func ExampleAllowAll_quota() {
 	mock := clock.NewMock()
 	mock.Set(time.Date(2026, 1, 31, 23, 59, 59, 0, time.UTC))
-	perSecond, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(10), 10), ratelimit.WithClock(mock))
+	perSecond, _ := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 10), ratelimit.WithClock(mock))
 	daily, _ := ratelimit.NewKeyed(ratelimit.QuotaPolicy(10_000, ratelimit.Calendar{Unit: ratelimit.Daily}), ratelimit.WithClock(mock))
 	monthly, _ := ratelimit.NewKeyed(ratelimit.QuotaPolicy(200_000, ratelimit.Calendar{Unit: ratelimit.Monthly}), ratelimit.WithClock(mock))
 	dims := []ratelimit.Dimension{

@@ -23,7 +23,7 @@ import (
 func TestExampleSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Build the limiter inside the bubble.
-		limiter, err := ratelimit.NewTokenBucket(ratelimit.PerHour(1), 1)
+		limiter, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Hour), 1)
 		if err != nil {
 			t.Fatal(err)
 		}

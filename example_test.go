@@ -261,7 +261,7 @@ func ExampleKeyed_WaitN() {
 	clk := &instantClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	// Each tenant may send 2 jobs a second, in bursts of up to 4.
 	perTenant, err := ratelimit.NewKeyed(
-		ratelimit.TokenBucketPolicy(ratelimit.PerSecond(2), 4), ratelimit.WithClock(clk))
+		ratelimit.TokenBucketPolicy(ratelimit.Per(2, time.Second), 4), ratelimit.WithClock(clk))
 	if err != nil {
 		panic(err)
 	}

@@ -84,7 +84,7 @@ func awaitTimer(t *testing.T, c *fakeClock) {
 
 // clockTestPolicies hold 2 events, and free one after a second or two.
 var clockTestPolicies = []Policy{
-	TokenBucketPolicy(PerSecond(1), 2),
+	TokenBucketPolicy(Per(1, time.Second), 2),
 	LeakyBucketPolicy(2, time.Second),
 	FixedWindowPolicy(2, 2*time.Second),
 	SlidingLogPolicy(2, 2*time.Second),

@@ -119,7 +119,7 @@ func TestBlockedKeyInAllowAll(t *testing.T) {
 	clk := fakeclock.NewManual(testStart)
 	a, err := NewKeyed(FixedWindowPolicy(10, time.Minute), WithClock(clk))
 	require.NoError(t, err)
-	b, err := NewKeyed(TokenBucketPolicy(PerMinute(10), 10), WithClock(clk))
+	b, err := NewKeyed(TokenBucketPolicy(Per(10, time.Minute), 10), WithClock(clk))
 	require.NoError(t, err)
 	tiered, err := NewTiered(func(context.Context, string) string { return "t" }, map[string]KeyedLimiter{"t": b})
 	require.NoError(t, err)

@@ -31,7 +31,7 @@ var reconfigAlgorithms = []Algorithm{
 func policyOf(algo Algorithm, limit int) Policy {
 	switch algo {
 	case TokenBucketAlgorithm:
-		return TokenBucketPolicy(PerMinute(limit), limit)
+		return TokenBucketPolicy(Per(limit, time.Minute), limit)
 	case LeakyBucketAlgorithm:
 		return LeakyBucketPolicy(limit, time.Minute/time.Duration(limit))
 	case FixedWindowAlgorithm:

@@ -34,7 +34,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"WithDefaultTier": WithDefaultTier("free"),
 	}
 	constructors := map[string]func(Option) (any, error){
-		"NewTokenBucket":    func(o Option) (any, error) { return NewTokenBucket(PerSecond(1), 1, o) },
+		"NewTokenBucket":    func(o Option) (any, error) { return NewTokenBucket(Per(1, time.Second), 1, o) },
 		"NewLeakyBucket":    func(o Option) (any, error) { return NewLeakyBucket(1, time.Second, o) },
 		"NewFixedWindow":    func(o Option) (any, error) { return NewFixedWindow(1, time.Second, o) },
 		"NewSlidingLog":     func(o Option) (any, error) { return NewSlidingLog(1, time.Second, o) },

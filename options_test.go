@@ -24,7 +24,7 @@ func TestOptionNotApplicableIsConfigError(t *testing.T) {
 		call               func() error
 	}{
 		{"maxkeys/tokenbucket", "ratelimit.WithMaxKeys", "ratelimit.NewTokenBucket", func() error {
-			_, err := NewTokenBucket(PerSecond(1), 1, WithMaxKeys(10))
+			_, err := NewTokenBucket(Per(1, time.Second), 1, WithMaxKeys(10))
 			return err
 		}},
 		{"maxkeys/policy", "ratelimit.WithMaxKeys", "ratelimit.NewSlidingLog", func() error {

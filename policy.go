@@ -30,7 +30,7 @@ type Policy struct {
 }
 
 // TokenBucketPolicy is the policy of [NewTokenBucket]: a bucket of capacity
-// tokens refilled at rate, such as TokenBucketPolicy(PerMinute(100), 100).
+// tokens refilled at rate, such as TokenBucketPolicy(Per(100, time.Minute), 100).
 func TokenBucketPolicy(rate Rate, capacity int) Policy {
 	return Policy{Algorithm: TokenBucketAlgorithm, Limit: capacity, Refill: rate.Events, Period: rate.Per}
 }

@@ -82,10 +82,6 @@ func (q *Quota) AllowN(n int) Decision { return q.c.allowN(n) }
 // counted in the current period.
 func (q *Quota) Peek(n int) Decision { return q.c.peek(n) }
 
-// Calendar returns the quota's calendar, with a nil Location replaced by
-// time.UTC and a MonthDay of 0 by 1.
-func (q *Quota) Calendar() Calendar { return q.c.current().cal }
-
 // Wait blocks until one event is admitted or ctx is done. It is shorthand
 // for WaitN(ctx, 1).
 func (q *Quota) Wait(ctx context.Context) error { return q.c.waitN(ctx, 1) }

@@ -395,7 +395,7 @@ func TestQuotaAllowAllStack(t *testing.T) {
 				return k
 			}
 			dims := []Dimension{
-				{Name: "second", Limiter: newKeyed(TokenBucketPolicy(PerSecond(10), 10)), Key: "c"},
+				{Name: "second", Limiter: newKeyed(TokenBucketPolicy(Per(10, time.Second), 10)), Key: "c"},
 				{Name: "day", Limiter: newKeyed(QuotaPolicy(12, Calendar{Unit: Daily, Location: ny})), Key: "c"},
 				{Name: "month", Limiter: newKeyed(QuotaPolicy(20, Calendar{Unit: Monthly, Location: ny})), Key: "c"},
 			}
@@ -473,7 +473,7 @@ func TestQuotaSetLimitKeepsCount(t *testing.T) {
 	assert.Equal(t, 4, q.Peek(0).Remaining)
 	clk.Add(12 * time.Hour)
 	assert.Equal(t, wantAllow(12, 12, 0), q.Peek(0), "a new day")
-	assert.Equal(t, Calendar{Unit: Daily, Location: time.UTC, MonthDay: 1}, q.Calendar())
+	assert.Equal(t, wantAllow(12, 11, 24*time.Hour), q.AllowN(1), "the calendar is kept: days run midnight to midnight UTC")
 }
 
 // TestQuotaStrings pins Policy.String, Window and WindowAt of quotas.

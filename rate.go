@@ -6,8 +6,8 @@ import (
 )
 
 // Rate is a number of events per span of time, such as 10 per second: the
-// refill rate of a token bucket. Write one with [Per], [PerSecond],
-// [PerMinute] or [PerHour]. A Rate is its own type so that a token bucket's
+// refill rate of a token bucket. Write one with [Per], such as
+// Per(100, time.Minute). A Rate is its own type so that a token bucket's
 // rate and capacity cannot be swapped without the compiler noticing.
 type Rate struct {
 	// Events is how many events the rate allows every Per.
@@ -18,15 +18,6 @@ type Rate struct {
 
 // Per returns the rate of events every d, such as Per(3, time.Second).
 func Per(events int, d time.Duration) Rate { return Rate{Events: events, Per: d} }
-
-// PerSecond returns the rate of events every second.
-func PerSecond(events int) Rate { return Rate{Events: events, Per: time.Second} }
-
-// PerMinute returns the rate of events every minute.
-func PerMinute(events int) Rate { return Rate{Events: events, Per: time.Minute} }
-
-// PerHour returns the rate of events every hour.
-func PerHour(events int) Rate { return Rate{Events: events, Per: time.Hour} }
 
 // String returns the rate as events/span, such as "10/1s".
 func (r Rate) String() string { return strconv.Itoa(r.Events) + "/" + r.Per.String() }

@@ -33,7 +33,7 @@ func TestTieredMove(t *testing.T) {
 		t.Run(fmt.Sprintf("%v/%d", tc.mode, tc.proUse), func(t *testing.T) {
 			t.Parallel()
 			clk := fakeclock.NewManual(testStart)
-			free, err := NewKeyed(TokenBucketPolicy(PerMinute(100), 100), WithClock(clk))
+			free, err := NewKeyed(TokenBucketPolicy(Per(100, time.Minute), 100), WithClock(clk))
 			require.NoError(t, err)
 			pro, err := NewKeyed(FixedWindowPolicy(10_000, time.Minute), WithClock(clk))
 			require.NoError(t, err)

@@ -27,7 +27,7 @@ type TokenBucket struct {
 var _ Limiter = (*TokenBucket)(nil)
 
 // NewTokenBucket returns a full token bucket that refills at rate and holds
-// at most capacity tokens, such as NewTokenBucket(PerSecond(10), 100): the
+// at most capacity tokens, such as NewTokenBucket(Per(10, time.Second), 100): the
 // argument order of golang.org/x/time/rate's NewLimiter(r, burst), with a
 // [Rate] that cannot be mistaken for the capacity.
 //

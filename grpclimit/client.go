@@ -171,30 +171,22 @@ func newClient(name string, wait func(context.Context, string, int) error, key K
 	return c, nil
 }
 
-// PausedFor returns how long, from now, calls of method to target (the
+// PausedFor returns how long, from now, a call of method to target (the
 // string a connection was created with, as grpc.ClientConn.Target
-// returns it) are paused at a server's request (while a probe is out,
-// the longest its answer is waited for); 0 if they are not. Under
-// [PauseByTarget] method is ignored. A client paused [PauseByKey] reports
-// its pauses through [Client.PausedForKey]; PausedFor returns 0 for it.
-func (c *Client) PausedFor(target, method string) time.Duration {
+// returns it) under key (the limiter key [NewKeyedClient]'s [KeyFunc]
+// gives the call; "" for [NewClient]) is paused at a server's request
+// (while a probe is out, the longest its answer is waited for); 0 if it
+// is not. The client's scope ([WithPauseScope]) says which of them count:
+// target under [PauseByTarget], target and method under [PauseByMethod],
+// key under [PauseByKey]; the others are ignored.
+func (c *Client) PausedFor(target, method, key string) time.Duration {
 	switch c.scope {
-	case PauseByTarget:
-		return c.pausedFor(target)
 	case PauseByMethod:
 		return c.pausedFor(methodScope(target, method))
+	case PauseByKey:
+		return c.pausedFor(key)
 	}
-	return 0
-}
-
-// PausedForKey returns how long, from now, calls of key are paused at a
-// server's request, for a client paused [PauseByKey]; 0 if they are not,
-// and for every other client.
-func (c *Client) PausedForKey(key string) time.Duration {
-	if c.scope != PauseByKey {
-		return 0
-	}
-	return c.pausedFor(key)
+	return c.pausedFor(target)
 }
 
 func (c *Client) pausedFor(scope string) time.Duration {

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -22,14 +23,14 @@ func BenchmarkClientUnary(b *testing.B) {
 	b.Cleanup(func() { _ = conn.Close() })
 	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
 	bucket := func(b *testing.B) *ratelimit.TokenBucket {
-		tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000)
+		tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1_000_000_000, time.Second), 1_000_000_000)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return tb
 	}
 	keyed := func(b *testing.B) *ratelimit.Keyed {
-		kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1_000_000_000), 1_000_000_000))
+		kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1_000_000_000, time.Second), 1_000_000_000))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,7 +75,7 @@ func TestClientUnaryAllocs(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000)
+	tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1_000_000_000, time.Second), 1_000_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}

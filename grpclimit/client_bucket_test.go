@@ -44,7 +44,7 @@ func (b *bucketService) wait() {
 
 func startBucketService(t *testing.T, clk ratelimit.Clock, keyed bool) (*bucketService, string) {
 	t.Helper()
-	lim, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1), 5), ratelimit.WithClock(clk))
+	lim, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	key := KeyFunc(func(context.Context, string) (string, bool) { return "all", true })
 	if keyed {

@@ -71,7 +71,7 @@ func TestClientObeysServer(t *testing.T) {
 			done := callAsync(ctx, client)
 			assert.Equal(t, 45*time.Second, clk.Next(t), "the call waits for the rest of the window")
 			pending(t, done, "the call during the pause")
-			assert.Equal(t, 45*time.Second, c.PausedFor(conn.Target(), ""))
+			assert.Equal(t, 45*time.Second, c.PausedFor(conn.Target(), "", ""))
 			clk.Add(45 * time.Second)
 			require.NoError(t, <-done, "the call after the pause is admitted")
 			if fields == allFields {

@@ -79,11 +79,11 @@ func TestClientPacesByMetadata(t *testing.T) {
 			script.send(tc.one)
 			_, err := client.UnaryCall(ctx, unaryReq)
 			require.NoError(t, err)
-			assert.Zero(t, c.PausedFor(conn.Target(), ""), "one call is left")
+			assert.Zero(t, c.PausedFor(conn.Target(), "", ""), "one call is left")
 			_, err = client.UnaryCall(ctx, unaryReq) // the last one: no wait
 			require.NoError(t, err)
 			clk.None(t)
-			assert.Equal(t, 5*time.Second, c.PausedFor(conn.Target(), ""), "the quota is spent until its reset")
+			assert.Equal(t, 5*time.Second, c.PausedFor(conn.Target(), "", ""), "the quota is spent until its reset")
 
 			done := callAsync(ctx, client)
 			assert.Equal(t, 5*time.Second, clk.Next(t))
@@ -92,7 +92,7 @@ func TestClientPacesByMetadata(t *testing.T) {
 			clk.Add(5 * time.Second)
 			require.NoError(t, <-done)
 			assert.Equal(t, 3, svc.count(methodUnary))
-			assert.Equal(t, 5*time.Second, c.PausedFor(conn.Target(), ""), "the answer said the new quota is spent")
+			assert.Equal(t, 5*time.Second, c.PausedFor(conn.Target(), "", ""), "the answer said the new quota is spent")
 		})
 	}
 }
@@ -110,7 +110,7 @@ func TestClientMetadataOnRefusal(t *testing.T) {
 	svc.answer(status.Error(codes.ResourceExhausted, "quota"))
 	_, err := client.UnaryCall(context.Background(), unaryReq)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, 7*time.Second, c.PausedFor(conn.Target(), ""))
+	assert.Equal(t, 7*time.Second, c.PausedFor(conn.Target(), "", ""))
 }
 
 // TestClientBackoffGrows: refusals whose RetryInfo names no usable delay
@@ -132,7 +132,7 @@ func TestClientBackoffGrows(t *testing.T) {
 			clk.Add(d)
 		}
 		require.Equal(t, codes.ResourceExhausted, status.Code(<-done))
-		got := c.PausedFor(conn.Target(), "")
+		got := c.PausedFor(conn.Target(), "", "")
 		assert.GreaterOrEqual(t, got, 500*time.Millisecond, "refusal %d", k)
 		assert.LessOrEqual(t, got, min(4*time.Second, time.Second<<k), "refusal %d", k)
 	}
@@ -143,7 +143,7 @@ func TestClientBackoffGrows(t *testing.T) {
 	clk.Add(clk.Next(t))
 	require.NoError(t, <-done, "a success")
 	refuse(0)
-	assert.LessOrEqual(t, c.PausedFor(conn.Target(), ""), time.Second, "the success started the backoff again")
+	assert.LessOrEqual(t, c.PausedFor(conn.Target(), "", ""), time.Second, "the success started the backoff again")
 }
 
 // TestClientPolicyShaping: with WithPolicyShaping, an advertised policy

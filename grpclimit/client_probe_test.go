@@ -134,7 +134,7 @@ func TestClientRetryTooLateReturnsAnswer(t *testing.T) {
 			clk := fakeclock.NewAnnouncing(clientEpoch)
 			var lim ratelimit.Limiter
 			if !cancelled {
-				tb, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(1), 1, ratelimit.WithClock(clk))
+				tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Minute), 1, ratelimit.WithClock(clk))
 				require.NoError(t, err)
 				lim = tb
 			}
@@ -171,7 +171,7 @@ func TestClientBoundsScopes(t *testing.T) {
 	t.Parallel()
 	svc, script, addr := pacedServer(t)
 	clk := fakeclock.NewAnnouncing(clientEpoch)
-	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1000), 1000), ratelimit.WithClock(clk))
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1000, time.Second), 1000), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	byTenant := func(ctx context.Context, _ string) (string, bool) {
 		k, ok := ctx.Value(tenantKey{}).(string)
@@ -236,7 +236,7 @@ func TestClientStreamProbeHandsOn(t *testing.T) {
 	require.Equal(t, 5*time.Second, clk.Next(t))
 	clk.Add(5 * time.Second)
 	require.NoError(t, <-streamed)
-	assert.Zero(t, c.PausedFor(conn.Target(), ""), "the stream's probe is handed on")
+	assert.Zero(t, c.PausedFor(conn.Target(), "", ""), "the stream's probe is handed on")
 	_, err = client.UnaryCall(context.Background(), unaryReq)
 	require.NoError(t, err)
 }

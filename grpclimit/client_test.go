@@ -91,7 +91,7 @@ func TestClientRefusals(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	clk := fakeclock.NewAnnouncing(clientEpoch)
-	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
+	lim := newBucket(t, ratelimit.Per(1, time.Hour), 2, clk)
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(nil))
 	tc, _ := dial(t, addr, c)
 	require.True(t, lim.AllowN(2).Allowed, "drain the bucket")
@@ -126,7 +126,7 @@ func TestClientCostExceedsLimit(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	clk := fakeclock.NewAnnouncing(clientEpoch)
-	lim := newBucket(t, ratelimit.PerHour(1), 2, clk)
+	lim := newBucket(t, ratelimit.Per(1, time.Hour), 2, clk)
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, _ any) int {
 		if method == methodEmpty {
 			return 0
@@ -151,7 +151,7 @@ func TestClientCostFromRequest(t *testing.T) {
 	t.Parallel()
 	_, addr := startServer(t)
 	clk := fakeclock.NewAnnouncing(clientEpoch)
-	lim := newBucket(t, ratelimit.PerHour(1), 10, clk)
+	lim := newBucket(t, ratelimit.Per(1, time.Hour), 10, clk)
 	var streamReq []any
 	c := newTestClient(t, lim, nil, nil, clk, WithCost(func(_ context.Context, method string, req any) int {
 		if r, ok := req.(*grpc_testing.SimpleRequest); ok {
@@ -192,8 +192,8 @@ func TestClientPauseByTarget(t *testing.T) {
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "the server's answer is returned")
 	assert.Equal(t, []time.Duration{7 * time.Second}, hooked)
 	assert.Equal(t, 1, svc.count(methodUnary), "an unmarked call is not retried")
-	assert.Equal(t, 7*time.Second, c.PausedFor(conn.Target(), "any method"))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn2.Target(), methodUnary))
+	assert.Equal(t, 7*time.Second, c.PausedFor(conn.Target(), "any method", ""))
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn2.Target(), methodUnary, ""))
 
 	_, err = tc2.UnaryCall(context.Background(), unaryReq)
 	require.NoError(t, err, "another target is not paused")
@@ -210,7 +210,7 @@ func TestClientPauseByTarget(t *testing.T) {
 	clk.Add(7 * time.Second)
 	require.NoError(t, <-done)
 	assert.Equal(t, 1, svc.count(methodEmpty))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), ""))
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), "", ""))
 }
 
 // TestClientPauseByMethod: under PauseByMethod, a pause holds back only
@@ -227,9 +227,9 @@ func TestClientPauseByMethod(t *testing.T) {
 
 	_, err := tc.UnaryCall(context.Background(), unaryReq)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, 5*time.Second, c.PausedFor(conn.Target(), methodUnary))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodEmpty))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn2.Target(), methodUnary))
+	assert.Equal(t, 5*time.Second, c.PausedFor(conn.Target(), methodUnary, ""))
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodEmpty, ""))
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn2.Target(), methodUnary, ""))
 
 	_, err = tc.EmptyCall(context.Background(), &grpc_testing.Empty{})
 	require.NoError(t, err, "another method is not paused")
@@ -259,7 +259,7 @@ func TestClientPauseByKey(t *testing.T) {
 	t.Parallel()
 	svc, addr := startServer(t)
 	clk := fakeclock.NewAnnouncing(clientEpoch)
-	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 5), ratelimit.WithClock(clk))
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	c := newTestClient(t, nil, kl, byTenant, clk, WithPauseScope(PauseByKey))
 	tc, conn := dial(t, addr, c)
@@ -269,9 +269,9 @@ func TestClientPauseByKey(t *testing.T) {
 
 	_, err = tc.UnaryCall(a, unaryReq)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, 3*time.Second, c.PausedForKey("a"))
-	assert.Equal(t, time.Duration(0), c.PausedForKey("b"))
-	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodUnary), "PausedFor of a client paused by key")
+	assert.Equal(t, 3*time.Second, c.PausedFor(conn.Target(), methodUnary, "a"))
+	assert.Equal(t, 3*time.Second, c.PausedFor("dns:///elsewhere", methodEmpty, "a"), "a key's pause holds on every target and method")
+	assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodUnary, "b"), "only key a is paused, not the target")
 
 	_, err = tc.UnaryCall(b, unaryReq)
 	require.NoError(t, err, "key b is not paused")
@@ -304,7 +304,7 @@ func TestClientCapsPause(t *testing.T) {
 	svc.answer(denial(10 * time.Hour))
 	_, err := tc.UnaryCall(context.Background(), unaryReq)
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, time.Minute, c.PausedFor(conn.Target(), ""))
+	assert.Equal(t, time.Minute, c.PausedFor(conn.Target(), "", ""))
 	assert.Equal(t, time.Minute, hooked)
 
 	done := callAsync(context.Background(), tc)
@@ -399,7 +399,7 @@ func TestClientHostileRetryInfo(t *testing.T) {
 			client, conn := dial(t, addr, c)
 			svc.answer(tc.err)
 			_, err := client.UnaryCall(MarkRetrySafe(context.Background()), unaryReq)
-			got := c.PausedFor(conn.Target(), "")
+			got := c.PausedFor(conn.Target(), "", "")
 			if tc.pause == backoff {
 				assert.GreaterOrEqual(t, got, defaultBackoffFirst/2)
 				assert.LessOrEqual(t, got, defaultBackoffFirst)
@@ -454,7 +454,7 @@ func TestClientStreamPause(t *testing.T) {
 		require.NoError(t, stream.Send(&grpc_testing.StreamingInputCallRequest{}))
 		_, err = stream.CloseAndRecv()
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-		assert.Equal(t, 4*time.Second, c.PausedFor(conn.Target(), ""))
+		assert.Equal(t, 4*time.Second, c.PausedFor(conn.Target(), "", ""))
 		assert.Equal(t, 1, svc.count(methodInput), "a stream is never retried")
 
 		done := make(chan error, 1)
@@ -486,8 +486,8 @@ func TestClientStreamPause(t *testing.T) {
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 		_, err = stream.Recv() // the same end seen twice pauses once
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-		assert.Equal(t, 6*time.Second, c.PausedFor(conn.Target(), methodDuplex))
-		assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodInput))
+		assert.Equal(t, 6*time.Second, c.PausedFor(conn.Target(), methodDuplex, ""))
+		assert.Equal(t, time.Duration(0), c.PausedFor(conn.Target(), methodInput, ""))
 	})
 	t.Run("Header, then RecvMsg", func(t *testing.T) {
 		t.Parallel()
@@ -505,7 +505,7 @@ func TestClientStreamPause(t *testing.T) {
 		require.NoError(t, err)
 		_, err = stream.CloseAndRecv()
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-		assert.Equal(t, 2*time.Second, c.PausedFor(conn.Target(), ""))
+		assert.Equal(t, 2*time.Second, c.PausedFor(conn.Target(), "", ""))
 	})
 	t.Run("limiter", func(t *testing.T) {
 		t.Parallel()
@@ -550,7 +550,7 @@ func TestClientConcurrent(t *testing.T) {
 	svc, addr := startServer(t)
 	clk := fakeclock.NewAnnouncing(clientEpoch)
 	const capacity, callers = 10, 40
-	c := newTestClient(t, newBucket(t, ratelimit.PerHour(1), capacity, clk), nil, nil, clk, WithPauseScope(PauseByMethod))
+	c := newTestClient(t, newBucket(t, ratelimit.Per(1, time.Hour), capacity, clk), nil, nil, clk, WithPauseScope(PauseByMethod))
 	tc, conn := dial(t, addr, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -566,7 +566,7 @@ func TestClientConcurrent(t *testing.T) {
 			mu.Lock()
 			codesSeen[status.Code(err)]++
 			mu.Unlock()
-			_ = c.PausedFor(conn.Target(), methodUnary)
+			_ = c.PausedFor(conn.Target(), methodUnary, "")
 		})
 	}
 	wg.Wait()
@@ -600,16 +600,16 @@ func TestClientConcurrent(t *testing.T) {
 	wg.Wait()
 	cancel()
 	assert.Equal(t, capacity+callers, svc.count(methodUnary), "every caller reaches the server once")
-	assert.LessOrEqual(t, c2.PausedFor(conn2.Target(), methodUnary), time.Duration(callers)*time.Second)
+	assert.LessOrEqual(t, c2.PausedFor(conn2.Target(), methodUnary, ""), time.Duration(callers)*time.Second)
 }
 
 // TestClientOptions: invalid options and constructor arguments are
 // configuration errors naming them.
 func TestClientOptions(t *testing.T) {
 	t.Parallel()
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1)
+	tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Second), 1)
 	require.NoError(t, err)
-	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1), 1))
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 1))
 	require.NoError(t, err)
 	second := func(_ *Client, err error) error { return err }
 	for _, tc := range []struct {
@@ -702,9 +702,10 @@ func TestClientStreamDirect(t *testing.T) {
 	cs, err := c.Stream()(context.Background(), &grpc.StreamDesc{}, nil, methodDuplex, streamer)
 	assert.Nil(t, cs)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-	assert.Equal(t, 9*time.Second, c.PausedFor("", methodDuplex), "the target of a nil conn is empty")
+	assert.Equal(t, 9*time.Second, c.PausedFor("", methodDuplex, ""), "the target of a nil conn is empty")
+	assert.Equal(t, 9*time.Second, c.PausedFor("", methodUnary, "any key"), "PauseByTarget ignores method and key")
 
-	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 5), ratelimit.WithClock(clk))
+	kl, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	keyed := newTestClient(t, nil, kl, byTenant, clk)
 	created := false
@@ -714,5 +715,5 @@ func TestClientStreamDirect(t *testing.T) {
 	})
 	assertNotSent(t, err, codes.InvalidArgument, ErrNoKey)
 	assert.False(t, created, "a stream without a key is not created")
-	assert.Equal(t, time.Duration(0), keyed.PausedForKey("a"), "PausedForKey of a client not paused by key")
+	assert.Equal(t, time.Duration(0), keyed.PausedFor("", methodDuplex, "a"), "no answer paused the keyed client")
 }

@@ -13,7 +13,7 @@
 // [ratelimit.Tiered] for plans whose tier function can read the plan from
 // the call's context, or a Redis limiter from module redislimit) and a
 // [KeyFunc] that picks the key to charge: the method ([KeyByMethod]), the
-// service ([KeyByService]), the API key ([KeyByAPIKey], [KeyByMetadata]),
+// service ([KeyByService]), metadata such as the API key ([KeyByMetadata]),
 // the peer address ([KeyByIP], [IPResolver]), the user ([KeyByUser]) or a
 // combination ([Combine], [FirstOf], [When] with [IsMethod] or
 // [IsService]). A call is charged in every Limit whose KeyFunc applies to

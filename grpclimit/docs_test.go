@@ -40,8 +40,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"ChargeHealthAndReflection": ChargeHealthAndReflection(true),
 		"TrustedProxies":            TrustedProxies("10.0.0.0/8"),
 		"ProxyMetadata":             ProxyMetadata("x-forwarded-for"),
-		"IPv4Prefix":                IPv4Prefix(24),
-		"IPv6Prefix":                IPv6Prefix(64),
+		"IPPrefixes":                IPPrefixes(24, 64),
 		"WithRetries":               WithRetries(1),
 		"WithMaxRetryWait":          WithMaxRetryWait(time.Second),
 		"WithMaxPause":              WithMaxPause(time.Second),
@@ -113,7 +112,7 @@ func TestWrongOptionDoesNotCompile(t *testing.T) {
 		{`grpclimit.New(nil, grpclimit.TrustedProxies("10.0.0.0/8"))`, false},
 		{`grpclimit.New(nil, grpclimit.WithClock(nil), grpclimit.WithCost(nil), grpclimit.WithFields(0))`, true},
 		{`grpclimit.NewClient(nil, grpclimit.WithClock(nil), grpclimit.WithCost(nil), grpclimit.WithRetries(1))`, true},
-		{`grpclimit.NewIPResolver(grpclimit.TrustedProxies("10.0.0.0/8"), grpclimit.IPv4Prefix(24))`, true},
+		{`grpclimit.NewIPResolver(grpclimit.TrustedProxies("10.0.0.0/8"), grpclimit.IPPrefixes(24, 64))`, true},
 	}
 	const head = "package snippet\n\nimport \"github.com/rlkit/ratelimit/grpclimit\"\n\n" // 4 lines
 	src := head

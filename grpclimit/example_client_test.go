@@ -51,7 +51,7 @@ func ExampleNewClient() {
 
 	// At most 10 calls a second leave this client, and it obeys the
 	// pauses servers ask for.
-	limiter, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
+	limiter, err := ratelimit.NewTokenBucket(ratelimit.Per(10, time.Second), 10)
 	if err != nil {
 		panic(err)
 	}
@@ -76,7 +76,7 @@ func ExampleNewClient() {
 
 	_, err = api.UnaryCall(context.Background(), &grpc_testing.SimpleRequest{})
 	fmt.Println("first call:", status.Code(err))
-	fmt.Println("paused 2 s:", client.PausedFor(conn.Target(), "") > time.Second)
+	fmt.Println("paused 2 s:", client.PausedFor(conn.Target(), "", "") > time.Second)
 
 	// The target is paused for 2 s: a call that cannot wait that long is
 	// refused at once, without reaching the server.

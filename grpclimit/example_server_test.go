@@ -55,7 +55,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	ic, err := grpclimit.New([]grpclimit.Limit{
-		{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: perKey},
+		{Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: perKey},
 	}, grpclimit.WithClock(mock))
 	if err != nil {
 		panic(err)

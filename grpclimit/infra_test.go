@@ -127,8 +127,8 @@ func TestReflectionAndHealthExempt(t *testing.T) {
 				events = append(events, e)
 			})
 			limits := []grpclimit.Limit{
-				{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)},
-				{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock), Messages: true},
+				{Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)},
+				{Name: "msgs", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock), Messages: true},
 			}
 			opts := []grpclimit.Option{grpclimit.WithClock(mock)}
 			if charge {

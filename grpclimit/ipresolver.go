@@ -29,8 +29,8 @@ import (
 //
 // Keys group addresses by network so that one host cannot dodge its limit
 // by rotating through addresses: IPv6 clients are keyed by their /64
-// ([IPv6Prefix]) since a single host commonly holds a whole /64, IPv4
-// clients by their address ([IPv4Prefix]).
+// since a single host commonly holds a whole /64, IPv4 clients by their
+// address ([IPPrefixes] changes both).
 //
 // Create one with [NewIPResolver]; the zero value is not usable. An
 // IPResolver is safe for concurrent use.
@@ -92,25 +92,22 @@ var sourceKeys = [...]string{
 	clientip.XRealIP:       "x-real-ip",
 }
 
-// IPv4Prefix groups IPv4 clients by networks of the given length (default
-// 32: each address on its own; 24 groups a /24). For [NewIPResolver].
-func IPv4Prefix(bits int) ResolverOption {
+// IPPrefixes groups clients by networks of the given lengths: IPv4
+// clients by their /v4 (default 32: each address on its own; 24 groups a
+// /24), IPv6 clients by their /v6 (default 64, the network a single host
+// is commonly given), such as IPPrefixes(32, 48) to key IPv6 clients by
+// their /48. v4 must be in [1, 32], v6 in [1, 128]. For [NewIPResolver].
+func IPPrefixes(v4, v6 int) ResolverOption {
 	return resolverOption(func(r *IPResolver) error {
-		return r.core.SetIPv4Prefix("grpclimit.IPv4Prefix", bits)
-	})
-}
-
-// IPv6Prefix groups IPv6 clients by networks of the given length (default
-// 64, the network a single host is commonly given). For [NewIPResolver].
-func IPv6Prefix(bits int) ResolverOption {
-	return resolverOption(func(r *IPResolver) error {
-		return r.core.SetIPv6Prefix("grpclimit.IPv6Prefix", bits)
+		if err := r.core.SetIPv4Prefix("grpclimit.IPPrefixes v4", v4); err != nil {
+			return err
+		}
+		return r.core.SetIPv6Prefix("grpclimit.IPPrefixes v6", v6)
 	})
 }
 
 // NewIPResolver returns a resolver configured by opts. The options that
-// apply are [TrustedProxies], [ProxyMetadata],
-// [IPv4Prefix] and [IPv6Prefix]. It returns an error wrapping
+// apply are [TrustedProxies], [ProxyMetadata] and [IPPrefixes]. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] for an invalid option.
 func NewIPResolver(opts ...ResolverOption) (*IPResolver, error) {
 	r := &IPResolver{metadata: []proxyMetadata{{"x-forwarded-for", clientip.XForwardedFor}}}

@@ -64,7 +64,7 @@ func TestIPResolverKey(t *testing.T) {
 	def := mustResolver(t)
 	proxied := mustResolver(t, grpclimit.TrustedProxies("10.0.0.0/8", "fd00::/8", "192.0.2.10"))
 	fwd := mustResolver(t, grpclimit.TrustedProxies("10.0.0.0/8"), grpclimit.ProxyMetadata("Forwarded", "x-real-ip"))
-	wide := mustResolver(t, grpclimit.IPv4Prefix(24), grpclimit.IPv6Prefix(48))
+	wide := mustResolver(t, grpclimit.IPPrefixes(24, 48))
 	mapped := mustResolver(t, grpclimit.TrustedProxies("::ffff:10.0.0.0/104"))
 	cases := []struct {
 		name string
@@ -166,9 +166,10 @@ func TestIPResolverErrors(t *testing.T) {
 		{grpclimit.TrustedProxies("::ffff:10.0.0.0/80"), "grpclimit.TrustedProxies: an IPv4-mapped prefix needs at least 96 bits, got ::ffff:10.0.0.0/80"},
 		{grpclimit.ProxyMetadata("x-client-ip"), `grpclimit.ProxyMetadata: want x-forwarded-for, forwarded or x-real-ip, got "x-client-ip"`},
 		{grpclimit.ProxyMetadata(), "grpclimit.ProxyMetadata needs at least one key, got none"},
-		{grpclimit.IPv4Prefix(0), "grpclimit.IPv4Prefix must be in [1, 32], got 0"},
-		{grpclimit.IPv4Prefix(33), "grpclimit.IPv4Prefix must be in [1, 32], got 33"},
-		{grpclimit.IPv6Prefix(129), "grpclimit.IPv6Prefix must be in [1, 128], got 129"},
+		{grpclimit.IPPrefixes(0, 64), "grpclimit.IPPrefixes v4 must be in [1, 32], got 0"},
+		{grpclimit.IPPrefixes(33, 64), "grpclimit.IPPrefixes v4 must be in [1, 32], got 33"},
+		{grpclimit.IPPrefixes(32, 0), "grpclimit.IPPrefixes v6 must be in [1, 128], got 0"},
+		{grpclimit.IPPrefixes(32, 129), "grpclimit.IPPrefixes v6 must be in [1, 128], got 129"},
 	} {
 		res, err := grpclimit.NewIPResolver(c.opt)
 		assert.Nil(t, res)

@@ -49,7 +49,7 @@ func serviceOf(method string) (string, bool) {
 }
 
 // KeyByMetadata keys calls by the first non-empty value of the named
-// incoming metadata (a request header), such as "x-tenant". The name is
+// incoming metadata (a request header), such as "x-api-key". The name is
 // matched as gRPC stores metadata keys, in lower case. Calls without it are
 // not charged.
 //
@@ -72,10 +72,6 @@ func KeyByMetadata(name string) KeyFunc {
 		return "", false
 	}
 }
-
-// KeyByAPIKey keys calls by the x-api-key metadata ; see
-// [KeyByMetadata].
-func KeyByAPIKey() KeyFunc { return KeyByMetadata("x-api-key") }
 
 // KeyByUser keys calls by the user that user finds in the call's context
 // (set by an authentication interceptor that runs earlier). Calls for which

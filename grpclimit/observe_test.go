@@ -45,7 +45,7 @@ func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 	tiers, err := ratelimit.NewTiered(tierByKey, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
 	require.NoError(t, err)
 	var obs eventLog
-	c := serve(t, &testService{}, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: tiers}},
+	c := serve(t, &testService{}, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: tiers}},
 		grpclimit.WithClock(mock), grpclimit.WithObserver(&obs)))
 	for i, key := range []string{"free-a", "free-a", "pro-b"} {
 		md, _ := unary(t, c, key)
@@ -58,7 +58,7 @@ func TestInterceptorObserverNamesEveryDecision(t *testing.T) {
 	assert.Equal(t, []string{"api keyed fixedwindow allowed", "api keyed fixedwindow denied", "api keyed tokenbucket allowed"}, got)
 
 	observed := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock, ratelimit.WithObserver(&eventLog{}))
-	_, err = grpclimit.New([]grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: observed}}, grpclimit.WithObserver(&obs))
+	_, err = grpclimit.New([]grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: observed}}, grpclimit.WithObserver(&obs))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "counted twice")
@@ -81,8 +81,8 @@ func TestMisconfiguredLimitIsInternal(t *testing.T) {
 	var logs syncBuffer
 	svc := &testService{}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{
-		{Name: "plan", Key: grpclimit.KeyByAPIKey(), Limiter: tiers()},
-		{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: tiers(), Messages: true},
+		{Name: "plan", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: tiers()},
+		{Name: "msgs", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: tiers(), Messages: true},
 	}, grpclimit.WithClock(mock), grpclimit.WithObserver(&obs), grpclimit.WithErrorReportInterval(0),
 		grpclimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
 
@@ -101,7 +101,7 @@ func TestMisconfiguredLimitIsInternal(t *testing.T) {
 		map[string]ratelimit.KeyedLimiter{"free": newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)})
 	require.NoError(t, err)
 	c2 := serve(t, svc, newIC(t, []grpclimit.Limit{
-		{Name: "plan", Key: grpclimit.KeyByAPIKey(), Limiter: free},
+		{Name: "plan", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: free},
 		{Name: "msgs", Key: grpclimit.KeyByMetadata("x-tenant"), Limiter: tiers(), Messages: true},
 	}, grpclimit.WithClock(mock), grpclimit.WithObserver(&obs), grpclimit.WithErrorReportInterval(0),
 		grpclimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))

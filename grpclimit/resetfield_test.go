@@ -38,7 +38,7 @@ func TestRateLimitTIsReset(t *testing.T) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			mock := fakeclock.New(epoch.Add(30 * time.Second))
-			ic := newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: newKeyed(t, p, mock)}}, grpclimit.WithClock(mock))
+			ic := newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: newKeyed(t, p, mock)}}, grpclimit.WithClock(mock))
 			c := serve(t, &testService{}, ic)
 			var refusals, differ int
 			// Steps at whole seconds first, then at 0.7 s past them.

@@ -145,7 +145,7 @@ func TestUnaryFieldsAndDenial(t *testing.T) {
 	mock := fakeclock.New(epoch.Add(10500 * time.Millisecond))
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
 	svc := &testService{}
-	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: lim}}, grpclimit.WithClock(mock)))
+	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: lim}}, grpclimit.WithClock(mock)))
 
 	reset := strconv.FormatInt(epoch.Unix()+60, 10)
 	for i, rem := range []string{"2", "1", "0"} {
@@ -219,7 +219,7 @@ func TestSeveralLimitsAllOrNothing(t *testing.T) {
 	perMethod := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{
-		{Name: "key", Key: grpclimit.KeyByAPIKey(), Limiter: perKey},
+		{Name: "key", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: perKey},
 		{Name: "method", Key: grpclimit.When(grpclimit.IsMethod(mUnary), grpclimit.KeyByMethod()), Limiter: perMethod},
 	}, grpclimit.WithClock(mock)))
 	for i := 0; i < 2; i++ {
@@ -259,7 +259,7 @@ func TestTiers(t *testing.T) {
 		return plan
 	}, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
 	require.NoError(t, err)
-	ic := newIC(t, []grpclimit.Limit{{Name: "plan", Key: grpclimit.KeyByAPIKey(), Limiter: tiered}}, grpclimit.WithClock(mock))
+	ic := newIC(t, []grpclimit.Limit{{Name: "plan", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: tiered}}, grpclimit.WithClock(mock))
 	// auth stores the plan the "x-plan" metadata names, as an
 	// authentication interceptor would.
 	auth := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -368,7 +368,7 @@ func TestExemptAndDeniedKeys(t *testing.T) {
 	var obs eventLog
 	svc := &testService{}
 	c := serve(t, svc, newIC(t, []grpclimit.Limit{{
-		Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: lim,
+		Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: lim,
 		ExemptKeys: []string{"internal"}, DeniedKeys: []string{"leaked"},
 	}}, grpclimit.WithClock(mock), grpclimit.WithObserver(&obs), grpclimit.WithCost(func(ctx context.Context, _ string, _ any) int {
 		if v := metadata.ValueFromIncomingContext(ctx, "x-free"); len(v) > 0 {
@@ -450,7 +450,7 @@ func TestLimiterFailure(t *testing.T) {
 			mock := fakeclock.New(epoch)
 			var logs syncBuffer
 			svc := &testService{}
-			c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: &failing{dec: tc.dec, err: errBackend}}},
+			c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: &failing{dec: tc.dec, err: errBackend}}},
 				grpclimit.WithClock(mock), grpclimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
 			for i := 0; i < 3; i++ {
 				md, err := unary(t, c, "secret-k")
@@ -598,7 +598,7 @@ func TestCostFromRequest(t *testing.T) {
 	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(10, time.Minute), mock)
 	var streamReq atomic.Value
-	c := serve(t, &testService{}, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByAPIKey(), Limiter: lim}},
+	c := serve(t, &testService{}, newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: lim}},
 		grpclimit.WithClock(mock),
 		grpclimit.WithCost(func(_ context.Context, method string, req any) int {
 			if method == mInput {

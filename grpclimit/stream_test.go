@@ -48,7 +48,7 @@ func TestStreamCreationLimited(t *testing.T) {
 	mock := fakeclock.New(epoch)
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{}
-	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "streams", Key: grpclimit.KeyByAPIKey(), Limiter: lim}}, grpclimit.WithClock(mock)))
+	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "streams", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: lim}}, grpclimit.WithClock(mock)))
 	for i, rem := range []string{"1", "0"} {
 		in := sendInput(t, c, "k1", 10)
 		require.NoError(t, in.err, "stream %d", i+1)
@@ -93,7 +93,7 @@ func TestStreamMessagesLimited(t *testing.T) {
 				}))
 			}
 			svc := &testService{}
-			c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true}}, opts...))
+			c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: msgs, Messages: true}}, opts...))
 			for i := 0; i < 3; i++ {
 				_, err := unary(t, c, "k1")
 				require.NoError(t, err, "unary calls are not charged in a Messages limit")
@@ -155,7 +155,7 @@ func TestStreamMessagesDeniedKey(t *testing.T) {
 	mock := fakeclock.New(epoch)
 	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	svc := &testService{}
-	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true, DeniedKeys: []string{"leaked"}}}, grpclimit.WithClock(mock)))
+	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: msgs, Messages: true, DeniedKeys: []string{"leaked"}}}, grpclimit.WithClock(mock)))
 	in := sendInput(t, c, "leaked", 3)
 	assert.Equal(t, codes.PermissionDenied, status.Code(in.err))
 	assert.Zero(t, svc.received.Load())
@@ -189,7 +189,7 @@ func TestStreamDeniedMessagesTrailerOnce(t *testing.T) {
 	mock := fakeclock.New(epoch)
 	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{keepOnDenial: true}
-	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))
+	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))
 	const sent = 2000
 	in := sendInput(t, c, "k1", sent)
 	require.NoError(t, in.err, "the handler skipped the denied messages")
@@ -210,7 +210,7 @@ func TestStreamTrailerOnlyForLastDenial(t *testing.T) {
 	mock := fakeclock.New(epoch)
 	msgs := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	svc := &testService{keepOnDenial: true}
-	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByAPIKey(), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))
+	c := serve(t, svc, newIC(t, []grpclimit.Limit{{Name: "msgs", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: msgs, Messages: true}}, grpclimit.WithClock(mock)))
 	s, err := c.StreamingInputCall(withKey(context.Background(), "k1"))
 	require.NoError(t, err)
 	for i := 0; i < 3; i++ {

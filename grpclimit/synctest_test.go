@@ -39,7 +39,7 @@ func TestSynctestReadsOwnResetMetadata(t *testing.T) {
 			_, err := client.UnaryCall(context.Background(), unaryReq)
 			require.NoError(t, err, "call %d", i)
 		}
-		got := c.PausedFor(conn.Target(), "")
+		got := c.PausedFor(conn.Target(), "", "")
 		assert.Greater(t, got, time.Duration(0), "the quota is spent")
 		assert.LessOrEqual(t, got, 3*time.Second, "paused until the window's end, not the cap")
 		// The server and connection close before the bubble ends.

@@ -160,7 +160,7 @@ func TestNewRejectsDuplicateNames(t *testing.T) {
 	for _, names := range [][2]string{{"api", "api"}, {"", "default"}, {"", ""}} {
 		_, err := New([]Limit{
 			{Name: names[0], Key: KeyByIP(), Limiter: lim},
-			{Name: names[1], Key: KeyByAPIKey(), Limiter: lim},
+			{Name: names[1], Key: KeyByHeader("X-API-Key"), Limiter: lim},
 		})
 		require.Error(t, err, "names %q", names)
 		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
@@ -661,7 +661,7 @@ func TestOversizedForwardingHeaders(t *testing.T) {
 
 	// A client-chosen key of a megabyte is stored as its digest.
 	lim := &recordingLimiter{}
-	h := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim}}).Handler(okHandler)
+	h := newMW(t, []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim}}).Handler(okHandler)
 	do(h, "GET", "/", "X-API-Key", strings.Repeat("k", 1<<20))
 	require.Len(t, lim.keys, 1)
 	assert.LessOrEqual(t, len(lim.keys[0]), maxKeyLen)

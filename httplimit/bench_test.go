@@ -72,7 +72,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}},
 		{"apikey+ip", func(b *testing.B) http.Handler {
 			return newMW(b, []Limit{
-				{Name: "key", Key: KeyByAPIKey(), Limiter: benchLimiter(b)},
+				{Name: "key", Key: KeyByHeader("X-API-Key"), Limiter: benchLimiter(b)},
 				{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)},
 			}).Handler(bare)
 		}},
@@ -157,7 +157,7 @@ func TestMiddlewareAllocs(t *testing.T) {
 		{"ip-x", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}}, XRateLimitHeaders, 1},
 		{"ip-noheaders", []Limit{{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}}}, NoHeaders, 0},
 		{"apikey+ip-noheaders", []Limit{
-			{Name: "key", Key: KeyByAPIKey(), Limiter: fixedLimiter{}},
+			{Name: "key", Key: KeyByHeader("X-API-Key"), Limiter: fixedLimiter{}},
 			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
 		}, NoHeaders, 1}, // ratelimit.AllowAll's own []Decision; the middleware adds none
 		// A shadow limit costs nothing more: no context marks its

@@ -30,7 +30,7 @@ func TestClientIPKey(t *testing.T) {
 	def := mustResolver(t)
 	proxied := mustResolver(t, TrustedProxies("10.0.0.0/8", "fd00::/8", "192.0.2.10"))
 	fwd := mustResolver(t, TrustedProxies("10.0.0.0/8"), ProxyHeaders("Forwarded", "X-Real-IP"))
-	wide := mustResolver(t, IPv4Prefix(24), IPv6Prefix(48))
+	wide := mustResolver(t, IPPrefixes(24, 48))
 	cases := []struct {
 		name string
 		res  *IPResolver
@@ -80,7 +80,7 @@ func TestIPResolverErrors(t *testing.T) {
 	t.Parallel()
 	for _, o := range []ResolverOption{
 		TrustedProxies("10.0.0.0/33"), TrustedProxies("not-an-ip"), ProxyHeaders("X-Client-IP"), ProxyHeaders(),
-		IPv4Prefix(0), IPv4Prefix(33), IPv6Prefix(129),
+		IPPrefixes(0, 64), IPPrefixes(33, 64), IPPrefixes(32, 0), IPPrefixes(32, 129),
 	} {
 		if _, err := NewIPResolver(o); err == nil {
 			t.Errorf("option accepted: %+v", o)

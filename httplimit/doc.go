@@ -9,9 +9,9 @@
 // keyed limiter (an in-memory [ratelimit.Keyed], a [ratelimit.Tiered] for
 // plans whose tier function can read the plan from the request context, or
 // a Redis limiter from module redislimit) and a [KeyFunc] that picks the key
-// to charge: the API key ([KeyByAPIKey]), the client address ([KeyByIP],
-// [IPResolver]), the user ([KeyByUser]), the route ([KeyByRoute]) or a
-// combination ([Combine], [FirstOf], [When]). A request is charged in every
+// to charge: a header such as the API key ([KeyByHeader]), the client
+// address ([KeyByIP], [IPResolver]), the user ([KeyByUser]), the route
+// ([KeyByRoute]) or a combination ([Combine], [FirstOf], [When]). A request is charged in every
 // Limit whose KeyFunc applies to it, all or nothing ([ratelimit.AllowAll]).
 //
 // Every limited response carries the most restrictive Limit's state, both

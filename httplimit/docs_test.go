@@ -51,8 +51,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"DeniedNetworks":          DeniedNetworks("192.0.2.0/24"),
 		"TrustedProxies":          TrustedProxies("10.0.0.0/8"),
 		"ProxyHeaders":            ProxyHeaders("X-Forwarded-For"),
-		"IPv4Prefix":              IPv4Prefix(24),
-		"IPv6Prefix":              IPv6Prefix(64),
+		"IPPrefixes":              IPPrefixes(24, 64),
 	}
 	constructors := map[string]func(any) error{
 		"New": func(o any) error {
@@ -116,7 +115,7 @@ func TestWrongOptionDoesNotCompile(t *testing.T) {
 		{`httplimit.New(nil, httplimit.TrustedProxies("10.0.0.0/8"))`, false},
 		{`httplimit.New(nil, httplimit.WithClock(nil), httplimit.WithCost(nil), httplimit.WithHeaders(0))`, true},
 		{`httplimit.NewTransport(nil, nil, httplimit.WithClock(nil), httplimit.WithCost(nil), httplimit.WithRetries(1))`, true},
-		{`httplimit.NewIPResolver(httplimit.TrustedProxies("10.0.0.0/8"), httplimit.IPv4Prefix(24))`, true},
+		{`httplimit.NewIPResolver(httplimit.TrustedProxies("10.0.0.0/8"), httplimit.IPPrefixes(24, 64))`, true},
 	}
 	const head = "package snippet\n\nimport \"github.com/rlkit/ratelimit/httplimit\"\n\n" // 4 lines
 	src := head

@@ -31,7 +31,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	mw, err := httplimit.New([]httplimit.Limit{
-		{Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey},
+		{Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: perKey},
 	}, httplimit.WithClock(mock))
 	if err != nil {
 		log.Fatal(err)
@@ -68,7 +68,7 @@ func ExampleNew_multipleLimits() {
 	perKey, _ := ratelimit.NewKeyed(ratelimit.SlidingCounterPolicy(100, time.Minute))
 	login, _ := ratelimit.NewKeyed(ratelimit.SlidingLogPolicy(3, time.Minute))
 	mw, err := httplimit.New([]httplimit.Limit{
-		{Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey},
+		{Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: perKey},
 		{Name: "login", Key: httplimit.When(httplimit.IsRoute("POST /login"), httplimit.KeyByIP()), Limiter: login},
 	})
 	if err != nil {
@@ -190,7 +190,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // pause. A request the key function has no key for is not sent.
 func ExampleNewKeyedTransport() {
 	mock := clock.NewMock()
-	perHost, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(10), 10), ratelimit.WithClock(mock))
+	perHost, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 10), ratelimit.WithClock(mock))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -216,8 +216,8 @@ func ExampleNewKeyedTransport() {
 		resp.Body.Close()
 		fmt.Println(resp.Request.URL.Host, resp.StatusCode)
 	}
-	fmt.Println("api-a paused for", tr.PausedForKey("api-a.example"))
-	fmt.Println("api-b paused for", tr.PausedForKey("api-b.example"))
+	fmt.Println("api-a paused for", tr.PausedFor("api-a.example"))
+	fmt.Println("api-b paused for", tr.PausedFor("api-b.example"))
 
 	noHost := &http.Request{Method: "GET", URL: &url.URL{Path: "/relative"}, Header: http.Header{}}
 	_, err = tr.RoundTrip(noHost)
@@ -285,7 +285,7 @@ func ExampleNew_tiers() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := httplimit.New([]httplimit.Limit{{Name: "plan", Key: httplimit.KeyByAPIKey(), Limiter: plans}},
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "plan", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: plans}},
 		httplimit.WithClock(mock), httplimit.WithLogger(nil))
 	if err != nil {
 		log.Fatal(err)
@@ -357,7 +357,7 @@ func Example_exemptions() {
 		fmt.Printf("    observed: limit %q %v (%v)\n", e.Name, e.Outcome, e.Err)
 	})
 	mw, err := httplimit.New([]httplimit.Limit{{
-		Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey,
+		Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: perKey,
 		ExemptKeys: []string{"billing-service"},
 		DeniedKeys: []string{"leaked-key"},
 	}},

@@ -111,7 +111,7 @@ func TestExemptKeysAreNeverCharged(t *testing.T) {
 	mock := fakeclock.New(epoch)
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	srv := loopback(t, newMW(t, []Limit{
-		{Name: "api", Key: KeyByAPIKey(), Limiter: perKey, ExemptKeys: []string{"health-checker", "internal"}},
+		{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: perKey, ExemptKeys: []string{"health-checker", "internal"}},
 	}, WithClock(mock)).Handler(okHandler))
 
 	for i := range 5 {
@@ -129,7 +129,7 @@ func TestExemptKeysAreNeverCharged(t *testing.T) {
 	perIP := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
 	perKey2 := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	srv2 := loopback(t, newMW(t, []Limit{
-		{Name: "api", Key: KeyByAPIKey(), Limiter: perKey2, ExemptKeys: []string{"internal"}},
+		{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: perKey2, ExemptKeys: []string{"internal"}},
 		{Name: "ip", Key: KeyByIP(), Limiter: perIP},
 	}, WithClock(mock)).Handler(okHandler))
 	for i, want := range []int{200, 200, 200, 429} {
@@ -150,7 +150,7 @@ func TestDeniedKeysAreRefusedWith403(t *testing.T) {
 	perIP := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	limits := []Limit{
 		{Name: "ip", Key: KeyByIP(), Limiter: perIP},
-		{Name: "api", Key: KeyByAPIKey(), Limiter: perKey, DeniedKeys: []string{"stolen-key"}},
+		{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: perKey, DeniedKeys: []string{"stolen-key"}},
 	}
 	srv := loopback(t, newMW(t, limits, WithClock(mock)).Handler(okHandler))
 
@@ -314,7 +314,7 @@ func TestExemptKeysCompareTheRawKey(t *testing.T) {
 		{"digest", limitset.DigestKey(long), []int{200, 429, 429}},
 	} {
 		lim := newKeyed(t, ratelimit.FixedWindowPolicy(1, time.Minute), mock)
-		srv := loopback(t, newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim, ExemptKeys: []string{c.exempt}}}, WithClock(mock)).Handler(okHandler))
+		srv := loopback(t, newMW(t, []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim, ExemptKeys: []string{c.exempt}}}, WithClock(mock)).Handler(okHandler))
 		for i, want := range c.want {
 			assert.Equalf(t, want, get(t, srv, "X-API-Key", long).code, "%s: request %d", c.name, i+1)
 		}
@@ -351,7 +351,7 @@ func TestExemptionPrecedence(t *testing.T) {
 		{
 			name: "denied key from an exempt network",
 			limits: func(lim ratelimit.KeyedLimiter) []Limit {
-				return []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim, DeniedKeys: []string{"bad"}}}
+				return []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim, DeniedKeys: []string{"bad"}}}
 			},
 			opts: []Option{ExemptNetworks("10.0.0.0/8")},
 			reqs: []req{{[]string{xff, "10.1.1.1", "X-API-Key", "bad"}, 403}, {[]string{xff, "10.1.1.1", "X-API-Key", "good"}, 200}},
@@ -359,7 +359,7 @@ func TestExemptionPrecedence(t *testing.T) {
 		{
 			name: "denied key with an Override exempting the request",
 			limits: func(lim ratelimit.KeyedLimiter) []Limit {
-				return []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim, DeniedKeys: []string{"bad"}}}
+				return []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim, DeniedKeys: []string{"bad"}}}
 			},
 			reqs: []req{{[]string{"X-Test-Override", "exempt", "X-API-Key", "bad"}, 403}},
 		},
@@ -383,7 +383,7 @@ func TestExemptionPrecedence(t *testing.T) {
 			name: "one limit's exempt key, another limit's denied key",
 			limits: func(lim ratelimit.KeyedLimiter) []Limit {
 				return []Limit{
-					{Name: "api", Key: KeyByAPIKey(), Limiter: lim, ExemptKeys: []string{"partner"}},
+					{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim, ExemptKeys: []string{"partner"}},
 					{Name: "ip", Key: trusting.Key, Limiter: lim, DeniedKeys: []string{"10.6.6.6"}},
 				}
 			},
@@ -392,21 +392,21 @@ func TestExemptionPrecedence(t *testing.T) {
 		{
 			name: "denied key of a shadow limit is reported, not enforced",
 			limits: func(lim ratelimit.KeyedLimiter) []Limit {
-				return []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim, DeniedKeys: []string{"bad"}, Shadow: true}}
+				return []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim, DeniedKeys: []string{"bad"}, Shadow: true}}
 			},
 			reqs: []req{{[]string{"X-API-Key", "bad"}, 200}, {[]string{"X-API-Key", "bad"}, 200}, {[]string{"X-API-Key", "bad"}, 200}},
 		},
 		{
 			name: "denied key under an Override with Shadow",
 			limits: func(lim ratelimit.KeyedLimiter) []Limit {
-				return []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim, DeniedKeys: []string{"bad"}}}
+				return []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim, DeniedKeys: []string{"bad"}}}
 			},
 			reqs: []req{{[]string{"X-Test-Override", "shadow", "X-API-Key", "bad"}, 200}, {[]string{"X-API-Key", "bad"}, 403}},
 		},
 		{
 			name: "denied key of a shadow limit, request exempt",
 			limits: func(lim ratelimit.KeyedLimiter) []Limit {
-				return []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim, DeniedKeys: []string{"bad"}, Shadow: true}}
+				return []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim, DeniedKeys: []string{"bad"}, Shadow: true}}
 			},
 			reqs: []req{{[]string{"X-Test-Override", "exempt", "X-API-Key", "bad"}, 200}},
 		},
@@ -438,9 +438,9 @@ func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 	perIP := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock)
 	trial := newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock)
 	mw := newMW(t, []Limit{
-		{Name: "api", Key: KeyByAPIKey(), Limiter: perKey, ExemptKeys: []string{"internal"}, DeniedKeys: []string{"bad"}},
+		{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: perKey, ExemptKeys: []string{"internal"}, DeniedKeys: []string{"bad"}},
 		{Name: "ip", Key: trusting.Key, Limiter: perIP},
-		{Name: "trial", Key: KeyByAPIKey(), Limiter: trial, Shadow: true, DeniedKeys: []string{"suspect"}},
+		{Name: "trial", Key: KeyByHeader("X-API-Key"), Limiter: trial, Shadow: true, DeniedKeys: []string{"suspect"}},
 	}, WithClock(mock), WithIPResolver(trusting), WithObserver(&obs),
 		ExemptNetworks("10.0.0.0/8"), DeniedNetworks("198.51.100.0/24"),
 		WithCost(func(r *http.Request) int {
@@ -513,7 +513,7 @@ func TestObserverSeesExemptionsAndDenials(t *testing.T) {
 // an exempt key that is also denied is refused without naming it.
 func TestExemptionConfigErrors(t *testing.T) {
 	t.Parallel()
-	limits := []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: fixedLimiter{}}}
+	limits := []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: fixedLimiter{}}}
 	var nilObserver *events
 	for _, c := range []struct {
 		opt  Option
@@ -537,7 +537,7 @@ func TestExemptionConfigErrors(t *testing.T) {
 	_, err = NewIPResolver(TrustedProxies("::ffff:10.0.0.0/95"))
 	assert.EqualError(t, err, "ratelimit: invalid configuration: httplimit.TrustedProxies: an IPv4-mapped prefix needs at least 96 bits, got ::ffff:10.0.0.0/95")
 
-	_, err = New([]Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: fixedLimiter{},
+	_, err = New([]Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: fixedLimiter{},
 		ExemptKeys: []string{"a", "secret-key"}, DeniedKeys: []string{"secret-key"}}})
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 	assert.EqualError(t, err, `ratelimit: invalid configuration: httplimit.Limit.ExemptKeys of limit "api" must not repeat a key of its DeniedKeys, got one at index 1`)
@@ -625,8 +625,8 @@ func TestDenialBeatsAnEarlierLimitsExemption(t *testing.T) {
 	mock := fakeclock.New(epoch)
 	var obs events
 	mw := newMW(t, []Limit{
-		{Name: "api", Key: KeyByAPIKey(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock), ExemptKeys: []string{"partner"}},
-		{Name: "abuse", Key: KeyByAPIKey(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock), DeniedKeys: []string{"partner"}},
+		{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock), ExemptKeys: []string{"partner"}},
+		{Name: "abuse", Key: KeyByHeader("X-API-Key"), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(100, time.Minute), mock), DeniedKeys: []string{"partner"}},
 	}, WithClock(mock), WithObserver(&obs))
 	srv := loopback(t, mw.Handler(okHandler))
 	a := get(t, srv, "X-API-Key", "partner")

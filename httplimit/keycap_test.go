@@ -102,14 +102,14 @@ func TestKeyedTransportKeepsLiveKeysAtCap(t *testing.T) {
 	req, _ = http.NewRequest(http.MethodGet, srv.URL+"/other", nil)
 	_, err = tr.RoundTrip(req)
 	require.ErrorIs(t, err, ratelimit.ErrTooManyKeys)
-	assert.Equal(t, time.Minute, tr.PausedForKey("/paused"), "the pause is kept")
+	assert.Equal(t, time.Minute, tr.PausedFor("/paused"), "the pause is kept")
 	// The pause, then the backoff cap, over: the key holds nothing live.
 	clk.Add(time.Minute + defaultBackoffMax)
 	req, _ = http.NewRequest(http.MethodGet, srv.URL+"/other", nil)
 	resp, err = tr.RoundTrip(req)
 	require.NoError(t, err)
 	_ = resp.Body.Close()
-	assert.Zero(t, tr.PausedForKey("/paused"), "forgotten")
+	assert.Zero(t, tr.PausedFor("/paused"), "forgotten")
 }
 
 // TestKeyedTransportDefaultCap: without WithMaxKeys a keyed transport

@@ -20,7 +20,8 @@ import (
 type KeyFunc func(r *http.Request) (key string, ok bool)
 
 // KeyByHeader keys requests by the first non-empty value of the named
-// header. Requests without one are not charged.
+// header, such as KeyByHeader("X-API-Key"). Requests without one are not
+// charged.
 //
 // A header is whatever the client says it is: a client that can invent
 // values can spread its traffic over as many keys as it likes. Key by a
@@ -40,10 +41,6 @@ func KeyByHeader(name string) KeyFunc {
 		return "", false
 	}
 }
-
-// KeyByAPIKey keys requests by the X-API-Key header; see
-// [KeyByHeader].
-func KeyByAPIKey() KeyFunc { return KeyByHeader("X-API-Key") }
 
 // KeyByIP keys requests by the client's address taken from RemoteAddr,
 // IPv4 addresses one by one and IPv6 addresses grouped by /64 network. It

@@ -66,7 +66,7 @@ func TestKeyByHeaderFirstNonEmpty(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Add("X-API-Key", "")
 	r.Header.Add("X-API-Key", "secret")
-	k, ok := KeyByAPIKey()(r)
+	k, ok := KeyByHeader("X-API-Key")(r)
 	assert.Equal(t, "secret", k)
 	assert.True(t, ok)
 }

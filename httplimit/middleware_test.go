@@ -93,7 +93,7 @@ func TestHeadersExact(t *testing.T) {
 	t.Parallel()
 	mock := fakeclock.New(epoch.Add(10 * time.Second))
 	lim := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
-	h := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
+	h := newMW(t, []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: lim}}, WithClock(mock)).Handler(okHandler)
 
 	reset := strconv.FormatInt(epoch.Unix()+60, 10)
 	for i, rem := range []string{"2", "1", "0"} {
@@ -256,7 +256,7 @@ func TestMultipleLimits(t *testing.T) {
 	perKey := newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)
 	login := newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Minute), mock)
 	mw := newMW(t, []Limit{
-		{Name: "api", Key: KeyByAPIKey(), Limiter: perKey},
+		{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: perKey},
 		{Name: "login", Key: When(IsRoute("POST /login"), KeyByIP()), Limiter: login},
 	}, WithClock(mock))
 	mux := http.NewServeMux()
@@ -304,7 +304,7 @@ func TestTiers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newMW(t, []Limit{{Name: "plan", Key: KeyByAPIKey(), Limiter: tiered}}, WithClock(mock)).Handler(okHandler)
+	h := newMW(t, []Limit{{Name: "plan", Key: KeyByHeader("X-API-Key"), Limiter: tiered}}, WithClock(mock)).Handler(okHandler)
 	for i := 0; i < 3; i++ {
 		do(h, "GET", "/", "X-API-Key", "pro-1")
 	}
@@ -349,7 +349,7 @@ func TestTiersFromRequestContext(t *testing.T) {
 				return plan
 			}, map[string]ratelimit.KeyedLimiter{"free": free, "pro": pro})
 			require.NoError(t, err)
-			limits := []Limit{{Name: "plan", Key: KeyByAPIKey(), Limiter: tiered}}
+			limits := []Limit{{Name: "plan", Key: KeyByHeader("X-API-Key"), Limiter: tiered}}
 			if two {
 				limits = append(limits, Limit{Name: "ip", Key: KeyByIP(), Limiter: newKeyed(t, ratelimit.FixedWindowPolicy(1000, time.Minute), mock)})
 			}
@@ -622,7 +622,7 @@ func (l *recordingLimiter) Peek(context.Context, string, int) (ratelimit.Decisio
 func TestLongKeysDigested(t *testing.T) {
 	t.Parallel()
 	rec := &recordingLimiter{}
-	h := newMW(t, []Limit{{Key: KeyByAPIKey(), Limiter: rec}}).Handler(okHandler)
+	h := newMW(t, []Limit{{Key: KeyByHeader("X-API-Key"), Limiter: rec}}).Handler(okHandler)
 	long := strings.Repeat("k", 100000)
 	do(h, "GET", "/", "X-API-Key", long)
 	do(h, "GET", "/", "X-API-Key", long)

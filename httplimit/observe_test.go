@@ -40,8 +40,8 @@ func TestObserverNamesEveryDecision(t *testing.T) {
 	next := newKeyed(t, ratelimit.SlidingLogPolicy(1, time.Minute), mock)
 	var obs events
 	mw := newMW(t, []Limit{
-		{Name: "api", Key: KeyByAPIKey(), Limiter: tiers},
-		{Name: "next", Key: KeyByAPIKey(), Limiter: next, Shadow: true},
+		{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: tiers},
+		{Name: "next", Key: KeyByHeader("X-API-Key"), Limiter: next, Shadow: true},
 	}, WithClock(mock), WithObserver(&obs))
 	srv := loopback(t, mw.Handler(okHandler))
 
@@ -86,14 +86,14 @@ func TestOneObserverPerDecision(t *testing.T) {
 	tiers, err := ratelimit.NewTiered(tierOfKey, map[string]ratelimit.KeyedLimiter{"free": observed, "pro": newKeyed(t, ratelimit.FixedWindowPolicy(5, time.Minute), mock)})
 	require.NoError(t, err)
 	for name, l := range map[string]ratelimit.KeyedLimiter{"keyed": observed, "tier": tiers} {
-		_, err := New([]Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: l}}, WithObserver(&events{}))
+		_, err := New([]Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: l}}, WithObserver(&events{}))
 		require.Error(t, err, name)
 		assert.True(t, errors.Is(err, ratelimit.ErrInvalidConfig), "%v", err)
 		assert.Contains(t, err.Error(), `httplimit.Limit.Limiter of limit "api"`, name)
 		assert.Contains(t, err.Error(), "counted twice", name)
 	}
 
-	mw := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: observed, Shadow: true}}, WithClock(mock))
+	mw := newMW(t, []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: observed, Shadow: true}}, WithClock(mock))
 	srv := loopback(t, mw.Handler(okHandler))
 	for range 2 {
 		require.Equal(t, 200, get(t, srv, "X-API-Key", "free-a").code)
@@ -131,19 +131,19 @@ func TestMisconfiguredLimitIs500(t *testing.T) {
 		code   int
 	}{
 		{"one limit", func(ratelimit.KeyedLimiter) []Limit {
-			return []Limit{{Name: "plan", Key: KeyByAPIKey(), Limiter: newTiers()}}
+			return []Limit{{Name: "plan", Key: KeyByHeader("X-API-Key"), Limiter: newTiers()}}
 		}, 500},
 		{"two limits", func(other ratelimit.KeyedLimiter) []Limit {
-			return []Limit{{Name: "ip", Key: KeyByIP(), Limiter: other}, {Name: "plan", Key: KeyByAPIKey(), Limiter: newTiers()}}
+			return []Limit{{Name: "ip", Key: KeyByIP(), Limiter: other}, {Name: "plan", Key: KeyByHeader("X-API-Key"), Limiter: newTiers()}}
 		}, 500},
 		{"wrapped tiers", func(other ratelimit.KeyedLimiter) []Limit {
-			return []Limit{{Name: "ip", Key: KeyByIP(), Limiter: other}, {Name: "plan", Key: KeyByAPIKey(), Limiter: wrapped{newTiers()}}}
+			return []Limit{{Name: "ip", Key: KeyByIP(), Limiter: other}, {Name: "plan", Key: KeyByHeader("X-API-Key"), Limiter: wrapped{newTiers()}}}
 		}, 500},
 		{"wrapped tiers alone", func(ratelimit.KeyedLimiter) []Limit {
-			return []Limit{{Name: "plan", Key: KeyByAPIKey(), Limiter: wrapped{newTiers()}}}
+			return []Limit{{Name: "plan", Key: KeyByHeader("X-API-Key"), Limiter: wrapped{newTiers()}}}
 		}, 500},
 		{"shadow", func(other ratelimit.KeyedLimiter) []Limit {
-			return []Limit{{Name: "ip", Key: KeyByIP(), Limiter: other}, {Name: "plan", Key: KeyByAPIKey(), Limiter: newTiers(), Shadow: true}}
+			return []Limit{{Name: "ip", Key: KeyByIP(), Limiter: other}, {Name: "plan", Key: KeyByHeader("X-API-Key"), Limiter: newTiers(), Shadow: true}}
 		}, 200},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -43,7 +43,7 @@ type heldRequest struct {
 // client address apart (KeyByIP), otherwise all requests share one key.
 func startBucketServer(t *testing.T, clk ratelimit.Clock, keyed bool) *bucketServer {
 	t.Helper()
-	lim, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerSecond(1), 5), ratelimit.WithClock(clk))
+	lim, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Second), 5), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	key := func(*http.Request) (string, bool) { return "all", true }
 	if keyed {

@@ -58,7 +58,7 @@ func (l *logRecorder) records() []map[string]any {
 func TestErrorReportStructured(t *testing.T) {
 	t.Parallel()
 	rec, logger := newLogRecorder()
-	mw := newMW(t, []Limit{{Name: "redis", Key: KeyByAPIKey(), Limiter: failing{open: true}}}, WithLogger(logger))
+	mw := newMW(t, []Limit{{Name: "redis", Key: KeyByHeader("X-API-Key"), Limiter: failing{open: true}}}, WithLogger(logger))
 	mux := http.NewServeMux()
 	mux.Handle("GET /items/{id}", mw.Handler(okHandler))
 	r := httptest.NewRequest("GET", "/items/7", nil)
@@ -86,7 +86,7 @@ func TestErrorReportStructured(t *testing.T) {
 	// Rendered by a real handler, the report holds neither the key nor
 	// the client's address.
 	var buf bytes.Buffer
-	mw = newMW(t, []Limit{{Name: "redis", Key: KeyByAPIKey(), Limiter: failing{open: true}}},
+	mw = newMW(t, []Limit{{Name: "redis", Key: KeyByHeader("X-API-Key"), Limiter: failing{open: true}}},
 		WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	mw.Handler(okHandler).ServeHTTP(httptest.NewRecorder(), r)
 	out := buf.String()

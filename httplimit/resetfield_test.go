@@ -38,7 +38,7 @@ func TestRateLimitTIsReset(t *testing.T) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			mock := fakeclock.New(epoch.Add(30 * time.Second))
-			mw := newMW(t, []Limit{{Name: "api", Key: KeyByAPIKey(), Limiter: newKeyed(t, p, mock)}}, WithClock(mock))
+			mw := newMW(t, []Limit{{Name: "api", Key: KeyByHeader("X-API-Key"), Limiter: newKeyed(t, p, mock)}}, WithClock(mock))
 			srv := httptest.NewServer(mw.Handler(okHandler))
 			t.Cleanup(srv.Close)
 			client := srv.Client()

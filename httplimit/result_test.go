@@ -31,7 +31,7 @@ func TestDecisionFrom(t *testing.T) {
 	perIP := newKeyed(t, ratelimit.FixedWindowPolicy(3, time.Minute), mock)
 	spy := &resultSpy{}
 	h := newMW(t, []Limit{
-		{Name: "key", Key: KeyByAPIKey(), Limiter: perKey},
+		{Name: "key", Key: KeyByHeader("X-API-Key"), Limiter: perKey},
 		{Name: "ip", Key: KeyByIP(), Limiter: perIP},
 	}, WithClock(mock), WithDecisionInContext(true)).Handler(spy)
 

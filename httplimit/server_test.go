@@ -38,7 +38,7 @@ func TestLoopbackConcurrent(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	mw := newMW(t, []Limit{
-		{Name: "key", Key: KeyByAPIKey(), Limiter: byKey},
+		{Name: "key", Key: KeyByHeader("X-API-Key"), Limiter: byKey},
 		{Name: "ip", Key: KeyByIP(), Limiter: byIP},
 	}, WithClock(mock))
 	mux := http.NewServeMux()

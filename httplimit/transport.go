@@ -202,20 +202,23 @@ func newTransport(base http.RoundTripper, wait func(context.Context, string, int
 // wait for what the server's answers asked (a pause, a spent quota's
 // reset, a backoff, the policies' spacing; while a probe is out, the
 // longest its answer is waited for); 0 if it may go at once, the limiter
-// aside. For a transport from [NewKeyedTransport] it is the
-// longest wait of any key.
-func (t *Transport) PausedFor() time.Duration {
-	return t.pacer.Longest(t.now())
-}
-
-// PausedForKey is [Transport.PausedFor] for the requests of key, for a
-// transport from [NewKeyedTransport]; for one from [NewTransport] every key
-// gives [Transport.PausedFor].
-func (t *Transport) PausedForKey(key string) time.Duration {
-	if t.key == nil {
-		key = ""
+// aside. For a transport from [NewKeyedTransport] it is the wait of the
+// requests of keys, the longest of them, or without keys the longest wait
+// of any key. A transport from [NewTransport] has one key: keys are
+// ignored.
+func (t *Transport) PausedFor(keys ...string) time.Duration {
+	now := t.now()
+	if len(keys) == 0 {
+		return t.pacer.Longest(now)
 	}
-	return t.pacer.PausedFor(key, t.now())
+	if t.key == nil {
+		return t.pacer.PausedFor("", now)
+	}
+	var d time.Duration
+	for _, k := range keys {
+		d = max(d, t.pacer.PausedFor(k, now))
+	}
+	return d
 }
 
 func (t *Transport) now() time.Time { return t.ts.Time() }

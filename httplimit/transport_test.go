@@ -223,6 +223,9 @@ func TestTransportRetryBound(t *testing.T) {
 	if tr.PausedFor() != time.Hour {
 		t.Errorf("PausedFor = %v, want 1h", tr.PausedFor())
 	}
+	if got := tr.PausedFor("any key"); got != time.Hour {
+		t.Errorf("PausedFor(\"any key\") of a transport with one key = %v, want 1h", got)
+	}
 	// A pause longer than WithMaxPause is capped.
 	capped, _ := NewTransport(nil, nil, WithClock(clk), WithMaxPause(10*time.Minute))
 	_, srv2 := startScripted(t, answer(429, "Retry-After", "86400"))
@@ -394,9 +397,10 @@ func TestKeyedTransportPausePerKey(t *testing.T) {
 	require.Equal(t, 429, r.resp.StatusCode)
 	hostA := strings.TrimPrefix(srvA.URL, "http://")
 	hostB := strings.TrimPrefix(srvB.URL, "http://")
-	assert.Equal(t, time.Minute, tr.PausedForKey(hostA))
-	assert.Equal(t, time.Duration(0), tr.PausedForKey(hostB))
-	assert.Equal(t, time.Minute, tr.PausedFor())
+	assert.Equal(t, time.Minute, tr.PausedFor(hostA))
+	assert.Equal(t, time.Duration(0), tr.PausedFor(hostB))
+	assert.Equal(t, time.Minute, tr.PausedFor(hostB, hostA), "the longest of the keys")
+	assert.Equal(t, time.Minute, tr.PausedFor(), "the longest of any key")
 
 	req, _ = http.NewRequest("GET", srvB.URL, nil)
 	select {
@@ -604,7 +608,7 @@ func TestTransportRetryTooLateReturnsAnswer(t *testing.T) {
 			clk := fakeclock.NewAnnouncing(epoch)
 			var lim ratelimit.Limiter
 			if tc.limiter {
-				tb, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(1), 1, ratelimit.WithClock(clk))
+				tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Minute), 1, ratelimit.WithClock(clk))
 				require.NoError(t, err)
 				lim = tb
 			}

@@ -115,7 +115,7 @@ func index(e *ratelimit.Event) (a, h, oc int) {
 }
 
 // table returns the table of a name that is not in o.tables yet: a new one
-// while there is room for it, else the table of [OtherLimit].
+// while there is room for it, else the table of [otherLimit].
 func (o *Observer) table(name string) *limitTable {
 	if len(*o.tables.Load()) >= o.maxLimits {
 		return o.other
@@ -150,17 +150,17 @@ func (o *Observer) fill(t *limitTable, a, h, oc int) *entry {
 		outcome = outcomeNames[oc]
 	}
 	common := []attribute.KeyValue{
-		LimitKey.String(t.name),
-		AlgorithmKey.String(algorithmNames[a]),
-		HomeKey.String(homeNames[h]),
+		limitKey.String(t.name),
+		algorithmKey.String(algorithmNames[a]),
+		homeKey.String(homeNames[h]),
 	}
-	withOutcome := attribute.NewSet(append(common[:3:3], OutcomeKey.String(outcome))...)
+	withOutcome := attribute.NewSet(append(common[:3:3], outcomeKey.String(outcome))...)
 	en := &entry{
 		add:    []metric.AddOption{metric.WithAttributeSet(withOutcome)},
 		record: []metric.RecordOption{metric.WithAttributeSet(withOutcome)},
 	}
 	if fallback {
-		withAllowed := attribute.NewSet(append(common[:3:3], AllowedKey.Bool(oc == fallbackAllowed))...)
+		withAllowed := attribute.NewSet(append(common[:3:3], allowedKey.Bool(oc == fallbackAllowed))...)
 		en.fallback = []metric.AddOption{metric.WithAttributeSet(withAllowed)}
 	}
 	slot.Store(en)

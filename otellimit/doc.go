@@ -55,6 +55,9 @@
 //	ratelimit.allowed    true when the failure policy admitted the request (fail open,
 //	                     a local fallback that had room), false when it refused it
 //
+// A View or a reader of the metrics names them as written, such as
+// attribute.Key("ratelimit.limit").
+//
 // Every fallback decision is counted twice: once in ratelimit.decisions with
 // outcome "fallback", once in ratelimit.fallbacks, which tells which way the
 // failure policy went. A fallback that admits requests is the number a

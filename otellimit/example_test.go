@@ -84,7 +84,7 @@ func ExampleNewObserver_keyed() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	perKey, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(2), 2),
+	perKey, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(2, time.Minute), 2),
 		ratelimit.WithName("api"), ratelimit.WithObserver(obs))
 	if err != nil {
 		log.Fatal(err)

@@ -112,19 +112,19 @@ func (c collected) values() []string {
 // series names a data point the way attrs renders it.
 func series(limit string, alg ratelimit.Algorithm, home ratelimit.Home, outcome ratelimit.Outcome) string {
 	return attrs(attribute.NewSet(
-		otellimit.LimitKey.String(limit),
-		otellimit.AlgorithmKey.String(alg.String()),
-		otellimit.HomeKey.String(home.String()),
-		otellimit.OutcomeKey.String(outcome.String()),
+		attribute.Key("ratelimit.limit").String(limit),
+		attribute.Key("ratelimit.algorithm").String(alg.String()),
+		attribute.Key("ratelimit.home").String(home.String()),
+		attribute.Key("ratelimit.outcome").String(outcome.String()),
 	))
 }
 
 // fallbackSeries names a data point of ratelimit.fallbacks.
 func fallbackSeries(limit string, alg ratelimit.Algorithm, home ratelimit.Home, allowed bool) string {
 	return attrs(attribute.NewSet(
-		otellimit.LimitKey.String(limit),
-		otellimit.AlgorithmKey.String(alg.String()),
-		otellimit.HomeKey.String(home.String()),
-		otellimit.AllowedKey.Bool(allowed),
+		attribute.Key("ratelimit.limit").String(limit),
+		attribute.Key("ratelimit.algorithm").String(alg.String()),
+		attribute.Key("ratelimit.home").String(home.String()),
+		attribute.Key("ratelimit.allowed").Bool(allowed),
 	))
 }

@@ -17,7 +17,7 @@ import (
 func TestDecisionsOfAKeyedLimiterAreCountedByOutcome(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t)
-	keyed, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(1), 3),
+	keyed, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Minute), 3),
 		ratelimit.WithClock(fakeclock.NewInstant(clockStart)), ratelimit.WithMaxKeys(2),
 		ratelimit.WithName("api"), ratelimit.WithObserver(obs))
 	require.NoError(t, err)
@@ -59,7 +59,7 @@ func TestDecisionsOfATokenBucketAreCountedAndTimed(t *testing.T) {
 	t.Parallel()
 	obs, reader := newObserver(t, otellimit.WithDurationForAllHomes())
 	clk := fakeclock.NewInstant(clockStart)
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 2,
+	tb, err := ratelimit.NewTokenBucket(ratelimit.Per(1, time.Second), 2,
 		ratelimit.WithClock(clk), ratelimit.WithName("outbound"), ratelimit.WithObserver(obs))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -123,7 +123,7 @@ func TestObserverServesManyLimiters(t *testing.T) {
 	obs, reader := newObserver(t)
 	clk := fakeclock.NewInstant(clockStart)
 	policies := []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(ratelimit.PerMinute(1), 1),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Minute), 1),
 		ratelimit.LeakyBucketPolicy(1, time.Minute),
 		ratelimit.FixedWindowPolicy(1, time.Minute),
 		ratelimit.SlidingLogPolicy(1, time.Minute),

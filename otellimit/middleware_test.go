@@ -38,8 +38,8 @@ func TestMiddlewareLimitsAreNamedOnce(t *testing.T) {
 	next, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(1, time.Minute), ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	mw, err := httplimit.New([]httplimit.Limit{
-		{Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: tiers},
-		{Name: "next", Key: httplimit.KeyByAPIKey(), Limiter: next, Shadow: true},
+		{Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: tiers},
+		{Name: "next", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: next, Shadow: true},
 	}, httplimit.WithObserver(obs), httplimit.WithClock(clk))
 	require.NoError(t, err)
 	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))

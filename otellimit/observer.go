@@ -17,28 +17,17 @@ import (
 // ScopeName is the name of the meter the instruments come from.
 const ScopeName = "github.com/rlkit/ratelimit/otellimit"
 
-// OtherLimit is the limit name reported for the decisions of limiters whose
-// names exceed the cap of [WithMaxLimits].
-const OtherLimit = "other"
+// otherLimit is the limit name reported for the decisions of limiters
+// whose names exceed the cap of [WithMaxLimits].
+const otherLimit = "other"
 
-// The attribute keys, for Views and for reading the metrics back.
+// The attribute keys, as the package documentation lists them.
 const (
-	// LimitKey is the Event's limit name, or OtherLimit: the limit's name
-	// for the Events of a server (httplimit.WithObserver,
-	// grpclimit.WithObserver), else the limiter's from ratelimit.WithName.
-	LimitKey = attribute.Key("ratelimit.limit")
-	// AlgorithmKey is the algorithm, such as "tokenbucket" (Algorithm.String).
-	AlgorithmKey = attribute.Key("ratelimit.algorithm")
-	// HomeKey is "memory", "keyed", "redis" or "none" (Home.String; "none"
-	// for the decisions a server takes without a limiter, such as an
-	// exemption).
-	HomeKey = attribute.Key("ratelimit.home")
-	// OutcomeKey is "allowed", "denied", "shadow", "error", "fallback" or
-	// "exempt" (Outcome.String).
-	OutcomeKey = attribute.Key("ratelimit.outcome")
-	// AllowedKey, on ratelimit.fallbacks only, tells whether the failure
-	// policy admitted the request.
-	AllowedKey = attribute.Key("ratelimit.allowed")
+	limitKey     = attribute.Key("ratelimit.limit")
+	algorithmKey = attribute.Key("ratelimit.algorithm")
+	homeKey      = attribute.Key("ratelimit.home")
+	outcomeKey   = attribute.Key("ratelimit.outcome")
+	allowedKey   = attribute.Key("ratelimit.allowed") // on ratelimit.fallbacks only
 )
 
 // The bucket boundaries, in seconds: decision.duration from 1µs to 100ms,
@@ -133,7 +122,7 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 	o.tables.Store(&map[string]*limitTable{})
-	o.other = newLimitTable(OtherLimit)
+	o.other = newLimitTable(otherLimit)
 	return o, nil
 }
 

@@ -35,7 +35,7 @@ func WithDurationForAllHomes() Option {
 
 // WithMaxLimits sets how many distinct limit names the Observer reports
 // under their own names (default 100); the decisions of further names are
-// reported under [OtherLimit]. It bounds the Observer's memory and the
+// reported under the limit name "other". It bounds the Observer's memory and the
 // number of time series. n must be positive.
 func WithMaxLimits(n int) Option {
 	return optionFunc(func(c *config) {

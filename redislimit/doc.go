@@ -14,7 +14,7 @@
 // a Sentinel failover client, a Cluster or a Ring.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-//	l, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.PerMinute(100), 20))
+//	l, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Minute), 20))
 //	...
 //	d, err := l.AllowN(ctx, userID, 1)
 //

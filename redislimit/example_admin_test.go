@@ -138,7 +138,7 @@ func ExampleLimiter_Block() {
 	defer client.Close()
 	clock := &exampleClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 
-	logins, err := redislimit.New(client, ratelimit.TokenBucketPolicy(ratelimit.PerMinute(20), 20),
+	logins, err := redislimit.New(client, ratelimit.TokenBucketPolicy(ratelimit.Per(20, time.Minute), 20),
 		redislimit.WithPrefix(examplePrefix()), redislimit.WithClock(clock))
 	if err != nil {
 		fmt.Println(err)

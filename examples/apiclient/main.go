@@ -138,7 +138,7 @@ func startAPI() (base string, refused *atomic.Int64, stop func(), err error) {
 		return "", nil, nil, err
 	}
 	refused = new(atomic.Int64)
-	mw, err := httplimit.New([]httplimit.Limit{{Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: perKey}},
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: perKey}},
 		httplimit.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d httplimit.Denial) {
 			refused.Add(1)
 			httplimit.WriteDenied(w, r, d)

@@ -77,12 +77,12 @@ var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // refuses unknown API keys, then grpclimit's interceptor charging each call
 // to its API key in the key's tier.
 func newServer(clk ratelimit.Clock, g *greeter) (*grpc.Server, error) {
-	free, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(2), 2),
+	free, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(2, time.Minute), 2),
 		ratelimit.WithClock(clk), ratelimit.WithMaxKeys(100_000))
 	if err != nil {
 		return nil, err
 	}
-	pro, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(100), 100),
+	pro, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Minute), 100),
 		ratelimit.WithClock(clk), ratelimit.WithMaxKeys(100_000))
 	if err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func newServer(clk ratelimit.Clock, g *greeter) (*grpc.Server, error) {
 		return nil, err
 	}
 	limits, err := grpclimit.New([]grpclimit.Limit{
-		{Name: "per-key", Key: grpclimit.KeyByAPIKey(), Limiter: tiers},
+		{Name: "per-key", Key: grpclimit.KeyByMetadata("x-api-key"), Limiter: tiers},
 	}, grpclimit.WithClock(clk))
 	if err != nil {
 		return nil, err
@@ -107,7 +107,7 @@ func newServer(clk ratelimit.Clock, g *greeter) (*grpc.Server, error) {
 }
 
 // authenticate refuses calls without a known API key, before they reach
-// the limiter: KeyByAPIKey does not apply to a call without one, which
+// the limiter: KeyByMetadata("x-api-key") does not apply to a call without one, which
 // the limit would then let through uncharged.
 func authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -222,7 +222,7 @@ func clientDemo(ctx context.Context, out io.Writer, clk *clock.Mock, g *greeter,
 	// 1. Paced by a local limiter that matches the free plan: the client
 	// refuses a call it would have to wait for longer than the call's
 	// deadline, at once and without sending it.
-	local, err := ratelimit.NewTokenBucket(ratelimit.PerMinute(2), 2, ratelimit.WithClock(clk))
+	local, err := ratelimit.NewTokenBucket(ratelimit.Per(2, time.Minute), 2, ratelimit.WithClock(clk))
 	if err != nil {
 		return err
 	}

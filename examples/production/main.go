@@ -75,12 +75,12 @@ func planOf(_ context.Context, key string) string {
 // reporting every decision to the meter provider under the limit's name.
 func newLimits(rdb redis.UniversalClient, meters metric.MeterProvider, prefix string) (*httplimit.Middleware, error) {
 	// "api": per API key by plan. Admitted while Redis is down.
-	free, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.PerMinute(100), 100),
+	free, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Minute), 100),
 		redislimit.WithPrefix(prefix+"api:"), redislimit.WithFailurePolicy(redislimit.FailOpen))
 	if err != nil {
 		return nil, err
 	}
-	pro, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.PerMinute(10_000), 1_000),
+	pro, err := redislimit.New(rdb, ratelimit.TokenBucketPolicy(ratelimit.Per(10_000, time.Minute), 1_000),
 		redislimit.WithPrefix(prefix+"api:"), redislimit.WithFailurePolicy(redislimit.FailOpen))
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func newLimits(rdb redis.UniversalClient, meters metric.MeterProvider, prefix st
 		return nil, err
 	}
 	return httplimit.New([]httplimit.Limit{
-		{Name: "api", Key: httplimit.FirstOf(httplimit.KeyByAPIKey(), httplimit.KeyByIP()), Limiter: api},
+		{Name: "api", Key: httplimit.FirstOf(httplimit.KeyByHeader("X-API-Key"), httplimit.KeyByIP()), Limiter: api},
 		{Name: "login", Key: httplimit.When(httplimit.IsRoute("POST /login"), httplimit.KeyByIP()), Limiter: login},
 	}, httplimit.WithObserver(obs))
 }
@@ -255,7 +255,7 @@ func decisions(ctx context.Context, reader *sdkmetric.ManualReader) (map[string]
 				continue
 			}
 			for _, dp := range sum.DataPoints {
-				counts[attr(dp.Attributes, otellimit.LimitKey)+"/"+attr(dp.Attributes, otellimit.OutcomeKey)] += dp.Value
+				counts[attr(dp.Attributes, attribute.Key("ratelimit.limit"))+"/"+attr(dp.Attributes, attribute.Key("ratelimit.outcome"))] += dp.Value
 			}
 		}
 	}

@@ -94,7 +94,7 @@ func (r *Resolver) AddTrusted(ps ...netip.Prefix) {
 }
 
 // SetIPv4Prefix makes r group IPv4 clients by networks of the given
-// length, or returns an error naming the option opt ("httplimit.IPv4Prefix").
+// length, or returns an error naming the option opt ("httplimit.IPPrefixes v4").
 func (r *Resolver) SetIPv4Prefix(opt string, bits int) error {
 	if bits < 1 || bits > 32 {
 		return configError("%s must be in [1, 32], got %d", opt, bits)

@@ -49,7 +49,7 @@ func allowAt(key string, n int, d time.Duration) Input {
 // across a phase, a Peek) are linearizable.
 func TestSequentialHistoryPasses(t *testing.T) {
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(ratelimit.PerSecond(2), 3),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(2, time.Second), 3),
 		ratelimit.LeakyBucketPolicy(3, 500*time.Millisecond),
 		ratelimit.FixedWindowPolicy(3, time.Second),
 		ratelimit.SlidingLogPolicy(3, time.Second),
@@ -73,7 +73,7 @@ func TestSequentialHistoryPasses(t *testing.T) {
 // TestConcurrentHistoryPassesOutOfCallOrder: two overlapping calls that
 // are linearizable only in the order opposite to their calls.
 func TestConcurrentHistoryPassesOutOfCallOrder(t *testing.T) {
-	p := ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 2)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 2)
 	ds := ref(t, p, allowAt("k", 1, 0), allowAt("k", 1, 0)) // remaining 1, then 0
 	ops := []Op{
 		op(0, allowAt("k", 1, 0), ds[1], 0, 10), // called first, saw the second admission's state
@@ -86,7 +86,7 @@ func TestConcurrentHistoryPassesOutOfCallOrder(t *testing.T) {
 // Remaining 0 from a bucket of one token: not linearizable, and the
 // visualisation is written.
 func TestTwoTakeTheLastToken(t *testing.T) {
-	p := ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 1)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 1)
 	d := ref(t, p, allowAt("k", 1, 0))[0]
 	require.True(t, d.Allowed)
 	ops := []Op{op(0, allowAt("k", 1, 0), d, 0, 10), op(1, allowAt("k", 1, 0), d, 5, 15)}
@@ -102,7 +102,7 @@ func TestTwoTakeTheLastToken(t *testing.T) {
 // TestStaleReadAfterAdmission: a call made after an admission returned
 // must see it. The same outputs with the calls overlapping are fine.
 func TestStaleReadAfterAdmission(t *testing.T) {
-	p := ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 2)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 2)
 	peek := Input{Key: "k", N: 0, T: t0.UnixNano(), Kind: Peek}
 	ds := ref(t, p, peek, allowAt("k", 1, 0)) // Remaining 2, then admitted with 1
 	for _, tc := range []struct {
@@ -158,7 +158,7 @@ func TestPrecision(t *testing.T) {
 // TestErrorNeverMatches: an operation that failed is not a Decision of the
 // reference.
 func TestErrorNeverMatches(t *testing.T) {
-	p := ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 1)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 1)
 	d := ref(t, p, allowAt("k", 1, 0))[0]
 	o := op(0, allowAt("k", 1, 0), d, 0, 10)
 	o.Output.Err = "ratelimit: boom"
@@ -168,7 +168,7 @@ func TestErrorNeverMatches(t *testing.T) {
 // TestPartitionedByKey: keys are separate histories; a violation on one
 // key is found among linearizable others.
 func TestPartitionedByKey(t *testing.T) {
-	p := ratelimit.TokenBucketPolicy(ratelimit.PerHour(1), 1)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(1, time.Hour), 1)
 	d := ref(t, p, allowAt("a", 1, 0))[0]
 	ops := []Op{op(0, allowAt("a", 1, 0), d, 0, 10), op(1, allowAt("b", 1, 0), d, 5, 15)}
 	r := check(t, p, ops)
@@ -204,7 +204,7 @@ func TestWorkloadDeterministic(t *testing.T) {
 // rule) must find them all, quickly.
 func TestPruningLosesNoLinearizableHistory(t *testing.T) {
 	for _, p := range []ratelimit.Policy{
-		ratelimit.TokenBucketPolicy(ratelimit.PerSecond(10), 12),
+		ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 12),
 		ratelimit.LeakyBucketPolicy(12, 100*time.Millisecond),
 		ratelimit.FixedWindowPolicy(12, time.Second),
 		ratelimit.SlidingLogPolicy(12, time.Second),
@@ -269,7 +269,7 @@ func TestPruningLosesNoLinearizableHistory(t *testing.T) {
 // 2,000 operations of one key (20 phases of 100, intervals overlapping up
 // to ±10 neighbours), per operation checked.
 func BenchmarkCheck(b *testing.B) {
-	p := ratelimit.TokenBucketPolicy(ratelimit.PerSecond(10), 12)
+	p := ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 12)
 	rng := rand.New(rand.NewPCG(1, 2))
 	const phases, perPhase, width = 20, 100, 1000
 	var ins []Input

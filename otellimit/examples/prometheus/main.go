@@ -81,7 +81,7 @@ func newServer() (http.Handler, func(context.Context) error, error) {
 	// The middleware reports every decision of its limits to the Observer,
 	// under the limit's name (the one in the RateLimit headers); the
 	// limiter needs no observer (nor name) of its own.
-	perIP, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.PerMinute(3), 3))
+	perIP, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(3, time.Minute), 3))
 	if err != nil {
 		return nil, nil, err
 	}

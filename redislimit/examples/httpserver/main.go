@@ -71,7 +71,7 @@ func newHandler(client redis.UniversalClient, prefix string) (http.Handler, erro
 	if err != nil {
 		return nil, err
 	}
-	mw, err := httplimit.New([]httplimit.Limit{{Name: "api", Key: httplimit.KeyByAPIKey(), Limiter: limiter}})
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: limiter}})
 	if err != nil {
 		return nil, err
 	}
