@@ -93,6 +93,7 @@ func TestLeaseHelperProcess(t *testing.T) {
 	}
 	time.Sleep(time.Until(time.Unix(0, start)))
 	first := time.Now().UnixNano()
+	skew := clockOffset(l)
 	stop := time.Unix(0, start).Add(leaseRun)
 	var wg sync.WaitGroup
 	var errs sync.Map
@@ -119,7 +120,12 @@ func TestLeaseHelperProcess(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d\n", first)
+	// The check compares the hooks' local times (the limiter's clock) with
+	// Redis's TIME and the wall clock: report how far apart they were.
+	if o := clockOffset(l); max(o, -o) > max(skew, -skew) {
+		skew = o
+	}
+	fmt.Fprintf(&b, "%d %d\n", first, skew)
 	for _, d := range decisions {
 		fmt.Fprintf(&b, "d %t %d %d %d\n", d.allowed, d.from, d.to, d.reset)
 	}
@@ -130,6 +136,27 @@ func TestLeaseHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// clockOffset returns how far l's clock (l.ts, the hooks' local times) is
+// ahead of the wall clock, from the tightest of 20 bracketed readings.
+func clockOffset(l *Limiter) int64 {
+	width, off := int64(math.MaxInt64), int64(0)
+	for range 20 {
+		a := time.Now().UnixNano()
+		n := l.ts.Now()
+		z := time.Now().UnixNano()
+		if z-a < width {
+			width, off = z-a, n-(a+z)/2
+		}
+	}
+	return off
+}
+
+// maxClockOffset is how far a helper's limiter clock may be from the wall
+// clock: its local times are compared with Redis's TIME, and a clock 1ms
+// behind showed as over-admission (lease admissions counted in the window
+// before their grant's).
+const maxClockOffset = 20 * time.Microsecond
 
 // leaseDecision is one decision of a helper process: admitted or not,
 // made in [from, to] (Unix ns), and its ResetAfter (ns).
@@ -215,7 +242,10 @@ func TestLeaseMultiProcess(t *testing.T) {
 			var all []leaseDecision
 			var backs []leaseGiveBack
 			for _, out := range outs {
-				first, ds, gs := readDecisions(t, out)
+				first, skew, ds, gs := readDecisions(t, out)
+				if max(skew, -skew) > int64(maxClockOffset) {
+					t.Fatalf("%s: the limiter's clock was %v off the wall clock (more than %v): its times cannot be checked against Redis's", out, time.Duration(skew), maxClockOffset)
+				}
 				if origin == 0 || first < origin {
 					origin = first
 				}
@@ -228,8 +258,9 @@ func TestLeaseMultiProcess(t *testing.T) {
 }
 
 // readDecisions reads a helper's output: the time it began, its
-// decisions and its give-backs.
-func readDecisions(t *testing.T, path string) (int64, []leaseDecision, []leaseGiveBack) {
+// limiter clock's offset from the wall clock (clockOffset), its decisions
+// and its give-backs.
+func readDecisions(t *testing.T, path string) (first, skew int64, ds []leaseDecision, gs []leaseGiveBack) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -240,12 +271,9 @@ func readDecisions(t *testing.T, path string) (int64, []leaseDecision, []leaseGi
 	if !sc.Scan() {
 		t.Fatalf("%s: empty", path)
 	}
-	first, err := strconv.ParseInt(sc.Text(), 10, 64)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := fmt.Sscanf(sc.Text(), "%d %d", &first, &skew); err != nil {
+		t.Fatalf("%s: %q: %v", path, sc.Text(), err)
 	}
-	var ds []leaseDecision
-	var gs []leaseGiveBack
 	for sc.Scan() {
 		// "d allowed from to reset" or "g left granted from to".
 		f := strings.Fields(sc.Text())
@@ -268,7 +296,7 @@ func readDecisions(t *testing.T, path string) (int64, []leaseDecision, []leaseGi
 		}
 		gs = append(gs, leaseGiveBack{left, v[0], v[1], v[2]})
 	}
-	return first, ds, gs
+	return first, skew, ds, gs
 }
 
 // span is when an event happened: in [lo, hi] (Unix ns), lo == hi when

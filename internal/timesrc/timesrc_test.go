@@ -32,3 +32,33 @@ func TestNowTimed(t *testing.T) {
 	assert.GreaterOrEqual(t, fake.Since(now, mark), time.Millisecond, "real time, though the fake stood still")
 	assert.Less(t, fake.Since(now, mark), time.Hour)
 }
+
+// TestNewBaseSplit: time.Now reads the wall clock and then the monotonic
+// clock, and a thread the OS deschedules between the two (seen on a
+// loaded 2-CPU machine: about 1 in 150,000 readings over 100µs apart, up
+// to 117ms) returns a reading whose monotonic part is late. A Source based
+// on such a reading would run behind the wall clock by that gap for its
+// whole life; New must base it on a reading whose parts agree. The first
+// reading here is split by 300µs (its wall time from one moment, its
+// monotonic time from 300µs later), the others are real.
+func TestNewBaseSplit(t *testing.T) {
+	t.Parallel()
+	const gap = 300 * time.Microsecond
+	calls := 0
+	s := newReal(func() (int64, time.Time) {
+		calls++
+		if calls == 1 {
+			r := time.Now()
+			return r.UnixNano(), r.Add(gap)
+		}
+		return readReal()
+	})
+	// Bracketed by wall readings: a preemption between them only widens
+	// the bracket. An unsplit base reads at most the few ns between its
+	// two parts behind; allow 10µs.
+	before := time.Now().UnixNano()
+	now := s.Now()
+	after := time.Now().UnixNano()
+	assert.GreaterOrEqual(t, now, before-int64(10*time.Microsecond), "the Source runs %v behind the wall clock", time.Duration(before-now))
+	assert.LessOrEqual(t, now, after+int64(10*time.Microsecond))
+}

@@ -2,10 +2,10 @@ package lincheck
 
 import (
 	"sync"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
 // Kind is the kind of an operation.
@@ -56,15 +56,15 @@ type Op struct {
 	Return int64  `json:"return"`
 }
 
-// base anchors Now: the wall clock read once, plus the monotonic time
-// since.
-var base = time.Now()
+// clock anchors Now: the wall clock read once, plus the monotonic time
+// since (timesrc's, which takes a reading whose two parts agree).
+var clock = timesrc.New(nil)
 
 // Now returns the time stamps of operations: Unix nanoseconds from the
 // wall clock read when the process started plus the monotonic time since.
 // It never runs backwards within a process, and processes started on one
 // machine share it (up to a step of the wall clock between their starts).
-func Now() int64 { return base.UnixNano() + int64(time.Since(base)) }
+func Now() int64 { return clock.Now() }
 
 // Recorder records operations. Safe for concurrent use.
 type Recorder struct {
