@@ -46,7 +46,7 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 	for i, d := range dims {
 		if typednil.Is(d.Limiter) {
 			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
-				errs.AtDimension(i, false, configError("ratelimit.AllowAll dims[%d].Limiter (%q) must not be nil, got %v", i, d.Name, d.Limiter))
+				errs.AtDimension(i, false, configError("ratelimit.AllowAll dims[%d].Limiter (%q) must not be nil, got %T", i, d.Name, d.Limiter))
 		}
 	}
 	var buf [8]Dimension
@@ -66,16 +66,22 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 // in-memory [*Keyed] offers it (keyed_allowall.go). The path is called
 // directly, not through the interface: a slice passed to an interface
 // method escapes to the heap, and AllowAll allocates nothing.
+//
+// atomicKeyed returns the *Keyed the path decides in. A limiter offers the
+// path only when that is the limiter itself: a user's type that embeds a
+// *Keyed has the method too, promoted, but decides through its own AllowN
+// (it may rewrite keys), so AllowAll goes through that.
 type atomicAllower interface {
 	KeyedLimiter
-	atomicAllowAll()
+	atomicKeyed() *Keyed
 }
 
 // allAtomic reports whether every dimension's limiter offers the atomic
 // path (see atomicAllower).
 func allAtomic(dims []Dimension) bool {
 	for _, d := range dims {
-		if _, ok := d.Limiter.(atomicAllower); !ok {
+		a, ok := d.Limiter.(atomicAllower)
+		if !ok || KeyedLimiter(a.atomicKeyed()) != d.Limiter {
 			return false
 		}
 	}
@@ -85,12 +91,12 @@ func allAtomic(dims []Dimension) bool {
 // resolveAll resolves every dimension's limiter that is a tierer to its
 // tier's limiter for the key (see resolve), in buf when it is large
 // enough; without a tierer among them it returns dims as they are. On an
-// unknown tier (or a tier that is a nil limiter) it returns the
-// dimensions resolved before the failing one, and the error.
+// unknown tier it returns the dimensions resolved before the failing one,
+// and the error.
 func resolveAll(ctx context.Context, dims []Dimension, buf *[8]Dimension) ([]Dimension, error) {
 	first := -1
 	for i, d := range dims {
-		if _, ok := d.Limiter.(tierer); ok {
+		if _, ok := asTierer(d.Limiter); ok {
 			first = i
 			break
 		}

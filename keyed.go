@@ -255,9 +255,9 @@ func (k *Keyed) WaitN(ctx context.Context, key string, n int) error {
 	return err
 }
 
-// atomicAllowAll marks k as a limiter AllowAll may decide with others of
-// its kind all at once (see atomicAllower and allowAllAtomic).
-func (k *Keyed) atomicAllowAll() {}
+// atomicKeyed offers k to AllowAll, to be decided with others of its kind
+// all at once (see atomicAllower and allowAllAtomic).
+func (k *Keyed) atomicKeyed() *Keyed { return k }
 
 // wait is WaitN with nothing reported.
 func (k *Keyed) wait(ctx context.Context, key string, n int) error {

@@ -166,15 +166,33 @@ func (t *Tiered) RefundN(ctx context.Context, key string, n int) error {
 // [AllowAll] and [MoveKey] resolve a tierer once per call, through
 // resolve, so that a request is charged and refunded in one tier with one
 // call of the tier function.
+//
+// tiered returns the *Tiered whose tiers Tier picks from. A limiter is a
+// tierer only when that is the limiter itself: a user's type that embeds a
+// *Tiered has both methods too, promoted, but decides through its own
+// AllowN (it may meter or rewrite keys), so it is charged as it is.
 type tierer interface {
 	Tier(ctx context.Context, key string) (string, KeyedLimiter, error)
+	tiered() *Tiered
+}
+
+// tiered returns t (see tierer).
+func (t *Tiered) tiered() *Tiered { return t }
+
+// asTierer returns l as a tierer when it is one (see tierer).
+func asTierer(l KeyedLimiter) (tierer, bool) {
+	t, ok := l.(tierer)
+	if !ok || KeyedLimiter(t.tiered()) != l {
+		return nil, false
+	}
+	return t, true
 }
 
 // resolve returns the limiter that holds key's state for l: its tier's
 // limiter when l is a tierer, else l. It is the one place tiers are
 // resolved: Tiered.Tier follows nested tiers through it too.
 func resolve(ctx context.Context, key string, l KeyedLimiter) (KeyedLimiter, error) {
-	t, ok := l.(tierer)
+	t, ok := asTierer(l)
 	if !ok {
 		return l, nil
 	}

@@ -123,10 +123,9 @@ type Entry[R any] struct {
 	lists      bool   // exemptKeys or deniedKeys is set
 }
 
-// tierer is implemented by limiters that charge each key in the limiter
-// of its tier, such as *ratelimit.Tiered (its Tier method): a request's
-// tier is resolved once, in gather, and that limiter decides, labels and
-// times the request.
+// tierer is what limitset uses of a *ratelimit.Tiered, which charges each
+// key in the limiter of its tier: a request's tier is resolved once, in
+// gather, and that limiter decides, labels and times the request.
 type tierer interface {
 	Tier(ctx context.Context, key string) (string, ratelimit.KeyedLimiter, error)
 }
@@ -177,8 +176,11 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		e.Limit = l
 		e.ExemptKeys = append([]string(nil), l.ExemptKeys...)
 		e.DeniedKeys = append([]string(nil), l.DeniedKeys...)
-		e.tiered, _ = l.Limiter.(tierer)
-		if e.tiered == nil {
+		// Only a *ratelimit.Tiered itself: a user's type that embeds one has
+		// Tier promoted but decides through its own AllowN.
+		if t, ok := l.Limiter.(*ratelimit.Tiered); ok && t != nil {
+			e.tiered = t
+		} else {
 			e.ph, _ = l.Limiter.(policyHolder)
 		}
 		e.info = observe.Describe(l.Limiter)
