@@ -1,5 +1,5 @@
 module lockstep
 
-go 1.26.0
+go 1.25.0
 
-require golang.org/x/mod v0.43.0
+require golang.org/x/mod v0.27.0
