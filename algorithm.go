@@ -4,8 +4,8 @@ import (
 	"fmt"
 )
 
-// Algorithm names one of the six rate-limiting algorithms: the five rate
-// limits and the calendar quota.
+// Algorithm names how a limiter decides: one of the five rate limits, the
+// calendar quota, or the concurrency limit.
 type Algorithm uint8
 
 // The algorithms. The zero Algorithm is invalid.
@@ -18,6 +18,9 @@ const (
 	// QuotaAlgorithm is the calendar quota: events per day, week, month or
 	// year of a time zone's calendar ([NewQuota]).
 	QuotaAlgorithm
+	// ConcurrencyAlgorithm is the concurrency limit: permits in flight
+	// per key ([NewConcurrency]).
+	ConcurrencyAlgorithm
 )
 
 // String returns the algorithm's short name, such as "tokenbucket".
@@ -35,6 +38,8 @@ func (a Algorithm) String() string {
 		return "slidingcounter"
 	case QuotaAlgorithm:
 		return "quota"
+	case ConcurrencyAlgorithm:
+		return "concurrency"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }

@@ -124,10 +124,15 @@ const (
 	// limit, because it is exempt from it (package httplimit's exempt keys
 	// and networks). Decision.Allowed is true and nothing was charged.
 	OutcomeExempt
+	// OutcomeReleased is not a decision: a concurrency limiter's permits
+	// were released (or dropped by Reset). N is how many; Decision.Limit
+	// and Decision.Remaining say what is free after. With the admitted N
+	// of the same limiter's decisions it tells what is in flight.
+	OutcomeReleased
 )
 
-// String returns "allowed", "denied", "shadow", "error", "fallback" or
-// "exempt".
+// String returns "allowed", "denied", "shadow", "error", "fallback",
+// "exempt" or "released".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeAllowed:
@@ -142,6 +147,8 @@ func (o Outcome) String() string {
 		return "fallback"
 	case OutcomeExempt:
 		return "exempt"
+	case OutcomeReleased:
+		return "released"
 	}
 	return "unknown"
 }
@@ -153,10 +160,13 @@ func init() {
 	observe.Register(describe)
 }
 
-// describe is the observe.Info of a *Keyed or *Tiered limiter.
+// describe is the observe.Info of a *Keyed, *Concurrency or *Tiered
+// limiter.
 func describe(l any) (observe.Info, bool) {
 	switch v := l.(type) {
 	case *Keyed:
+		return observe.Info{Home: uint8(HomeKeyed), Observed: v.obs != nil}, v != nil
+	case *Concurrency:
 		return observe.Info{Home: uint8(HomeKeyed), Observed: v.obs != nil}, v != nil
 	case *Tiered:
 		if v == nil {

@@ -73,7 +73,7 @@ func (p Policy) Validate() error {
 	case QuotaAlgorithm:
 		_, err = newQuotaAlg(p.Limit, p.Calendar, policyParams)
 	default:
-		err = configError("ratelimit.Policy.Algorithm must be one of the six algorithms, got %v", p.Algorithm)
+		err = configError("ratelimit.Policy.Algorithm must be a rate limit or quota algorithm (a concurrency limit is NewConcurrency), got %v", p.Algorithm)
 	}
 	return err
 }
