@@ -71,9 +71,9 @@ func (p Permit) Lost() <-chan struct{} {
 // Concurrency is the in-memory [ConcurrencyLimiter]: at most limit permits
 // in flight per key, in one process. A key with nothing in flight and
 // nobody waiting costs nothing: it is forgotten (the most recently emptied
-// key of each of its 32 shards is kept, uncounted, so that a busy key is
-// not stored anew on every request). [WithMaxKeys] caps the keys in
-// flight.
+// key of each of its 32 shards is kept until a new key needs its room, so
+// that a busy key is not stored anew on every request). [WithMaxKeys]
+// caps the keys with permits in flight or waiters, exactly.
 //
 // Its decisions report to an [Observer] (Algorithm
 // [ConcurrencyAlgorithm], Home [HomeKeyed]) as the rate limiters' do, and
@@ -86,8 +86,8 @@ type Concurrency struct {
 	obs     Observer
 	ts      timesrc.Source
 	seed    maphash.Seed
-	// keys counts the keys with permits in flight or waiters, over all
-	// shards (parked keys are not counted).
+	// keys counts the keys stored, over all shards, parked ones
+	// included.
 	keys   atomic.Int64
 	blocks blockTable
 	shards [ccShards]ccShard
@@ -102,7 +102,8 @@ const ccFreeMax = 64
 type ccShard struct {
 	mu     sync.Mutex
 	m      map[string]*ccKey // guarded by mu
-	parked *ccKey            // an emptied key left in m, not counted
+	parked *ccKey            // an emptied key left in m
+	last   *ccKey            // the key keyFor returned last, while in m
 	spare  *ccKey            // a forgotten key's record, for the next
 	free   *ccPermit         // released permit records, for reuse
 	nfree  int
@@ -176,7 +177,19 @@ func (c *Concurrency) Limit() int { return int(c.limit) }
 
 // Len returns the number of keys with permits in flight or Acquires
 // waiting.
-func (c *Concurrency) Len() int { return int(c.keys.Load()) }
+func (c *Concurrency) Len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		if sh.parked != nil {
+			n--
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
 
 // InFlight returns the number of permits held for key now.
 func (c *Concurrency) InFlight(key string) int {
@@ -222,7 +235,7 @@ func (c *Concurrency) try(key string, n int) (Permit, Decision, error) {
 	if n <= 0 || int64(n) > c.limit {
 		return Permit{}, Decision{Limit: int(c.limit), RetryAfter: RetryNever}, nError(n, c.limit)
 	}
-	if left, blocked := c.blocks.left(key, c.ts.Now()); blocked {
+	if left, blocked := c.blocked(key); blocked {
 		return Permit{}, Decision{Limit: int(c.limit), RetryAfter: time.Duration(left), ResetAfter: time.Duration(left)}, nil
 	}
 	sh := c.shardFor(key)
@@ -282,10 +295,16 @@ func (c *Concurrency) acquire(ctx context.Context, key string, n int) (Permit, e
 			return Permit{}, err
 		}
 		sh.mu.Lock()
+		k, err := c.keyFor(sh, key)
+		if err != nil {
+			sh.mu.Unlock()
+			return Permit{}, err
+		}
 		// The block is read under the shard's lock, which Block holds
 		// while it sets one and sends the key's waiters away: no waiter
 		// queued before a block is granted during it.
-		if left, blocked := c.blocks.left(key, c.ts.Now()); blocked {
+		if left, blocked := c.blocked(key); blocked {
+			c.maybeForget(sh, k)
 			sh.mu.Unlock()
 			if timesrc.Outlasts(ctx, time.Duration(left)) {
 				return Permit{}, ErrDeadline
@@ -294,11 +313,6 @@ func (c *Concurrency) acquire(ctx context.Context, key string, n int) (Permit, e
 				return Permit{}, err
 			}
 			continue
-		}
-		k, err := c.keyFor(sh, key)
-		if err != nil {
-			sh.mu.Unlock()
-			return Permit{}, err
 		}
 		if k.wHead == nil && k.held+int64(n) <= c.limit {
 			p := c.take(sh, k, int64(n))
@@ -333,44 +347,95 @@ func (c *Concurrency) acquire(ctx context.Context, key string, n int) (Permit, e
 	}
 }
 
+// blocked returns how long key's block has to run, and whether it is
+// blocked; it reads no time unless some key is.
+func (c *Concurrency) blocked(key string) (int64, bool) {
+	if c.blocks.count.Load() == 0 {
+		return 0, false
+	}
+	return c.blocks.left(key, c.ts.Now())
+}
+
 // keyFor returns key's state in sh, adding it if it is new and there is
-// room. Requires sh.mu held.
+// room. Requires sh.mu held; it may release and retake it (to make room).
 func (c *Concurrency) keyFor(sh *ccShard, key string) (*ccKey, error) {
-	k := sh.m[key]
-	if k != nil && k != sh.parked {
+	if k := sh.last; k != nil && k.key == key {
+		if k == sh.parked {
+			sh.parked = nil
+		}
 		return k, nil
 	}
-	if c.keys.Add(1) > c.maxKeys {
+	if k := sh.m[key]; k != nil {
+		if k == sh.parked {
+			sh.parked = nil
+		}
+		sh.last = k
+		return k, nil
+	}
+	for try := 0; c.keys.Add(1) > c.maxKeys; try++ {
 		c.keys.Add(-1)
-		return nil, ErrTooManyKeys
+		if try == 2 {
+			return nil, ErrTooManyKeys
+		}
+		// Parked keys count against the cap: forget them all, then look
+		// again (another caller may have added key meanwhile).
+		sh.mu.Unlock()
+		c.unparkAll()
+		sh.mu.Lock()
+		if k := sh.m[key]; k != nil {
+			if k == sh.parked {
+				sh.parked = nil
+			}
+			sh.last = k
+			return k, nil
+		}
 	}
+	k := sh.spare
 	if k != nil {
-		sh.parked = nil
-		return k, nil
-	}
-	if k = sh.spare; k != nil {
 		sh.spare = nil
 	} else {
 		k = new(ccKey)
 	}
 	k.key = key
 	sh.m[key] = k
+	sh.last = k
 	return k, nil
 }
 
+// unparkAll forgets the parked key of every shard, one shard at a time.
+func (c *Concurrency) unparkAll() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		c.unpark(sh)
+		sh.mu.Unlock()
+	}
+}
+
+// unpark forgets sh's parked key, if any. Requires sh.mu held.
+func (c *Concurrency) unpark(sh *ccShard) {
+	old := sh.parked
+	if old == nil {
+		return
+	}
+	delete(sh.m, old.key)
+	if sh.last == old {
+		sh.last = nil
+	}
+	*old = ccKey{}
+	sh.spare, sh.parked = old, nil
+	c.keys.Add(-1)
+}
+
 // maybeForget forgets k if nothing is in flight for it and nobody waits:
-// it becomes sh's parked key, and the key parked before is deleted.
-// Requires sh.mu held.
+// it becomes sh's parked key (still stored, and counted against
+// [WithMaxKeys] until a new key needs its room), and the key parked
+// before is deleted. Requires sh.mu held.
 func (c *Concurrency) maybeForget(sh *ccShard, k *ccKey) {
 	if k.held != 0 || k.wHead != nil || k == sh.parked {
 		return
 	}
-	c.keys.Add(-1)
-	if old := sh.parked; old != nil {
-		delete(sh.m, old.key)
-		*old = ccKey{}
-		sh.spare = old
-	}
+	c.unpark(sh)
 	sh.parked = k
 }
 
