@@ -30,6 +30,15 @@
 // quota, so a flood cannot lock a client out for longer than its own
 // admitted traffic would.
 //
+// # How many at once
+//
+// A rate limit bounds how often work starts; [Concurrency] bounds how much
+// of it is in flight: at most N permits held per key (20 requests in
+// progress per customer), taken by TryAcquire or Acquire and given back by
+// [Permit.Release]. Package redislimit holds the same limit across
+// processes, with permits that expire unless renewed. See
+// docs/concurrency.md.
+//
 // # Time
 //
 // Limiters read the time once per decision from their [Clock] (the real
