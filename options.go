@@ -46,7 +46,8 @@ func (f optionFunc) apply(o *options) { f(o) }
 // github.com/benbjohnson/clock, for deterministic tests. A nil c selects the
 // real clock; a typed nil (such as a nil *clock.Mock) is an error: the
 // constructor returns an error wrapping [ErrInvalidConfig]. It applies to
-// the single limiters and to [NewKeyed].
+// the single limiters, [NewKeyed] and [NewConcurrency]. For a
+// [Concurrency] limiter it times [Concurrency.Block].
 func WithClock(c Clock) Option {
 	return optionFunc(func(o *options) {
 		o.given |= optClock
@@ -93,9 +94,11 @@ func buildOptions(ctor string, accepted optionSet, opts []Option) (options, erro
 // (without it: 1<<20, 1,048,576),
 // over all its shards: a new key that would be key n+1 is admitted only if
 // an idle key can be reclaimed to make room, and is otherwise denied with
-// [ErrTooManyKeys]. A non-positive n is an error: [NewKeyed] returns an
-// error wrapping [ErrInvalidConfig]. It applies to NewKeyed only: the other
-// constructors return a configuration error naming it.
+// [ErrTooManyKeys]. For a [Concurrency] limiter it caps the keys with
+// permits in flight or waiters. A non-positive n is an error: the
+// constructor returns an error wrapping [ErrInvalidConfig]. It applies to
+// [NewKeyed] and to [NewConcurrency] only: the other constructors return a
+// configuration error naming it.
 func WithMaxKeys(n int) Option {
 	return optionFunc(func(o *options) {
 		o.given |= optMaxKeys
@@ -110,9 +113,10 @@ func WithMaxKeys(n int) Option {
 // WithObserver makes the limiter report every decision to o: one Event per
 // AllowN (Allow included) and one per WaitN (Wait included), when it
 // returns. A nil o reports nothing (the default), and then no time is read
-// for Latency; a typed nil is an error. It applies to the single limiters
-// and to [NewKeyed]; a [Tiered] has no Observer of its own (its tiers
-// report).
+// for Latency; a typed nil is an error. A [Concurrency] limiter reports
+// each TryAcquire and Acquire, and each Release as [OutcomeReleased]. It
+// applies to the single limiters, [NewKeyed] and [NewConcurrency]; a
+// [Tiered] has no Observer of its own (its tiers report).
 func WithObserver(o Observer) Option {
 	return optionFunc(func(opts *options) {
 		opts.given |= optObserver

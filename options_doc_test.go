@@ -41,6 +41,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"NewSlidingCounter": func(o Option) (any, error) { return NewSlidingCounter(1, time.Second, o) },
 		"NewQuota":          func(o Option) (any, error) { return NewQuota(1, Calendar{Unit: Daily}, o) },
 		"NewKeyed":          func(o Option) (any, error) { return NewKeyed(FixedWindowPolicy(1, time.Second), o) },
+		"NewConcurrency":    func(o Option) (any, error) { return NewConcurrency(1, o) },
 		"NewTiered": func(o Option) (any, error) {
 			k, err := NewKeyed(FixedWindowPolicy(1, time.Second))
 			if err != nil {
@@ -52,12 +53,12 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 	assert.ElementsMatch(t, mapKeys(docs.Options), mapKeys(samples), "exported options (from the source) and the samples here")
 	assert.ElementsMatch(t, mapKeys(docs.Constructors), mapKeys(constructors), "constructors taking ...Option (from the source) and the wrappers here")
 
-	// The single limiters: the constructors whose limiter is not keyed.
+	// The single limiters: the constructors of a Limiter.
 	var single []string
 	for name, ctor := range constructors {
 		l, err := ctor(nil)
 		require.NoError(t, err, name)
-		if _, keyed := l.(KeyedLimiter); !keyed {
+		if _, isSingle := l.(Limiter); isSingle {
 			single = append(single, name)
 		}
 	}
