@@ -41,8 +41,9 @@
 //	                                                                                  never a WaitN call
 //	ratelimit.wait.duration      histogram  s           limit, algorithm, home,       how long a WaitN call took,
 //	                                                    outcome                       waiting included; every home
-//	ratelimit.concurrency        up-down    {permit}    limit, home                   permits of concurrency limits
-//	  .in_flight                 counter                                              held now
+//	ratelimit.concurrency.in_flight
+//	                             up-down    {permit}    limit, home                   permits of concurrency limits
+//	                             counter                                              held now
 //
 // The attributes:
 //
