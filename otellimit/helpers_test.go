@@ -107,7 +107,7 @@ func (c collected) values() []string {
 	var out []string
 	add := func(s attribute.Set) {
 		for _, kv := range s.ToSlice() {
-			out = append(out, kv.Value.String())
+			out = append(out, kv.Value.Emit())
 		}
 	}
 	for _, m := range c {
