@@ -3,7 +3,9 @@
 // machine, a load and a moment. It lives in its own module so that the
 // libraries it compares against never reach the root go.mod.
 //
-// Suites: BenchmarkAllow (one limiter; compare_test.go), BenchmarkKeyed
+// Suites: BenchmarkAllow (one limiter; compare_test.go),
+// BenchmarkConcurrency (a concurrency limit against x/sync/semaphore;
+// concurrency_test.go), BenchmarkKeyed
 // (per-key limiting in memory, with bytes per key; keyed_test.go),
 // BenchmarkRedis (redis_test.go), BenchmarkHTTP (middleware;
 // http_test.go), BenchmarkGRPCUnary and BenchmarkGRPCBufconn (server

@@ -16,6 +16,7 @@ require (
 	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/goleak v1.3.0
 	go.uber.org/ratelimit v0.3.1
+	golang.org/x/sync v0.22.0
 	golang.org/x/time v0.14.0
 	google.golang.org/protobuf v1.36.11
 )

@@ -6,9 +6,9 @@
 #   QUICK=1 ./run.sh                        # 1 round, 200ms: checks the script (a few minutes)
 #   SUITES=Keyed LIBS='ratelimit-tokenbucket|sethvargo' ./run.sh
 #
-# Suites are BenchmarkAllow (run with -cpu=1,2), BenchmarkKeyed,
-# BenchmarkRedis, BenchmarkRedisLease, BenchmarkHTTP, BenchmarkGRPCUnary and
-# BenchmarkGRPCBufconn (run with -cpu=2). For the suites with a "bare" baseline (HTTP, gRPC) it
+# Suites are BenchmarkAllow and BenchmarkConcurrency (run with -cpu=1,2),
+# BenchmarkKeyed, BenchmarkRedis, BenchmarkRedisLease, BenchmarkHTTP,
+# BenchmarkGRPCUnary and BenchmarkGRPCBufconn (run with -cpu=2). For the suites with a "bare" baseline (HTTP, gRPC) it
 # also reports what each middleware adds to bare, round by round. The Redis
 # suite runs against a redis-server this script starts on a free loopback
 # port and stops on exit; without redis-server (apt-get install redis-server
@@ -17,10 +17,11 @@
 # Environment:
 #   COUNT      rounds (5); each round runs every suite once (-count=1)
 #   BENCHTIME  -benchtime (1s)
-#   SUITES     suites to run ("Allow Keyed Redis RedisLease HTTP GRPCUnary
-#              GRPCBufconn")
+#   SUITES     suites to run ("Allow Concurrency Keyed Redis RedisLease HTTP
+#              GRPCUnary GRPCBufconn")
 #   LIBS       regexp of libraries to run within each suite (all)
-#   CPU        -cpu for every suite (default: 1,2 for Allow, 2 for the others)
+#   CPU        -cpu for every suite (default: 1,2 for Allow and Concurrency, 2
+#              for the others)
 #   RESULTS    Markdown report to write (RESULTS.md; with QUICK=1 a file in
 #              $TMPDIR, so a trial run does not overwrite the committed one)
 #   OUT        raw results (results/<UTC time>.txt, git-ignored)
@@ -35,7 +36,7 @@ if [ -n "${QUICK:-}" ]; then
 fi
 COUNT=${COUNT:-5}
 BENCHTIME=${BENCHTIME:-1s}
-SUITES=${SUITES:-Allow Keyed Redis RedisLease HTTP GRPCUnary GRPCBufconn}
+SUITES=${SUITES:-Allow Concurrency Keyed Redis RedisLease HTTP GRPCUnary GRPCBufconn}
 LIBS=${LIBS:-}
 RESULTS=${RESULTS:-RESULTS.md}
 mkdir -p results
@@ -137,7 +138,7 @@ fi
 cpu_of() {
 	if [ -n "${CPU:-}" ]; then
 		echo "$CPU"
-	elif [ "$1" = Allow ]; then
+	elif [ "$1" = Allow ] || [ "$1" = Concurrency ]; then
 		echo 1,2
 	else
 		echo 2
@@ -211,7 +212,7 @@ done
 cmd="./run.sh"
 for v in COUNT BENCHTIME SUITES LIBS CPU; do
 	case "$v=${!v:-}" in
-	COUNT=5 | BENCHTIME=1s | "SUITES=Allow Keyed Redis RedisLease HTTP GRPCUnary GRPCBufconn" | LIBS= | CPU=) ;;
+	COUNT=5 | BENCHTIME=1s | "SUITES=Allow Concurrency Keyed Redis RedisLease HTTP GRPCUnary GRPCBufconn" | LIBS= | CPU=) ;;
 	*) cmd="$v='${!v}' $cmd" ;;
 	esac
 done

@@ -71,6 +71,10 @@ type entry struct {
 	add      []metric.AddOption    // for ratelimit.decisions
 	record   []metric.RecordOption // for the histograms
 	fallback []metric.AddOption    // for ratelimit.fallbacks; nil unless the outcome is fallback
+	// inFlight is for ratelimit.concurrency.in_flight, by limit and home;
+	// nil unless the algorithm is concurrency and the outcome allowed or
+	// released.
+	inFlight []metric.AddOption
 }
 
 // limitTable holds the entries of one limit name, indexed by algorithm,
@@ -154,11 +158,18 @@ func (o *Observer) fill(t *limitTable, a, h, oc int) *entry {
 		algorithmKey.String(algorithmNames[a]),
 		homeKey.String(homeNames[h]),
 	}
-	withOutcome := attribute.NewSet(append(common[:3:3], outcomeKey.String(outcome))...)
-	en := &entry{
-		add:    []metric.AddOption{metric.WithAttributeSet(withOutcome)},
-		record: []metric.RecordOption{metric.WithAttributeSet(withOutcome)},
+	en := &entry{}
+	if a == int(ratelimit.ConcurrencyAlgorithm) &&
+		(oc == int(ratelimit.OutcomeAllowed) || oc == int(ratelimit.OutcomeReleased)) {
+		en.inFlight = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(common[0], common[2]))}
 	}
+	if oc == int(ratelimit.OutcomeReleased) { // not a decision: in flight only
+		slot.Store(en)
+		return en
+	}
+	withOutcome := attribute.NewSet(append(common[:3:3], outcomeKey.String(outcome))...)
+	en.add = []metric.AddOption{metric.WithAttributeSet(withOutcome)}
+	en.record = []metric.RecordOption{metric.WithAttributeSet(withOutcome)}
 	if fallback {
 		withAllowed := attribute.NewSet(append(common[:3:3], allowedKey.Bool(oc == fallbackAllowed))...)
 		en.fallback = []metric.AddOption{metric.WithAttributeSet(withAllowed)}

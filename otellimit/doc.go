@@ -1,7 +1,8 @@
 // Package otellimit turns the decisions of rate limiters into OpenTelemetry
 // metrics: an [Observer] for [ratelimit.WithObserver] (and the Redis
 // limiters of package redislimit) that counts every decision by outcome,
-// counts the decisions taken by a failure policy, and times them.
+// counts the decisions taken by a failure policy, times them, and counts
+// the permits of concurrency limits in flight.
 //
 // It is its own module, so that only programs that want OpenTelemetry get
 // it:
@@ -26,7 +27,7 @@
 //
 // # Instruments
 //
-// All four come from the meter named "github.com/rlkit/ratelimit/otellimit".
+// All five come from the meter named "github.com/rlkit/ratelimit/otellimit".
 // Prometheus exporters show ratelimit.decisions as
 // ratelimit_decisions_total and the histograms with a _seconds suffix.
 //
@@ -40,6 +41,9 @@
 //	                                                                                  never a WaitN call
 //	ratelimit.wait.duration      histogram  s           limit, algorithm, home,       how long a WaitN call took,
 //	                                                    outcome                       waiting included; every home
+//	ratelimit.concurrency.in_flight
+//	                             up-down    {permit}    limit, home                   permits of concurrency limits
+//	                             counter                                              held now
 //
 // The attributes:
 //
@@ -47,11 +51,11 @@
 //	                     else the limiter's from ratelimit.WithName ("" without one),
 //	                     or "other" once more than the cap of names is seen (below)
 //	ratelimit.algorithm  tokenbucket, leakybucket, fixedwindow, slidinglog, slidingcounter,
-//	                     quota
+//	                     quota, concurrency
 //	ratelimit.home       memory (a single limiter), keyed (ratelimit.Keyed), redis, none
 //	                     (a decision a server took without asking a limiter)
 //	ratelimit.outcome    allowed, denied, shadow, error, fallback, exempt (see
-//	                     [ratelimit.Outcome])
+//	                     [ratelimit.Outcome]; released is not a decision, below)
 //	ratelimit.allowed    true when the failure policy admitted the request (fail open,
 //	                     a local fallback that had room), false when it refused it
 //
@@ -62,6 +66,13 @@
 // outcome "fallback", once in ratelimit.fallbacks, which tells which way the
 // failure policy went. A fallback that admits requests is the number a
 // security review asks for.
+//
+// A concurrency limit ([ratelimit.ConcurrencyLimiter]) reports its
+// acquisitions as decisions and each release as an Event with Outcome
+// [ratelimit.OutcomeReleased], which is not one: the permits of every
+// allowed acquisition (TryAcquire or Acquire) are added to in_flight and
+// the released ones taken off, and nothing else counts a release. A denied
+// or failed acquisition holds nothing and leaves in_flight alone.
 //
 // decision.duration buckets run from 1µs to 100ms (a Redis round trip takes
 // tens of microseconds to a few milliseconds; a store timeout shows in the
@@ -77,7 +88,7 @@
 // guard, an Observer keeps at most 100 distinct limit names (change it with
 // [WithMaxLimits]); the decisions of any further name are reported under
 // the limit name "other", so a program that makes up names without end
-// costs a bounded amount of memory (about 2.9 KB per name, and a few hundred
+// costs a bounded amount of memory (about 3.6 KB per name, and a few hundred
 // bytes per combination of name, algorithm, home and outcome) and a bounded
 // number of time series. Algorithm, home and outcome values outside the
 // known ones (those whose String method names them) are reported as

@@ -69,6 +69,23 @@ func (c collected) sums(t *testing.T, name string) map[string]int64 {
 	return out
 }
 
+// upDownSums returns an up-down counter's values by attribute set.
+func (c collected) upDownSums(t *testing.T, name string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	m, ok := c[name]
+	if !ok {
+		return out
+	}
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	require.Truef(t, ok, "%s is a %T, want an int64 sum", name, m.Data)
+	require.False(t, sum.IsMonotonic, "%s is not monotonic", name)
+	for _, dp := range sum.DataPoints {
+		out[attrs(dp.Attributes)] = dp.Value
+	}
+	return out
+}
+
 // histograms returns a histogram's data points by attribute set.
 func (c collected) histograms(t *testing.T, name string) map[string]metricdata.HistogramDataPoint[float64] {
 	t.Helper()
@@ -116,6 +133,14 @@ func series(limit string, alg ratelimit.Algorithm, home ratelimit.Home, outcome 
 		attribute.Key("ratelimit.algorithm").String(alg.String()),
 		attribute.Key("ratelimit.home").String(home.String()),
 		attribute.Key("ratelimit.outcome").String(outcome.String()),
+	))
+}
+
+// inFlightSeries names a data point of ratelimit.concurrency.in_flight.
+func inFlightSeries(limit string, home ratelimit.Home) string {
+	return attrs(attribute.NewSet(
+		attribute.Key("ratelimit.limit").String(limit),
+		attribute.Key("ratelimit.home").String(home.String()),
 	))
 }
 

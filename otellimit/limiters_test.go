@@ -147,3 +147,50 @@ func TestObserverServesManyLimiters(t *testing.T) {
 	}
 	assert.Equal(t, want, collect(t, reader).sums(t, "ratelimit.decisions"))
 }
+
+// TestPermitsOfAConcurrencyLimitAreCountedInFlight: a *ratelimit.Concurrency
+// with the Observer; what it holds is ratelimit.concurrency.in_flight, and
+// its releases are not decisions.
+func TestPermitsOfAConcurrencyLimitAreCountedInFlight(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	c, err := ratelimit.NewConcurrency(2, ratelimit.WithName("exports"), ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	ctx := context.Background()
+	alg, home := ratelimit.ConcurrencyAlgorithm, ratelimit.HomeKeyed
+	inFlight := func(want int64, msg string) {
+		t.Helper()
+		assert.Equal(t, map[string]int64{inFlightSeries("exports", home): want},
+			collect(t, reader).upDownSums(t, "ratelimit.concurrency.in_flight"), msg)
+	}
+
+	p1, d, err := c.TryAcquire(ctx, "tenant-1", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "TryAcquire(tenant-1, 1) #1")
+	p2, err := c.Acquire(ctx, "tenant-1", 1) // free: no wait, but a Wait Event
+	require.NoError(t, err, "Acquire(tenant-1, 1)")
+	p1.Release()
+	inFlight(1, "after acquire, acquire, release")
+
+	p3, d, err := c.TryAcquire(ctx, "tenant-2", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "TryAcquire(tenant-2, 1)")
+	_, d, err = c.TryAcquire(ctx, "tenant-2", 2) // one free: denied
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "TryAcquire(tenant-2, 2) with one free")
+	_, _, err = c.TryAcquire(ctx, "tenant-2", 3) // never: an error
+	require.ErrorIs(t, err, ratelimit.ErrExceedsLimit, "TryAcquire(tenant-2, 3)")
+	inFlight(2, "a denial and an error hold nothing")
+
+	p1.Release() // again: nothing
+	p3.Release()
+	require.NoError(t, c.Reset(ctx, "tenant-1")) // drops p2
+	p2.Release()                                 // dropped already: nothing
+	inFlight(0, "after every permit is released or reset")
+
+	assert.Equal(t, map[string]int64{
+		series("exports", alg, home, ratelimit.OutcomeAllowed): 3,
+		series("exports", alg, home, ratelimit.OutcomeDenied):  1,
+		series("exports", alg, home, ratelimit.OutcomeError):   1,
+	}, collect(t, reader).sums(t, "ratelimit.decisions"), "ratelimit.decisions: no release among them")
+}

@@ -61,6 +61,7 @@ type Observer struct {
 	fallbacks    metric.Int64Counter
 	duration     metric.Float64Histogram
 	waitDuration metric.Float64Histogram
+	inFlight     metric.Int64UpDownCounter
 	allHomes     bool // decision.duration for every home, not only Redis
 	maxLimits    int
 
@@ -121,6 +122,11 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithExplicitBucketBoundaries(waitBounds...)); err != nil {
 		return nil, err
 	}
+	if o.inFlight, err = meter.Int64UpDownCounter("ratelimit.concurrency.in_flight",
+		metric.WithUnit("{permit}"),
+		metric.WithDescription("Permits of concurrency limits held now.")); err != nil {
+		return nil, err
+	}
 	o.tables.Store(&map[string]*limitTable{})
 	o.other = newLimitTable(otherLimit)
 	return o, nil
@@ -129,11 +135,26 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 // Observe records e: one decision in ratelimit.decisions, a fallback in
 // ratelimit.fallbacks, its latency in ratelimit.wait.duration when it ends
 // a WaitN call, else in ratelimit.decision.duration for a Redis limiter (or
-// any, with [WithDurationForAllHomes]). It does not allocate once the
-// combination of e's limit, algorithm, home and outcome has been seen.
+// any, with [WithDurationForAllHomes]). The permits a concurrency limit
+// admitted (Algorithm [ratelimit.ConcurrencyAlgorithm], Outcome
+// [ratelimit.OutcomeAllowed], an Acquire that waited too) are added to
+// ratelimit.concurrency.in_flight; an Event with Outcome
+// [ratelimit.OutcomeReleased] is not a decision: its permits are taken off
+// ratelimit.concurrency.in_flight and nothing else is recorded. It does not
+// allocate once the combination of e's limit, algorithm, home and outcome
+// has been seen.
 func (o *Observer) Observe(ctx context.Context, e ratelimit.Event) {
 	en := o.lookup(&e)
+	if e.Outcome == ratelimit.OutcomeReleased {
+		if en.inFlight != nil && e.N > 0 {
+			o.inFlight.Add(ctx, -int64(e.N), en.inFlight...)
+		}
+		return
+	}
 	o.decisions.Add(ctx, 1, en.add...)
+	if en.inFlight != nil && e.N > 0 {
+		o.inFlight.Add(ctx, int64(e.N), en.inFlight...)
+	}
 	if e.Outcome == ratelimit.OutcomeFallback {
 		o.fallbacks.Add(ctx, 1, en.fallback...)
 	}

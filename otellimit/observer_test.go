@@ -189,13 +189,18 @@ func TestObserveGivesEveryNamedEnumValueItsOwnAttribute(t *testing.T) {
 		if o := ratelimit.Outcome(v); o.String() != "unknown" {
 			e := base
 			e.Outcome = o
-			add(e)
+			if o == ratelimit.OutcomeReleased {
+				obs.Observe(ctx, e) // not a decision (TestObserveCountsReleasesOnlyInFlight)
+			} else {
+				add(e)
+			}
 			outcomes = append(outcomes, o.String())
 		}
 	}
 	assert.Contains(t, algs, "quota")
 	assert.Contains(t, homes, "none")
 	assert.Contains(t, outcomes, "exempt")
+	assert.Contains(t, outcomes, "released")
 	assert.Equal(t, want, collect(t, reader).sums(t, "ratelimit.decisions"))
 }
 
@@ -265,6 +270,8 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 		redisEvent(ratelimit.OutcomeAllowed, true, time.Millisecond),
 		redisEvent(ratelimit.OutcomeFallback, true, 50*time.Millisecond),
 		{Name: "api", Algorithm: ratelimit.LeakyBucketAlgorithm, Home: ratelimit.HomeMemory, Outcome: ratelimit.OutcomeAllowed, N: 1, Wait: true, Latency: time.Second},
+		concurrencyEvent(ratelimit.OutcomeAllowed, 2),
+		concurrencyEvent(ratelimit.OutcomeReleased, 2),
 	}
 	reader := sdkmetric.NewManualReader()
 	for name, mp := range map[string]metric.MeterProvider{
@@ -313,4 +320,53 @@ func TestNewObserverWithNilProviderUsesTheGlobalOne(t *testing.T) {
 	assert.Equal(t, map[string]int64{
 		series("api", ratelimit.SlidingCounterAlgorithm, ratelimit.HomeRedis, ratelimit.OutcomeDenied): 1,
 	}, collect(t, reader).sums(t, "ratelimit.decisions"))
+}
+
+// concurrencyEvent is an Event of an in-memory concurrency limit named
+// "exports".
+func concurrencyEvent(outcome ratelimit.Outcome, n int) ratelimit.Event {
+	return ratelimit.Event{Name: "exports", Algorithm: ratelimit.ConcurrencyAlgorithm, Home: ratelimit.HomeKeyed,
+		Outcome: outcome, N: n, Decision: ratelimit.Decision{Allowed: outcome != ratelimit.OutcomeDenied, Limit: 4}}
+}
+
+// TestObserveCountsReleasesOnlyInFlight: an OutcomeReleased Event is not a
+// decision; it takes its permits off in_flight, for a concurrency limit
+// only, and records nothing else. Only admitted permits go in flight.
+func TestObserveCountsReleasesOnlyInFlight(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t, otellimit.WithDurationForAllHomes())
+	ctx := context.Background()
+	obs.Observe(ctx, concurrencyEvent(ratelimit.OutcomeAllowed, 3))
+	obs.Observe(ctx, concurrencyEvent(ratelimit.OutcomeReleased, 2))
+	for _, oc := range []ratelimit.Outcome{ratelimit.OutcomeDenied, ratelimit.OutcomeShadow, ratelimit.OutcomeError,
+		ratelimit.OutcomeExempt, ratelimit.OutcomeFallback} {
+		obs.Observe(ctx, concurrencyEvent(oc, 1)) // decisions, but no permit held
+	}
+	wait := concurrencyEvent(ratelimit.OutcomeAllowed, 1)
+	wait.Wait = true
+	obs.Observe(ctx, wait) // an Acquire that waited
+	// A release of a rate limit makes no sense and is dropped; so is an n
+	// that is not positive.
+	obs.Observe(ctx, ratelimit.Event{Name: "exports", Algorithm: ratelimit.TokenBucketAlgorithm, Home: ratelimit.HomeKeyed,
+		Outcome: ratelimit.OutcomeReleased, N: 1})
+	obs.Observe(ctx, concurrencyEvent(ratelimit.OutcomeReleased, -5))
+
+	got := collect(t, reader)
+	alg, home := ratelimit.ConcurrencyAlgorithm, ratelimit.HomeKeyed
+	assert.Equal(t, map[string]int64{inFlightSeries("exports", home): 2},
+		got.upDownSums(t, "ratelimit.concurrency.in_flight"), "3 admitted, 2 released, 1 admitted by a wait")
+	assert.Equal(t, map[string]int64{
+		series("exports", alg, home, ratelimit.OutcomeAllowed):  2,
+		series("exports", alg, home, ratelimit.OutcomeDenied):   1,
+		series("exports", alg, home, ratelimit.OutcomeShadow):   1,
+		series("exports", alg, home, ratelimit.OutcomeError):    1,
+		series("exports", alg, home, ratelimit.OutcomeExempt):   1,
+		series("exports", alg, home, ratelimit.OutcomeFallback): 1,
+	}, got.sums(t, "ratelimit.decisions"), "ratelimit.decisions: no release among them")
+	for _, h := range []string{"ratelimit.decision.duration", "ratelimit.wait.duration"} {
+		for s := range got.histograms(t, h) {
+			assert.NotContainsf(t, s, "released", "%s has a series of releases", h)
+		}
+	}
+	assert.NotContains(t, got.values(), "released", "an attribute value")
 }

@@ -69,12 +69,14 @@ import (
 // sethvargo's ns/op, round-robin (1Mkeys, issue 6) and random with fresh key
 // bytes (1Mrandom, issue 14); on one hot key with two goroutines at most
 // 0.6x (issue 14); at most 80 bytes per key; no allocation for an existing
-// key; and BenchmarkRedis's server time (issue 25).
+// key; BenchmarkRedis's server time (issue 25); and BenchmarkConcurrency's
+// acquire + release at most 1.2x x/sync/semaphore's, allocating nothing
+// (issue 26).
 var defaultTargets = map[string]struct{ ratio, max string }{
-	"ns/op":     {ratio: allowTargets + "," + keyedTargets},
-	"cpu-ns/op": {ratio: allowTargets + "," + keyedTargets},
+	"ns/op":     {ratio: allowTargets + "," + keyedTargets + "," + concurrencyTargets},
+	"cpu-ns/op": {ratio: allowTargets + "," + keyedTargets + "," + concurrencyTargets},
 	"bytes/key": {max: "Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=80"},
-	"allocs/op": {max: "Allow=0,Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=0"},
+	"allocs/op": {max: "Allow=0,Keyed@^ratelimit-(tokenbucket|fixedwindow|slidingcounter)/=0,Concurrency=0"},
 	// Issue 25: Redis server time per decision at most redis_rate's for
 	// the bucket, window and quota scripts, 1.5x for the sliding log.
 	"server-µs/op": {ratio: "Redis/redis_rate@^ratelimit-(tokenbucket|leakybucket|fixedwindow|slidingcounter|quota)/=1,Redis/redis_rate@^ratelimit-slidinglog/=1.5"},
@@ -96,7 +98,8 @@ const (
 	// The 1M-key target is on 1Mrandom, the measure of real traffic
 	// (issue 14); 1Mkeys, the old round-robin measure, is reported beside
 	// it without one (see README.md, "Two 1M-key measures").
-	keyedTargets = keyedTarget + "/1Mrandom/=0.5," + keyedTarget + "/hotkey/parallel$=0.6"
+	keyedTargets       = keyedTarget + "/1Mrandom/=0.5," + keyedTarget + "/hotkey/parallel$=0.6"
+	concurrencyTargets = "Concurrency/xsync-semaphore=1.2"
 )
 
 type key struct {
