@@ -160,7 +160,7 @@ func (o *Observer) fill(t *limitTable, a, h, oc int) *entry {
 	}
 	en := &entry{}
 	if a == int(ratelimit.ConcurrencyAlgorithm) &&
-		(oc == int(ratelimit.OutcomeAllowed) || oc == int(ratelimit.OutcomeReleased)) {
+		(oc == int(ratelimit.OutcomeAllowed) || oc == int(ratelimit.OutcomeReleased) || oc == fallbackAllowed) {
 		en.inFlight = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(common[0], common[2]))}
 	}
 	if oc == int(ratelimit.OutcomeReleased) { // not a decision: in flight only

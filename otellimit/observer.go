@@ -137,7 +137,8 @@ func NewObserver(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 // a WaitN call, else in ratelimit.decision.duration for a Redis limiter (or
 // any, with [WithDurationForAllHomes]). The permits a concurrency limit
 // admitted (Algorithm [ratelimit.ConcurrencyAlgorithm], Outcome
-// [ratelimit.OutcomeAllowed], an Acquire that waited too) are added to
+// [ratelimit.OutcomeAllowed], an Acquire that waited too, or a failure
+// policy's admission, [ratelimit.OutcomeFallback]) are added to
 // ratelimit.concurrency.in_flight; an Event with Outcome
 // [ratelimit.OutcomeReleased] is not a decision: its permits are taken off
 // ratelimit.concurrency.in_flight and nothing else is recorded. It does not

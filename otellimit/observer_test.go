@@ -339,9 +339,15 @@ func TestObserveCountsReleasesOnlyInFlight(t *testing.T) {
 	obs.Observe(ctx, concurrencyEvent(ratelimit.OutcomeAllowed, 3))
 	obs.Observe(ctx, concurrencyEvent(ratelimit.OutcomeReleased, 2))
 	for _, oc := range []ratelimit.Outcome{ratelimit.OutcomeDenied, ratelimit.OutcomeShadow, ratelimit.OutcomeError,
-		ratelimit.OutcomeExempt, ratelimit.OutcomeFallback} {
+		ratelimit.OutcomeExempt} {
 		obs.Observe(ctx, concurrencyEvent(oc, 1)) // decisions, but no permit held
 	}
+	// A failure policy's admission holds a permit its Release will report;
+	// its refusal holds none.
+	obs.Observe(ctx, concurrencyEvent(ratelimit.OutcomeFallback, 1))
+	failClosed := concurrencyEvent(ratelimit.OutcomeFallback, 1)
+	failClosed.Decision.Allowed = false
+	obs.Observe(ctx, failClosed)
 	wait := concurrencyEvent(ratelimit.OutcomeAllowed, 1)
 	wait.Wait = true
 	obs.Observe(ctx, wait) // an Acquire that waited
@@ -353,15 +359,15 @@ func TestObserveCountsReleasesOnlyInFlight(t *testing.T) {
 
 	got := collect(t, reader)
 	alg, home := ratelimit.ConcurrencyAlgorithm, ratelimit.HomeKeyed
-	assert.Equal(t, map[string]int64{inFlightSeries("exports", home): 2},
-		got.upDownSums(t, "ratelimit.concurrency.in_flight"), "3 admitted, 2 released, 1 admitted by a wait")
+	assert.Equal(t, map[string]int64{inFlightSeries("exports", home): 3},
+		got.upDownSums(t, "ratelimit.concurrency.in_flight"), "3 admitted, 2 released, 1 admitted by a wait, 1 failing open")
 	assert.Equal(t, map[string]int64{
 		series("exports", alg, home, ratelimit.OutcomeAllowed):  2,
 		series("exports", alg, home, ratelimit.OutcomeDenied):   1,
 		series("exports", alg, home, ratelimit.OutcomeShadow):   1,
 		series("exports", alg, home, ratelimit.OutcomeError):    1,
 		series("exports", alg, home, ratelimit.OutcomeExempt):   1,
-		series("exports", alg, home, ratelimit.OutcomeFallback): 1,
+		series("exports", alg, home, ratelimit.OutcomeFallback): 2,
 	}, got.sums(t, "ratelimit.decisions"), "ratelimit.decisions: no release among them")
 	for _, h := range []string{"ratelimit.decision.duration", "ratelimit.wait.duration"} {
 		for s := range got.histograms(t, h) {
