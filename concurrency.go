@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/rlkit/ratelimit/internal/permit"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 )
@@ -90,6 +91,10 @@ type Concurrency struct {
 	// included.
 	keys   atomic.Int64
 	blocks blockTable
+	// lift is closed, and replaced, when a block is lifted or replaced
+	// (Block, Reset), to wake the Acquires waiting one out.
+	liftMu sync.Mutex
+	lift   chan struct{}
 	shards [ccShards]ccShard
 }
 
@@ -305,11 +310,12 @@ func (c *Concurrency) acquire(ctx context.Context, key string, n int) (Permit, e
 		// queued before a block is granted during it.
 		if left, blocked := c.blocked(key); blocked {
 			c.maybeForget(sh, k)
+			lifted := c.lifted() // under sh.mu, as Block and Reset lift
 			sh.mu.Unlock()
 			if timesrc.Outlasts(ctx, time.Duration(left)) {
-				return Permit{}, ErrDeadline
+				return Permit{}, errs.Deadline(ErrDeadline, time.Duration(left))
 			}
-			if err := c.ts.Sleep(ctx, time.Duration(left)); err != nil {
+			if err := timesrc.SleepOr(ctx, c.ts.Clock(), time.Duration(left), lifted); err != nil {
 				return Permit{}, err
 			}
 			continue
@@ -354,6 +360,34 @@ func (c *Concurrency) blocked(key string) (int64, bool) {
 		return 0, false
 	}
 	return c.blocks.left(key, c.ts.Now())
+}
+
+// lifted returns the channel closed when a block is next lifted early.
+func (c *Concurrency) lifted() <-chan struct{} {
+	c.liftMu.Lock()
+	defer c.liftMu.Unlock()
+	if c.lift == nil {
+		c.lift = make(chan struct{})
+	}
+	return c.lift
+}
+
+// liftBlock lifts key's block and wakes the Acquires waiting out a block.
+// Requires the shard lock of key held.
+func (c *Concurrency) liftBlock(key string) {
+	c.blocks.remove(key)
+	c.wakeBlocked()
+}
+
+// wakeBlocked wakes the Acquires waiting out a block, to look at it again.
+// Requires the shard lock of the key whose block changed held.
+func (c *Concurrency) wakeBlocked() {
+	c.liftMu.Lock()
+	if c.lift != nil {
+		close(c.lift)
+		c.lift = nil
+	}
+	c.liftMu.Unlock()
 }
 
 // keyFor returns key's state in sh, adding it if it is new and there is
@@ -574,7 +608,7 @@ func (c *Concurrency) Reset(ctx context.Context, key string) error {
 	}
 	sh := c.shardFor(key)
 	sh.mu.Lock()
-	c.blocks.remove(key)
+	c.liftBlock(key)
 	k := sh.m[key]
 	if k == nil || k == sh.parked {
 		sh.mu.Unlock()
@@ -596,9 +630,9 @@ func (c *Concurrency) Reset(ctx context.Context, key string) error {
 
 // Block refuses every new acquisition for key for d from now: TryAcquire
 // is denied with RetryAfter the rest of the block, Acquire waits for its
-// end (or returns [ErrDeadline] at once when that would outlast ctx's
-// deadline), and the Acquires already waiting for key go back to wait for
-// the end of the block. Permits already held stay held. A new Block
+// end, or until it is lifted (or returns [ErrDeadline] at once when the
+// block would outlast ctx's deadline), and the Acquires already waiting
+// for key go back to wait for the end of the block. Permits already held stay held. A new Block
 // replaces the one in force; d <= 0 lifts it, and so does Reset. At most
 // [WithMaxKeys] blocks are in force: beyond, Block returns
 // [ErrTooManyKeys]. A d above 100 years, or a nil ctx, is an error.
@@ -613,13 +647,14 @@ func (c *Concurrency) Block(ctx context.Context, key string, d time.Duration) er
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if d <= 0 {
-		c.blocks.remove(key)
+		c.liftBlock(key)
 		return nil
 	}
 	now := c.ts.Now()
 	if err := c.blocks.set(key, now+int64(d), now); err != nil {
 		return err
 	}
+	c.wakeBlocked() // a shorter block may have replaced a longer one
 	if k := sh.m[key]; k != nil && k != sh.parked {
 		for w := k.wHead; w != nil; w = k.wHead {
 			k.dequeue(w)

@@ -132,6 +132,7 @@ func TestConcurrencyBlock(t *testing.T) {
 		defer cancel()
 		_, err = c.Acquire(short, "k", 1)
 		require.ErrorIs(t, err, ratelimit.ErrDeadline, "refused at once: the block outlasts the deadline")
+		require.ErrorIs(t, err, context.DeadlineExceeded, "as WaitN's")
 
 		start := time.Now()
 		w := <-waiter
@@ -182,4 +183,46 @@ func TestConcurrencyWaitersAllServed(t *testing.T) {
 		assert.LessOrEqual(t, maxSeen, 4)
 		assert.Equal(t, 0, c.Len())
 	})
+}
+
+// TestConcurrencyBlockLiftedEarly: an Acquire waiting out a block is served
+// as soon as the block is lifted (or shortened), not at the end it saw.
+func TestConcurrencyBlockLiftedEarly(t *testing.T) {
+	for _, lift := range []string{"Block(0)", "Reset", "shorter Block"} {
+		t.Run(lift, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				c := newConcurrency(t, 1)
+				require.NoError(t, c.Block(ctx, "k", time.Hour))
+				require.NoError(t, c.Block(ctx, "blocked-too", time.Hour))
+				waiter := acquireAsync(ctx, c, "k", 1)
+				other := acquireAsync(ctx, c, "blocked-too", 1)
+				synctest.Wait()
+				start := time.Now()
+				time.Sleep(time.Minute)
+				switch lift {
+				case "Block(0)":
+					require.NoError(t, c.Block(ctx, "k", 0))
+				case "Reset":
+					require.NoError(t, c.Reset(ctx, "k"))
+				case "shorter Block":
+					require.NoError(t, c.Block(ctx, "k", time.Second))
+				}
+				w := <-waiter
+				require.NoError(t, w.err)
+				want := time.Minute
+				if lift == "shorter Block" {
+					want += time.Second
+				}
+				assert.Equal(t, want, time.Since(start))
+				w.p.Release()
+				synctest.Wait()
+				assert.True(t, pending(other), "a waiter of another key looked again and is still blocked")
+				require.NoError(t, c.Block(ctx, "blocked-too", 0))
+				o := <-other
+				require.NoError(t, o.err)
+				o.p.Release()
+			})
+		})
+	}
 }

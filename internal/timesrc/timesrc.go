@@ -114,6 +114,12 @@ func (s *Source) Time() time.Time {
 // Sleep waits for d on the clock, or until ctx is done, whichever comes
 // first. On the real clock it stops its timer either way.
 func Sleep(ctx context.Context, c Clock, d time.Duration) error {
+	return SleepOr(ctx, c, d, nil)
+}
+
+// SleepOr is Sleep that also ends, with a nil error, when wake is closed
+// (a nil wake never is).
+func SleepOr(ctx context.Context, c Clock, d time.Duration, wake <-chan struct{}) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
@@ -127,6 +133,8 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 	}
 	select {
 	case <-ch:
+		return nil
+	case <-wake:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
