@@ -184,16 +184,6 @@ func NewConcurrency(client redis.UniversalClient, limit int, opts ...Option) (*C
 // Limit returns the number of permits each key may have in flight.
 func (c *Concurrency) Limit() int { return c.limit }
 
-// key returns the Redis key that holds key's permits.
-func (c *Concurrency) key(key string) string {
-	if c.plain {
-		return c.base + key + "}"
-	}
-	var buf [keyDigestLen]byte
-	digest(key, &buf)
-	return c.base + string(buf[:]) + "}"
-}
-
 // Close stops renewing the permits held: they stay held on Redis until
 // released or expired, and are lost (their Lost channels close) when their
 // last renewal runs out. Acquisitions after Close return an error. Close
