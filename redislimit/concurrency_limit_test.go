@@ -177,12 +177,14 @@ func TestConcurrencyReleaseNeverAnothers(t *testing.T) {
 func TestConcurrencyRenewal(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	cc := newCC(t, c, 2, WithPermitExpiry(time.Second))
+	// Renewed every 667ms, lost 1.6s after the last renewal was sent:
+	// two rounds may be slow (a loaded machine) without losing anything.
+	cc := newCC(t, c, 2, WithPermitExpiry(2*time.Second), WithTimeout(500*time.Millisecond))
 	p, _, err := cc.TryAcquire(bg(), "k", 1)
 	require.NoError(t, err)
 	q, _, err := cc.TryAcquire(bg(), "j", 1)
 	require.NoError(t, err)
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(4500 * time.Millisecond) // more than two expiries
 	require.False(t, isLost(p))
 	n, err := cc.InFlight(bg(), "k")
 	require.NoError(t, err)
@@ -190,7 +192,7 @@ func TestConcurrencyRenewal(t *testing.T) {
 	require.NoError(t, c.Del(bg(), cc.key("k")).Err())
 	select {
 	case <-p.Lost():
-	case <-time.After(time.Second): // a renewal round runs every 333ms
+	case <-time.After(2 * time.Second): // a renewal round runs every 667ms
 		t.Fatal("a permit gone from Redis was not lost at the next renewal")
 	}
 	require.False(t, isLost(q))

@@ -176,33 +176,32 @@ func ccHammer(s ccSpec, c redis.UniversalClient, cc *Concurrency) {
 	fmt.Printf("CCRESULT %d %d %d %d %d\n", acquired.Load(), overshoot.Load(), maxSeen.Load(), lost.Load(), errs.Load())
 }
 
-// ccHold acquires all the permits of the key, prints "HELD <deadline>"
-// (the Unix ns at which its Lost is due, unless renewed), then "LOST <t>"
-// when Lost closes, and releases on a line "RELEASE" on stdin, printing
-// "RELEASED".
+// ccHold acquires all the permits of the key, prints "HELD", then "LOST
+// <t> <due>" when Lost closes (t the Unix ns it closed at, due the Unix
+// ns it was due at: the last renewal's send time + expiry - margin), and
+// releases on a line "RELEASE" on stdin, printing "RELEASED".
 func ccHold(s ccSpec, cc *Concurrency) {
-	p, d, err := cc.TryAcquire(context.Background(), ccKeyName, s.Limit)
+	cc.lostHook = func(h *ccHolder, at time.Time) {
+		fmt.Printf("LOST %d %d\n", at.UnixNano(), h.deadline.UnixNano())
+	}
+	_, d, err := cc.TryAcquire(context.Background(), ccKeyName, s.Limit)
 	if err != nil || !d.Allowed {
 		fmt.Printf("NOTHELD %v %+v\n", err, d)
 		return
 	}
 	cc.mu.Lock()
-	var due time.Time
+	var p *ccHolder
 	for _, hs := range cc.held {
 		for h := range hs {
-			due = h.deadline
+			p = h
 		}
 	}
 	cc.mu.Unlock()
-	fmt.Printf("HELD %d\n", due.UnixNano())
-	go func() {
-		<-p.Lost()
-		fmt.Printf("LOST %d\n", time.Now().UnixNano())
-	}()
+	fmt.Println("HELD")
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		if sc.Text() == "RELEASE" {
-			p.Release()
+			p.Release(0)
 			fmt.Println("RELEASED")
 			return
 		}
@@ -364,36 +363,43 @@ func TestConcurrencyCrash(t *testing.T) {
 	t.Run("SIGSTOP", func(t *testing.T) {
 		s := ccSpec{Addrs: []string{srv.Addr()}, Prefix: uniquePrefix(t), Limit: 4, Expiry: expiry, Mode: "hold"}
 		ch := startCCChild(t, s)
-		f := ch.expect(t, "HELD", 30*time.Second)
-		due, _ := strconv.ParseInt(f[1], 10, 64)
+		ch.expect(t, "HELD", 30*time.Second)
 		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
 		stopped := time.Now()
 		cc, err := NewConcurrency(c, s.Limit, WithPrefix(s.Prefix), WithPermitExpiry(expiry))
 		require.NoError(t, err)
 		defer cc.Close()
 		var p ratelimit.Permit
-		var sent time.Time
+		// granted is a lower bound of when Redis gave the permits to this
+		// process: after both the send of the admitting call and the
+		// return of the denied one before it.
+		var granted time.Time
 		for {
-			sent = time.Now()
+			sent := time.Now()
 			var d ratelimit.Decision
 			p, d, err = cc.TryAcquire(bg(), ccKeyName, s.Limit)
 			require.NoError(t, err)
 			if d.Allowed {
+				if sent.After(granted) {
+					granted = sent
+				}
 				break
 			}
+			granted = time.Now()
 			require.Less(t, time.Since(stopped), 3*expiry)
 			time.Sleep(5 * time.Millisecond)
 		}
 		defer p.Release()
-		// The other process's script ran after sent: the stopped holder's
-		// Lost was due (on this machine's wall clock) before.
-		require.Less(t, due, sent.UnixNano(), "the stopped holder's Lost was due after another process got its permits")
-		t.Logf("Lost due %v before another process acquired (expiry %v, margin %v)", time.Duration(sent.UnixNano()-due).Round(time.Millisecond), expiry, expiry/5)
-		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
 		resumed := time.Now()
-		f = ch.expect(t, "LOST", 10*time.Second)
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
+		f := ch.expect(t, "LOST", 10*time.Second)
 		at, _ := strconv.ParseInt(f[1], 10, 64)
-		t.Logf("its Lost closed %v after SIGCONT", time.Duration(at-resumed.UnixNano()).Round(time.Microsecond))
+		due, _ := strconv.ParseInt(f[2], 10, 64)
+		// On this machine's wall clock, the stopped holder's Lost was due
+		// before Redis gave its permits to another process.
+		require.Less(t, due, granted.UnixNano(), "the stopped holder's Lost was due after another process got its permits")
+		t.Logf("Lost due %v before another process acquired (expiry %v, margin %v); it closed %v after SIGCONT was sent",
+			time.Duration(granted.UnixNano()-due).Round(time.Millisecond), expiry, expiry/5, time.Duration(at-resumed.UnixNano()).Round(time.Microsecond))
 		_, err = io.WriteString(ch.stdin, "RELEASE\n")
 		require.NoError(t, err)
 		ch.expect(t, "RELEASED", 10*time.Second)
