@@ -86,6 +86,7 @@ type Concurrency struct {
 	held     map[string]map[*ccHolder]struct{} // renewable holders, by Redis key; guarded by mu
 	queues   map[string]*ccQueue               // Acquires waiting, by Redis key; guarded by mu
 	renewing bool                              // the renewal goroutine runs; guarded by mu
+	orphans  []ccOrphan                        // members to remove at the next round; guarded by mu
 	closed   bool                              // guarded by mu
 	stop     chan struct{}                     // closed by Close
 	wg       sync.WaitGroup                    // the renewal goroutine
@@ -118,6 +119,18 @@ type ccHolder struct {
 type ccQueue struct{ w []*ccWaiter }
 
 type ccWaiter struct{ turn chan struct{} } // closed when it is the oldest
+
+// ccOrphan is a member that may be held on Redis for no one: an
+// acquisition whose reply was lost, or a release that failed. The next
+// renewal round removes it; it is forgotten once it must have expired.
+type ccOrphan struct {
+	rkey, member string
+	until        time.Time // when Redis has expired it for sure
+}
+
+// maxOrphans bounds the orphans kept: beyond, the oldest are left to
+// their expiry.
+const maxOrphans = 4096
 
 // NewConcurrency returns a limiter that lets at most limit permits be in
 // flight per key across every process sharing client's Redis, prefix and
@@ -249,11 +262,13 @@ func (c *Concurrency) try(ctx context.Context, key string, n int) (ratelimit.Per
 			return nil
 		})
 	if err != nil {
+		// A reply lost after the script ran leaves member held on Redis
+		// for no one: never renewed, it expires, and the next renewal
+		// round removes it sooner.
+		c.orphan(rkey, member, sent, err)
 		if ctx.Err() != nil {
 			return ratelimit.Permit{}, ratelimit.Decision{Limit: c.limit, RetryAfter: FailClosedRetryAfter}, ctx.Err()
 		}
-		// A reply lost after the script ran leaves member held on Redis
-		// until it expires: it is never renewed.
 		err = c.unavailable(ctx, "TryAcquire", key, err)
 		if c.failure == FailClosed {
 			return ratelimit.Permit{}, ratelimit.Decision{Limit: c.limit, RetryAfter: FailClosedRetryAfter}, err
@@ -299,11 +314,33 @@ func (c *Concurrency) hold(h *ccHolder, sent time.Time) {
 		c.held[h.rkey] = hs
 	}
 	hs[h] = struct{}{}
-	if !c.renewing {
+	c.startRenewing()
+}
+
+// startRenewing starts the renewal goroutine unless it runs. Requires
+// c.mu held.
+func (c *Concurrency) startRenewing() {
+	if !c.renewing && !c.closed {
 		c.renewing = true
 		c.wg.Add(1)
 		go c.renew()
 	}
+}
+
+// orphan records member of rkey, sent at sent by a call that failed with
+// err, for removal at the next renewal round, unless err says it was
+// never sent (the open breaker).
+func (c *Concurrency) orphan(rkey, member string, sent time.Time, err error) {
+	if errors.Is(err, ErrBreakerOpen) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.orphans) >= maxOrphans {
+		c.orphans = append(c.orphans[:0], c.orphans[1:]...)
+	}
+	c.orphans = append(c.orphans, ccOrphan{rkey: rkey, member: member, until: sent.Add(c.expiry + c.timeout)})
+	c.startRenewing()
 }
 
 // expire runs at h's deadline: h is lost unless renewed meanwhile.
@@ -364,7 +401,7 @@ func (c *Concurrency) renew() {
 		}
 		c.renewRound()
 		c.mu.Lock()
-		if len(c.held) == 0 || c.closed {
+		if (len(c.held) == 0 && len(c.orphans) == 0) || c.closed {
 			c.renewing = false
 			c.mu.Unlock()
 			return
@@ -391,8 +428,16 @@ func (c *Concurrency) renewRound() {
 		}
 		groups = append(groups, g)
 	}
+	now := time.Now()
+	orphans := make([]ccOrphan, 0, len(c.orphans))
+	for _, o := range c.orphans {
+		if now.Before(o.until) {
+			orphans = append(orphans, o)
+		}
+	}
+	c.orphans = c.orphans[:0]
 	c.mu.Unlock()
-	if len(groups) == 0 {
+	if len(groups) == 0 && len(orphans) == 0 {
 		return
 	}
 	args := func(g *group) []any {
@@ -406,9 +451,13 @@ func (c *Concurrency) renewRound() {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	dels := make([]*redis.IntCmd, len(orphans))
 	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, g := range groups {
 			g.cmd = ccRenewScript.EvalSha(ctx, p, []string{g.rkey}, args(g)...)
+		}
+		for i, o := range orphans {
+			dels[i] = p.ZRem(ctx, o.rkey, o.member)
 		}
 		return nil
 	})
@@ -429,6 +478,11 @@ func (c *Concurrency) renewRound() {
 	deadline := sent.Add(c.expiry - c.margin)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for i, o := range orphans {
+		if dels[i].Err() != nil && len(c.orphans) < maxOrphans {
+			c.orphans = append(c.orphans, o) // again next round
+		}
+	}
 	var failed error
 	for _, g := range groups {
 		v, err := g.cmd.Int64Slice()
@@ -498,7 +552,8 @@ func (h *ccHolder) Release(uint64) {
 		return err
 	})
 	if err != nil {
-		// Reclaimed by its expiry.
+		// Removed by the next renewal round, or expired.
+		c.orphan(h.rkey, h.member, time.Now(), err)
 		_ = c.unavailable(ctx, "Release", h.key, err)
 	}
 	if c.observer != nil {

@@ -281,3 +281,56 @@ func TestConcurrencyNetworkFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrencyLostReplyGivenBack: an acquisition whose reply is lost
+// after the script ran holds its permits on Redis for no one; the next
+// renewal round (a third of the expiry) removes them, well before they
+// would expire. So does a release whose reply is lost.
+func TestConcurrencyLostReplyGivenBack(t *testing.T) {
+	t.Parallel()
+	srv, direct := startRedis(t)
+	proxy, err := faultproxy.New(srv.Addr())
+	require.NoError(t, err)
+	defer proxy.Close()
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	const expiry = 6 * time.Second
+	prefix := uniquePrefix(t)
+	cc, err := NewConcurrency(c, 2, WithPrefix(prefix), WithTimeout(200*time.Millisecond), WithBreaker(0),
+		WithFailurePolicy(FailClosed), WithPermitExpiry(expiry))
+	require.NoError(t, err)
+	defer cc.Close()
+	check, err := NewConcurrency(direct, 2, WithPrefix(prefix))
+	require.NoError(t, err)
+	defer check.Close()
+	inFlight := func() int {
+		n, err := check.InFlight(bg(), "k")
+		require.NoError(t, err)
+		return n
+	}
+
+	// Load the scripts (a first EVALSHA is answered NOSCRIPT, unrun).
+	w, _, err := cc.TryAcquire(bg(), "warm", 1)
+	require.NoError(t, err)
+	w.Release()
+	proxy.MatchRequests("evalsha")
+	proxy.DropReplies(1, faultproxy.RST)
+	_, _, err = cc.TryAcquire(bg(), "k", 2)
+	require.ErrorIs(t, err, ErrUnavailable)
+	proxy.DropReplies(0, faultproxy.RST)
+	require.Equal(t, 2, inFlight(), "the script ran: its member is held for no one")
+	start := time.Now()
+	require.Eventually(t, func() bool { return inFlight() == 0 }, expiry/2, 10*time.Millisecond)
+	t.Logf("a lost acquire reply's permits were given back %v later (expiry %v)", time.Since(start).Round(time.Millisecond), expiry)
+
+	p, d, err := cc.TryAcquire(bg(), "k", 2)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	proxy.DropReplies(1, faultproxy.RST)
+	p.Release()
+	proxy.DropReplies(0, faultproxy.RST)
+	proxy.MatchRequests("")
+	start = time.Now()
+	require.Eventually(t, func() bool { return inFlight() == 0 }, expiry/2, 10*time.Millisecond)
+	t.Logf("a lost release reply's permits were free %v later (expiry %v)", time.Since(start).Round(time.Millisecond), expiry)
+}
