@@ -245,6 +245,9 @@ func (c *Concurrency) try(ctx context.Context, key string, n int) (ratelimit.Per
 	if closed {
 		return ratelimit.Permit{}, ratelimit.Decision{Limit: c.limit, RetryAfter: ratelimit.RetryNever}, errClosed
 	}
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Permit{}, ratelimit.Decision{Limit: c.limit, RetryAfter: FailClosedRetryAfter}, err
+	}
 	rkey := c.key(key)
 	member := newMember(n)
 	var allowed, held int64
