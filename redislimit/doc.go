@@ -99,8 +99,18 @@
 // under-admission (never an over-admission on Redis's clock for the
 // windows).
 //
+// # Concurrency limits
+//
+// [NewConcurrency] bounds how many permits are in flight per key across
+// processes ([ratelimit.ConcurrencyLimiter]): one script per acquire and
+// per release, on the server's clock, one Redis key per client key.
+// Permits expire unless renewed ([WithPermitExpiry]); each process renews
+// all of its permits in one pipeline per period, and a permit it could
+// not renew is lost (Permit.Lost closes) before Redis can hand it on.
+//
 // docs/redis.md in the repository is the design behind all this: the key
 // names and their memory, time steps, calendar quotas, policy changes,
-// the retries, replication and what leases cost, in detail. The scripts
+// the retries, replication, what leases cost and the concurrency
+// limits, in detail. The scripts
 // need Redis 3.2 or later (tested with Redis 7).
 package redislimit

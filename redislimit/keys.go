@@ -26,7 +26,9 @@ import (
 // same K has the same hash tag under every limiter (state for one client
 // can be colocated on one Cluster node). The client's block is kept in
 // prefix + "blk:{" + digest(K) + "}", independent of the policy; with
-// [WithPlainKeys] K itself takes the digest's place.
+// [WithPlainKeys] K itself takes the digest's place. The permits of a
+// [Concurrency] of limit L for K are in prefix + "cc:" + L + ":{" +
+// digest(K) + "}" (see Concurrency.key).
 
 // quotaFingerprint returns the 8 hex digits that name a quota policy in
 // its Redis keys: the limit and the calendar's normalized description
@@ -172,4 +174,17 @@ func digest(key string, buf *[keyDigestLen]byte) {
 func keyDigest(key string) string {
 	sum := keyHash(key)
 	return "sha256:" + hex.EncodeToString(sum[:6])
+}
+
+// key returns the Redis key that holds key's permits: prefix + "cc:" +
+// limit + ":{" + digest(key) + "}", or key itself in the braces with
+// WithPlainKeys. One key per client key: its scripts touch one slot.
+func (c *Concurrency) key(key string) string {
+	var buf [keyDigestLen]byte
+	tag := key
+	if !c.plain {
+		digest(key, &buf)
+		tag = string(buf[:])
+	}
+	return c.base + tag + "}"
 }

@@ -61,7 +61,7 @@ type LeaseConfig struct {
 // leased exactly, and for invalid cfg fields (the error names the field).
 // Call [Limiter.ReleaseLeases] at shutdown to give back what is held.
 func WithLeases(cfg LeaseConfig) Option {
-	return optionFunc(func(c *config) { c.leases = &cfg })
+	return named("WithLeases", func(c *config) { c.leases = &cfg })
 }
 
 // newTable returns a table of leases sized by cfg for policy p.

@@ -84,6 +84,9 @@ func New(client redis.UniversalClient, p ratelimit.Policy, opts ...Option) (*Lim
 	if err != nil {
 		return nil, err
 	}
+	if cfg.gave("WithPermitExpiry") {
+		return nil, invalid("New: WithPermitExpiry applies only to NewConcurrency")
+	}
 	if typednil.Is(client) {
 		return nil, invalid("New: client is nil (%T)", client)
 	}

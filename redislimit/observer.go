@@ -55,6 +55,14 @@ func outcome(d ratelimit.Decision, err error) ratelimit.Outcome {
 // logger of its own.
 func init() {
 	observe.Register(func(l any) (observe.Info, bool) {
+		if cc, ok := l.(*Concurrency); ok && cc != nil {
+			return observe.Info{
+				Home:     uint8(ratelimit.HomeRedis),
+				Observed: cc.observer != nil,
+				Logs:     cc.logger.Get() != nil,
+				Fallback: isUnavailable,
+			}, true
+		}
 		lim, ok := l.(*Limiter)
 		if !ok || lim == nil {
 			return observe.Info{}, false

@@ -46,13 +46,51 @@ type config struct {
 	ackReplicas int        // WithReplicaAck: replicas, 0 off
 	ackTimeout  time.Duration
 	ackSet      bool
-	leases      *LeaseConfig // WithLeases; nil: off
-	err         error        // the first invalid option
+	leases      *LeaseConfig  // WithLeases; nil: off
+	expiry      time.Duration // WithPermitExpiry (NewConcurrency only)
+	given       []string      // the names of the options given, in order
+	err         error         // the first invalid option
 }
 
-type optionFunc func(*config)
+// namedOption is an option with its name, which the constructors that
+// refuse options that do not apply to them name in their errors.
+type namedOption struct {
+	name string
+	f    func(*config)
+}
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (o namedOption) apply(c *config) {
+	c.given = append(c.given, o.name)
+	o.f(c)
+}
+
+// gave reports whether the option called name was given.
+func (c *config) gave(name string) bool {
+	for _, g := range c.given {
+		if g == name {
+			return true
+		}
+	}
+	return false
+}
+
+// named returns the option called name that applies f.
+func named(name string, f func(*config)) Option { return namedOption{name, f} }
+
+// misapplied returns the first of the options given that is not among
+// allowed, or "".
+func (c *config) misapplied(allowed ...string) string {
+	for _, g := range c.given {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == g
+		}
+		if !ok {
+			return g
+		}
+	}
+	return ""
+}
 
 // setErr records err unless an earlier option was already invalid.
 func (c *config) setErr(err error) {
@@ -119,7 +157,7 @@ func newConfig(opts []Option) (config, error) {
 // WithPrefix sets the prefix of every Redis key (default "ratelimit:").
 // It must not contain '{' or '}', which would change the Cluster hash tag.
 func WithPrefix(prefix string) Option {
-	return optionFunc(func(c *config) { c.prefix = prefix })
+	return named("WithPrefix", func(c *config) { c.prefix = prefix })
 }
 
 // WithTimeout bounds each call to Redis (default 100ms); a
@@ -133,7 +171,7 @@ func WithPrefix(prefix string) Option {
 // WriteTimeout only, so each call is handed to a goroutine that may
 // outlive the caller's deadline.
 func WithTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.timeout = d })
+	return named("WithTimeout", func(c *config) { c.timeout = d })
 }
 
 // WithFailurePolicy sets what the limiter decides when Redis cannot:
@@ -141,7 +179,7 @@ func WithTimeout(d time.Duration) Option {
 // fallback, use [WithLocalFallback] instead. The last of these options
 // given wins.
 func WithFailurePolicy(f FailurePolicy) Option {
-	return optionFunc(func(c *config) {
+	return named("WithFailurePolicy", func(c *config) {
 		if f == failLocal {
 			// The local fallback needs the instances sharing the limit,
 			// which only WithLocalFallback gives: guessing one would let
@@ -166,7 +204,7 @@ func WithFailurePolicy(f FailurePolicy) Option {
 // the limit, each instance still admits one). The fallback starts empty
 // (full quota) and its state is not carried back to Redis.
 func WithLocalFallback(instances int) Option {
-	return optionFunc(func(c *config) { c.failure, c.instances = failLocal, instances })
+	return named("WithLocalFallback", func(c *config) { c.failure, c.instances = failLocal, instances })
 }
 
 // WithLogger makes the limiter report to logger that Redis could not
@@ -187,14 +225,14 @@ func WithLocalFallback(instances int) Option {
 // not reported. To see every decision, errors included, use
 // [WithObserver].
 func WithLogger(logger *slog.Logger) Option {
-	return optionFunc(func(c *config) { c.logger = report.To(logger) })
+	return named("WithLogger", func(c *config) { c.logger = report.To(logger) })
 }
 
 // WithErrorReportInterval sets how often, at most, the limiter reports to
 // its logger ([WithLogger]) that Redis could not decide (default 10s). d <= 0 reports every failed call but those
 // the breaker answered, which are counted in the next report.
 func WithErrorReportInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.reportEvery = max(d, 0) })
+	return named("WithErrorReportInterval", func(c *config) { c.reportEvery = max(d, 0) })
 }
 
 // WithObserver makes the limiter report every decision to o: one
@@ -207,7 +245,7 @@ func WithErrorReportInterval(d time.Duration) Option {
 // fast and safe for concurrent use. A nil o reports nothing (the default);
 // a typed nil is an error.
 func WithObserver(o ratelimit.Observer) Option {
-	return optionFunc(func(c *config) {
+	return named("WithObserver", func(c *config) {
 		if o != nil && typednil.Is(o) {
 			c.setErr(invalid("WithObserver: observer is a nil %T", o))
 			return
@@ -220,7 +258,7 @@ func WithObserver(o ratelimit.Observer) Option {
 // its error reports, such as "per-user" or "login". The name should come
 // from a small, fixed set: it becomes a metric attribute.
 func WithName(name string) Option {
-	return optionFunc(func(c *config) { c.name = name })
+	return named("WithName", func(c *config) { c.name = name })
 }
 
 // WithClock makes the limiter decide at c's time instead of the Redis
@@ -235,7 +273,7 @@ func WithName(name string) Option {
 // callers' own clocks (clock.New()). The observer's Latency is always
 // measured on the real clock. A typed nil clock is an error.
 func WithClock(c ratelimit.Clock) Option {
-	return optionFunc(func(o *config) {
+	return named("WithClock", func(o *config) {
 		if c != nil && typednil.Is(c) {
 			o.setErr(invalid("WithClock: clock is a nil %T", c))
 			return
@@ -248,7 +286,7 @@ func WithClock(c ratelimit.Clock) Option {
 // the server's TIME. Tests use it to drive the breaker, the reports and
 // the application's view of a calendar without moving Redis's time.
 func withLocalClock(c ratelimit.Clock) Option {
-	return optionFunc(func(o *config) { o.clock, o.clientTime = c, false })
+	return named("withLocalClock", func(o *config) { o.clock, o.clientTime = c, false })
 }
 
 // WithDenyCache sets how many denied keys the limiter remembers locally
@@ -271,7 +309,7 @@ func withLocalClock(c ratelimit.Clock) Option {
 // nothing remains no instance can admit anything on the key. The sliding
 // counter is not cached: its RetryAfter is documented as an estimate.
 func WithDenyCache(maxKeys int) Option {
-	return optionFunc(func(o *config) { o.cacheKeys = maxKeys })
+	return named("WithDenyCache", func(o *config) { o.cacheKeys = maxKeys })
 }
 
 // WithPlainKeys stores each key's state under a Redis key name holding the
@@ -281,7 +319,7 @@ func WithDenyCache(maxKeys int) Option {
 // token) is then visible to whoever can list Redis keys, and long keys make
 // long names.
 func WithPlainKeys() Option {
-	return optionFunc(func(c *config) { c.plain = true })
+	return named("WithPlainKeys", func(c *config) { c.plain = true })
 }
 
 // WithBreaker sets how long the limiter stops calling Redis after a call
@@ -299,7 +337,7 @@ func WithPlainKeys() Option {
 // node of a Redis Cluster, so one unreachable node opens the breaker for
 // the keys of the other nodes too.
 func WithBreaker(cooldown time.Duration) Option {
-	return optionFunc(func(o *config) { o.breaker = cooldown })
+	return named("WithBreaker", func(o *config) { o.breaker = cooldown })
 }
 
 // WithReplicaAck makes every round trip of decisions wait until replicas
@@ -331,5 +369,17 @@ func WithBreaker(cooldown time.Duration) Option {
 // ReadTimeout (3 s by default): keep timeout below it, or a slow WAIT
 // becomes a read timeout.
 func WithReplicaAck(replicas int, timeout time.Duration) Option {
-	return optionFunc(func(c *config) { c.ackReplicas, c.ackTimeout, c.ackSet = replicas, timeout, true })
+	return named("WithReplicaAck", func(c *config) { c.ackReplicas, c.ackTimeout, c.ackSet = replicas, timeout, true })
+}
+
+// WithPermitExpiry sets how long the permits of a [Concurrency] stay
+// held on Redis without being renewed (default 10s, at least 1s, at most
+// 1h): a process that dies holding permits frees them within d. The
+// process holding them renews them every d/3, all of them in one pipeline,
+// and a permit it could not renew in time is lost (its Lost channel
+// closes) at d - d/5 after the last renewal was sent, before Redis can
+// give it to another holder. It applies to [NewConcurrency] only; [New]
+// refuses it.
+func WithPermitExpiry(d time.Duration) Option {
+	return named("WithPermitExpiry", func(c *config) { c.expiry = d })
 }

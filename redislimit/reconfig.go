@@ -143,7 +143,7 @@ type previous struct {
 // every key has been idle under the new policy for the old policy's idle
 // time.
 func WithPrevious(p ratelimit.Policy, mode ratelimit.Inheritance) Option {
-	return optionFunc(func(c *config) { c.previous = append(c.previous, previous{p, mode}) })
+	return named("WithPrevious", func(c *config) { c.previous = append(c.previous, previous{p, mode}) })
 }
 
 // maxLinkLimit bounds the limits of a chain of policies: the scripts
