@@ -67,18 +67,18 @@ func DigestKey(key string) string {
 // Limit is one limit a request must pass, as the public packages define
 // it (httplimit.Limit, grpclimit.Limit), with the key function of R.
 type Limit[R any] struct {
-	Name       string
-	Key        func(r R) (key string, ok bool)
-	Limiter    ratelimit.KeyedLimiter
+	Name    string
+	Key     func(r R) (key string, ok bool)
+	Limiter ratelimit.KeyedLimiter
 	// Concurrency, instead of Limiter, makes the limit a concurrency
 	// limit: Decide acquires permits (TryAcquire) once the rate limits
 	// have admitted the request, and the caller holds them for the
 	// request's life (Release).
 	Concurrency ratelimit.ConcurrencyLimiter
 	Window      time.Duration
-	Shadow     bool
-	ExemptKeys []string
-	DeniedKeys []string
+	Shadow      bool
+	ExemptKeys  []string
+	DeniedKeys  []string
 }
 
 // Config is what a Set needs besides its limits.
