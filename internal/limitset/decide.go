@@ -322,24 +322,24 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 // it (never waiting: TryAcquire), leaving each in its charge. When one
 // denies, fails with the caller's context done, or answers a
 // configuration error, the request is refused all or nothing: the permits
-// acquired are released and the rate limits refunded, unreported. An n
-// that can never be acquired (above the limit) is a denial with
-// ratelimit.RetryNever, as the rate limits report it. The Decision of the
-// concurrency limit most restrictive (or that failed) becomes v's when it
-// is more restrictive than the rate limits'.
+// acquired are released and the rate limits refunded, unreported. A
+// concurrency limit's Decision becomes v's when it denies, came with an
+// error, or is more restrictive than the one v has (unless that one came
+// with an error).
 func (s *Set[R]) acquire(ctx context.Context, n int, cs []Charge[R], v *Verdict[R], attrs func() []slog.Attr) {
 	for i := v.rates; i < len(cs); i++ {
 		c := &cs[i]
-		p, d, err := c.Entry.Concurrency.TryAcquire(ctx, c.Key, n)
-		if err != nil && !d.Allowed && (errors.Is(err, ratelimit.ErrExceedsLimit) || errors.Is(err, ratelimit.ErrInvalidN)) {
-			err, d.RetryAfter = nil, ratelimit.RetryNever
-		}
+		p, d, err := c.tryAcquire(ctx, n)
 		c.res, c.allowed, c.dec = err, d.Allowed, d
 		if d.Allowed {
 			c.permit, c.held = p, true
 			v.held++
 		}
-		if err != nil {
+		switch {
+		case err == nil:
+		case v.Err == nil:
+			v.Err = err
+		default:
 			v.Err = errors.Join(v.Err, err)
 		}
 		if !d.Allowed || (err != nil && (ctx.Err() != nil || isMisconfigured(err))) {
@@ -353,6 +353,17 @@ func (s *Set[R]) acquire(ctx context.Context, n int, cs []Charge[R], v *Verdict[
 			v.Dec, v.From = d, i
 		}
 	}
+}
+
+// tryAcquire asks c's concurrency limiter for n permits. An n that can
+// never be acquired (above the limit) is a denial with ratelimit.RetryNever
+// and no error, as a rate limiter reports it.
+func (c *Charge[R]) tryAcquire(ctx context.Context, n int) (ratelimit.Permit, ratelimit.Decision, error) {
+	p, d, err := c.Entry.Concurrency.TryAcquire(ctx, c.Key, n)
+	if err != nil && !d.Allowed && (errors.Is(err, ratelimit.ErrExceedsLimit) || errors.Is(err, ratelimit.ErrInvalidN)) {
+		err, d.RetryAfter = nil, ratelimit.RetryNever
+	}
+	return p, d, err
 }
 
 // rollback undoes what cs admitted of a request that is refused after
@@ -538,7 +549,7 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 		if pass == kinds {
 			v.Enforced = v.n
 		}
-		if pass == 1 && conc {
+		if pass == 1 && kinds == 2 { // the enforced concurrency limits'
 			v.rates = v.n
 		}
 		for i := range s.limits {
@@ -661,10 +672,7 @@ func (s *Set[R]) shadow(req *Request[R], cs []Charge[R], v *Verdict[R], compete 
 			// Held while the request is served, as an enforced one is,
 			// so that what it would have let in flight is measured.
 			var p ratelimit.Permit
-			p, d, err = c.Entry.Concurrency.TryAcquire(ctx, c.Key, req.N)
-			if err != nil && !d.Allowed && (errors.Is(err, ratelimit.ErrExceedsLimit) || errors.Is(err, ratelimit.ErrInvalidN)) {
-				err, d.RetryAfter = nil, ratelimit.RetryNever
-			}
+			p, d, err = c.tryAcquire(ctx, req.N)
 			c.dec = d
 			if d.Allowed {
 				if ctx.Err() != nil && err != nil {

@@ -1,7 +1,8 @@
 // Package limitset is what httplimit's middleware and grpclimit's
 // interceptors share, whatever carries the request: a validated list of
 // limits, the all-or-nothing decision over the limits that apply to one
-// request (tiers, shadow mode, exempt and denied keys, the observer), the
+// request (tiers, concurrency limits' permits, shadow mode, exempt and
+// denied keys, the observer), the
 // pacing of error reports, and the values of the rate-limit fields (the
 // X-RateLimit-* and IETF RateLimit fields, Retry-After), written to a
 // map[string][]string under the field names of the caller (http.Header's
@@ -19,7 +20,11 @@
 //	var v limitset.Verdict[R] // on the stack: pass its address
 //	switch set.Decide(&req, &v, shadowFields, attrs) {
 //	case limitset.Admitted:
-//		set.WriteFields(h, &limitset.GRPCNames, fields, &v) // then serve
+//		set.WriteFields(h, &limitset.GRPCNames, fields, &v)
+//		if v.Holds() { // concurrency permits, for the request's life
+//			defer set.Release(ctx, &v)
+//		}
+//		// then serve
 //	case limitset.Pass:
 //		// serve
 //	case limitset.Denied:
