@@ -184,11 +184,12 @@ type Charge[R any] struct {
 	// allowed whether its own Decision admitted the request, once decided.
 	res     error
 	allowed bool
-	// For a concurrency limit: its Decision, and the permit it holds
-	// (held) until Release.
-	dec    ratelimit.Decision
-	permit ratelimit.Permit
+	// For a concurrency limit: whether it holds permit, until Release,
+	// and its Decision's Limit. (Not the whole Decision: a Verdict is
+	// zeroed on every request, and its Charges are most of it.)
 	held   bool
+	limit  int
+	permit ratelimit.Permit
 }
 
 // describe returns what the home of c's limiter (its tier's, for a
@@ -330,7 +331,7 @@ func (s *Set[R]) acquire(ctx context.Context, n int, cs []Charge[R], v *Verdict[
 	for i := v.rates; i < len(cs); i++ {
 		c := &cs[i]
 		p, d, err := c.tryAcquire(ctx, n)
-		c.res, c.allowed, c.dec = err, d.Allowed, d
+		c.res, c.allowed, c.limit = err, d.Allowed, d.Limit
 		if d.Allowed {
 			c.permit, c.held = p, true
 			v.held++
@@ -414,7 +415,7 @@ func (s *Set[R]) Release(ctx context.Context, v *Verdict[R]) {
 			info := c.describe()
 			s.cfg.Observer.Observe(ctx, ratelimit.Event{Name: c.Entry.Name, Algorithm: ratelimit.ConcurrencyAlgorithm,
 				Home: ratelimit.Home(info.Home), Outcome: ratelimit.OutcomeReleased, N: v.cost,
-				Decision: ratelimit.Decision{Allowed: true, Limit: c.dec.Limit}})
+				Decision: ratelimit.Decision{Allowed: true, Limit: c.limit}})
 		}
 	}
 	v.held = 0
@@ -451,7 +452,7 @@ func (s *Set[R]) observeEnforced(ctx context.Context, n int, cs []Charge[R], v *
 		case i == v.From || len(cs) == 1:
 			d = v.Dec
 		case c.Entry.Concurrency != nil:
-			d = c.dec
+			d.Limit = c.limit
 		}
 		s.observeCharge(ctx, c, n, d, c.res, latency, false)
 	}
@@ -545,7 +546,7 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 	var exemptBuf [MaxInline]*Entry[R]
 	exempt := exemptBuf[:0] // with an observer: the limits to report as exempt
 	for pass := 0; pass < passes*kinds; pass++ {
-		shadow, conc := pass/kinds == 1, pass%kinds == 1
+		shadow, conc := pass >= kinds, kinds == 2 && pass&1 == 1
 		if pass == kinds {
 			v.Enforced = v.n
 		}
@@ -580,7 +581,7 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 			}
 			c := v.slot()
 			c.Entry, c.Limiter, c.Key, c.err, c.listed, c.res, c.allowed = l, l.Limiter, key, nil, listed, nil, false
-			c.dec, c.permit, c.held = ratelimit.Decision{}, ratelimit.Permit{}, false
+			c.held = false // limit and permit are set before they are read
 			if l.tiered != nil && !listed {
 				_, c.Limiter, c.err = l.tiered.Tier(req.Ctx, key)
 			}
@@ -673,7 +674,7 @@ func (s *Set[R]) shadow(req *Request[R], cs []Charge[R], v *Verdict[R], compete 
 			// so that what it would have let in flight is measured.
 			var p ratelimit.Permit
 			p, d, err = c.tryAcquire(ctx, req.N)
-			c.dec = d
+			c.limit = d.Limit
 			if d.Allowed {
 				if ctx.Err() != nil && err != nil {
 					p.Release()
