@@ -10,14 +10,14 @@
 // [Interceptor.Unary] and [Interceptor.Stream] with
 // grpc.ChainUnaryInterceptor and grpc.ChainStreamInterceptor. Each Limit
 // names a keyed limiter (an in-memory [ratelimit.Keyed], a
-// [ratelimit.Tiered] for plans whose tier function can read the plan from
-// the call's context, or a Redis limiter from module redislimit) and a
-// [KeyFunc] that picks the key to charge: the method ([KeyByMethod]), the
-// service ([KeyByService]), metadata such as the API key ([KeyByMetadata]),
-// the peer address ([KeyByIP], [IPResolver]), the user ([KeyByUser]) or a
-// combination ([Combine], [FirstOf], [When] with [IsMethod] or
-// [IsService]). A call is charged in every Limit whose KeyFunc applies to
-// it, all or nothing ([ratelimit.AllowAll]); [WithCost] sets its cost.
+// [ratelimit.Tiered] for plans read from the call's context, or a Redis
+// limiter) and a [KeyFunc] that picks the key to charge: the method
+// ([KeyByMethod]), the service ([KeyByService]), metadata such as the API
+// key ([KeyByMetadata]), the peer address ([KeyByIP], [IPResolver]), the
+// user ([KeyByUser]) or a combination ([Combine], [FirstOf], [When] with
+// [IsMethod] or [IsService]). A call is charged in every Limit whose
+// KeyFunc applies to it, all or nothing ([ratelimit.AllowAll]); [WithCost]
+// sets its cost. [Limit.Concurrency] bounds the calls in flight instead.
 //
 // Every limited call carries the most restrictive Limit's state as
 // response header metadata, the fields httplimit sends as HTTP headers,

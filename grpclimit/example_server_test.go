@@ -150,3 +150,76 @@ func ExampleLimit_messages() {
 	// message 3: OK
 	// message 4: ResourceExhausted
 }
+
+// A concurrency limit: each API key may have one stream open at a time.
+// A second stream is refused with ResourceExhausted, and no RetryInfo
+// (nobody knows when the first will end); once the first ends, a new one
+// is admitted.
+func ExampleLimit_concurrency() {
+	streams, err := ratelimit.NewConcurrency(1)
+	if err != nil {
+		panic(err)
+	}
+	ic, err := grpclimit.New([]grpclimit.Limit{
+		{Name: "streams", Key: grpclimit.KeyByMetadata("x-api-key"), Concurrency: streams},
+	})
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()), grpc.ChainStreamInterceptor(ic.Stream()))
+	testgrpc.RegisterTestServiceServer(srv, exampleService{})
+	lis := bufconn.Listen(1 << 16) // an in-memory listener; use net.Listen in a real server
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient("passthrough:///example",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := testgrpc.NewTestServiceClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k1")
+
+	first, err := client.FullDuplexCall(ctx)
+	if err != nil {
+		panic(err)
+	}
+	_ = first.Send(&testgrpc.StreamingOutputCallRequest{})
+	_, _ = first.Recv()
+	hdr, _ := first.Header() // sent with the first answer
+	fmt.Println("first:", hdr.Get("ratelimit"))
+
+	second, err := client.FullDuplexCall(ctx)
+	if err != nil {
+		panic(err)
+	}
+	_, err = second.Recv()
+	st := status.Convert(err)
+	retry := false
+	for _, d := range st.Details() {
+		_, ok := d.(*errdetails.RetryInfo)
+		retry = retry || ok
+	}
+	hdr, _ = second.Header()
+	fmt.Println("second:", st.Code(), hdr.Get("ratelimit-policy"), "RetryInfo:", retry)
+
+	_ = first.CloseSend()
+	_, err = first.Recv() // io.EOF: the stream ended, its permit is back
+	fmt.Println("first ended:", errors.Is(err, io.EOF))
+	third, err := client.FullDuplexCall(ctx)
+	if err != nil {
+		panic(err)
+	}
+	_ = third.Send(&testgrpc.StreamingOutputCallRequest{})
+	_, _ = third.Recv()
+	hdr, _ = third.Header()
+	fmt.Println("third:", hdr.Get("ratelimit"))
+	_ = third.CloseSend()
+	_, _ = third.Recv()
+	// Output:
+	// first: ["streams";r=0]
+	// second: ResourceExhausted ["streams";q=1;qu="concurrent-requests"] RetryInfo: false
+	// first ended: true
+	// third: ["streams";r=0]
+}

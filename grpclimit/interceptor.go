@@ -43,6 +43,25 @@ type Limit struct {
 	// reported (logged, and observed as [ratelimit.OutcomeError]), never
 	// let through unlimited.
 	Limiter ratelimit.KeyedLimiter
+	// Concurrency, in place of Limiter, makes the limit a concurrency
+	// limit: at most so many calls in flight per key, such as a
+	// ratelimit.NewConcurrency(20) or a Redis one. A Limit has one of
+	// Limiter and Concurrency. The call's cost is the permits it takes,
+	// acquired without waiting once the rate limits have admitted the call
+	// (a call they refuse takes none), and held for the unary handler's
+	// call, or for a stream's life (until its handler returns); a client
+	// that goes away cancels the handler's context, and the permits come
+	// back when it returns. A full limit refuses the call all or nothing
+	// (the rate limits that admitted it are refunded) with
+	// codes.ResourceExhausted, ratelimit-policy
+	// `"name";q=20;qu="concurrent-requests"` and ratelimit `"name";r=0`
+	// (no t, no x-ratelimit-reset), and RetryInfo and retry-after only for
+	// a key under Block. Name, Key, Shadow (permits held and measured, not
+	// enforced), ExemptKeys and DeniedKeys apply as to a rate limit;
+	// Window and Messages do not ([New] refuses them). The interceptors'
+	// observer hears each acquisition under Name and, once the call ends,
+	// one [ratelimit.OutcomeReleased] Event with the permits given back.
+	Concurrency ratelimit.ConcurrencyLimiter
 	// Window is the window reported as w in ratelimit-policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed
 	// has), through the call's tier for a ratelimit.Tiered, on each call,
@@ -120,8 +139,9 @@ type inCall struct {
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
 // empty, a Limit has no Key (or a key helper given nothing to key by, such
-// as KeyByUser(nil), or a method no call can have) or no Limiter, a
-// negative Window, a name that is not printable ASCII or the name of
+// as KeyByUser(nil), or a method no call can have), neither or both of
+// Limiter and Concurrency, a negative Window, a Window or Messages on a
+// concurrency limit, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
 // ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
 // Observer of its own beside [WithObserver]'s, and for an invalid option.
@@ -153,14 +173,18 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 		if l.Key != nil && isInvalid(l.Key) {
 			return nil, configError("grpclimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function, an empty metadata name or no keys (KeyByUser, KeyByMetadata, When, FirstOf, Combine)", name)
 		}
+		if l.Messages && l.Concurrency != nil {
+			return nil, configError("grpclimit.Limit.Messages of limit %q must be false for a concurrency limit: a message holds nothing once received", name)
+		}
 		sl := limitset.Limit[inCall]{
-			Name:       l.Name,
-			Key:        callKey(l.Key),
-			Limiter:    l.Limiter,
-			Window:     l.Window,
-			Shadow:     l.Shadow,
-			ExemptKeys: l.ExemptKeys,
-			DeniedKeys: l.DeniedKeys,
+			Name:        l.Name,
+			Key:         callKey(l.Key),
+			Limiter:     l.Limiter,
+			Concurrency: l.Concurrency,
+			Window:      l.Window,
+			Shadow:      l.Shadow,
+			ExemptKeys:  l.ExemptKeys,
+			DeniedKeys:  l.DeniedKeys,
 		}
 		if l.Messages {
 			msgs = append(msgs, sl)
@@ -209,8 +233,13 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor { return i.unary }
 
 func (i *Interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if i.calls != nil {
-		if err := i.admit(ctx, info.FullMethod, req, nil); err != nil {
+		var v limitset.Verdict[inCall]
+		if err := i.admit(ctx, info.FullMethod, req, nil, &v); err != nil {
 			return nil, err
+		}
+		if v.Holds() {
+			// Released however the handler ends, a panic included.
+			defer i.calls.Release(ctx, &v)
 		}
 	}
 	return handler(ctx, req)
@@ -243,8 +272,13 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor { return i.stream }
 
 func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if i.calls != nil {
-		if err := i.admit(ss.Context(), info.FullMethod, nil, ss); err != nil {
+		var v limitset.Verdict[inCall]
+		if err := i.admit(ss.Context(), info.FullMethod, nil, ss, &v); err != nil {
 			return err
+		}
+		if v.Holds() {
+			// Held for the stream's life: until its handler returns.
+			defer i.calls.Release(ss.Context(), &v)
 		}
 	}
 	if i.msgs == nil {
@@ -266,30 +300,30 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 }
 
 // admit decides a call (a unary call and its request when ss is nil, else
-// a stream's creation) in the call limits: nil to serve it, else the error
-// to end it with.
-func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc.ServerStream) error {
+// a stream's creation) in the call limits, in v: nil to serve it, else
+// the error to end it with. A call served may hold permits in v
+// (v.Holds), to release once it ends.
+func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc.ServerStream, v *limitset.Verdict[inCall]) error {
 	n, exempt := 1, i.exempt(method)
 	if i.cost != nil && !exempt {
 		n = i.cost(ctx, method, req)
 	}
 	call := limitset.Request[inCall]{R: inCall{ctx: ctx, method: method}, Ctx: ctx, N: n, Exempt: exempt}
-	var v limitset.Verdict[inCall]
-	switch i.calls.Decide(&call, &v, i.shadowFields, func() []slog.Attr {
+	switch i.calls.Decide(&call, v, i.shadowFields, func() []slog.Attr {
 		return []slog.Attr{slog.String("method", method)}
 	}) {
 	case limitset.Pass:
 		return nil
 	case limitset.Admitted:
 		if i.fields != NoFields && v.From >= 0 && (!v.Shadow() || i.shadowFields) {
-			i.setFields(ctx, ss, &v)
+			i.setFields(ctx, ss, v)
 		}
 		return nil
 	case limitset.Denied:
-		i.setFields(ctx, ss, &v)
-		return i.deny(ctx, method, &v, false)
+		i.setFields(ctx, ss, v)
+		return i.deny(ctx, method, v, false)
 	case limitset.Listed:
-		return i.denyListed(ctx, method, &v, false)
+		return i.denyListed(ctx, method, v, false)
 	case limitset.Misconfigured:
 		return misconfiguredError(v.Limit())
 	}
@@ -323,9 +357,10 @@ func (i *Interceptor) setFields(ctx context.Context, ss grpc.ServerStream, v *li
 
 // deny answers a call (or message) an enforced limit refused.
 func (i *Interceptor) deny(ctx context.Context, method string, v *limitset.Verdict[inCall], message bool) error {
-	d := Denial{Method: method, Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Message: message, Err: v.Err}
+	d := Denial{Method: method, Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Message: message, Err: v.Err,
+		concurrent: v.Concurrent()}
 	d.Limit = v.Limit()
-	if !d.Never {
+	if !d.Never && (!d.concurrent || v.Dec.RetryAfter > 0) {
 		d.RetryAfter = time.Duration(limitset.RetryAfterSeconds(v.Dec)) * time.Second
 	}
 	return i.answer(ctx, d)

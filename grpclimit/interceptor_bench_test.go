@@ -26,9 +26,23 @@ func (s *fakeStream) SetTrailer(md metadata.MD) error { return nil }
 // that admits every call, a context carrying a fake stream, and the call
 // to make.
 func benchUnary(tb testing.TB, fields grpclimit.FieldSet) func(ctx context.Context) {
+	return benchUnaryConc(tb, fields, false)
+}
+
+// benchUnaryConc is benchUnary, with a concurrency limit in memory beside
+// the rate limit when conc.
+func benchUnaryConc(tb testing.TB, fields grpclimit.FieldSet, conc bool) func(ctx context.Context) {
 	tb.Helper()
 	lim := newKeyed(tb, ratelimit.TokenBucketPolicy(ratelimit.Per(1e9, time.Second), 1e9), ratelimit.Clock(nil))
-	ic := newIC(tb, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMethod(), Limiter: lim}}, grpclimit.WithFields(fields))
+	limits := []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMethod(), Limiter: lim}}
+	if conc {
+		c, err := ratelimit.NewConcurrency(1 << 30)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		limits = append(limits, grpclimit.Limit{Name: "inflight", Key: grpclimit.KeyByMethod(), Concurrency: c})
+	}
+	ic := newIC(tb, limits, grpclimit.WithFields(fields))
 	u := ic.Unary()
 	info := &grpc.UnaryServerInfo{FullMethod: mUnary}
 	handler := func(ctx context.Context, req any) (any, error) { return req, nil }
@@ -45,9 +59,15 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	for _, v := range []struct {
 		name   string
 		fields grpclimit.FieldSet
-	}{{"AllFields", grpclimit.XRateLimitFields | grpclimit.IETFFields}, {"NoFields", grpclimit.NoFields}} {
+		conc   bool
+	}{
+		{"AllFields", grpclimit.XRateLimitFields | grpclimit.IETFFields, false},
+		{"NoFields", grpclimit.NoFields, false},
+		// A concurrency limit beside the rate limit: compare with AllFields.
+		{"AllFields+conc", grpclimit.XRateLimitFields | grpclimit.IETFFields, true},
+	} {
 		b.Run(v.name+"/serial", func(b *testing.B) {
-			call := benchUnary(b, v.fields)
+			call := benchUnaryConc(b, v.fields, v.conc)
 			ctx := grpc.NewContextWithServerTransportStream(context.Background(), &fakeStream{})
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -56,7 +76,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 			}
 		})
 		b.Run(v.name+"/parallel", func(b *testing.B) {
-			call := benchUnary(b, v.fields)
+			call := benchUnaryConc(b, v.fields, v.conc)
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
@@ -79,6 +99,10 @@ func TestUnaryInterceptorAllocs(t *testing.T) {
 	call := benchUnary(t, grpclimit.NoFields)
 	if a := testing.AllocsPerRun(1000, func() { call(ctx) }); a != 0 {
 		t.Errorf("NoFields: %v allocations per call, want 0", a)
+	}
+	call = benchUnaryConc(t, grpclimit.NoFields, true)
+	if a := testing.AllocsPerRun(1000, func() { call(ctx) }); a != 0 {
+		t.Errorf("NoFields with a concurrency limit: %v allocations per call, want 0", a)
 	}
 	call = benchUnary(t, grpclimit.XRateLimitFields|grpclimit.IETFFields)
 	if a := testing.AllocsPerRun(1000, func() { call(ctx) }); a > 4 {

@@ -35,7 +35,8 @@ type Denial struct {
 	Decision ratelimit.Decision
 	// RetryAfter is the delay announced in RetryInfo and retry-after: the
 	// Decision's RetryAfter rounded up to a whole second, at least one
-	// second; 0 when Never.
+	// second; 0 when Never, and when a concurrency limit is full (not
+	// blocked): then no RetryInfo is sent.
 	RetryAfter time.Duration
 	// Never reports that the call's cost exceeds the limit's capacity, so
 	// that it can never succeed however long the client waits (or that a
@@ -50,6 +51,8 @@ type Denial struct {
 	// RetryAfter [ratelimit.RetryNever] and Never is set. It is for the
 	// server's own use: never send its text to the client.
 	Err error
+
+	concurrent bool // Limit is a concurrency limit ([Limit.Concurrency])
 }
 
 // DeniedError is the default answer to a denied call: a [status.Status]
@@ -67,7 +70,9 @@ type Denial struct {
 // exceeds the quota) gets the QuotaFailure and no RetryInfo, so that
 // clients do not retry it. A denial that came with a limiter error (a
 // limiter failing closed; no quota was measured) gets the RetryInfo and
-// no QuotaFailure; the error's text is never sent. A call a denylist
+// no QuotaFailure; the error's text is never sent. A full concurrency
+// limit ([Limit.Concurrency]) gets the QuotaFailure and no RetryInfo
+// (nobody knows when a call in flight will end) unless its key is blocked. A call a denylist
 // refused (d.Err is [ErrDenied]) gets codes.PermissionDenied, the message
 // "request denied" and no details, which do not say which rule refused
 // it. The call's key is never part of the status.
@@ -75,7 +80,7 @@ func DeniedError(d Denial) error {
 	if errors.Is(d.Err, ErrDenied) {
 		return errPermissionDenied
 	}
-	msg := limitset.DenialMessage(d.Limit, d.Never, d.Decision.Limit, int64(d.RetryAfter/time.Second))
+	msg := limitset.DenialMessage(d.Limit, d.concurrent, d.Never, d.Decision.Limit, int64(d.RetryAfter/time.Second))
 	st := status.New(codes.ResourceExhausted, msg)
 	details := make([]protoadapt.MessageV1, 0, 2)
 	if !d.Never && d.RetryAfter > 0 {
@@ -104,8 +109,13 @@ func quotaDescription(d Denial) string {
 	if d.Message {
 		what = "stream message"
 	}
-	if d.Never {
+	switch {
+	case d.Never && d.concurrent:
+		return fmt.Sprintf("the %s's cost exceeds the quota of %d in flight", what, d.Decision.Limit)
+	case d.Never:
 		return fmt.Sprintf("the %s's cost exceeds the quota of %d", what, d.Decision.Limit)
+	case d.concurrent:
+		return fmt.Sprintf("quota of %d in flight exhausted (%s denied)", d.Decision.Limit, what)
 	}
 	return fmt.Sprintf("quota of %d exhausted (%s denied)", d.Decision.Limit, what)
 }

@@ -35,6 +35,15 @@ func benchLimiter(b *testing.B) *ratelimit.Keyed {
 	return k
 }
 
+// benchConcurrency admits everything a benchmark holds at once.
+func benchConcurrency(b *testing.B) *ratelimit.Concurrency {
+	c, err := ratelimit.NewConcurrency(1 << 30)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
 // BenchmarkMiddleware measures the cost per request of the middleware
 // against the bare handler: bare, one limit keyed by client IP with every
 // header, the same with no headers, and two limits at once. Allowed
@@ -81,6 +90,17 @@ func BenchmarkMiddleware(b *testing.B) {
 		{"ip-observed", func(b *testing.B) http.Handler {
 			obs := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {})
 			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)}}, WithObserver(obs)).Handler(bare)
+		}},
+		// A concurrency limit in memory held for each request, alone and
+		// beside a rate limit. Compare with ip.
+		{"conc", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{{Name: "conc", Key: KeyByIP(), Concurrency: benchConcurrency(b)}}).Handler(bare)
+		}},
+		{"ip+conc", func(b *testing.B) http.Handler {
+			return newMW(b, []Limit{
+				{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)},
+				{Name: "conc", Key: KeyByIP(), Concurrency: benchConcurrency(b)},
+			}).Handler(bare)
 		}},
 		{"ip+shadow", func(b *testing.B) http.Handler {
 			return newMW(b, []Limit{
@@ -137,6 +157,9 @@ func (fixedLimiter) Peek(context.Context, string, int) (ratelimit.Decision, erro
 	return ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 600 * time.Millisecond}, nil
 }
 
+// allocConc is the concurrency limiter of TestMiddlewareAllocs.
+var allocConc, _ = ratelimit.NewConcurrency(1 << 20)
+
 // TestMiddlewareAllocs pins the middleware's own allocations on an allowed
 // request (the limiter's are not counted): none beyond the one that holds
 // the header values (the []string backing array and the formatted values
@@ -162,6 +185,14 @@ func TestMiddlewareAllocs(t *testing.T) {
 		}, NoHeaders, 1}, // ratelimit.AllowAll's own []Decision; the middleware adds none
 		// A shadow limit costs nothing more: no context marks its
 		// limiter's calls any more (the middleware labels them itself).
+		// A concurrency limit in memory: acquiring, holding and releasing
+		// the permit allocate nothing.
+		{"conc", []Limit{{Name: "c", Key: KeyByIP(), Concurrency: allocConc}}, allHeaders, 1},
+		{"conc-noheaders", []Limit{{Name: "c", Key: KeyByIP(), Concurrency: allocConc}}, NoHeaders, 0},
+		{"ip+conc-noheaders", []Limit{
+			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
+			{Name: "c", Key: KeyByIP(), Concurrency: allocConc},
+		}, NoHeaders, 0},
 		{"ip+shadow-noheaders", []Limit{
 			{Name: "ip", Key: KeyByIP(), Limiter: fixedLimiter{}},
 			{Name: "trial", Key: KeyByIP(), Limiter: fixedLimiter{}, Shadow: true},

@@ -7,12 +7,14 @@
 //
 // [New] builds a [Middleware] from one or more [Limit]s. Each Limit names a
 // keyed limiter (an in-memory [ratelimit.Keyed], a [ratelimit.Tiered] for
-// plans whose tier function can read the plan from the request context, or
-// a Redis limiter from module redislimit) and a [KeyFunc] that picks the key
-// to charge: a header such as the API key ([KeyByHeader]), the client
-// address ([KeyByIP], [IPResolver]), the user ([KeyByUser]), the route
-// ([KeyByRoute]) or a combination ([Combine], [FirstOf], [When]). A request is charged in every
-// Limit whose KeyFunc applies to it, all or nothing ([ratelimit.AllowAll]).
+// plans read from the request context, or a Redis limiter) and a [KeyFunc]
+// that picks the key to charge: a header such as the API key
+// ([KeyByHeader]), the client address ([KeyByIP], [IPResolver]), the user
+// ([KeyByUser]), the route ([KeyByRoute]) or a combination ([Combine],
+// [FirstOf], [When]). A request is charged in every Limit whose KeyFunc
+// applies to it, all or nothing ([ratelimit.AllowAll]). A Limit with
+// [Limit.Concurrency] bounds the requests in flight per key instead,
+// holding permits until the handler returns.
 //
 // Every limited response carries the most restrictive Limit's state, both
 // in the widespread X-RateLimit-* fields and in the fields of the IETF
@@ -45,10 +47,9 @@
 // reduced response (graceful degradation).
 //
 // A request whose cost exceeds a limit's capacity can never succeed
-// (ratelimit.RetryNever). It is answered 429 too, but with no Retry-After,
-// a body without "retryAfter" and with "retryNever": true, so that
-// clients do not retry it; [Denial.Never] reports the case to
-// a custom handler, which may prefer 413.
+// (ratelimit.RetryNever): it is answered 429 with no Retry-After and
+// "retryNever": true in the body, so that clients do not retry it;
+// [Denial.Never] tells a custom handler, which may prefer 413.
 //
 // Errors from a limiter (Redis down) never reach the client: the limiter's
 // own failure policy decides (fail open, fail closed, local fallback) and
@@ -58,14 +59,14 @@
 // ([WithLogger], default [log/slog.Default]) at most once per limit per
 // [WithErrorReportInterval], one line per failure. A key whose tier has no
 // limiter is the server's fault: 500, not a denial. [WithObserver] hears
-// every decision of every limit once, under the Limit's name (the one in
-// the fields), [ratelimit.OutcomeShadow] for a shadow limit's denial.
+// every decision of every limit once, under the Limit's name (the one in the
+// fields), [ratelimit.OutcomeShadow] for a shadow limit's denial.
 //
 // A request whose context is done by the time a limiter answers it with an
 // error (the client went away, a deadline passed) is not served: that
-// error is the caller's, not the backend's, so no failure policy admits it
-// free. The middleware answers 503 without calling the handler or
-// reporting the error.
+// error is the caller's, not the backend's, so no failure policy admits
+// it free. It is answered 503, the handler not called, the error not
+// reported.
 //
 // # Exemptions and denylists
 //
@@ -84,8 +85,7 @@
 // [ratelimit.HomeNone]. Matching costs nothing when none is configured.
 //
 // With [WithDecisionInContext], the handler finds the middleware's decision
-// in the request context ([ResultFrom]): the limit that bound the request
-// and its Decision.
+// ([ResultFrom]): the limit that bound the request and its Decision.
 //
 // # Options
 //

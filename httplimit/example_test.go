@@ -533,3 +533,65 @@ func ExampleWithBackoff() {
 	// backing off between 500ms and 4s true
 	// backing off between 500ms and 4s true
 }
+
+// A concurrency limit beside a rate limit: each API key may have 20
+// exports in flight, and 100 requests a second. The 21st export at once is
+// refused with 429 and the concurrency fields, and the rate limit it had
+// passed is refunded; once the exports end, a new one is admitted.
+func ExampleLimit_concurrency() {
+	mock := clock.NewMock() // frozen, so that the rate limit's figures are exact
+	perKey, err := ratelimit.NewKeyed(ratelimit.TokenBucketPolicy(ratelimit.Per(100, time.Second), 100), ratelimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	exports, err := ratelimit.NewConcurrency(20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	mw, err := httplimit.New([]httplimit.Limit{
+		{Name: "api", Key: httplimit.KeyByHeader("X-API-Key"), Limiter: perKey},
+		{Name: "exports", Key: httplimit.KeyByHeader("X-API-Key"), Concurrency: exports},
+	}, httplimit.WithClock(mock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	entered, finish := make(chan struct{}, 32), make(chan struct{})
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-finish // a slow export
+	}))
+	send := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/exports", nil)
+		r.Header.Set("X-API-Key", "key-123")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send()
+		}()
+		<-entered
+	}
+	w := send()
+	fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"), strconv.Quote(w.Header().Get("Retry-After")))
+	fmt.Print(w.Body.String())
+	d, _ := perKey.Peek(context.Background(), "key-123", 0)
+	fmt.Println("api remaining:", d.Remaining)
+
+	close(finish)
+	wg.Wait()
+	fmt.Println("in flight:", exports.InFlight("key-123"))
+	w = send()
+	fmt.Println(w.Code, w.Header().Get("RateLimit"))
+	// Output:
+	// 429 "exports";q=20;qu="concurrent-requests" "exports";r=0 ""
+	// {"error":"Too Many Requests","message":"concurrency limit \"exports\" exceeded: too many requests in flight, retry once one ends"}
+	// api remaining: 80
+	// in flight: 0
+	// 200 "exports";r=19
+}

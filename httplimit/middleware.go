@@ -45,6 +45,25 @@ type Limit struct {
 	// reported (logged, and observed as [ratelimit.OutcomeError]), never
 	// let through unlimited nor told "do not retry".
 	Limiter ratelimit.KeyedLimiter
+	// Concurrency, in place of Limiter, makes the limit a concurrency
+	// limit: at most so many requests in flight per key, such as a
+	// ratelimit.NewConcurrency(20) or a Redis one. A Limit has one of
+	// Limiter and Concurrency. The request's cost is the permits it takes,
+	// acquired without waiting once the rate limits have admitted it (a
+	// request they refuse takes none), and held until the handler returns
+	// or panics; a client that goes away cancels the request's context,
+	// and the permits come back when the handler returns. A full limit
+	// refuses the request all or nothing (the rate limits that admitted it
+	// are refunded) through the denied handler: 429 with RateLimit-Policy
+	// `"name";q=20;qu="concurrent-requests"` and RateLimit `"name";r=0`
+	// (no t, no X-RateLimit-Reset: nobody knows when a holder ends), and
+	// Retry-After only for a key under Block. Name, Key, Shadow (the
+	// permits are then held and measured, not enforced), ExemptKeys,
+	// DeniedKeys, [Override] and [ExemptNetworks] apply as to a rate limit;
+	// Window does not ([New] refuses one). The middleware's observer hears
+	// each acquisition under Name and, once the handler returns, one
+	// [ratelimit.OutcomeReleased] Event with the permits given back.
+	Concurrency ratelimit.ConcurrencyLimiter
 	// Window is the window reported as w in RateLimit-Policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed has),
 	// through the request's tier for a ratelimit.Tiered, on each request
@@ -91,7 +110,7 @@ type Denial struct {
 	Decision ratelimit.Decision
 	// RetryAfter is the delay sent as Retry-After: the Decision's
 	// RetryAfter rounded up to a whole second, at least one second; 0 when
-	// Never.
+	// Never, and when a concurrency limit is full (not blocked).
 	RetryAfter time.Duration
 	// Never reports that the request's cost exceeds the limit's capacity,
 	// so that it can never succeed however long the client waits.
@@ -103,6 +122,8 @@ type Denial struct {
 	// [ratelimit.RetryNever], Never is set, and Limit is empty when the
 	// client's network was denied.
 	Err error
+
+	concurrent bool // Limit is a concurrency limit ([Limit.Concurrency])
 }
 
 // WriteDenied is the default denied handler ([WithDeniedHandler]): 429 Too Many Requests with a
@@ -113,6 +134,11 @@ type Denial struct {
 // or, for a request that can never succeed,
 //
 //	{"error":"Too Many Requests","message":"request cost exceeds rate limit \"api\" (quota 100): it can never succeed, do not retry","retryNever":true}
+//
+// or, for a full concurrency limit ([Limit.Concurrency]), with no delay
+// to announce,
+//
+//	{"error":"Too Many Requests","message":"concurrency limit \"exports\" exceeded: too many requests in flight, retry once one ends"}
 //
 // A request a denylist refused (d.Err is [ErrDenied]) is answered 403
 // Forbidden instead, since no wait would help, with no Retry-After and no
@@ -131,13 +157,16 @@ func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 	w.WriteHeader(http.StatusTooManyRequests)
 	b := make([]byte, 0, 160)
 	b = append(b, `{"error":"Too Many Requests","message":`...)
-	msg := limitset.DenialMessage(d.Limit, d.Never, d.Decision.Limit, int64(d.RetryAfter/time.Second))
+	msg := limitset.DenialMessage(d.Limit, d.concurrent, d.Never, d.Decision.Limit, int64(d.RetryAfter/time.Second))
 	b = strconv.AppendQuote(b, msg) // ASCII names: a valid JSON string
-	if d.Never {
+	switch {
+	case d.Never:
 		b = append(b, `,"retryNever":true}`...)
-	} else {
+	case d.RetryAfter > 0 || !d.concurrent:
 		b = append(b, `,"retryAfter":`...)
 		b = strconv.AppendInt(b, int64(d.RetryAfter/time.Second), 10)
+		b = append(b, '}')
+	default:
 		b = append(b, '}')
 	}
 	b = append(b, '\n')
@@ -184,8 +213,8 @@ type Middleware struct {
 //
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
 // empty, a Limit has no Key (or a key helper given nothing to key by, such
-// as KeyByUser(nil), or a route that can never match) or no Limiter, a
-// negative Window, a name that is not printable ASCII or the name of
+// as KeyByUser(nil), or a route that can never match), neither or both of
+// Limiter and Concurrency, a negative Window or one on a concurrency limit, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
 // ExemptKeys entry that is also in its DeniedKeys, a Limiter with an
 // Observer of its own beside [WithObserver]'s, and for an invalid option.
@@ -209,8 +238,8 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 			}
 			return nil, configError("httplimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function, a nil mux or more than one, an empty header name or no keys (KeyByUser, KeyByHeader, KeyByRoute, IsRoute, When, FirstOf, Combine)", name)
 		}
-		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Window: l.Window,
-			Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
+		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Concurrency: l.Concurrency,
+			Window: l.Window, Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
 	}
 	set, err := limitset.New(limitset.Config{Pkg: "httplimit", Observer: m.observer, Clock: m.clock,
 		Logger: m.logger, ReportEvery: m.reportEvery, DeniedErr: ErrDenied}, ls)
@@ -307,6 +336,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if m.inContext && v.From >= 0 {
 			r = withResult(r, Result{Limit: v.Limit(), Decision: v.Dec, Shadow: v.Shadow()})
 		}
+		if v.Holds() {
+			// Released however the handler ends: a panic goes on up
+			// once the permits are back.
+			defer m.set.Release(r.Context(), &v)
+		}
 		next.ServeHTTP(w, r)
 	case limitset.Pass:
 		next.ServeHTTP(w, r)
@@ -362,8 +396,9 @@ func (m *Middleware) requestCost(r *http.Request) (n int, allShadow, exempt bool
 
 // deny answers a request an enforced limit refused.
 func (m *Middleware) deny(w http.ResponseWriter, r *http.Request, v *limitset.Verdict[*http.Request]) {
-	den := Denial{Limit: v.Limit(), Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Err: v.Err}
-	if !den.Never {
+	den := Denial{Limit: v.Limit(), Decision: v.Dec, Never: v.Dec.RetryAfter == ratelimit.RetryNever, Err: v.Err,
+		concurrent: v.Concurrent()}
+	if !den.Never && (!den.concurrent || v.Dec.RetryAfter > 0) {
 		den.RetryAfter = time.Duration(limitset.RetryAfterSeconds(v.Dec)) * time.Second
 	}
 	m.denied(w, r, den)

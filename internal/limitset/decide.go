@@ -93,11 +93,15 @@ type Verdict[R any] struct {
 	// outcome); nil otherwise.
 	Listed *Entry[R]
 	// Enforced is how many of Charges() are enforced (they come first);
-	// the rest are in shadow mode.
+	// the rest are in shadow mode. Among each, the rate limits come
+	// before the concurrency limits.
 	Enforced int
 
 	shadowFields bool // Decide's shadowFields, for WriteFields
 	n            int  // len(Charges())
+	rates        int  // how many of the enforced charges are rate limits
+	held         int  // how many charges hold permits (see Release)
+	cost         int  // the request's cost, the permits each holds
 	// The charges: buf[:n], or more when there are more than MaxInline.
 	// (Not a slice of buf kept in the Verdict: that would point the
 	// Verdict at itself and move it to the heap.)
@@ -118,6 +122,17 @@ func (v *Verdict[R]) Charges() []Charge[R] {
 // Shadow reports whether Dec is a shadow limit's Decision (reported, not
 // enforced).
 func (v *Verdict[R]) Shadow() bool { return v.From >= v.Enforced }
+
+// Concurrent reports whether Dec is a concurrency limit's Decision: a
+// denial of it has no RetryAfter unless its key is blocked (see
+// RetryAfterSeconds).
+func (v *Verdict[R]) Concurrent() bool {
+	return v.From >= 0 && v.Charges()[v.From].Entry.Concurrency != nil
+}
+
+// Holds reports whether the request holds concurrency permits, which the
+// caller must give back with Set.Release once it is served.
+func (v *Verdict[R]) Holds() bool { return v.held > 0 }
 
 // Limit returns the name of the limit Dec came from, "" when none.
 func (v *Verdict[R]) Limit() string {
@@ -149,12 +164,15 @@ func (v *Verdict[R]) slot() *Charge[R] {
 func (v *Verdict[R]) reset(shadowFields bool) {
 	v.Dec, v.From, v.Failed, v.Err, v.Listed, v.Enforced = ratelimit.Decision{}, -1, false, nil, nil, 0
 	v.shadowFields, v.n, v.more = shadowFields, 0, nil
+	v.rates, v.held, v.cost = 0, 0, 0
 }
 
 // Charge is one limit applying to one request.
 type Charge[R any] struct {
-	Entry   *Entry[R]
-	Limiter ratelimit.KeyedLimiter // Entry's limiter, or the request's tier of it
+	Entry *Entry[R]
+	// Limiter is Entry's limiter, or the request's tier of it; nil for a
+	// concurrency limit (Entry.Concurrency).
+	Limiter ratelimit.KeyedLimiter
 	Key     string
 	// err is why the limit cannot decide: the tier could not be resolved
 	// (deny with it).
@@ -166,6 +184,12 @@ type Charge[R any] struct {
 	// allowed whether its own Decision admitted the request, once decided.
 	res     error
 	allowed bool
+	// For a concurrency limit: whether it holds permit, until Release,
+	// and its Decision's Limit. (Not the whole Decision: a Verdict is
+	// zeroed on every request, and its Charges are most of it.)
+	held   bool
+	limit  int
+	permit ratelimit.Permit
 }
 
 // describe returns what the home of c's limiter (its tier's, for a
@@ -180,6 +204,9 @@ func (c *Charge[R]) describe() observe.Info {
 // algorithm returns the algorithm of c's limiter (its tier's, for a
 // Tiered); 0 when it has no policy to tell.
 func (c *Charge[R]) algorithm() ratelimit.Algorithm {
+	if c.Entry.Concurrency != nil {
+		return ratelimit.ConcurrencyAlgorithm
+	}
 	ph := c.Entry.ph
 	if c.Entry.tiered != nil {
 		ph, _ = c.Limiter.(policyHolder)
@@ -237,6 +264,7 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 	if v.n == 0 {
 		return Pass
 	}
+	v.cost = req.N
 	cs := v.Charges()
 	denied := false
 	if v.Enforced > 0 {
@@ -246,7 +274,14 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 			start = time.Now()
 		}
 		enforced := cs[:v.Enforced]
-		v.Dec, v.From, v.Err = allowAll(ctx, req.N, enforced)
+		if v.rates > 0 {
+			v.Dec, v.From, v.Err = allowAll(ctx, req.N, enforced[:v.rates])
+		} else {
+			v.Dec = ratelimit.Decision{Allowed: true}
+		}
+		if v.Dec.Allowed && v.rates < v.Enforced && (v.Err == nil || ctx.Err() == nil && misconfigured(enforced[:v.rates]) < 0) {
+			s.acquire(ctx, req.N, enforced, v, attrs)
+		}
 		var latency time.Duration
 		if s.cfg.Observer != nil {
 			latency = time.Since(start)
@@ -283,6 +318,109 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 	return Admitted
 }
 
+// acquire acquires the request's permits in the enforced concurrency
+// limits, cs[v.rates:], once the rate limits cs[:v.rates] have admitted
+// it (never waiting: TryAcquire), leaving each in its charge. When one
+// denies, fails with the caller's context done, or answers a
+// configuration error, the request is refused all or nothing: the permits
+// acquired are released and the rate limits refunded, unreported. A
+// concurrency limit's Decision becomes v's when it denies, came with an
+// error, or is more restrictive than the one v has (unless that one came
+// with an error).
+func (s *Set[R]) acquire(ctx context.Context, n int, cs []Charge[R], v *Verdict[R], attrs func() []slog.Attr) {
+	for i := v.rates; i < len(cs); i++ {
+		c := &cs[i]
+		p, d, err := c.tryAcquire(ctx, n)
+		c.res, c.allowed, c.limit = err, d.Allowed, d.Limit
+		if d.Allowed {
+			c.permit, c.held = p, true
+			v.held++
+		}
+		switch {
+		case err == nil:
+		case v.Err == nil:
+			v.Err = err
+		default:
+			v.Err = errors.Join(v.Err, err)
+		}
+		if !d.Allowed || (err != nil && (ctx.Err() != nil || isMisconfigured(err))) {
+			if !d.Allowed {
+				v.Dec, v.From = d, i
+			}
+			s.rollback(ctx, n, cs[:i+1], v, attrs)
+			return
+		}
+		if v.From < 0 || err != nil || (v.Err == nil && moreRestrictive(d, v.Dec)) {
+			v.Dec, v.From = d, i
+		}
+	}
+}
+
+// tryAcquire asks c's concurrency limiter for n permits. An n that can
+// never be acquired (above the limit) is a denial with ratelimit.RetryNever
+// and no error, as a rate limiter reports it.
+func (c *Charge[R]) tryAcquire(ctx context.Context, n int) (ratelimit.Permit, ratelimit.Decision, error) {
+	p, d, err := c.Entry.Concurrency.TryAcquire(ctx, c.Key, n)
+	if err != nil && !d.Allowed && (errors.Is(err, ratelimit.ErrExceedsLimit) || errors.Is(err, ratelimit.ErrInvalidN)) {
+		err, d.RetryAfter = nil, ratelimit.RetryNever
+	}
+	return p, d, err
+}
+
+// rollback undoes what cs admitted of a request that is refused after
+// all: it releases the permits held, and refunds the rate limits that
+// admitted it (a compensation, made whatever becomes of ctx). Refund
+// errors are reported as the limiters' errors are. Nothing is reported to
+// the observer: only the refusal is.
+func (s *Set[R]) rollback(ctx context.Context, n int, cs []Charge[R], v *Verdict[R], attrs func() []slog.Attr) {
+	for i := len(cs) - 1; i >= 0; i-- {
+		c := &cs[i]
+		if c.held {
+			c.permit.Release()
+			c.permit, c.held = ratelimit.Permit{}, false
+			v.held--
+		}
+	}
+	rctx := context.WithoutCancel(ctx)
+	for i := v.rates - 1; i >= 0; i-- {
+		c := &cs[i]
+		if !c.allowed {
+			continue
+		}
+		if err := c.Limiter.RefundN(rctx, c.Key, n); err != nil {
+			s.report(ctx, c, err, attrs)
+		}
+	}
+}
+
+// Release gives back the permits v holds (Verdict.Holds), once the request
+// Decide admitted has been served, however it ended. The observer hears
+// one ratelimit.OutcomeReleased Event per concurrency limit that held
+// permits, under the limit's name: N the permits, Decision{Allowed: true,
+// Limit} (what is free after is the limiter's to know). It is
+// idempotent: a second Release does nothing.
+func (s *Set[R]) Release(ctx context.Context, v *Verdict[R]) {
+	if v.held == 0 {
+		return
+	}
+	cs := v.Charges()
+	for i := range cs {
+		c := &cs[i]
+		if !c.held {
+			continue
+		}
+		c.permit.Release()
+		c.permit, c.held = ratelimit.Permit{}, false
+		if s.cfg.Observer != nil {
+			info := c.describe()
+			s.cfg.Observer.Observe(ctx, ratelimit.Event{Name: c.Entry.Name, Algorithm: ratelimit.ConcurrencyAlgorithm,
+				Home: ratelimit.Home(info.Home), Outcome: ratelimit.OutcomeReleased, N: v.cost,
+				Decision: ratelimit.Decision{Allowed: true, Limit: c.limit}})
+		}
+	}
+	v.held = 0
+}
+
 // misconfigured returns the index of the first of cs whose limiter
 // answered a configuration error (an unknown tier, ErrInvalidConfig), or
 // -1.
@@ -310,8 +448,11 @@ func (s *Set[R]) observeEnforced(ctx context.Context, n int, cs []Charge[R], v *
 			continue // it did not decide the request's refusal
 		}
 		d := ratelimit.Decision{Allowed: c.allowed}
-		if i == v.From || len(cs) == 1 {
+		switch {
+		case i == v.From || len(cs) == 1:
 			d = v.Dec
+		case c.Entry.Concurrency != nil:
+			d.Limit = c.limit
 		}
 		s.observeCharge(ctx, c, n, d, c.res, latency, false)
 	}
@@ -384,7 +525,9 @@ func (s *Set[R]) DecideExempt(req *Request[R]) *Entry[R] {
 }
 
 // gather adds to v the limits that apply to req, enforced ones first, and
-// sets v.Enforced. It resolves each tiered limiter (a tierer, such as
+// sets v.Enforced (and v.rates: among each, rate limits come before
+// concurrency limits, which are acquired once the rate limits admit). It
+// resolves each tiered limiter (a tierer, such as
 // *ratelimit.Tiered) to the request's tier, calling its tier function
 // once. It leaves out the limits whose
 // ExemptKeys hold the request's key, and stops at the first enforced
@@ -396,12 +539,23 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 	if s.hasShadow || req.AllShadow {
 		passes = 2
 	}
+	kinds := 1
+	if s.hasConc {
+		kinds = 2
+	}
 	var exemptBuf [MaxInline]*Entry[R]
 	exempt := exemptBuf[:0] // with an observer: the limits to report as exempt
-	for pass := 0; pass < passes; pass++ {
+	for pass := 0; pass < passes*kinds; pass++ {
+		shadow, conc := pass >= kinds, kinds == 2 && pass&1 == 1
+		if pass == kinds {
+			v.Enforced = v.n
+		}
+		if pass == 1 && kinds == 2 { // the enforced concurrency limits'
+			v.rates = v.n
+		}
 		for i := range s.limits {
 			l := &s.limits[i]
-			if (l.Shadow || req.AllShadow) != (pass == 1) {
+			if (l.Shadow || req.AllShadow) != shadow || (l.Concurrency != nil) != conc {
 				continue
 			}
 			key, ok := l.Key(req.R)
@@ -411,7 +565,7 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 			listed := false
 			if l.lists {
 				if l.deniedKeys.has(key) {
-					if pass == 0 {
+					if !shadow {
 						return l
 					}
 					listed = true // reported when the shadow limits are
@@ -427,13 +581,17 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 			}
 			c := v.slot()
 			c.Entry, c.Limiter, c.Key, c.err, c.listed, c.res, c.allowed = l, l.Limiter, key, nil, listed, nil, false
+			c.held = false // limit and permit are set before they are read
 			if l.tiered != nil && !listed {
 				_, c.Limiter, c.err = l.tiered.Tier(req.Ctx, key)
 			}
 		}
-		if pass == 0 {
-			v.Enforced = v.n
-		}
+	}
+	if passes == 1 {
+		v.Enforced = v.n
+	}
+	if kinds == 1 {
+		v.rates = v.Enforced
 	}
 	for _, l := range exempt {
 		s.observe(req.Ctx, l, ratelimit.OutcomeExempt, req.N)
@@ -509,7 +667,23 @@ func (s *Set[R]) shadow(req *Request[R], cs []Charge[R], v *Verdict[R], compete 
 			start = time.Now()
 		}
 		d, err := ratelimit.Decision{RetryAfter: ratelimit.RetryNever}, c.err
-		if err == nil {
+		switch {
+		case err != nil:
+		case c.Entry.Concurrency != nil:
+			// Held while the request is served, as an enforced one is,
+			// so that what it would have let in flight is measured.
+			var p ratelimit.Permit
+			p, d, err = c.tryAcquire(ctx, req.N)
+			c.limit = d.Limit
+			if d.Allowed {
+				if ctx.Err() != nil && err != nil {
+					p.Release()
+				} else {
+					c.permit, c.held = p, true
+					v.held++
+				}
+			}
+		default:
 			d, err = c.Limiter.AllowN(ctx, c.Key, req.N)
 		}
 		c.res, c.allowed = err, d.Allowed
@@ -593,7 +767,9 @@ func (s *Set[R]) ObserveAll(ctx context.Context, o ratelimit.Outcome, n int) {
 // OutcomeShadow in shadow mode); the observer is not nil.
 func (s *Set[R]) observe(ctx context.Context, l *Entry[R], o ratelimit.Outcome, n int) {
 	e := ratelimit.Event{Name: l.Name, Home: ratelimit.HomeNone, Outcome: o, N: n}
-	if l.ph != nil {
+	if l.Concurrency != nil {
+		e.Algorithm = ratelimit.ConcurrencyAlgorithm
+	} else if l.ph != nil {
 		e.Algorithm = l.ph.Policy().Algorithm
 	}
 	if o == ratelimit.OutcomeExempt {

@@ -43,7 +43,11 @@ var (
 // WriteFields sets on h the fields of set for v's Decision (as the
 // middleware writes them: X-RateLimit-Reset in Unix seconds rounded up,
 // RateLimit-Policy with the limit's window at the Set's clock now,
-// Retry-After on a retryable denial), under names. A Failed verdict
+// Retry-After on a retryable denial), under names. A concurrency limit's
+// fields have no time in them: RateLimit-Policy has qu="concurrent-requests"
+// and no w, RateLimit no t, X-RateLimit-Reset is left out, and
+// Retry-After is sent only for a blocked key (RetryAfter > 0): nobody
+// knows when a holder will end. A Failed verdict
 // writes only Retry-After. A shadow limit's denial is reported as an
 // admission. It does nothing when v.From < 0, and for a shadow limit's
 // Decision unless Decide was called with shadowFields. Beyond cached
@@ -60,7 +64,7 @@ func (s *Set[R]) WriteFields(h map[string][]string, names *FieldNames, set Field
 		set = NoFields // no quota was measured: only Retry-After
 	}
 	c := &v.Charges()[v.From]
-	st := fieldState{d: v.Dec, name: c.Entry.sfName, consts: &c.Entry.consts}
+	st := fieldState{d: v.Dec, name: c.Entry.sfName, consts: &c.Entry.consts, conc: c.Entry.Concurrency != nil}
 	if v.From >= v.Enforced && !st.d.Allowed { // reported, not enforced
 		st.d.Allowed, st.d.RetryAfter = true, 0
 	}
@@ -78,6 +82,10 @@ func (s *Set[R]) WriteFields(h map[string][]string, names *FieldNames, set Field
 func WriteDecision(h map[string][]string, names *FieldNames, set FieldSet, d ratelimit.Decision, name string, window time.Duration, now int64) {
 	writeFields(h, names, set, &fieldState{d: d, name: appendSFString(nil, name), window: window, now: now, consts: new(constCache)})
 }
+
+// quotaUnit is the RateLimit-Policy quota unit of a concurrency limit, as
+// the IETF draft names it.
+const quotaUnit = `;qu="concurrent-requests"`
 
 // ceilSeconds returns d in whole seconds, rounded up; d >= 0.
 func ceilSeconds(d time.Duration) int64 {
@@ -106,6 +114,7 @@ type fieldState struct {
 	window time.Duration // the limit's window; 0 if unknown
 	now    int64         // Unix nanoseconds
 	consts *constCache   // the limit's cache of constant values
+	conc   bool          // a concurrency limit's Decision
 }
 
 // constValues are the field values that depend only on a limit's quota and
@@ -147,8 +156,9 @@ func (c *constCache) resetString(secs int64) string {
 	return s
 }
 
-// get returns the constant values for quota limit and window.
-func (c *constCache) get(name []byte, limit int, window time.Duration) *constValues {
+// get returns the constant values for quota limit and window, of a
+// concurrency limit when conc (a cache serves one limit, of one kind).
+func (c *constCache) get(name []byte, limit int, window time.Duration, conc bool) *constValues {
 	slot := &c.slots[uint(limit)%uint(len(c.slots))]
 	if v := slot.Load(); v != nil && v.limit == limit && v.window == window {
 		return v
@@ -159,6 +169,9 @@ func (c *constCache) get(name []byte, limit int, window time.Duration) *constVal
 	if window > 0 {
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, ceilSeconds(window), 10)
+	}
+	if conc {
+		b = append(b, quotaUnit...)
 	}
 	v.policy = string(b)
 	slot.Store(v)
@@ -196,11 +209,14 @@ func (f *fieldList) addValue(key string, end int) {
 func writeFields(h map[string][]string, names *FieldNames, set FieldSet, s *fieldState) {
 	d := &s.d
 	retry := RetryAfterSeconds(*d) // 0 unless a denial that can be retried
+	if s.conc && d.RetryAfter <= 0 {
+		retry = 0 // full, not blocked: no one knows when a holder ends
+	}
 	var f fieldList
 	var arr [128]byte
 	b := arr[:0]
 	if set != NoFields {
-		consts := s.consts.get(s.name, d.Limit, s.window)
+		consts := s.consts.get(s.name, d.Limit, s.window, s.conc)
 		if set&XRateLimitFields != 0 {
 			b = f.appendXRateLimit(b, names, s, consts)
 		}
@@ -230,6 +246,9 @@ func (f *fieldList) appendXRateLimit(b []byte, names *FieldNames, s *fieldState,
 		f.remE = len(b)
 		f.addValue(names.XRemaining, len(b))
 	}
+	if s.conc {
+		return b // no reset: permits come back when their holders end
+	}
 	// Reset: when the quota is full again, in Unix seconds rounded up.
 	reset := s.now + int64(d.ResetAfter)
 	secs := reset / int64(time.Second)
@@ -256,8 +275,10 @@ func (f *fieldList) appendIETF(b []byte, names *FieldNames, s *fieldState, const
 	// the seconds until the quota resets (is full again), the instant
 	// X-RateLimit-Reset names; when a denied request can succeed is
 	// Retry-After's to say.
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	if !s.conc {
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	}
 	f.addValue(names.RateLimit, len(b))
 	return b
 }

@@ -1,7 +1,8 @@
 // Package limitset is what httplimit's middleware and grpclimit's
 // interceptors share, whatever carries the request: a validated list of
 // limits, the all-or-nothing decision over the limits that apply to one
-// request (tiers, shadow mode, exempt and denied keys, the observer), the
+// request (tiers, concurrency limits' permits, shadow mode, exempt and
+// denied keys, the observer), the
 // pacing of error reports, and the values of the rate-limit fields (the
 // X-RateLimit-* and IETF RateLimit fields, Retry-After), written to a
 // map[string][]string under the field names of the caller (http.Header's
@@ -19,7 +20,11 @@
 //	var v limitset.Verdict[R] // on the stack: pass its address
 //	switch set.Decide(&req, &v, shadowFields, attrs) {
 //	case limitset.Admitted:
-//		set.WriteFields(h, &limitset.GRPCNames, fields, &v) // then serve
+//		set.WriteFields(h, &limitset.GRPCNames, fields, &v)
+//		if v.Holds() { // concurrency permits, for the request's life
+//			defer set.Release(ctx, &v)
+//		}
+//		// then serve
 //	case limitset.Pass:
 //		// serve
 //	case limitset.Denied:
@@ -67,13 +72,18 @@ func DigestKey(key string) string {
 // Limit is one limit a request must pass, as the public packages define
 // it (httplimit.Limit, grpclimit.Limit), with the key function of R.
 type Limit[R any] struct {
-	Name       string
-	Key        func(r R) (key string, ok bool)
-	Limiter    ratelimit.KeyedLimiter
-	Window     time.Duration
-	Shadow     bool
-	ExemptKeys []string
-	DeniedKeys []string
+	Name    string
+	Key     func(r R) (key string, ok bool)
+	Limiter ratelimit.KeyedLimiter
+	// Concurrency, instead of Limiter, makes the limit a concurrency
+	// limit: Decide acquires permits (TryAcquire) once the rate limits
+	// have admitted the request, and the caller holds them for the
+	// request's life (Release).
+	Concurrency ratelimit.ConcurrencyLimiter
+	Window      time.Duration
+	Shadow      bool
+	ExemptKeys  []string
+	DeniedKeys  []string
 }
 
 // Config is what a Set needs besides its limits.
@@ -105,6 +115,7 @@ type Set[R any] struct {
 	limits     []Entry[R]
 	hasShadow  bool // some limit is in shadow mode
 	deniedKeys bool // some limit has DeniedKeys
+	hasConc    bool // some limit is a concurrency limit
 }
 
 // Entry is one limit of a Set, ready to serve.
@@ -138,8 +149,9 @@ type policyHolder interface {
 
 // New validates limits and returns their Set. It returns an error
 // wrapping ratelimit.ErrInvalidConfig, naming cfg.Pkg, when limits is
-// empty, a Limit has no Key or no Limiter (a typed nil counts as none), a
-// negative Window, a name that is not printable ASCII or repeats another
+// empty, a Limit has no Key, neither or both of Limiter and Concurrency (a
+// typed nil counts as none), a negative Window or a Window on a
+// concurrency limit (which has none), a name that is not printable ASCII or repeats another
 // ("default" for an empty name), an ExemptKeys entry also in its
 // DeniedKeys (the message names the index, never the key), or a limiter
 // that reports to an observer of its own (ratelimit.WithObserver, for
@@ -166,11 +178,14 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		if l.Key == nil {
 			return nil, configError("%s.Limit.Key of limit %q must not be nil, got nil", pkg, l.Name)
 		}
-		if l.Limiter == nil || typednil.Is(l.Limiter) {
-			return nil, configError("%s.Limit.Limiter of limit %q must not be nil, got %T", pkg, l.Name, l.Limiter)
+		if err := checkLimiters(pkg, &l); err != nil {
+			return nil, err
 		}
 		if l.Window < 0 {
 			return nil, configError("%s.Limit.Window of limit %q must not be negative, got %v", pkg, l.Name, l.Window)
+		}
+		if l.Concurrency != nil && l.Window != 0 {
+			return nil, configError("%s.Limit.Window of limit %q must be zero for a concurrency limit, which has no window, got %v", pkg, l.Name, l.Window)
 		}
 		e := &s.limits[i]
 		e.Limit = l
@@ -183,9 +198,15 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		} else {
 			e.ph, _ = l.Limiter.(policyHolder)
 		}
-		e.info = observe.Describe(l.Limiter)
+		field := "Limiter"
+		if l.Concurrency != nil {
+			e.info, field = observe.Describe(l.Concurrency), "Concurrency"
+			s.hasConc = true
+		} else {
+			e.info = observe.Describe(l.Limiter)
+		}
 		if cfg.Observer != nil && e.info.Observed {
-			return nil, configError("%s.Limit.Limiter of limit %q reports to an Observer of its own (ratelimit.WithObserver, on it or one of its tiers) beside %s.WithObserver's: each of its decisions would be counted twice; give the observer to %s.WithObserver alone, which reports every decision of the limit under its name", pkg, l.Name, pkg, pkg)
+			return nil, configError("%s.Limit.%s of limit %q reports to an Observer of its own (ratelimit.WithObserver, on it or one of its tiers) beside %s.WithObserver's: each of its decisions would be counted twice; give the observer to %s.WithObserver alone, which reports every decision of the limit under its name", pkg, field, l.Name, pkg, pkg)
 		}
 		e.sfName = appendSFString(nil, l.Name)
 		if err := e.checkKeyLists(pkg); err != nil {
@@ -195,6 +216,28 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		s.deniedKeys = s.deniedKeys || e.deniedKeys != nil
 	}
 	return s, nil
+}
+
+// checkLimiters refuses a Limit without exactly one of Limiter and
+// Concurrency (a typed nil counts as none); it clears a typed nil of the
+// one left unset.
+func checkLimiters[R any](pkg string, l *Limit[R]) error {
+	rate := l.Limiter != nil && !typednil.Is(l.Limiter)
+	conc := l.Concurrency != nil && !typednil.Is(l.Concurrency)
+	switch {
+	case rate && conc:
+		return configError("%s.Limit of limit %q must have one of Limiter and Concurrency, got both", pkg, l.Name)
+	case !rate && !conc:
+		if l.Concurrency != nil {
+			return configError("%s.Limit.Concurrency of limit %q must not be nil, got %T", pkg, l.Name, l.Concurrency)
+		}
+		return configError("%s.Limit.Limiter of limit %q must not be nil, got %T", pkg, l.Name, l.Limiter)
+	case conc:
+		l.Limiter = nil
+	default:
+		l.Concurrency = nil
+	}
+	return nil
 }
 
 // Limits returns the Set's entries, in the order given to New. The
@@ -273,8 +316,22 @@ func (e *Entry[R]) checkKeyLists(pkg string) error {
 // DenialMessage is the message of a denial by the limit named limit, the
 // same in httplimit's 429 body and grpclimit's status: never when the
 // request can never succeed (quota, when positive, is the limit it
-// exceeds), else retrySecs is the announced wait in seconds.
-func DenialMessage(limit string, never bool, quota int, retrySecs int64) string {
+// exceeds), else retrySecs is the announced wait in seconds (0 for a
+// concurrency limit that is full: nobody knows when a holder will end).
+// concurrent says the limit is a concurrency limit.
+func DenialMessage(limit string, concurrent, never bool, quota int, retrySecs int64) string {
+	if concurrent {
+		switch {
+		case never && quota > 0:
+			return fmt.Sprintf("request cost exceeds concurrency limit %q (quota %d in flight): it can never succeed, do not retry", limit, quota)
+		case never:
+			return fmt.Sprintf("request refused by concurrency limit %q: it can never succeed, do not retry", limit)
+		case retrySecs > 0:
+			return fmt.Sprintf("concurrency limit %q exceeded, retry in %d s", limit, retrySecs)
+		default:
+			return fmt.Sprintf("concurrency limit %q exceeded: too many requests in flight, retry once one ends", limit)
+		}
+	}
 	switch {
 	case never && quota > 0:
 		return fmt.Sprintf("request cost exceeds rate limit %q (quota %d): it can never succeed, do not retry", limit, quota)
