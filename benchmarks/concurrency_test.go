@@ -2,10 +2,16 @@ package benchmarks
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/redislimit"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -116,4 +122,68 @@ func benchAcquireParallel(b *testing.B, acquire acquireFunc) {
 		admitted.Add(n)
 	})
 	report(b, int(admitted.Load()), cpu0)
+}
+
+// BenchmarkRedisConcurrency compares a concurrency limit on Redis with one
+// rate-limit decision on the same Redis and client, in one run: acquire one
+// permit without waiting and release it (two scripts), against one
+// token-bucket AllowN and one redis_rate Allow. No Go peer holds a
+// concurrency limit on Redis that the module proxy serves
+// (mennanov/limiters' ConcurrentBuffer is refused there), so the
+// comparison is with a decision. Names are
+// BenchmarkRedisConcurrency/<library>/serial; keys cycle over 1000 clients.
+func BenchmarkRedisConcurrency(b *testing.B) {
+	addr := benchRedisAddr(b)
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = c.Close() })
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "user" + strconv.Itoa(i)
+	}
+	prefix := fmt.Sprintf("bench:%d:", time.Now().UnixNano())
+	rr := redis_rate.NewLimiter(c)
+	rrLimit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
+	tb, err := redislimit.New(c, ratelimit.TokenBucketPolicy(ratelimit.Per(1_000_000, time.Second), 1_000_000),
+		redislimit.WithPrefix(prefix), redislimit.WithTimeout(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc, err := redislimit.NewConcurrency(c, 1_000_000, redislimit.WithPrefix(prefix), redislimit.WithTimeout(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cc.Close() })
+	for _, e := range []struct {
+		name string
+		call func(ctx context.Context, key string) error
+	}{
+		{"redis_rate", func(ctx context.Context, key string) error {
+			_, err := rr.Allow(ctx, prefix+"rr:"+key, rrLimit)
+			return err
+		}},
+		{"ratelimit-tokenbucket", func(ctx context.Context, key string) error {
+			_, err := tb.AllowN(ctx, key, 1)
+			return err
+		}},
+		{"ratelimit-concurrency", func(ctx context.Context, key string) error {
+			p, d, err := cc.TryAcquire(ctx, key, 1)
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("denied: %+v", d)
+			}
+			p.Release()
+			return err
+		}},
+	} {
+		b.Run(e.name+"/serial", func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := e.call(ctx, keys[i%len(keys)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }
