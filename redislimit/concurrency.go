@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -743,24 +742,12 @@ func (c *Concurrency) unavailable(ctx context.Context, op, key string, cause err
 
 // reportErr logs err at most once per reportEvery, or counts it.
 func (c *Concurrency) reportErr(ctx context.Context, err error, quiet bool) {
-	logger := c.logger.Get()
-	if logger == nil {
-		return
-	}
-	if quiet {
-		c.reports.Skip()
-		return
-	}
-	suppressed, ok := c.reports.Admit(int64(time.Since(c.epoch))+1, c.reportEvery)
-	if !ok {
-		return
-	}
-	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
-		slog.String("limit", c.name),
-		slog.String("algorithm", ratelimit.ConcurrencyAlgorithm.String()),
-		slog.Any("error", err),
-		slog.Int64("suppressed", suppressed))
+	reportUnavailable(ctx, &c.logger, &c.reports, c.sinceEpoch, c.reportEvery, c.name, ratelimit.ConcurrencyAlgorithm, err, quiet)
 }
+
+// sinceEpoch is the time for the report throttle: ns since c was made,
+// never 0.
+func (c *Concurrency) sinceEpoch() int64 { return int64(time.Since(c.epoch)) + 1 }
 
 // observe reports an acquisition to the observer.
 func (c *Concurrency) observe(ctx context.Context, n int, d ratelimit.Decision, err error, wait bool, start time.Time) {

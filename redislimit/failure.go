@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/report"
 )
 
 // FailurePolicy says what a [Limiter] decides when Redis cannot.
@@ -102,21 +103,29 @@ func localShare(p ratelimit.Policy, instances int) (ratelimit.Policy, error) {
 // once per reportEvery, or counts it. quiet says the breaker answered the
 // call: counted, never reported on its own.
 func (l *Limiter) report(ctx context.Context, err error, quiet bool) {
-	logger := l.logger.Get()
-	if logger == nil {
+	reportUnavailable(ctx, &l.logger, &l.reports, l.ts.Now, l.reportEvery, l.name, l.cur.Load().policy.Algorithm, err, quiet)
+}
+
+// reportUnavailable is the error report of a limiter named name running
+// algorithm: it logs err to logger, at most once per every (now tells the
+// time, in ns, to reports), or counts it; quiet counts it only.
+func reportUnavailable(ctx context.Context, logger *report.Logger, reports *report.Throttle, now func() int64, every time.Duration,
+	name string, algorithm ratelimit.Algorithm, err error, quiet bool) {
+	lg := logger.Get()
+	if lg == nil {
 		return
 	}
 	if quiet {
-		l.reports.Skip()
+		reports.Skip()
 		return
 	}
-	suppressed, ok := l.reports.Admit(l.ts.Now(), l.reportEvery)
+	suppressed, ok := reports.Admit(now(), every)
 	if !ok {
 		return
 	}
-	logger.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
-		slog.String("limit", l.name),
-		slog.String("algorithm", l.cur.Load().policy.Algorithm.String()),
+	lg.LogAttrs(ctx, slog.LevelError, ErrUnavailable.Error(),
+		slog.String("limit", name),
+		slog.String("algorithm", algorithm.String()),
 		slog.Any("error", err),
 		slog.Int64("suppressed", suppressed))
 }
