@@ -8,7 +8,8 @@ import (
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
-// AllowAll charges n events to every dimension, all or nothing: if any
+// AllowAll charges n events (or a dimension's own [Dimension.N]) to every
+// dimension, all or nothing: if any
 // dimension denies, none is charged. It returns the most restrictive
 // Decision and which dimension it came from; MultiDecision.Allowed reports
 // whether the request was admitted. Every dimension is consulted, so a
@@ -47,6 +48,10 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 		if typednil.Is(d.Limiter) {
 			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
 				errs.AtDimension(i, false, configError("ratelimit.AllowAll dims[%d].Limiter (%q) must not be nil, got %T", i, d.Name, d.Limiter))
+		}
+		if d.N < 0 {
+			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
+				errs.AtDimension(i, false, configError("ratelimit.AllowAll dims[%d].N (%q) must not be negative, got %d", i, d.Name, d.N))
 		}
 	}
 	var buf [8]Dimension
@@ -131,9 +136,9 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 			err error
 		)
 		if denied {
-			dec, err = d.Limiter.Peek(ctx, d.Key, n)
+			dec, err = d.Limiter.Peek(ctx, d.Key, d.cost(n))
 		} else {
-			dec, err = d.Limiter.AllowN(ctx, d.Key, n)
+			dec, err = d.Limiter.AllowN(ctx, d.Key, d.cost(n))
 			charged[i] = dec.Allowed
 		}
 		ds[i] = dec
@@ -147,7 +152,7 @@ func allowAllRefund(ctx context.Context, n int, dims []Dimension) (MultiDecision
 		rctx := context.WithoutCancel(ctx)
 		for j := len(dims) - 1; j >= 0; j-- {
 			if charged[j] {
-				joined = errors.Join(joined, errs.AtDimension(j, true, dims[j].Limiter.RefundN(rctx, dims[j].Key, n)))
+				joined = errors.Join(joined, errs.AtDimension(j, true, dims[j].Limiter.RefundN(rctx, dims[j].Key, dims[j].cost(n))))
 			}
 		}
 	}

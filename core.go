@@ -51,6 +51,16 @@ type reserver[S any] interface {
 	unreserve(st *S, n int64)
 }
 
+// settler is implemented by the algorithms that can settle a
+// [Reservation] exactly: every one but the sliding log, whose events are
+// merged by time so that a reservation's own cannot be found again.
+type settler[S any] interface {
+	// settle applies to st, at now, the settlement of a reservation made
+	// at `at`: d events more (d > 0, an overrun) or fewer (d < 0) than its
+	// estimate. Callers hold the lock that guards st.
+	settle(st *S, now, at, d int64)
+}
+
 type reserveResult uint8
 
 const (

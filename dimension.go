@@ -10,6 +10,11 @@ type Dimension struct {
 	Limiter KeyedLimiter
 	// Key is the key to charge.
 	Key string
+	// N, when not 0, is what this dimension is charged in place of the n
+	// the call was given: a request limit beside a token limit charges 1
+	// a request, whatever its tokens. Its cost is known in advance, so a
+	// [Reservation] settles it unchanged. Negative is an error.
+	N int
 }
 
 // MultiDecision is the outcome of [AllowAll]: the most restrictive of the

@@ -142,6 +142,27 @@ func (a *fixedWindowAlg) refund(st *fwState, now, n int64) {
 	}
 }
 
+// settle gives back while the reservation's window is the current one, and
+// charges an overrun to the current window, beyond the limit if need be.
+func (a *fixedWindowAlg) settle(st *fwState, now, at, d int64) {
+	settleWindow(st, floorDiv(now, a.window), floorDiv(at, a.window), d)
+}
+
+// settleWindow settles d events of a reservation made in window k0 at a
+// time in window k (fixed windows and quota periods alike).
+func settleWindow(st *fwState, k, k0, d int64) {
+	if k > st.k {
+		st.k, st.count = k, 0
+	}
+	switch {
+	case k0 == st.k:
+		st.count = max(st.count+max(d, -maxDebt), 0)
+	case d > 0:
+		st.count += min(d, maxDebt)
+	}
+	st.count = min(st.count, maxDebt)
+}
+
 func (a *fixedWindowAlg) idle(st *fwState, now int64) bool {
 	return st.count == 0 || floorDiv(now, a.window) > st.k
 }

@@ -46,7 +46,7 @@ func allowAllAtomic(ctx context.Context, n int, dims []Dimension) (MultiDecision
 		latency := time.Since(start)
 		for i, d := range dims {
 			if k := d.Limiter.(*Keyed); k.obs != nil {
-				k.report(ctx, n, ds[i], derrs[i], latency)
+				k.report(ctx, d.cost(n), ds[i], derrs[i], latency)
 			}
 		}
 	}
@@ -121,11 +121,11 @@ func decideAllLocked(n int, dims []Dimension, gens []*generation, ds []Decision,
 		nows[i] = k.ts.Now()
 		var v verdict
 		var err error
-		if left, blocked := k.blocks.left(d.Key, nows[i]); blocked && blockApplies(n, g.limit, consume) {
+		if left, blocked := k.blocks.left(d.Key, nows[i]); blocked && blockApplies(d.cost(n), g.limit, consume) {
 			v, err = g.store.decideLocked(nows[i], d.Key, 0, inspect)
 			v = blockedVerdict(v, left)
 		} else {
-			v, err = g.store.decideLocked(nows[i], d.Key, n, inspect)
+			v, err = g.store.decideLocked(nows[i], d.Key, d.cost(n), inspect)
 		}
 		ds[i], derrs[i] = v.decision(g.limit), err
 		if !ds[i].Allowed {
@@ -145,11 +145,11 @@ func decideAllLocked(n int, dims []Dimension, gens []*generation, ds []Decision,
 	// under a key cap; then undo the others.
 	for i, d := range dims {
 		g := gens[i]
-		v, err := g.store.decideLocked(nows[i], d.Key, n, consume)
+		v, err := g.store.decideLocked(nows[i], d.Key, d.cost(n), consume)
 		ds[i], derrs[i] = v.decision(g.limit), err
 		if !ds[i].Allowed {
 			for j := i - 1; j >= 0; j-- {
-				gens[j].store.refundLocked(nows[j], dims[j].Key, int64(n))
+				gens[j].store.refundLocked(nows[j], dims[j].Key, int64(dims[j].cost(n)))
 			}
 			return MultiDecision{Decision: ds[i], Index: i}, errs.AtDimension(i, false, err)
 		}

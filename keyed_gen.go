@@ -79,6 +79,7 @@ func (droppedStore) decide(int64, string, int, action) (verdict, error) {
 	return verdict{}, errSuperseded
 }
 func (droppedStore) refund(int64, string, int64) error            { return errSuperseded }
+func (droppedStore) settle(int64, string, int64, int64) error     { return errSuperseded }
 func (droppedStore) penalize(int64, string, int64) error          { return errSuperseded }
 func (droppedStore) reset(string) error                           { return errSuperseded }
 func (droppedStore) len() int                                     { return 0 }
@@ -107,6 +108,10 @@ type keyedStore interface {
 	// decide decides n events for key at now, taking the key's shard lock.
 	decide(now int64, key string, n int, act action) (verdict, error)
 	refund(now int64, key string, n int64) error
+	// settle settles at now a reservation of key made at `at`: d events
+	// more or fewer than its estimate (see settler). It returns
+	// errCannotSettle under an algorithm that cannot.
+	settle(now int64, key string, at, d int64) error
 	// penalize charges min(n, what key has left) at now.
 	penalize(now int64, key string, n int64) error
 	// reset forgets key's state here and in every older generation.

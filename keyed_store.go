@@ -436,6 +436,35 @@ func (s *shardStore[S, A]) refundIn(sh *shard[S], now int64, key string, h uint3
 	}
 }
 
+// errCannotSettle is returned by a store whose algorithm cannot settle a
+// reservation (the sliding log).
+var errCannotSettle = configError("the sliding window log cannot settle a reservation exactly (its events are merged by time); use the sliding window counter")
+
+func (s *shardStore[S, A]) settle(now int64, key string, at, d int64) error {
+	alg, ok := any(s.alg).(settler[S])
+	if !ok {
+		return errCannotSettle
+	}
+	sh, _, h := s.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.retired {
+		return errSuperseded
+	}
+	st := s.held(sh, now, key, h, false)
+	if st == nil {
+		if d <= 0 {
+			return nil // a fresh state: nothing to give back
+		}
+		if !s.makeRoom(sh, now) {
+			return ErrTooManyKeys
+		}
+		st = s.insert(sh, key, h)
+	}
+	alg.settle(st, now, at, d)
+	return nil
+}
+
 func (s *shardStore[S, A]) penalize(now int64, key string, n int64) error {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()

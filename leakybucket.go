@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -180,6 +181,16 @@ func (a *leakyBucketAlg) reserve(st *lbState, now, n, maxDelay int64) (int64, re
 
 func (a *leakyBucketAlg) unreserve(st *lbState, n int64) {
 	st.empty -= n * a.every
+}
+
+// settle drains or adds the difference; an overrun fills the bucket beyond
+// its capacity, so that later requests wait until it has drained.
+func (a *leakyBucketAlg) settle(st *lbState, now, _, d int64) {
+	if d < 0 {
+		a.unreserve(st, min(-d, maxDebt/a.every))
+		return
+	}
+	st.empty = min(max(st.empty, now)+min(d, maxDebt/a.every)*a.every, math.MaxInt64/2)
 }
 
 func (a *leakyBucketAlg) refund(st *lbState, _, n int64) {

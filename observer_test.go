@@ -189,7 +189,7 @@ func TestObserverAllowAllKeyed(t *testing.T) {
 	tiered, err := NewTiered(func(context.Context, string) string { return "b" }, map[string]KeyedLimiter{"b": b})
 	require.NoError(t, err)
 	ctx := context.Background()
-	dims := []Dimension{{"a", a, "secret-key"}, {"b", tiered, "secret-key"}, {"quiet", quiet, "secret-key"}}
+	dims := []Dimension{{Name: "a", Limiter: a, Key: "secret-key"}, {Name: "b", Limiter: tiered, Key: "secret-key"}, {Name: "quiet", Limiter: quiet, Key: "secret-key"}}
 
 	md, err := AllowAll(ctx, 1, dims...)
 	require.NoError(t, err)

@@ -200,6 +200,13 @@ func (a *quotaAlg) refund(st *fwState, now, n int64) {
 	}
 }
 
+// settle is the fixed window's settle over calendar periods.
+func (a *quotaAlg) settle(st *fwState, now, at, d int64) {
+	k, _ := a.period(now)
+	k0, _ := a.periodAt(at)
+	settleWindow(st, k, k0, d)
+}
+
 func (a *quotaAlg) idle(st *fwState, now int64) bool {
 	if st.count == 0 {
 		return true

@@ -202,6 +202,26 @@ func (a *slidingCounterAlg) refund(st *scState, now, n int64) {
 	}
 }
 
+// settle gives back while the reservation's window still counts (the
+// current one or the previous, weighted), and charges an overrun to that
+// window, or to the current one when the reservation's has passed; beyond
+// the limit if need be.
+func (a *slidingCounterAlg) settle(st *scState, now, at, d int64) {
+	k, cur, prev, _ := a.roll(st, now)
+	k0 := floorDiv(at, a.window)
+	switch {
+	case k0 == k:
+		cur += d
+	case k0 == k-1:
+		prev += d
+	case d > 0:
+		cur += d
+	}
+	st.k = k
+	st.cur = int32(min(max(cur, 0), math.MaxInt32))
+	st.prev = int32(min(max(prev, 0), math.MaxInt32))
+}
+
 func (a *slidingCounterAlg) idle(st *scState, now int64) bool {
 	k := floorDiv(now, a.window)
 	return (st.cur == 0 && st.prev == 0) || k >= st.k+2 || (k == st.k+1 && st.cur == 0)

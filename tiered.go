@@ -124,6 +124,14 @@ func (t *Tiered) AllowN(ctx context.Context, key string, n int) (Decision, error
 	return l.AllowN(ctx, key, n)
 }
 
+// ReserveN reserves in key's tier's limiter, which must be a [Reserver]:
+// see [ReserveAll]. A key whose tier is unknown, with no default tier,
+// gets an error wrapping [ErrUnknownTier]; a tier whose limiter cannot
+// reserve, an error wrapping [ErrInvalidConfig] naming its type.
+func (t *Tiered) ReserveN(ctx context.Context, key string, n int, expiry time.Duration) (*Reservation, error) {
+	return ReserveAll(ctx, n, expiry, Dimension{Limiter: t, Key: key})
+}
+
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (t *Tiered) Wait(ctx context.Context, key string) error {
 	return t.WaitN(ctx, key, 1)

@@ -205,6 +205,17 @@ func (a *tokenBucketAlg) refund(st *tbState, now, n int64) {
 	a.unreserve(st, n)
 }
 
+// settle gives back or charges the difference; an overrun goes into debt
+// beyond an empty bucket, so that later requests wait it out.
+func (a *tokenBucketAlg) settle(st *tbState, now, _, d int64) {
+	a.advance(st, now)
+	if d < 0 {
+		a.unreserve(st, -d)
+		return
+	}
+	st.debt = min(st.debt+min(d, maxDebt/a.p)*a.p, maxDebt)
+}
+
 func (a *tokenBucketAlg) reserve(st *tbState, now, n, maxDelay int64) (int64, reserveResult) {
 	a.advance(st, now)
 	need := n * a.p
