@@ -29,6 +29,14 @@ type MultiDecision struct {
 	Index int
 }
 
+// cost is the events d is charged when the call charges n.
+func (d Dimension) cost(n int) int {
+	if d.N != 0 {
+		return d.N
+	}
+	return n
+}
+
 // mostRestrictive picks from decisions: the longest RetryAfter among the
 // denied ones, or else the fewest Remaining.
 func mostRestrictive(ds []Decision) int {

@@ -1,0 +1,136 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/settle"
+)
+
+// ErrReservationSettled is returned by [Reservation.Settle] when there is
+// nothing left to settle: the reservation was denied, was settled already,
+// or has expired (and so was settled at its estimate).
+var ErrReservationSettled = errors.New("ratelimit: reservation already settled")
+
+// maxExpiry bounds a reservation's expiry, as Block bounds a block.
+const maxExpiry = 100 * 365 * 24 * time.Hour
+
+func init() {
+	settle.Done = ErrReservationSettled
+	settle.Make = func(h settle.Holder, n int, d any) any {
+		return &Reservation{MultiDecision: MultiDecision{Decision: d.(Decision)}, first: part{h: h, n: int64(n)}, held: 1}
+	}
+}
+
+// Reservation is an estimated cost held for work whose real cost is known
+// only once it ran: an LLM completion's tokens, the rows a query scanned,
+// whether a login attempt failed. [ReserveAll] (or a [Reserver]'s
+// ReserveN) charges the estimate at once, as AllowN would; when the work
+// is done, [Reservation.Settle] charges the actual cost instead: less
+// gives the difference back, more charges the overrun.
+//
+// A reservation not settled within its expiry is settled at its estimate:
+// the estimate stays charged, and a later Settle changes nothing.
+//
+// A Reservation is safe for concurrent use; whichever call settles it
+// first settles it, once.
+type Reservation struct {
+	// MultiDecision is what the reservation decided: Allowed reports
+	// whether the estimate was charged and is held. A denied reservation
+	// holds nothing; its RetryAfter says when the estimate would fit.
+	MultiDecision
+
+	mu    sync.Mutex
+	held  int    // parts held: 0 when denied, or once settled
+	first part   // the first dimension's part
+	more  []part // the others', for several dimensions
+}
+
+// part is what a reservation holds in one dimension: n events through h.
+// fixed is set for a dimension charged its own Dimension.N, which is
+// known in advance and settles unchanged.
+type part struct {
+	h     settle.Holder
+	n     int64
+	fixed bool
+}
+
+// deniedReservation returns a Reservation that holds nothing, with d.
+func deniedReservation(d MultiDecision) *Reservation {
+	return &Reservation{MultiDecision: d}
+}
+
+// Settle charges the actual cost of the work in place of the estimate, in
+// every dimension charged the estimate (a dimension with its own
+// [Dimension.N] keeps it): actual below the estimate gives the difference
+// back, actual above it charges the overrun. How each algorithm takes
+// either is in docs/reservations.md: a bucket goes into debt, so that
+// later requests wait the overrun out; a window gives back only while the
+// reservation's window still counts, and charges an overrun to the window
+// in force.
+//
+// Settle is not a decision: it reports nothing to an [Observer], and it
+// does not depend on ctx being live (a caller that went away still pays
+// an overrun); ctx passes its values on. It returns an error wrapping
+// [ErrReservationSettled] when the reservation was denied, settled
+// already, or has expired in every dimension, and one wrapping
+// [ErrInvalidN] when actual is negative; either way it changes nothing.
+func (r *Reservation) Settle(ctx context.Context, actual int) error {
+	if actual < 0 {
+		return fmt.Errorf("%w: Reservation.Settle actual must be >= 0, got %d", ErrInvalidN, actual)
+	}
+	if ctx == nil {
+		return errNilContext
+	}
+	r.mu.Lock()
+	held := r.held
+	r.held = 0
+	r.mu.Unlock()
+	if held == 0 {
+		return ErrReservationSettled
+	}
+	ctx = context.WithoutCancel(ctx)
+	parts := append(make([]part, 0, 1+len(r.more)), r.first)
+	parts = append(parts, r.more...)
+	var joined error
+	done := 0
+	for i, p := range parts {
+		a := int64(actual)
+		if p.fixed {
+			a = p.n
+		}
+		err := p.h.Settle(ctx, a)
+		if errors.Is(err, ErrReservationSettled) {
+			done++
+			continue
+		}
+		if len(parts) > 1 {
+			err = errs.AtDimension(i, true, err)
+		}
+		joined = errors.Join(joined, err)
+	}
+	if done == len(parts) {
+		return ErrReservationSettled
+	}
+	return joined
+}
+
+// parts returns what r holds, for ReserveAll to take over.
+func (r *Reservation) parts() []part {
+	if r.held == 0 {
+		return nil
+	}
+	return append([]part{r.first}, r.more...)
+}
+
+// checkExpiry validates a reservation's expiry for the function named fn.
+func checkExpiry(fn string, expiry time.Duration) error {
+	if expiry <= 0 || expiry > maxExpiry {
+		return configError("%s expiry must be positive and at most 100 years, got %v", fn, expiry)
+	}
+	return nil
+}
