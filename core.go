@@ -4,9 +4,11 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/settle"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
@@ -192,12 +194,63 @@ func (c *core[S, A]) decideAt(now int64, n int, act action) Decision {
 func (c *core[S, A]) allowNObserved(n int) Decision {
 	now, mark := c.ts.NowTimed()
 	d := c.decideAt(now, n, consume)
-	ctx := context.Background()
+	c.report(n, d, now, mark)
+	return d
+}
+
+// report tells c's Observer of the AllowN decision d for n events, decided
+// at now, whose timing started at mark. Requires c.obs set.
+func (c *core[S, A]) report(n int, d Decision, now int64, mark time.Time) {
 	e := Event{Name: c.name, Algorithm: c.algo, Home: HomeMemory, N: n, Decision: d}
 	e.Outcome, e.Err = outcome(n, d, nil)
 	e.Latency = c.ts.Since(now, mark)
-	c.obs.Observe(ctx, e)
-	return d
+	c.obs.Observe(context.Background(), e)
+}
+
+// reserveN is a single limiter's ReserveN, which fn names: AllowN, with
+// what it admits held as a Reservation to settle within expiry.
+func (c *core[S, A]) reserveN(fn string, n int, expiry time.Duration) (*Reservation, error) {
+	if err := checkExpiry(fn, expiry); err != nil {
+		return deniedReservation(MultiDecision{Decision: Decision{RetryAfter: RetryNever}}), err
+	}
+	now, mark := c.ts.NowTimed()
+	d := c.decideAt(now, n, consume)
+	if c.obs != nil {
+		c.report(n, d, now, mark)
+	}
+	if !d.Allowed {
+		return deniedReservation(MultiDecision{Decision: d}), nil
+	}
+	h := &coreHold[S, A]{c: c, at: now, n: int64(n), until: now + int64(expiry)}
+	return settle.Make(h, n, d).(*Reservation), nil
+}
+
+// coreHold is a reservation held in a single limiter: n events charged at
+// `at`, to be settled before until.
+type coreHold[S any, A algorithm[S]] struct {
+	c       *core[S, A]
+	at, n   int64
+	until   int64 // Unix ns at which it expires, settled at its estimate
+	settled atomic.Bool
+}
+
+// Settle implements settle.Holder.
+func (h *coreHold[S, A]) Settle(_ context.Context, actual int64) error {
+	if h.settled.Swap(true) {
+		return ErrReservationSettled
+	}
+	c := h.c
+	now := c.ts.Now()
+	d := max(min(actual-h.n, maxDebt), -maxDebt)
+	if now >= h.until || d == 0 {
+		return settledBy(now >= h.until)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := any(c.alg).(settler[S]); ok {
+		s.settle(&c.st, now, h.at, d)
+	}
+	return nil
 }
 
 // outcome classifies the AllowN decision d (with AllowN's error err) of n

@@ -49,6 +49,16 @@ func (w *FixedWindow) Allow() bool { return w.c.allow() }
 // RetryAfter set to [RetryNever].
 func (w *FixedWindow) AllowN(n int) Decision { return w.c.allowN(n) }
 
+// ReserveN is AllowN for work whose cost is known only once it ran: it
+// charges an estimated n events as AllowN would, and holds them as a
+// [Reservation] whose Settle charges the actual cost instead within
+// expiry (see [ReserveAll]; it gives back only while the reservation's window is current, and charges an overrun to the window in force). A denied Reservation holds nothing. An
+// expiry that is not positive or exceeds 100 years is an error wrapping
+// [ErrInvalidConfig]. The Reservation is never nil.
+func (w *FixedWindow) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
+	return w.c.reserveN("ratelimit.FixedWindow.ReserveN", n, expiry)
+}
+
 // Peek reports the Decision that AllowN(n) would return now, without
 // counting anything. Peek(0) reports the current quota: its Remaining is
 // how many events would be admitted right now, and its Allowed is false

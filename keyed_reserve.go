@@ -54,12 +54,9 @@ func (h *keyedHold) Settle(_ context.Context, actual int64) error {
 		return ErrReservationSettled
 	}
 	now := h.k.ts.Now()
-	if now >= h.until {
-		return ErrReservationSettled
-	}
 	d := max(min(actual-h.n, maxDebt), -maxDebt)
-	if d == 0 {
-		return nil
+	if now >= h.until || d == 0 {
+		return settledBy(now >= h.until)
 	}
 	for g := h.k.cur.Load(); ; g = g.next.Load() {
 		if err := g.store.settle(now, h.key, h.at, d); err != errSuperseded {

@@ -68,6 +68,16 @@ func (b *LeakyBucket) Allow() bool { return b.c.allow() }
 // [RetryNever].
 func (b *LeakyBucket) AllowN(n int) Decision { return b.c.allowN(n) }
 
+// ReserveN is AllowN for work whose cost is known only once it ran: it
+// charges an estimated n events as AllowN would, and holds them as a
+// [Reservation] whose Settle charges the actual cost instead within
+// expiry (see [ReserveAll]; an overrun fills the bucket beyond its capacity, so that later requests wait until it drained). A denied Reservation holds nothing. An
+// expiry that is not positive or exceeds 100 years is an error wrapping
+// [ErrInvalidConfig]. The Reservation is never nil.
+func (b *LeakyBucket) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
+	return b.c.reserveN("ratelimit.LeakyBucket.ReserveN", n, expiry)
+}
+
 // Peek reports the Decision that AllowN(n) would return now, without
 // adding anything. Peek(0) reports the current room: its Remaining is how
 // many events would fit right now, and its Allowed is false only when

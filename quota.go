@@ -74,6 +74,16 @@ func (q *Quota) Allow() bool { return q.c.allow() }
 // limit the Decision is denied with RetryAfter set to [RetryNever].
 func (q *Quota) AllowN(n int) Decision { return q.c.allowN(n) }
 
+// ReserveN is AllowN for work whose cost is known only once it ran: it
+// charges an estimated n events as AllowN would, and holds them as a
+// [Reservation] whose Settle charges the actual cost instead within
+// expiry (see [ReserveAll]; it gives back only while the reservation's period is current, and charges an overrun to the period in force). A denied Reservation holds nothing. An
+// expiry that is not positive or exceeds 100 years is an error wrapping
+// [ErrInvalidConfig]. The Reservation is never nil.
+func (q *Quota) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
+	return q.c.reserveN("ratelimit.Quota.ReserveN", n, expiry)
+}
+
 // Peek reports the Decision that AllowN(n) would return now, without
 // counting anything. Peek(0) reports the current quota: its Remaining is
 // how many events the rest of the period admits, its ResetAfter the time

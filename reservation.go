@@ -127,6 +127,15 @@ func (r *Reservation) parts() []part {
 	return append([]part{r.first}, r.more...)
 }
 
+// settledBy returns ErrReservationSettled for a hold that expired, else
+// nil: what a hold's Settle returns once it has nothing to change.
+func settledBy(expired bool) error {
+	if expired {
+		return ErrReservationSettled
+	}
+	return nil
+}
+
 // checkExpiry validates a reservation's expiry for the function named fn.
 func checkExpiry(fn string, expiry time.Duration) error {
 	if expiry <= 0 || expiry > maxExpiry {

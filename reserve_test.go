@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -390,4 +391,81 @@ func TestReserveAllReportsEachDimensionsError(t *testing.T) {
 	settleOK(t, r, 0)
 	assert.Equal(t, 10, remaining(t, a, "x"))
 	assert.Equal(t, 10, remaining(t, b, "x"))
+}
+
+// singleReserver is what the single limiters but the sliding log offer.
+type singleReserver interface {
+	ratelimit.Limiter
+	ReserveN(n int, expiry time.Duration) (*ratelimit.Reservation, error)
+}
+
+// TestReserveSingleMatchesKeyed drives a single limiter and a key of a
+// Keyed through the same random timeline of reservations, settlements
+// (below, at and above the estimate; in the same window, later, after
+// expiry, twice) and decisions, for every algorithm that reserves, and
+// demands identical Decisions and Settle errors.
+func TestReserveSingleMatchesKeyed(t *testing.T) {
+	t.Parallel()
+	policies := []ratelimit.Policy{
+		ratelimit.TokenBucketPolicy(ratelimit.Per(7, 300*time.Millisecond), 5),
+		ratelimit.LeakyBucketPolicy(4, 70*time.Millisecond),
+		ratelimit.FixedWindowPolicy(6, time.Second),
+		ratelimit.SlidingCounterPolicy(6, time.Second),
+		ratelimit.QuotaPolicy(6, ratelimit.Calendar{Unit: ratelimit.Daily, Hour: 22, Minute: 14}),
+	}
+	for _, p := range policies {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			c := fakeclock.NewManual(time.Date(2026, 12, 1, 22, 13, 50, 0, time.UTC))
+			keyed := newKeyedAt(t, p, c)
+			l, err := p.NewLimiter(ratelimit.WithClock(c))
+			require.NoError(t, err)
+			single, ok := l.(singleReserver)
+			require.True(t, ok, "%T reserves", l)
+			type pair struct{ s, k *ratelimit.Reservation }
+			var open []pair
+			rng := rand.New(rand.NewPCG(27, uint64(p.Algorithm)))
+			ctx := context.Background()
+			for step := range 4000 {
+				c.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
+				switch op := rng.IntN(4); {
+				case op == 0 || len(open) == 0:
+					n := rng.IntN(p.Limit + 1)
+					expiry := time.Duration(1+rng.IntN(2000)) * time.Millisecond
+					rs, errS := single.ReserveN(n, expiry)
+					rk, errK := keyed.ReserveN(ctx, "k", n, expiry)
+					require.Equal(t, errS, errK, "step %d", step)
+					require.Equal(t, rs.Decision, rk.Decision, "step %d: ReserveN(%d)", step, n)
+					open = append(open, pair{rs, rk})
+				case op == 1:
+					n := rng.IntN(p.Limit + 1)
+					require.Equal(t, single.AllowN(n), mustAllow(t, keyed, n), "step %d: AllowN(%d)", step, n)
+				default:
+					i := rng.IntN(len(open))
+					actual := rng.IntN(2*p.Limit + 1)
+					errS := open[i].s.Settle(ctx, actual)
+					errK := open[i].k.Settle(ctx, actual)
+					require.Equal(t, errS, errK, "step %d: Settle(%d)", step, actual)
+					if rng.IntN(3) > 0 { // keep some around, to settle twice
+						open = append(open[:i], open[i+1:]...)
+					}
+				}
+				require.Equal(t, single.Peek(0), mustPeek(t, keyed), "step %d: Peek(0) at %v", step, c.Now())
+			}
+		})
+	}
+}
+
+func mustAllow(t *testing.T, k *ratelimit.Keyed, n int) ratelimit.Decision {
+	t.Helper()
+	d, err := k.AllowN(context.Background(), "k", n)
+	require.NoError(t, err)
+	return d
+}
+
+func mustPeek(t *testing.T, k *ratelimit.Keyed) ratelimit.Decision {
+	t.Helper()
+	d, err := k.Peek(context.Background(), "k", 0)
+	require.NoError(t, err)
+	return d
 }

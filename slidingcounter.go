@@ -64,6 +64,16 @@ func (s *SlidingCounter) Allow() bool { return s.c.allow() }
 // RetryAfter set to [RetryNever].
 func (s *SlidingCounter) AllowN(n int) Decision { return s.c.allowN(n) }
 
+// ReserveN is AllowN for work whose cost is known only once it ran: it
+// charges an estimated n events as AllowN would, and holds them as a
+// [Reservation] whose Settle charges the actual cost instead within
+// expiry (see [ReserveAll]; it gives back while the reservation's window still counts, and charges an overrun there or to the current window). A denied Reservation holds nothing. An
+// expiry that is not positive or exceeds 100 years is an error wrapping
+// [ErrInvalidConfig]. The Reservation is never nil.
+func (s *SlidingCounter) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
+	return s.c.reserveN("ratelimit.SlidingCounter.ReserveN", n, expiry)
+}
+
 // Peek reports the Decision that AllowN(n) would return now, without
 // counting anything. Peek(0) reports the current quota: its Remaining is
 // how many events would be admitted right now, and its Allowed is false

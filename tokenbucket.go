@@ -61,6 +61,16 @@ func (b *TokenBucket) Allow() bool { return b.c.allow() }
 // Decision is denied with RetryAfter set to [RetryNever].
 func (b *TokenBucket) AllowN(n int) Decision { return b.c.allowN(n) }
 
+// ReserveN is AllowN for work whose cost is known only once it ran: it
+// charges an estimated n events as AllowN would, and holds them as a
+// [Reservation] whose Settle charges the actual cost instead within
+// expiry (see [ReserveAll]; a bucket goes into debt beyond empty on an overrun, so that later requests wait it out). A denied Reservation holds nothing. An
+// expiry that is not positive or exceeds 100 years is an error wrapping
+// [ErrInvalidConfig]. The Reservation is never nil.
+func (b *TokenBucket) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
+	return b.c.reserveN("ratelimit.TokenBucket.ReserveN", n, expiry)
+}
+
 // Peek reports the Decision that AllowN(n) would return now, without
 // taking any token. Peek(0) reports the current quota: its Remaining is
 // the number of whole tokens in the bucket, and its Allowed is false only
