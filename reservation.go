@@ -44,10 +44,11 @@ type Reservation struct {
 	// holds nothing; its RetryAfter says when the estimate would fit.
 	MultiDecision
 
-	mu    sync.Mutex
-	held  int    // parts held: 0 when denied, or once settled
-	first part   // the first dimension's part
-	more  []part // the others', for several dimensions
+	mu      sync.Mutex
+	settled bool   // guarded by mu
+	held    int    // parts held, from creation on: 0 when denied
+	first   part   // the first dimension's part
+	more    []part // the others', for several dimensions
 }
 
 // part is what a reservation holds in one dimension: n events through h.
@@ -87,11 +88,14 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 		return errNilContext
 	}
 	r.mu.Lock()
-	held := r.held
-	r.held = 0
+	settled := r.settled
+	r.settled = true
 	r.mu.Unlock()
-	if held == 0 {
+	if settled || !r.Allowed {
 		return ErrReservationSettled
+	}
+	if r.held == 0 {
+		return nil // admitted holding nothing: no dimensions
 	}
 	ctx = context.WithoutCancel(ctx)
 	parts := append(make([]part, 0, 1+len(r.more)), r.first)

@@ -469,3 +469,12 @@ func mustPeek(t *testing.T, k *ratelimit.Keyed) ratelimit.Decision {
 	require.NoError(t, err)
 	return d
 }
+
+func TestReserveAllWithoutDimensions(t *testing.T) {
+	t.Parallel()
+	r, err := ratelimit.ReserveAll(context.Background(), 5, time.Minute)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed)
+	assert.NoError(t, r.Settle(context.Background(), 9), "an admitted reservation settles once, holding nothing")
+	assert.ErrorIs(t, r.Settle(context.Background(), 9), ratelimit.ErrReservationSettled)
+}
