@@ -53,6 +53,14 @@ type reserver[S any] interface {
 	unreserve(st *S, n int64)
 }
 
+// maxSettle bounds the difference a settlement applies, and a window's
+// count, so that settlement arithmetic cannot overflow.
+const maxSettle = math.MaxInt64 / 4
+
+// settleDiff is the difference a reservation of n settled at actual makes,
+// within maxSettle.
+func settleDiff(actual, n int64) int64 { return max(min(actual-n, maxSettle), -maxSettle) }
+
 // settler is implemented by the algorithms that can settle a
 // [Reservation] exactly: every one but the sliding log, whose events are
 // merged by time so that a reservation's own cannot be found again.
@@ -241,7 +249,7 @@ func (h *coreHold[S, A]) Settle(_ context.Context, actual int64) error {
 	}
 	c := h.c
 	now := c.ts.Now()
-	d := max(min(actual-h.n, maxDebt), -maxDebt)
+	d := settleDiff(actual, h.n)
 	if now >= h.until || d == 0 {
 		return settledBy(now >= h.until)
 	}

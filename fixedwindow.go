@@ -166,11 +166,11 @@ func settleWindow(st *fwState, k, k0, d int64) {
 	}
 	switch {
 	case k0 == st.k:
-		st.count = max(st.count+max(d, -maxDebt), 0)
+		st.count = max(st.count+d, 0)
 	case d > 0:
-		st.count += min(d, maxDebt)
+		st.count += d
 	}
-	st.count = min(st.count, maxDebt)
+	st.count = min(st.count, maxSettle)
 }
 
 func (a *fixedWindowAlg) idle(st *fwState, now int64) bool {

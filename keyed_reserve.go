@@ -54,7 +54,7 @@ func (h *keyedHold) Settle(_ context.Context, actual int64) error {
 		return ErrReservationSettled
 	}
 	now := h.k.ts.Now()
-	d := max(min(actual-h.n, maxDebt), -maxDebt)
+	d := settleDiff(actual, h.n)
 	if now >= h.until || d == 0 {
 		return settledBy(now >= h.until)
 	}

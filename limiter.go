@@ -52,19 +52,6 @@ type KeyedLimiter interface {
 	Peek(ctx context.Context, key string, n int) (Decision, error)
 }
 
-// Reserver is implemented by the keyed limiters that can hold an estimated
-// cost and settle the actual one later ([*Keyed], [*Tiered] and package
-// redislimit's Limiter): see [Reservation]. [ReserveAll] reserves in
-// several at once, all or nothing.
-type Reserver interface {
-	KeyedLimiter
-	// ReserveN charges an estimated n events to key as AllowN would, and
-	// holds them as a [Reservation] to settle with the actual cost within
-	// expiry. The Reservation is never nil; its Allowed reports whether
-	// the estimate was charged.
-	ReserveN(ctx context.Context, key string, n int, expiry time.Duration) (*Reservation, error)
-}
-
 // KeyAdmin is implemented by every keyed limiter of this repository ([*Keyed],
 // [*Tiered] and the Redis limiter of package redislimit): the operations
 // support staff and abuse handling need on one key, beside the decisions

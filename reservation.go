@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/errs"
-	"github.com/rlkit/ratelimit/internal/settle"
 )
 
 // ErrReservationSettled is returned by [Reservation.Settle] when there is
@@ -19,14 +18,20 @@ var ErrReservationSettled = errors.New("ratelimit: reservation already settled")
 // maxExpiry bounds a reservation's expiry, as Block bounds a block.
 const maxExpiry = 100 * 365 * 24 * time.Hour
 
-func init() {
-	settle.Done = ErrReservationSettled
-	settle.Make = func(h settle.Holder, n int, d any) any {
-		return &Reservation{MultiDecision: MultiDecision{Decision: d.(Decision)}, first: part{h: h, n: int64(n)}, held: 1}
-	}
+// Reserver is implemented by the keyed limiters that can hold an estimated
+// cost and settle the actual one later ([*Keyed], [*Tiered] and package
+// redislimit's Limiter): see [Reservation]. [ReserveAll] reserves in
+// several at once, all or nothing.
+type Reserver interface {
+	KeyedLimiter
+	// ReserveN charges an estimated n events to key as AllowN would, and
+	// holds them as a [Reservation] to settle with the actual cost within
+	// expiry. The Reservation is never nil; its Allowed reports whether
+	// the estimate was charged.
+	ReserveN(ctx context.Context, key string, n int, expiry time.Duration) (*Reservation, error)
 }
 
-// Reservation is an estimated cost held for work whose real cost is known
+// Reservation is an estimated cost nparts for work whose real cost is known
 // only once it ran: an LLM completion's tokens, the rows a query scanned,
 // whether a login attempt failed. [ReserveAll] (or a [Reserver]'s
 // ReserveN) charges the estimate at once, as AllowN would; when the work
@@ -40,13 +45,13 @@ func init() {
 // first settles it, once.
 type Reservation struct {
 	// MultiDecision is what the reservation decided: Allowed reports
-	// whether the estimate was charged and is held. A denied reservation
+	// whether the estimate was charged and is nparts. A denied reservation
 	// holds nothing; its RetryAfter says when the estimate would fit.
 	MultiDecision
 
 	mu      sync.Mutex
 	settled bool   // guarded by mu
-	held    int    // parts held, from creation on: 0 when denied
+	nparts  int    // parts nparts, from creation on: 0 when denied
 	first   part   // the first dimension's part
 	more    []part // the others', for several dimensions
 }
@@ -55,9 +60,15 @@ type Reservation struct {
 // fixed is set for a dimension charged its own Dimension.N, which is
 // known in advance and settles unchanged.
 type part struct {
-	h     settle.Holder
+	h     holder
 	n     int64
 	fixed bool
+}
+
+// holder is what stands behind a part: settle.Holder, the record of the
+// estimate in one home.
+type holder interface {
+	Settle(ctx context.Context, actual int64) error
 }
 
 // deniedReservation returns a Reservation that holds nothing, with d.
@@ -94,7 +105,7 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 	if settled || !r.Allowed {
 		return ErrReservationSettled
 	}
-	if r.held == 0 {
+	if r.nparts == 0 {
 		return nil // admitted holding nothing: no dimensions
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -125,7 +136,7 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 
 // parts returns what r holds, for ReserveAll to take over.
 func (r *Reservation) parts() []part {
-	if r.held == 0 {
+	if r.nparts == 0 {
 		return nil
 	}
 	return append([]part{r.first}, r.more...)

@@ -6,8 +6,18 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/settle"
 	"github.com/rlkit/ratelimit/internal/typednil"
 )
+
+// init lets the homes outside this package (redislimit) hand out
+// Reservations, and tells them the error of a reservation settled.
+func init() {
+	settle.Done = ErrReservationSettled
+	settle.Make = func(h settle.Holder, n int, d any) any {
+		return &Reservation{MultiDecision: MultiDecision{Decision: d.(Decision)}, first: part{h: h, n: int64(n)}, nparts: 1}
+	}
+}
 
 // ReserveAll reserves an estimated n events in every dimension, all or
 // nothing, as [AllowAll] charges them: for instance 1 request of a
@@ -69,7 +79,7 @@ func ReserveAll(ctx context.Context, n int, expiry time.Duration, dims ...Dimens
 	}
 	if len(dims) == 1 {
 		r, err := rs[0].ReserveN(ctx, dims[0].Key, dims[0].cost(n), expiry)
-		if r.held == 1 {
+		if r.nparts == 1 {
 			r.first.fixed = dims[0].N != 0
 		}
 		return r, err
@@ -118,12 +128,12 @@ func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimens
 	for i, r := range held {
 		for _, p := range r.parts() {
 			p.fixed = dims[i].N != 0
-			if out.held == 0 {
+			if out.nparts == 0 {
 				out.first = p
 			} else {
 				out.more = append(out.more, p)
 			}
-			out.held++
+			out.nparts++
 		}
 	}
 	return out, joined
