@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/errs"
-	"github.com/rlkit/ratelimit/internal/settle"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 )
 
@@ -229,8 +228,15 @@ func (c *core[S, A]) reserveN(fn string, n int, expiry time.Duration) (*Reservat
 	if !d.Allowed {
 		return deniedReservation(MultiDecision{Decision: d}), nil
 	}
-	h := &coreHold[S, A]{c: c, at: now, n: int64(n), until: now + int64(expiry)}
-	return settle.Make(h, n, d).(*Reservation), nil
+	cr := &coreReservation[S, A]{hold: coreHold[S, A]{c: c, at: now, n: int64(n), until: now + int64(expiry)}}
+	cr.Reservation = Reservation{MultiDecision: MultiDecision{Decision: d}, first: part{h: &cr.hold, n: int64(n)}, nparts: 1}
+	return &cr.Reservation, nil
+}
+
+// coreReservation is a Reservation and its hold in one allocation.
+type coreReservation[S any, A algorithm[S]] struct {
+	Reservation
+	hold coreHold[S, A]
 }
 
 // coreHold is a reservation held in a single limiter: n events charged at

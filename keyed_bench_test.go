@@ -221,3 +221,47 @@ func BenchmarkAllowAll(b *testing.B) {
 		_, _ = AllowAll(ctx, 1, dims...)
 	}
 }
+
+// BenchmarkReserve measures a reservation and its settlement against the
+// AllowN they stand for, on one key of a token bucket that admits
+// everything: "allow" is AllowN, "reserve+settle" ReserveN then Settle
+// below the estimate, and "ReserveAll/2" the same over two dimensions
+// (requests with their own N, and tokens), against "AllowAll/2".
+func BenchmarkReserve(b *testing.B) {
+	tokens, err := NewKeyed(TokenBucketPolicy(Per(1<<30, time.Second), 1<<30))
+	if err != nil {
+		b.Fatal(err)
+	}
+	requests, err := NewKeyed(TokenBucketPolicy(Per(1<<30, time.Second), 1<<30))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	dims := []Dimension{{Name: "requests", Limiter: requests, Key: "k", N: 1}, {Name: "tokens", Limiter: tokens, Key: "k"}}
+	b.Run("allow", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_, _ = tokens.AllowN(ctx, "k", 100)
+		}
+	})
+	b.Run("reserve+settle", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			r, _ := tokens.ReserveN(ctx, "k", 100, time.Minute)
+			_ = r.Settle(ctx, 60)
+		}
+	})
+	b.Run("AllowAll/2", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_, _ = AllowAll(ctx, 100, dims...)
+		}
+	})
+	b.Run("ReserveAll/2", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			r, _ := ReserveAll(ctx, 100, time.Minute, dims...)
+			_ = r.Settle(ctx, 60)
+		}
+	})
+}

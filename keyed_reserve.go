@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
-	"github.com/rlkit/ratelimit/internal/settle"
 )
 
 // ReserveN charges an estimated n events to key as [Keyed.AllowN] would
@@ -34,8 +32,15 @@ func (k *Keyed) ReserveN(ctx context.Context, key string, n int, expiry time.Dur
 	if !d.Allowed {
 		return deniedReservation(MultiDecision{Decision: d}), err
 	}
-	h := &keyedHold{k: k, key: key, at: now, n: int64(n), until: now + int64(expiry)}
-	return settle.Make(h, n, d).(*Reservation), err
+	kr := &keyedReservation{hold: keyedHold{k: k, key: key, at: now, n: int64(n), until: now + int64(expiry)}}
+	kr.Reservation = Reservation{MultiDecision: MultiDecision{Decision: d}, first: part{h: &kr.hold, n: int64(n)}, nparts: 1}
+	return &kr.Reservation, err
+}
+
+// keyedReservation is a Reservation and its hold in one allocation.
+type keyedReservation struct {
+	Reservation
+	hold keyedHold
 }
 
 // keyedHold is a reservation held in a Keyed: n events charged to key at

@@ -66,7 +66,7 @@ type part struct {
 }
 
 // holder is what stands behind a part: settle.Holder, the record of the
-// estimate in one home.
+// estimate in one home. Its Settle does not depend on ctx being live.
 type holder interface {
 	Settle(ctx context.Context, actual int64) error
 }
@@ -108,12 +108,13 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 	if r.nparts == 0 {
 		return nil // admitted holding nothing: no dimensions
 	}
-	ctx = context.WithoutCancel(ctx)
-	parts := append(make([]part, 0, 1+len(r.more)), r.first)
-	parts = append(parts, r.more...)
 	var joined error
 	done := 0
-	for i, p := range parts {
+	for i := range r.nparts {
+		p := r.first
+		if i > 0 {
+			p = r.more[i-1]
+		}
 		a := int64(actual)
 		if p.fixed {
 			a = p.n
@@ -123,23 +124,15 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 			done++
 			continue
 		}
-		if len(parts) > 1 {
+		if r.nparts > 1 {
 			err = errs.AtDimension(i, true, err)
 		}
 		joined = errors.Join(joined, err)
 	}
-	if done == len(parts) {
+	if done == r.nparts {
 		return ErrReservationSettled
 	}
 	return joined
-}
-
-// parts returns what r holds, for ReserveAll to take over.
-func (r *Reservation) parts() []part {
-	if r.nparts == 0 {
-		return nil
-	}
-	return append([]part{r.first}, r.more...)
 }
 
 // settledBy returns ErrReservationSettled for a hold that expired, else

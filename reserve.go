@@ -68,31 +68,29 @@ func ReserveAll(ctx context.Context, n int, expiry time.Duration, dims ...Dimens
 		invalid.Index = len(dims)
 		return deniedReservation(invalid), errs.AtDimension(len(dims), false, err)
 	}
-	rs := make([]Reserver, len(dims))
 	for i, d := range dims {
-		r, ok := d.Limiter.(Reserver)
-		if !ok {
+		if _, ok := d.Limiter.(Reserver); !ok {
 			invalid.Index = i
 			return deniedReservation(invalid), errs.AtDimension(i, false, configError("ratelimit.ReserveAll dims[%d].Limiter (%q) is a %T, which cannot reserve (it is not a ratelimit.Reserver)", i, d.Name, d.Limiter))
 		}
-		rs[i] = r
 	}
 	if len(dims) == 1 {
-		r, err := rs[0].ReserveN(ctx, dims[0].Key, dims[0].cost(n), expiry)
+		r, err := dims[0].Limiter.(Reserver).ReserveN(ctx, dims[0].Key, dims[0].cost(n), expiry)
 		if r.nparts == 1 {
 			r.first.fixed = dims[0].N != 0
 		}
 		return r, err
 	}
-	return reserveEach(ctx, n, expiry, dims, rs)
+	return reserveEach(ctx, n, expiry, dims)
 }
 
 // reserveEach is ReserveAll over several dimensions: reserve in order until
 // one denies, then learn the decisions of the rest with Peek, and settle
 // at 0 everything reserved.
-func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimension, rs []Reserver) (*Reservation, error) {
-	ds := make([]Decision, len(dims))
-	held := make([]*Reservation, len(dims))
+func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimension) (*Reservation, error) {
+	var dsBuf [8]Decision
+	var heldBuf [8]*Reservation
+	ds, held := bufFor(&dsBuf, len(dims)), bufFor(&heldBuf, len(dims))
 	var joined error
 	denied := false
 	for i, d := range dims {
@@ -103,7 +101,7 @@ func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimens
 			joined = errors.Join(joined, errs.AtDimension(i, dec.Allowed, err))
 			continue
 		}
-		r, err := rs[i].ReserveN(ctx, d.Key, c, expiry)
+		r, err := d.Limiter.(Reserver).ReserveN(ctx, d.Key, c, expiry)
 		ds[i] = r.Decision
 		joined = errors.Join(joined, errs.AtDimension(i, r.Allowed, err))
 		if !r.Allowed {
@@ -124,9 +122,18 @@ func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimens
 		}
 		return deniedReservation(md), joined
 	}
-	out := &Reservation{MultiDecision: md}
+	// Take over what each dimension holds: one part each, or none for a
+	// home that admitted holding nothing.
+	out := &Reservation{MultiDecision: md, more: make([]part, 0, len(held)-1)}
 	for i, r := range held {
-		for _, p := range r.parts() {
+		if r.nparts == 0 {
+			continue
+		}
+		for j := range r.nparts {
+			p := r.first
+			if j > 0 {
+				p = r.more[j-1]
+			}
 			p.fixed = dims[i].N != 0
 			if out.nparts == 0 {
 				out.first = p

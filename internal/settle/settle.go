@@ -12,7 +12,8 @@ type Holder interface {
 	// Settle settles the reservation at actual events (actual >= 0): the
 	// difference from the estimate is given back or charged. Once only:
 	// a second call, or one after the reservation expired, changes
-	// nothing and reports Done.
+	// nothing and reports Done. It must not depend on ctx being live: a
+	// caller that went away still settles (ctx passes its values on).
 	Settle(ctx context.Context, actual int64) error
 }
 
