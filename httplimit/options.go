@@ -319,6 +319,28 @@ func WithMaxKeys(n int) ClientOption {
 	})
 }
 
+// WithTokenCost gives each request's token estimate, for the servers that
+// count tokens as well as requests (the LLM APIs: OpenAI's
+// x-ratelimit-*-tokens, Anthropic's anthropic-ratelimit-*tokens-*): a
+// request waits until every token quota its key's answers reported has
+// room for its estimate, as every request quota must have room for one.
+// Give an upper bound, such as the prompt's tokens plus max_tokens: the
+// answers then tell what the server really charged (their remaining
+// count replaces the estimates of the requests it has counted), while an
+// estimate below the charge may be refused. An estimate of 0 or less, or
+// no WithTokenCost, waits only for a token quota reported spent; one
+// above a quota's limit waits for the quota to be full. The estimate may
+// come from the request's context, where the caller put it. Unlike
+// [WithCost], which sets what the transport's own limiter is charged, it
+// paces by the server's token budgets. For [NewTransport] and
+// [NewKeyedTransport].
+func WithTokenCost(tokens func(r *http.Request) int) ClientOption {
+	return clientOption(func(t *Transport) error {
+		t.tokens = tokens
+		return nil
+	})
+}
+
 // WithPauseHook makes the transport report each pause an answer imposes,
 // with the request and the response: a refusal's pause or backoff, and the
 // wait until the reset of a quota an answer reports spent. The hook
