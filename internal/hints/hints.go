@@ -19,7 +19,7 @@
 //     other gateways, and Anthropic's
 //     anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
 //     (the reset an RFC 3339 time). Their token quotas are Items of unit
-//     Tokens.
+//     Tokens; all their quotas refill continuously (Item.Refills).
 //
 // Every dialect present in an answer contributes: none is preferred, and
 // the caller treats each [Item] as a constraint of its own, the binding one
@@ -69,6 +69,12 @@ type Item struct {
 	// dialects), at least Remaining; 0 when the answer states none for it
 	// (the other dialects state one for all: Hints.Limit).
 	Limit int64
+	// Refills reports that the quota refills continuously, Limit less
+	// Remaining over Reset, as a token bucket whose reset is the time
+	// until it is full: the LLM dialects, whose providers document their
+	// limits so. The other dialects may be fixed windows, which restore
+	// nothing before their reset.
+	Refills bool
 }
 
 // Policy is one quota policy a server advertises: Quota units per Window.
@@ -239,12 +245,12 @@ func (h *Hints) noteLimit(q int64) {
 }
 
 func (h *Hints) addItem(remaining int64, reset time.Duration) {
-	h.addUnitItem(remaining, reset, Requests, 0)
+	h.add(Item{Remaining: remaining, Reset: reset})
 }
 
-func (h *Hints) addUnitItem(remaining int64, reset time.Duration, u Unit, limit int64) {
+func (h *Hints) add(it Item) {
 	if h.NItems < MaxItems {
-		h.Items[h.NItems] = Item{Remaining: remaining, Reset: reset, Unit: u, Limit: limit}
+		h.Items[h.NItems] = it
 		h.NItems++
 	}
 }

@@ -99,7 +99,7 @@ func (h *Hints) readLLM(get func(string) []string, q llmQuota, ref time.Time) {
 	if reset > maxDuration {
 		return // absurd: no quota resets decades from now
 	}
-	h.addUnitItem(rem, reset, q.unit, limit)
+	h.add(Item{Remaining: rem, Reset: reset, Unit: q.unit, Limit: limit, Refills: true})
 }
 
 // goDuration reads a reset as OpenAI writes it: a sequence of decimal

@@ -16,10 +16,10 @@ func TestParseLLMDialects(t *testing.T) {
 	date := epoch.Format(http.TimeFormat)
 	at := func(d time.Duration) string { return epoch.Add(d).UTC().Format(time.RFC3339) }
 	req := func(rem, limit int64, reset time.Duration) Item {
-		return Item{Remaining: rem, Reset: reset, Unit: Requests, Limit: limit}
+		return Item{Remaining: rem, Reset: reset, Unit: Requests, Limit: limit, Refills: true}
 	}
 	tok := func(rem, limit int64, reset time.Duration) Item {
-		return Item{Remaining: rem, Reset: reset, Unit: Tokens, Limit: limit}
+		return Item{Remaining: rem, Reset: reset, Unit: Tokens, Limit: limit, Refills: true}
 	}
 	for _, tc := range []struct {
 		name string
@@ -103,7 +103,7 @@ func TestParseLLMBesideLegacy(t *testing.T) {
 		"x-ratelimit-remaining-tokens", "7", "x-ratelimit-reset-tokens", "30s"), epoch)
 	require.Equal(t, 2, h.NItems)
 	assert.Equal(t, Item{Remaining: 4, Reset: 30 * time.Second}, h.Items[0])
-	assert.Equal(t, Item{Remaining: 7, Reset: 30 * time.Second, Unit: Tokens}, h.Items[1])
+	assert.Equal(t, Item{Remaining: 7, Reset: 30 * time.Second, Unit: Tokens, Refills: true}, h.Items[1])
 	assert.Equal(t, int64(10), h.Limit)
 }
 

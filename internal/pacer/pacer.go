@@ -6,11 +6,9 @@
 //   - A refusal (HTTP 429 or 503, gRPC ResourceExhausted) that names a
 //     pause (Retry-After, RetryInfo, an exhausted quota's reset) holds the
 //     key back for that long, capped by Config.MaxPause.
-//
 //   - A refusal that names no usable pause holds the key back for a
 //     jittered exponential backoff: the k-th refusal in a row waits a time
 //     drawn uniformly from [First/2, min(Cap, First·2^k)]. Never at once.
-//
 //   - Every answer, refused or not, that reports quotas (remaining r until
 //     a reset t) bounds the key's sends: at most r more before the reset,
 //     less every call the server may have counted after the answered one
@@ -20,10 +18,8 @@
 //     a token bucket (the stated limit less the r reported, up to the
 //     limit less the calls in flight), until an answer reports anew; a
 //     reset whose gain is not known (no limit stated) ends with a probe.
-//
 //   - With Config.Shape, an answer that advertises policies (q per w)
 //     spaces the key's sends at least w/q apart (the slowest policy).
-//
 //   - A pause whose end the answers cannot vouch for ends with a probe:
 //     a refusal's (a Retry-After says when to come back, not how many
 //     may), and a reset that was capped. The first send after it goes
@@ -31,7 +27,6 @@
 //     probe that gets none (Lost) hands the probe on to the next send at
 //     once, and one that takes longer than the pause it ended (at least
 //     Config.First) does so too, so that no send waits on a hung one.
-//
 //   - Two budgets at once: a quota of unit Tokens (the LLM APIs') counts
 //     each send's token estimate (AcquireTokens) where a quota of
 //     requests counts one, and a send waits until every quota has room
@@ -40,6 +35,10 @@
 //     server's own count replaces them when its answer says what is left.
 //     An estimate above a quota's limit needs the quota full, no more; a
 //     send without an estimate needs one token left.
+//   - A quota that refills continuously (hints.Item.Refills: the LLM
+//     APIs' token buckets, whose reset is the time until full) gains its
+//     limit less what was left over its reset, pro rata, so that a send
+//     waits only until what it needs has come in, not for the whole reset.
 //
 // Every duration read from an answer is capped by Config.MaxPause.
 //
@@ -55,6 +54,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -190,6 +190,59 @@ type quota struct {
 	gain   int64
 	limit  int64
 	unit   hints.Unit
+	// A quota that refills (hints.Item.Refills, a token bucket) gains
+	// gain over span continuously, from from on, besides at its reset.
+	refills bool
+	from    instant
+}
+
+// available returns what q has left at now: left, plus what a quota that
+// refills has gained since from (at most its limit less what is in
+// flight). Requires now rolled.
+func (st *state) available(q *quota, now instant) int64 {
+	if !q.refills || q.gain <= 0 || q.span <= 0 || now <= q.from {
+		return q.left
+	}
+	v := q.left
+	if acc := mulDiv(q.gain, int64(now-q.from), int64(q.span), false); acc > math.MaxInt64-max(v, 0) {
+		v = math.MaxInt64
+	} else {
+		v += acc
+	}
+	if lim := st.capOf(q); lim > 0 {
+		v = max(min(v, lim-st.busy(q.unit)), q.left)
+	}
+	return v
+}
+
+// due returns when q has need available, at the latest its reset (which
+// roll handles). Requires now rolled, and available(q, now) < need.
+func (st *state) due(q *quota, now instant, need int64) instant {
+	if !q.refills || q.gain <= 0 || q.span <= 0 {
+		return q.reset
+	}
+	if lim := st.capOf(q); lim > 0 && lim-st.busy(q.unit) < need {
+		return q.reset // the sends in flight hold too much: their answers tell
+	}
+	at := q.from.add(time.Duration(mulDiv(sub(need, q.left), int64(q.span), q.gain, true)))
+	if at <= now || at > q.reset {
+		return q.reset
+	}
+	return at
+}
+
+// mulDiv returns a·b/c, rounded up if ceil, else down, for a, b >= 0 and
+// c > 0, saturating at math.MaxInt64.
+func mulDiv(a, b, c int64, ceil bool) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, uint64(c))
+	if ceil && r != 0 {
+		q++
+	}
+	return int64(min(q, math.MaxInt64))
 }
 
 // capOf returns the limit of q: its own, else for requests the key's; 0
@@ -271,6 +324,7 @@ func (st *state) roll(now instant) {
 				q.left += k * q.gain // at most need: no overflow
 			}
 			q.reset = q.reset.add(time.Duration(k) * q.period) // k periods fit: now - reset did
+			q.from = q.reset - instant(q.period)
 		}
 		st.quotas[n] = q
 		n++
@@ -286,8 +340,8 @@ func (st *state) wait(now instant, tokens int64) (time.Duration, <-chan struct{}
 	at := max(st.until, st.next)
 	for i := range st.quotas {
 		q := &st.quotas[i]
-		if q.left < st.need(q, tokens) && q.reset > at {
-			at = q.reset
+		if need := st.need(q, tokens); st.available(q, now) < need {
+			at = max(at, st.due(q, now, need))
 		}
 	}
 	if d := left(at, now); d > 0 {
@@ -705,7 +759,7 @@ func (p *Pacer) quotas(st *state, t Ticket, now instant, h *hints.Hints, limit t
 		}
 		u := min(it.Unit, hints.Tokens)
 		q := quota{left: it.Remaining - overlap[u], reset: now.add(reset), span: reset, period: max(reset, window),
-			limit: it.Limit, unit: u}
+			limit: it.Limit, unit: u, refills: it.Refills, from: now}
 		if t.note && q.left > 0 {
 			continue
 		}

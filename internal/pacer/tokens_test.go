@@ -143,3 +143,31 @@ func TestTokensLostKeepCharge(t *testing.T) {
 	assert.Equal(t, time.Minute, f.p.PausedForTokens("k", f.clk.Now(), 401))
 	assert.Zero(t, f.p.InFlight())
 }
+
+// TestTokensRefillContinuously: a quota that refills (the LLM dialects'
+// token buckets, whose reset is the time until full) gains its limit less
+// what was left over the reset, continuously: a send waits only for the
+// tokens it needs, not for the whole reset, and never for more than the
+// limit less the tokens in flight.
+func TestTokensRefillContinuously(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	refill := func(r, limit int64, reset time.Duration) Item {
+		it := tokItem(r, limit, reset)
+		it.Refills = true
+		return it
+	}
+	f.done(f.nowTokens("k", 1000), false, answer(refill(0, 1000, 10*time.Second)))
+	assert.Equal(t, time.Second, f.p.PausedForTokens("k", f.clk.Now(), 100), "100 of 1000 come in a tenth of the 10 s")
+	a := f.afterTokens("k", 100, time.Second)
+	assert.Equal(t, 4*time.Second, f.p.PausedForTokens("k", f.clk.Now(), 400), "a took the 100 that had come in: 500 more, at 5 s")
+	b := f.afterTokens("k", 900, 9*time.Second)
+	// a's 100 and b's 900 in flight hold the whole limit: until their
+	// answers tell, the next waits a whole reset more (b went at the first).
+	assert.Equal(t, 10*time.Second, f.p.PausedForTokens("k", f.clk.Now(), 1))
+	f.done(a, false, answer(refill(900, 1000, time.Second)))
+	f.done(b, false, answer(refill(900, 1000, time.Second))) // b's true charge was small
+	// a may have been counted after b: 800 now, and 100 a second.
+	assert.Zero(t, f.p.PausedForTokens("k", f.clk.Now(), 800))
+	assert.Equal(t, 500*time.Millisecond, f.p.PausedForTokens("k", f.clk.Now(), 850))
+}
