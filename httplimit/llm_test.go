@@ -5,7 +5,15 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rlkit/ratelimit/internal/hints"
+	"github.com/rlkit/ratelimit/internal/pacer"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 )
 
 // llmProvider is a fake LLM API: a requests-per-window and a
@@ -148,3 +156,65 @@ func (s stampNow) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("X-Fake-Now", strconv.FormatInt(time.Now().UnixNano(), 10))
 	return s.base.RoundTrip(r)
 }
+
+// TestTransportIgnoresLLMGarbage: the -1 and 0 an Azure OpenAI gateway
+// sends for quotas it does not know never pause the transport, and never
+// lift a pause a true answer asked for.
+func TestTransportIgnoresLLMGarbage(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	garbage := func(h http.Header) {
+		h.Set("x-ratelimit-limit-tokens", "-1")
+		h.Set("x-ratelimit-remaining-tokens", "-1")
+		h.Set("x-ratelimit-reset-tokens", "0")
+		h.Set("x-ratelimit-limit-requests", "0")
+		h.Set("x-ratelimit-remaining-requests", "0")
+		h.Set("x-ratelimit-reset-requests", "0")
+		h.Set("anthropic-ratelimit-tokens-limit", "-1")
+		h.Set("anthropic-ratelimit-tokens-remaining", "0")
+		h.Set("anthropic-ratelimit-tokens-reset", "0")
+	}
+	var mu sync.Mutex
+	answer := garbage
+	base := rtFunc(func(r *http.Request) (*http.Response, error) {
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}
+		mu.Lock()
+		answer(resp.Header)
+		mu.Unlock()
+		return resp, nil
+	})
+	var pauses int
+	tr, err := NewTransport(base, nil, WithClock(clk), WithTokenCost(func(*http.Request) int { return 500 }),
+		WithPauseHook(func(*http.Request, *http.Response, time.Duration) { pauses++ }))
+	require.NoError(t, err)
+	for i := range 50 {
+		resp, err := tr.RoundTrip(mustGet(t, "http://llm.example/"))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Zero(t, tr.PausedFor(), "after garbage answer %d", i)
+	}
+	assert.Zero(t, pauses)
+	// A true answer: no request left for 10 s (no limit stated: a probe then).
+	mu.Lock()
+	answer = func(h http.Header) {
+		h.Set("x-ratelimit-remaining-requests", "0")
+		h.Set("x-ratelimit-reset-requests", "10s")
+	}
+	mu.Unlock()
+	_, err = tr.RoundTrip(mustGet(t, "http://llm.example/"))
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Second, tr.PausedFor())
+	assert.Equal(t, 1, pauses)
+	// A garbage answer that comes in later (a request answered late, or
+	// noted) lifts nothing.
+	h := http.Header{}
+	garbage(h)
+	parsed := hints.Parse(h.Values, clk.Now())
+	tr.pacer.Note("", clk.Now(), pacer.Answer{Hints: &parsed})
+	assert.Equal(t, 10*time.Second, tr.PausedFor())
+	assert.Equal(t, 1, pauses)
+}
+
+type rtFunc func(*http.Request) (*http.Response, error)
+
+func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
