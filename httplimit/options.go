@@ -291,10 +291,10 @@ func WithPolicyShaping(on bool) ClientOption {
 }
 
 // WithMaxKeys caps the keys whose pacing a transport from
-// [NewKeyedTransport] holds at n (default 65,536): a key costs about 240
+// [NewKeyedTransport] holds at n (default 65,536): a key costs about 260
 // bytes besides its own string while it is held (its state, its quotas
-// and its place in the table), so the default bounds the pacing state to
-// about 16 MB, whatever the number of hosts or keys the transport meets. A key is forgotten once it holds nothing live: no
+// and its place in the table; 320 with two quotas), so the default bounds
+// the pacing state to about 17 MB, whatever the number of hosts or keys the transport meets. A key is forgotten once it holds nothing live: no
 // pause, backoff or probe pending, no request in flight, every quota its
 // server reported full again (which leaves the key as one the transport
 // has never seen). When n keys are held and none can be forgotten, one

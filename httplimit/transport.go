@@ -177,7 +177,7 @@ func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...ClientO
 // FirstOf(key, func(*http.Request) (string, bool) { return "other", true }).
 //
 // The pacing state of a key is held while the key has anything live, up
-// to [WithMaxKeys] keys (65,536 by default, about 240 bytes each); at the
+// to [WithMaxKeys] keys (65,536 by default, about 260 bytes each); at the
 // cap a request for a new key gets an error matching
 // [ratelimit.ErrTooManyKeys] rather than a live key being forgotten.
 //

@@ -69,9 +69,12 @@ var llmQuotas = [...]llmQuota{
 // drops the quota (gateways send -1 and 0 for quotas they do not know).
 func (h *Hints) readLLM(get func(string) []string, q llmQuota, ref time.Time) {
 	rv, rs := single(get(q.remaining), legacyParams)
+	if rs != present {
+		return // the usual case, for every quota an answer does not report: one lookup
+	}
 	tv, ts := single(get(q.reset), legacyParams)
 	lv, ls := single(get(q.limit), legacyParams)
-	if rs != present || ts != present || ls == invalid {
+	if ts != present || ls == invalid {
 		return
 	}
 	rem, ok := uintValue(rv, math.MaxInt64)

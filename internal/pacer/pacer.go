@@ -224,11 +224,14 @@ func (st *state) due(q *quota, now instant, need int64) instant {
 	if lim := st.capOf(q); lim > 0 && lim-st.busy(q.unit) < need {
 		return q.reset // the sends in flight hold too much: their answers tell
 	}
-	at := q.from.add(time.Duration(mulDiv(sub(need, q.left), int64(q.span), q.gain, true)))
-	if at <= now || at > q.reset {
+	tau := mulDiv(sub(need, q.left), int64(q.span), q.gain, true)
+	if tau >= int64(q.reset-q.from) {
 		return q.reset
 	}
-	return at
+	if at := q.from + instant(tau); at > now {
+		return at
+	}
+	return q.reset
 }
 
 // mulDiv returns a·b/c, rounded up if ceil, else down, for a, b >= 0 and
@@ -459,7 +462,7 @@ func (p *Pacer) Wait(ctx context.Context, src *timesrc.Source, key string, deadl
 // WaitTokens is Wait for a send whose token estimate is tokens (see
 // AcquireTokens).
 func (p *Pacer) WaitTokens(ctx context.Context, src *timesrc.Source, key string, tokens int64, deadline error) error {
-	tokens = max(tokens, 0)
+	tokens = estimate(tokens)
 	for {
 		if p.Idle() {
 			return ctx.Err()
@@ -490,12 +493,19 @@ func (p *Pacer) Acquire(ctx context.Context, src *timesrc.Source, key string, de
 	return p.AcquireTokens(ctx, src, key, 0, deadline)
 }
 
+// MaxTokens is the largest token estimate counted: a larger one counts as
+// MaxTokens, so that the sums of estimates in flight cannot overflow.
+const MaxTokens = 1 << 40
+
+// estimate bounds a token estimate to [0, MaxTokens].
+func estimate(tokens int64) int64 { return min(max(tokens, 0), MaxTokens) }
+
 // AcquireTokens is Acquire for a send whose token estimate is tokens (0
-// if not known; negative is 0): it waits until every quota of tokens the
+// if not known; negative is 0, above MaxTokens is MaxTokens): it waits until every quota of tokens the
 // key's answers reported has room for the estimate, as well as every
 // quota of requests room for one, and reserves both.
 func (p *Pacer) AcquireTokens(ctx context.Context, src *timesrc.Source, key string, tokens int64, deadline error) (Ticket, error) {
-	tokens = max(tokens, 0)
+	tokens = estimate(tokens)
 	for {
 		if err := ctx.Err(); err != nil {
 			return Ticket{}, err
@@ -882,7 +892,7 @@ func (p *Pacer) PausedForTokens(key string, now time.Time, tokens int64) time.Du
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.keys[key]; st != nil {
-		d, _ := st.wait(p.at(now), max(tokens, 0))
+		d, _ := st.wait(p.at(now), estimate(tokens))
 		return d
 	}
 	return 0
