@@ -26,6 +26,11 @@ import (
 // take is refused 429 with a Retry-After; every answer carries the
 // buckets' state in one dialect ("openai" or "anthropic"), with a Date.
 //
+// The first hold requests are held until all have arrived, then decided:
+// they are the blind round, sent before the client could know the
+// budgets, whatever the goroutines' timing; blindRefused counts their
+// 429s.
+//
 // Time is the client's: each request carries its clock's reading in
 // X-Fake-Now (UnixNano), so that a server outside a testing/synctest
 // bubble runs on the bubble's time, exactly.
@@ -34,14 +39,18 @@ type llmProvider struct {
 	window  time.Duration
 	rpm     int64 // requests per window, the requests bucket's capacity
 	tpm     int64 // tokens per window, the tokens bucket's capacity
+	hold    int
+	gate    sync.WaitGroup // Add(hold) before the first request
 
 	mu       sync.Mutex
+	arrivals int
 	started  bool
 	last     int64 // UnixNano of the last refill
 	reqLevel int64 // requests × window in ns
 	tokLevel int64 // tokens × window in ns
 	ok       int
 	refused  int
+	blind    int   // refusals of the held round
 	charged  int64 // true tokens charged
 	lastOK   time.Time
 }
@@ -69,6 +78,14 @@ func (p *llmProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Unix(0, ns)
 	W := int64(p.window)
 	p.mu.Lock()
+	idx := p.arrivals
+	p.arrivals++
+	p.mu.Unlock()
+	if idx < p.hold {
+		p.gate.Done()
+		p.gate.Wait()
+	}
+	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.started {
 		p.started, p.last = true, ns
@@ -85,6 +102,9 @@ func (p *llmProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wait := max(ceilDiv64(W-p.reqLevel, p.rpm), ceilDiv64(cost*W-p.tokLevel, p.tpm))
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilDiv64(wait, int64(time.Second)), 10))
 		p.refused++
+		if idx < p.hold {
+			p.blind++
+		}
 	} else {
 		p.reqLevel -= W
 		p.tokLevel -= cost * W

@@ -735,8 +735,10 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 }
 
 // quotas takes the quotas and policies of h, the answer to t's send, and
-// returns the reset of the longest quota it reports spent; every reset is
-// capped at limit.
+// returns how long the longest quota it reports spent holds the key (its
+// reset, or for a quota that refills the time one unit takes to come in);
+// every reset is capped at limit, but those of quotas that refill, capped
+// at MaxPause only.
 //
 // The server may have counted, after t's send, any other send that was in
 // flight at some time during t's: those still in flight, and those
@@ -763,18 +765,31 @@ func (p *Pacer) quotas(st *state, t Ticket, now instant, h *hints.Hints, limit t
 		if it.Remaining < 0 || it.Reset <= 0 {
 			continue // remaining unknown, or restored already
 		}
+		// A quota that refills says how fast it does, whatever the refused
+		// send's Retry-After (which pauses the key all the same): only
+		// MaxPause caps its reset.
 		reset := min(it.Reset, limit)
-		if it.Remaining == 0 {
-			spent = max(spent, reset)
+		period := max(reset, window)
+		if it.Refills {
+			reset = min(it.Reset, p.cfg.MaxPause)
+			period = reset
 		}
 		u := min(it.Unit, hints.Tokens)
-		q := quota{left: it.Remaining - overlap[u], reset: now.add(reset), span: reset, period: max(reset, window),
+		q := quota{left: it.Remaining - overlap[u], reset: now.add(reset), span: reset, period: period,
 			limit: it.Limit, unit: u, refills: it.Refills, from: now}
-		if t.note && q.left > 0 {
-			continue
-		}
 		if limit := st.capOf(&q); reset == it.Reset && limit > it.Remaining {
 			q.gain = limit - it.Remaining
+		}
+		if it.Remaining == 0 {
+			if q.refills && q.gain > 0 {
+				// Spent until one unit has come in.
+				spent = max(spent, time.Duration(mulDiv(1, int64(q.span), q.gain, true)))
+			} else {
+				spent = max(spent, reset)
+			}
+		}
+		if t.note && q.left > 0 {
+			continue
 		}
 		if !replaced {
 			st.quotas, replaced = st.quotas[:0], true

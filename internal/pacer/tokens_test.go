@@ -171,3 +171,22 @@ func TestTokensRefillContinuously(t *testing.T) {
 	assert.Zero(t, f.p.PausedForTokens("k", f.clk.Now(), 800))
 	assert.Equal(t, 500*time.Millisecond, f.p.PausedForTokens("k", f.clk.Now(), 850))
 }
+
+// TestRefusalKeepsRefillingQuota: a refusal's Retry-After (when the
+// refused send could go) pauses the key, but does not cut short a quota
+// that refills: the next send, estimated above what the bucket holds
+// when the pause ends, waits until its estimate has come in. (Before,
+// the quota's reset was capped at the Retry-After, then dropped, and the
+// probe went on no budget at all: refused.)
+func TestRefusalKeepsRefillingQuota(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testConfig())
+	bucket := tokItem(100, 1000, 54*time.Second) // 900 in over 54 s: 1 every 60 ms
+	bucket.Refills = true
+	h := answer(bucket)
+	h.RetryAfter, h.HasRetryAfter = 2*time.Second, true
+	out := f.done(f.nowTokens("k", 300), true, h)
+	assert.Equal(t, 2*time.Second, out.Pause)
+	// 500 - 100 = 400 more: 24 s.
+	f.done(f.afterTokens("k", 500, 24*time.Second), false, nil)
+}
