@@ -24,7 +24,9 @@ import (
 // its true cost, drawn from the job between a quarter of the estimate and
 // the estimate, is known only to the server. A request the buckets cannot
 // take is refused 429 with a Retry-After; every answer carries the
-// buckets' state in one dialect ("openai" or "anthropic"), with a Date.
+// buckets' state in one dialect ("openai" or "anthropic", whose remaining
+// tokens are rounded to the nearest thousand, as Anthropic documents),
+// with a Date.
 //
 // The first hold requests are held until all have arrived, then decided:
 // they are the blind round, sent before the client could know the
@@ -132,6 +134,9 @@ func (p *llmProvider) writeBudget(h http.Header, unit string, limit, level int64
 		h.Set("x-ratelimit-remaining-"+unit, strconv.FormatInt(remaining, 10))
 		h.Set("x-ratelimit-reset-"+unit, ceilTo(full, time.Millisecond).String()) // "59.123s", "1m0s"
 	case "anthropic":
+		if unit == "tokens" {
+			remaining = (remaining + 500) / 1000 * 1000 // "rounded to the nearest thousand"
+		}
 		h.Set("anthropic-ratelimit-"+unit+"-limit", strconv.FormatInt(limit, 10))
 		h.Set("anthropic-ratelimit-"+unit+"-remaining", strconv.FormatInt(remaining, 10))
 		at := now.Add(full)

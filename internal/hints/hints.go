@@ -196,7 +196,9 @@ const (
 //     "12ms", "1m30.5s"; h, m, s, ms, us, ns) or bare seconds ("7.66");
 //     Anthropic's an RFC 3339 time, read against the answer's Date (else
 //     now), a time past giving 0. A reset beyond MaxSeconds drops the
-//     quota. Input and output tokens are counted as Tokens.
+//     quota. Input and output tokens are counted as Tokens. Anthropic
+//     rounds its remaining token counts to the nearest thousand: 500 less
+//     is read (at least 0), the least the true count may be.
 //
 // Numbers are unsigned decimal digits: signs, exponents and other text
 // make a value invalid, and a member or parameter with an invalid value is

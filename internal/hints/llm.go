@@ -49,24 +49,31 @@ const (
 type llmQuota struct {
 	limit, remaining, reset string
 	unit                    Unit
-	rfc3339                 bool // the reset is an RFC 3339 time, else a duration
+	rfc3339                 bool  // the reset is an RFC 3339 time, else a duration
+	rounding                int64 // the remaining count is rounded to the nearest 2·rounding
 }
+
+// anthropicRounding is half the unit Anthropic rounds its remaining token
+// counts to ("rounded to the nearest thousand"): the count read is the
+// least the true one may be.
+const anthropicRounding = 500
 
 // llmQuotas are the quotas of the LLM dialects, in the order Parse reads
 // them.
 var llmQuotas = [...]llmQuota{
-	{fieldOALimitRequests, fieldOARemainRequests, fieldOAResetRequests, Requests, false},
-	{fieldOALimitTokens, fieldOARemainTokens, fieldOAResetTokens, Tokens, false},
-	{fieldAnLimitRequests, fieldAnRemainRequest, fieldAnResetRequests, Requests, true},
-	{fieldAnLimitTokens, fieldAnRemainTokens, fieldAnResetTokens, Tokens, true},
-	{fieldAnLimitInput, fieldAnRemainInput, fieldAnResetInput, Tokens, true},
-	{fieldAnLimitOutput, fieldAnRemainOutput, fieldAnResetOutput, Tokens, true},
+	{fieldOALimitRequests, fieldOARemainRequests, fieldOAResetRequests, Requests, false, 0},
+	{fieldOALimitTokens, fieldOARemainTokens, fieldOAResetTokens, Tokens, false, 0},
+	{fieldAnLimitRequests, fieldAnRemainRequest, fieldAnResetRequests, Requests, true, 0},
+	{fieldAnLimitTokens, fieldAnRemainTokens, fieldAnResetTokens, Tokens, true, anthropicRounding},
+	{fieldAnLimitInput, fieldAnRemainInput, fieldAnResetInput, Tokens, true, anthropicRounding},
+	{fieldAnLimitOutput, fieldAnRemainOutput, fieldAnResetOutput, Tokens, true, anthropicRounding},
 }
 
 // readLLM reads one quota of an LLM dialect: an item of q.unit when the
 // remaining count and the reset are both valid, and the limit, when
 // given, is positive and at least the remaining count. Anything else
 // drops the quota (gateways send -1 and 0 for quotas they do not know).
+// A remaining count the provider rounds is read as the least it may be.
 func (h *Hints) readLLM(get func(string) []string, q llmQuota, ref time.Time) {
 	rv, rs := single(get(q.remaining), legacyParams)
 	if rs != present {
@@ -81,6 +88,7 @@ func (h *Hints) readLLM(get func(string) []string, q llmQuota, ref time.Time) {
 	if !ok {
 		return
 	}
+	rem = max(rem-q.rounding, 0)
 	var limit int64
 	if ls == present {
 		if limit, ok = uintValue(lv, math.MaxInt64); !ok || limit == 0 || rem > limit {

@@ -66,7 +66,7 @@ func TestParseLLMDialects(t *testing.T) {
 			"anthropic-ratelimit-input-tokens-reset", at(2 * time.Second),
 			"anthropic-ratelimit-output-tokens-limit", "8000", "anthropic-ratelimit-output-tokens-remaining", "8000",
 			"anthropic-ratelimit-output-tokens-reset", at(0),
-		}, []Item{req(49, 50, 2*time.Second), tok(39000, 40000, 2*time.Second), tok(39000, 40000, 2*time.Second), tok(8000, 8000, 0)}},
+		}, []Item{req(49, 50, 2*time.Second), tok(38500, 40000, 2*time.Second), tok(38500, 40000, 2*time.Second), tok(7500, 8000, 0)}},
 		{"anthropic-429", []string{
 			"date", date, "retry-after", "14",
 			"anthropic-ratelimit-tokens-limit", "40000", "anthropic-ratelimit-tokens-remaining", "0",
@@ -76,7 +76,14 @@ func TestParseLLMDialects(t *testing.T) {
 			"date", date,
 			"anthropic-ratelimit-requests-remaining", "3", "anthropic-ratelimit-requests-reset", epoch.Add(1500 * time.Millisecond).Format(time.RFC3339Nano),
 			"anthropic-ratelimit-tokens-remaining", "3", "anthropic-ratelimit-tokens-reset", at(-time.Minute),
-		}, []Item{req(3, 0, 1500*time.Millisecond), tok(3, 0, 0)}},
+		}, []Item{req(3, 0, 1500*time.Millisecond), tok(0, 0, 0)}}, // 3 rounded: 0 at least
+		{"anthropic-rounded-above-limit", []string{ // 8,500 left of 8,500, rounded to 9,000
+			"date", date,
+			"anthropic-ratelimit-output-tokens-limit", "8500", "anthropic-ratelimit-output-tokens-remaining", "9000",
+			"anthropic-ratelimit-output-tokens-reset", at(0),
+			"anthropic-ratelimit-tokens-limit", "8500", "anthropic-ratelimit-tokens-remaining", "10000",
+			"anthropic-ratelimit-tokens-reset", at(0),
+		}, []Item{tok(8500, 8500, 0)}},
 		{"anthropic-garbage", []string{
 			"anthropic-ratelimit-requests-limit", "-1", "anthropic-ratelimit-requests-remaining", "0",
 			"anthropic-ratelimit-requests-reset", at(time.Second),
