@@ -54,13 +54,19 @@ var ErrNoKey = adapter.ErrNoKey
 //     seconds or a Unix time, told apart by the answer's Date (else the
 //     transport's clock): values below half of now as Unix seconds are
 //     delays, larger ones Unix seconds, and from 500 times that Unix
-//     milliseconds. And the LLM APIs' (as OpenAI's and Anthropic's rate
-//     limit guides describe them): x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+//     milliseconds. And the LLM APIs' (as the providers' rate-limit pages
+//     describe them, https://platform.openai.com/docs/guides/rate-limits
+//     and https://docs.anthropic.com/en/api/rate-limits):
+//     x-ratelimit-{limit,remaining,reset}-{requests,tokens}
 //     with a reset written as a duration ("6m0s", "12ms", "1m30.5s", or
 //     bare seconds), as OpenAI, Azure OpenAI and Groq send them, and
 //     anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
 //     with a reset written as an RFC 3339 time, read against the answer's
-//     Date (else the transport's clock). Values that cannot be true (a
+//     Date (else the transport's clock), and remaining token counts
+//     rounded to the nearest thousand (read as 500 less). Both providers
+//     describe token buckets whose reset is the time until full: their
+//     quotas refill pro rata, and a request waits only until what it
+//     needs has come in. Values that cannot be true (a
 //     limit of 0 or -1, a negative remaining count, one above its limit,
 //     a negative or unreadable reset, such as the -1 and 0 some gateways
 //     send) drop their quota: never a pause, never a burst.
