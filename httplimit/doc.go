@@ -107,13 +107,13 @@
 // each request first waits for the limiter (keyed by the same [KeyFunc]s as
 // the middleware, for NewKeyedTransport), then for what the server's
 // answers asked of its key (every request, for [NewTransport]). Every
-// answer is read for the quota it reports, in each dialect in use (the
-// IETF RateLimit fields of every draft, X-RateLimit-*): a key sends at most
-// what is left, and waits for the reset when it is spent, so that the
-// server need not refuse it. A 429 or 503 pauses the key for its
-// Retry-After, else its spent quotas' reset, else a jittered exponential
-// backoff ([WithBackoff]); [WithPolicyShaping] spreads requests by the
-// advertised policy. With [WithRetries] the transport retries the requests
+// answer is read for the quotas it reports, in each dialect in use (IETF
+// RateLimit of every draft, X-RateLimit-*, OpenAI's and Anthropic's request
+// and token budgets, see [WithTokenCost]): a key sends at most what is
+// left, waits for the reset when it is spent, and is not refused. A 429
+// or 503 pauses the key for its Retry-After, else its spent quotas' reset,
+// else a jittered exponential backoff ([WithBackoff]); [WithPolicyShaping]
+// spreads requests by the advertised policy. With [WithRetries] the transport retries the requests
 // that are safe to send twice: idempotent methods, and requests marked
 // with [MarkRetrySafe] or carrying an Idempotency-Key. A request whose
 // context is done is never sent.

@@ -45,6 +45,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"WithPolicyShaping":       WithPolicyShaping(true),
 		"WithMaxKeys":             WithMaxKeys(10),
 		"WithPauseHook":           WithPauseHook(func(*http.Request, *http.Response, time.Duration) {}),
+		"WithTokenCost":           WithTokenCost(func(*http.Request) int { return 1 }),
 		"WithIPResolver":          WithIPResolver(res),
 		"WithObserver":            WithObserver(nil),
 		"ExemptNetworks":          ExemptNetworks("10.0.0.0/8"),

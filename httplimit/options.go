@@ -291,10 +291,10 @@ func WithPolicyShaping(on bool) ClientOption {
 }
 
 // WithMaxKeys caps the keys whose pacing a transport from
-// [NewKeyedTransport] holds at n (default 65,536): a key costs about 240
+// [NewKeyedTransport] holds at n (default 65,536): a key costs about 260
 // bytes besides its own string while it is held (its state, its quotas
-// and its place in the table), so the default bounds the pacing state to
-// about 16 MB, whatever the number of hosts or keys the transport meets. A key is forgotten once it holds nothing live: no
+// and its place in the table; 320 with two quotas), so the default bounds
+// the pacing state to about 17 MB, whatever the number of hosts or keys the transport meets. A key is forgotten once it holds nothing live: no
 // pause, backoff or probe pending, no request in flight, every quota its
 // server reported full again (which leaves the key as one the transport
 // has never seen). When n keys are held and none can be forgotten, one
@@ -315,6 +315,28 @@ func WithMaxKeys(n int) ClientOption {
 		}
 		t.pacing.MaxKeys = n
 		t.maxKeysSet = true
+		return nil
+	})
+}
+
+// WithTokenCost gives each request's token estimate, for the servers that
+// count tokens as well as requests (the LLM APIs: OpenAI's
+// x-ratelimit-*-tokens, Anthropic's anthropic-ratelimit-*tokens-*): a
+// request waits until every token quota its key's answers reported has
+// room for its estimate, as every request quota must have room for one.
+// Give an upper bound, such as the prompt's tokens plus max_tokens: the
+// answers then tell what the server really charged (their remaining
+// count replaces the estimates of the requests it has counted), while an
+// estimate below the charge may be refused. An estimate of 0 or less, or
+// no WithTokenCost, waits only for a token quota reported spent; one
+// above a quota's limit waits for the quota to be full. The estimate may
+// come from the request's context, where the caller put it. Unlike
+// [WithCost], which sets what the transport's own limiter is charged, it
+// paces by the server's token budgets. For [NewTransport] and
+// [NewKeyedTransport].
+func WithTokenCost(tokens func(r *http.Request) int) ClientOption {
+	return clientOption(func(t *Transport) error {
+		t.tokens = tokens
 		return nil
 	})
 }

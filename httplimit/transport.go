@@ -54,8 +54,30 @@ var ErrNoKey = adapter.ErrNoKey
 //     seconds or a Unix time, told apart by the answer's Date (else the
 //     transport's clock): values below half of now as Unix seconds are
 //     delays, larger ones Unix seconds, and from 500 times that Unix
-//     milliseconds.
+//     milliseconds. And the LLM APIs' (as the providers' rate-limit pages
+//     describe them, https://platform.openai.com/docs/guides/rate-limits
+//     and https://docs.anthropic.com/en/api/rate-limits):
+//     x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+//     with a reset written as a duration ("6m0s", "12ms", "1m30.5s", or
+//     bare seconds), as OpenAI, Azure OpenAI and Groq send them, and
+//     anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
+//     with a reset written as an RFC 3339 time, read against the answer's
+//     Date (else the transport's clock), and remaining token counts
+//     rounded to the nearest thousand (read as 500 less). Both providers
+//     describe token buckets whose reset is the time until full: their
+//     quotas refill pro rata, and a request waits only until what it
+//     needs has come in. Values that cannot be true (a
+//     limit of 0 or -1, a negative remaining count, one above its limit,
+//     a negative or unreadable reset, such as the -1 and 0 some gateways
+//     send) drop their quota: never a pause, never a burst.
 //     Several quotas in one answer each bind: the tightest wins.
+//   - Two budgets at once: a quota of requests counts each request as
+//     one, a quota of tokens counts its token estimate ([WithTokenCost]),
+//     and a request waits until both have room for it. The estimates in
+//     flight are subtracted from what an answer reports left, as requests
+//     in flight are; the server's own count replaces them when it
+//     answers, so that the real charge, known only to the server, is
+//     learned from its remaining-tokens fields.
 //   - A 429 Too Many Requests or 503 Service Unavailable pauses the key
 //     for its Retry-After (delay-seconds or an HTTP date) when that is
 //     positive; otherwise for the longest reset of the quotas it reports
@@ -98,7 +120,8 @@ type Transport struct {
 	maxRetry time.Duration
 	pacing   pacer.Config // from the options
 	onPause  func(r *http.Request, resp *http.Response, d time.Duration)
-	pacer    *pacer.Pacer // what the server's answers allow, per key
+	tokens   func(r *http.Request) int // WithTokenCost; nil: no estimate
+	pacer    *pacer.Pacer              // what the server's answers allow, per key
 
 	maxKeysSet bool // WithMaxKeys, which NewTransport refuses
 }
@@ -134,7 +157,7 @@ func retrySafe(req *http.Request) bool {
 // *ratelimit.TokenBucket, say) is a mistake, not "no limiter", and an
 // error. The options that apply are [WithClock], [WithCost],
 // [WithRetries], [WithMaxRetryWait], [WithMaxPause], [WithBackoff],
-// [WithPolicyShaping] and [WithPauseHook]; [WithMaxKeys] (for a keyed
+// [WithPolicyShaping], [WithTokenCost] and [WithPauseHook]; [WithMaxKeys] (for a keyed
 // transport), or an invalid option, is an error wrapping
 // [ratelimit.ErrInvalidConfig].
 func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...ClientOption) (*Transport, error) {
@@ -160,13 +183,13 @@ func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...ClientO
 // FirstOf(key, func(*http.Request) (string, bool) { return "other", true }).
 //
 // The pacing state of a key is held while the key has anything live, up
-// to [WithMaxKeys] keys (65,536 by default, about 240 bytes each); at the
+// to [WithMaxKeys] keys (65,536 by default, about 260 bytes each); at the
 // cap a request for a new key gets an error matching
 // [ratelimit.ErrTooManyKeys] rather than a live key being forgotten.
 //
 // The options that apply are [WithClock], [WithCost], [WithRetries],
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
-// [WithPauseHook] and [WithMaxKeys]. It returns an error wrapping
+// [WithTokenCost], [WithPauseHook] and [WithMaxKeys]. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an invalid
 // option.
 func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...ClientOption) (*Transport, error) {
@@ -231,6 +254,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.cost != nil {
 		n = t.cost(req)
 	}
+	var tokens int64
+	if t.tokens != nil {
+		tokens = int64(max(t.tokens(req), 0))
+	}
 	key := ""
 	if t.key != nil {
 		k, ok := t.key(req)
@@ -243,7 +270,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	send := req
 	var refusal *http.Response // the refusal the retry in preparation answers
 	for attempt := 0; ; attempt++ {
-		tk, err := t.ready(ctx, key, n)
+		tk, err := t.ready(ctx, key, n, tokens)
 		if err != nil {
 			closeBody(send)
 			if refusal != nil {
@@ -320,16 +347,16 @@ func discard(resp *http.Response) {
 // It returns ctx's error when ctx is done, even if the limiter admitted the
 // request (a limiter failing open): a request whose caller has gone is
 // never sent.
-func (t *Transport) ready(ctx context.Context, key string, n int) (pacer.Ticket, error) {
+func (t *Transport) ready(ctx context.Context, key string, n int, tokens int64) (pacer.Ticket, error) {
 	if t.wait != nil && n > 0 {
-		if err := t.pacer.Wait(ctx, &t.ts, key, ErrPauseDeadline); err != nil {
+		if err := t.pacer.WaitTokens(ctx, &t.ts, key, tokens, ErrPauseDeadline); err != nil {
 			return pacer.Ticket{}, err
 		}
 		if err := t.wait(ctx, key, n); err != nil {
 			return pacer.Ticket{}, err
 		}
 	}
-	return t.pacer.Acquire(ctx, &t.ts, key, ErrPauseDeadline)
+	return t.pacer.AcquireTokens(ctx, &t.ts, key, tokens, ErrPauseDeadline)
 }
 
 // replayable reports whether req's body can be sent again.

@@ -24,6 +24,8 @@ func FuzzParse(f *testing.F) {
 		{"-1", `"a,b;r=9";r=-1;t=3, "\"";r=0;t=99999999999999999999, ?1;r=0`, `0;w=0, "x";q=1e3;w=NaN`, "+5", "x", "1e9", "0;x", "1767225600000.5", "-0.5"},
 		{strings.Repeat("9", 5000), `"` + strings.Repeat(",", 5000), strings.Repeat("1;w=1,", 20), "", strings.Repeat("1", 30), "0.0000001", "", "99999999999999999999.999", "."},
 		{"", strings.Repeat(`"a";r=0;t=1,`, 12) + "\n\n\n", "", "", "", "", "", "", ""},
+		{"2026-01-01T00:00:03Z", "", "", "150000", "149984", "6m0s", "59", "2026-01-01T00:01:00.5+01:00", "1m30.5s"},
+		{"", "", "", "-1", "-1", "0", "0", "0", "0s"},
 	} {
 		f.Add(sd.ra, sd.rl, sd.pol, sd.lim, sd.rem, sd.reset, sd.xrem, sd.xreset, sd.xafter, int64(0))
 	}
@@ -34,6 +36,11 @@ func FuzzParse(f *testing.F) {
 			{"RateLimit-Remaining", rem}, {"RateLimit-Reset", reset}, {"X-RateLimit-Remaining", xrem},
 			{"X-RateLimit-Reset", xreset}, {"X-RateLimit-Reset-After", xafter},
 			{"X-Rate-Limit-Remaining", xrem}, {"X-Rate-Limit-Reset", xafter},
+			{"X-Ratelimit-Limit-Tokens", lim}, {"X-Ratelimit-Remaining-Tokens", rem}, {"X-Ratelimit-Reset-Tokens", reset},
+			{"X-Ratelimit-Remaining-Requests", xrem}, {"X-Ratelimit-Reset-Requests", xafter},
+			{"Anthropic-Ratelimit-Tokens-Limit", lim}, {"Anthropic-Ratelimit-Tokens-Remaining", xrem},
+			{"Anthropic-Ratelimit-Tokens-Reset", xreset}, {"Anthropic-Ratelimit-Requests-Remaining", rem},
+			{"Anthropic-Ratelimit-Requests-Reset", ra},
 		} {
 			if f.v == "" {
 				continue
@@ -48,7 +55,8 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%d items, %d policies", h.NItems, h.NPolicies)
 		}
 		for _, it := range h.Items[:h.NItems] {
-			if it.Remaining < -1 || it.Reset < 0 || it.Reset > maxDuration {
+			if it.Remaining < -1 || it.Reset < 0 || it.Reset > maxDuration || it.Unit > Tokens ||
+				it.Limit < 0 || (it.Limit > 0 && it.Remaining > it.Limit) || (it.Unit == Tokens && it.Remaining < 0) {
 				t.Fatalf("item %+v of %q", it, kv)
 			}
 		}

@@ -14,6 +14,12 @@
 //   - The legacy X-RateLimit-Remaining and X-RateLimit-Reset (Unix seconds
 //     or milliseconds, or a delay), X-RateLimit-Reset-After (Discord), and
 //     the X-Rate-Limit-* spelling.
+//   - The LLM APIs': OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+//     (the reset a duration, "6m0s"), also sent by Azure OpenAI, Groq and
+//     other gateways, and Anthropic's
+//     anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
+//     (the reset an RFC 3339 time). Their token quotas are Items of unit
+//     Tokens; all their quotas refill continuously (Item.Refills).
 //
 // Every dialect present in an answer contributes: none is preferred, and
 // the caller treats each [Item] as a constraint of its own, the binding one
@@ -44,10 +50,10 @@ const maxDuration = MaxSeconds * time.Second
 // within it is dropped, a single value that does not is invalid.
 const maxLine = 4 << 10
 
-// Item is one quota the server reports on: Remaining units are left now,
-// and the quota is restored Reset from when the answer was received.
-// Remaining is -1 when the answer did not say (a reset without a
-// remaining count, which tells only when to come back after a refusal),
+// Item is one quota the server reports on: Remaining units (of Unit) are
+// left now, and the quota is restored Reset from when the answer was
+// received. Remaining is -1 when the answer did not say (a reset without
+// a remaining count, which tells only when to come back after a refusal),
 // and is otherwise at least 0. Reset is within [0, MaxSeconds] seconds; 0
 // means now (a reset time already past).
 type Item struct {
@@ -56,6 +62,19 @@ type Item struct {
 	Remaining int64
 	// Reset is how long from the answer until the quota is restored.
 	Reset time.Duration
+	// Unit is what the quota counts: Requests, or (the LLM dialects'
+	// token fields) Tokens.
+	Unit Unit
+	// Limit is the quota's own limit, stated beside it (the LLM
+	// dialects), at least Remaining; 0 when the answer states none for it
+	// (the other dialects state one for all: Hints.Limit).
+	Limit int64
+	// Refills reports that the quota refills continuously, Limit less
+	// Remaining over Reset, as a token bucket whose reset is the time
+	// until it is full: the LLM dialects, whose providers document their
+	// limits so. The other dialects may be fixed windows, which restore
+	// nothing before their reset.
+	Refills bool
 }
 
 // Policy is one quota policy a server advertises: Quota units per Window.
@@ -88,7 +107,8 @@ type Hints struct {
 	HasRetryAfter bool
 	// Limit is the smallest quota any field of the answer states (a
 	// policy's q, draft-07's limit, RateLimit-Limit, X-RateLimit-Limit),
-	// whether or not it names a window; 0 when none does. A quota's reset
+	// whether or not it names a window; 0 when none does. The LLM
+	// dialects' limits are not among them: each is its Item's Limit. A quota's reset
 	// gives back Limit less the Remaining the answer reported.
 	Limit int64
 }
@@ -166,6 +186,19 @@ const (
 //     kept. A remaining count that is present but unreadable, or one
 //     without a valid reset, drops the item; a reset without a remaining
 //     count gives Remaining -1.
+//   - The LLM dialects, quota by quota (OpenAI's requests and tokens,
+//     Anthropic's requests, tokens, input-tokens and output-tokens, in that
+//     order), each the first lines of its three fields: an item of its
+//     unit when the remaining count and the reset are valid and the limit,
+//     if given, is positive and at least the remaining count; anything
+//     else (the -1 and 0 some gateways send) gives no item, never a pause
+//     or a burst. OpenAI's reset is a duration as Go prints one ("6m0s",
+//     "12ms", "1m30.5s"; h, m, s, ms, us, ns) or bare seconds ("7.66");
+//     Anthropic's an RFC 3339 time, read against the answer's Date (else
+//     now), a time past giving 0. A reset beyond MaxSeconds drops the
+//     quota. Input and output tokens are counted as Tokens. Anthropic
+//     rounds its remaining token counts to the nearest thousand: 500 less
+//     is read (at least 0), the least the true count may be.
 //
 // Numbers are unsigned decimal digits: signs, exponents and other text
 // make a value invalid, and a member or parameter with an invalid value is
@@ -193,6 +226,9 @@ func Parse(get func(name string) []string, now time.Time) Hints {
 	h.readPair(get, fieldRateLimitRemain, fieldRateLimitReset, noField, draft6Params, now, ref)
 	h.readPair(get, fieldXRemaining, fieldXReset, fieldXResetAfter, legacyParams, now, ref)
 	h.readPair(get, fieldXHyphenRemaining, fieldXHyphenReset, noField, legacyParams, now, ref)
+	for _, q := range llmQuotas {
+		h.readLLM(get, q, ref)
+	}
 	for _, f := range [...]string{fieldXLimit, fieldXHyphenLimit} {
 		if v, st := single(get(f), legacyParams); st == present {
 			if n, ok := uintValue(v, math.MaxInt64); ok {
@@ -211,8 +247,12 @@ func (h *Hints) noteLimit(q int64) {
 }
 
 func (h *Hints) addItem(remaining int64, reset time.Duration) {
+	h.add(Item{Remaining: remaining, Reset: reset})
+}
+
+func (h *Hints) add(it Item) {
 	if h.NItems < MaxItems {
-		h.Items[h.NItems] = Item{Remaining: remaining, Reset: reset}
+		h.Items[h.NItems] = it
 		h.NItems++
 	}
 }

@@ -27,6 +27,18 @@
 //     probe that gets none (Lost) hands the probe on to the next send at
 //     once, and one that takes longer than the pause it ended (at least
 //     Config.First) does so too, so that no send waits on a hung one.
+//   - Two budgets at once: a quota of unit Tokens (the LLM APIs') counts
+//     each send's token estimate (AcquireTokens) where a quota of
+//     requests counts one, and a send waits until every quota has room
+//     for it: tokens in flight, and those answered since the answered
+//     send, are subtracted as requests are, by their estimates; the
+//     server's own count replaces them when its answer says what is left.
+//     An estimate above a quota's limit needs the quota full, no more; a
+//     send without an estimate needs one token left.
+//   - A quota that refills continuously (hints.Item.Refills: the LLM
+//     APIs' token buckets, whose reset is the time until full) gains its
+//     limit less what was left over its reset, pro rata, so that a send
+//     waits only until what it needs has come in, not for the whole reset.
 //
 // Every duration read from an answer is capped by Config.MaxPause.
 //
@@ -42,6 +54,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -137,8 +150,12 @@ type state struct {
 	refusals int           // refusals in a row without a usable pause
 	inflight int           // sends reserved and not yet answered
 	finished uint64        // sends answered or lost so far
-	sent     uint64        // sends reserved so far: the id of the newest
-	limit    int64         // the stated limit, from the newest answer stating one; 0: unknown
+	// The token estimates of the sends in flight, and of those answered or
+	// lost so far (a running sum, compared by difference).
+	inflightTok int64
+	finishedTok uint64
+	sent        uint64 // sends reserved so far: the id of the newest
+	limit       int64  // the stated limit, from the newest answer stating one; 0: unknown
 	// A probe: after a pause whose end the answers cannot vouch for (a
 	// refusal's, a capped reset), the next send goes alone, and the others
 	// wait for its answer, until probeEnd at most.
@@ -161,12 +178,115 @@ func newState() *state { return &state{until: none, next: none, probeEnd: none} 
 // its policy says). gain is 0 when what a reset restores is not known (no
 // limit stated, or the reset was capped by MaxPause or a refusal's
 // Retry-After): the reset then ends with a probe.
+//
+// A quota counts requests (one a send) or tokens (a send's estimate), by
+// unit; limit is its own stated limit, 0 for one that states none (a
+// quota of requests then takes the key's limit).
 type quota struct {
 	left   int64
 	reset  instant
 	span   time.Duration
 	period time.Duration
 	gain   int64
+	limit  int64
+	unit   hints.Unit
+	// A quota that refills (hints.Item.Refills, a token bucket) gains
+	// gain over span continuously, from from on, besides at its reset.
+	refills bool
+	from    instant
+}
+
+// available returns what q has left at now: left, plus what a quota that
+// refills has gained since from (at most its limit less what is in
+// flight). Requires now rolled.
+func (st *state) available(q *quota, now instant) int64 {
+	if !q.refills || q.gain <= 0 || q.span <= 0 || now <= q.from {
+		return q.left
+	}
+	v := q.left
+	if acc := mulDiv(q.gain, int64(now-q.from), int64(q.span), false); acc > math.MaxInt64-max(v, 0) {
+		v = math.MaxInt64
+	} else {
+		v += acc
+	}
+	if lim := st.capOf(q); lim > 0 {
+		v = max(min(v, lim-st.busy(q.unit)), q.left)
+	}
+	return v
+}
+
+// due returns when q has need available, at the latest its reset (which
+// roll handles). Requires now rolled, and available(q, now) < need.
+func (st *state) due(q *quota, now instant, need int64) instant {
+	if !q.refills || q.gain <= 0 || q.span <= 0 {
+		return q.reset
+	}
+	if lim := st.capOf(q); lim > 0 && lim-st.busy(q.unit) < need {
+		return q.reset // the sends in flight hold too much: their answers tell
+	}
+	tau := mulDiv(sub(need, q.left), int64(q.span), q.gain, true)
+	if tau >= int64(q.reset-q.from) {
+		return q.reset
+	}
+	if at := q.from + instant(tau); at > now {
+		return at
+	}
+	return q.reset
+}
+
+// mulDiv returns a·b/c, rounded up if ceil, else down, for a, b >= 0 and
+// c > 0, saturating at math.MaxInt64.
+func mulDiv(a, b, c int64, ceil bool) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, uint64(c))
+	if ceil && r != 0 {
+		q++
+	}
+	return int64(min(q, math.MaxInt64))
+}
+
+// capOf returns the limit of q: its own, else for requests the key's; 0
+// when not known.
+func (st *state) capOf(q *quota) int64 {
+	if q.limit > 0 {
+		return q.limit
+	}
+	if q.unit == hints.Requests {
+		return st.limit
+	}
+	return 0
+}
+
+// busy returns what the sends in flight hold of a quota of unit u.
+func (st *state) busy(u hints.Unit) int64 {
+	if u == hints.Tokens {
+		return st.inflightTok
+	}
+	return int64(st.inflight)
+}
+
+// need returns how much of q a send of tokens needs left to go: one
+// request, or its token estimate (at least one token, at most q's limit).
+func (st *state) need(q *quota, tokens int64) int64 {
+	if q.unit != hints.Tokens {
+		return 1
+	}
+	n := max(tokens, 1)
+	if lim := st.capOf(q); lim > 0 && n > lim {
+		n = lim
+	}
+	return n
+}
+
+// cost returns what a send of tokens takes from a quota of unit u.
+func cost(u hints.Unit, tokens int64) int64 {
+	if u == hints.Tokens {
+		return tokens
+	}
+	return 1
 }
 
 // Ticket is one reserved send; pass it to exactly one of Done or Lost.
@@ -176,6 +296,9 @@ type Ticket struct {
 	finished uint64 // st.finished when the send was reserved (or the Note made)
 	note     bool   // not a send (Note): its answer can only add spent quotas
 	at       instant
+	tokens   int64 // the send's token estimate
+	// st.finishedTok when the send was reserved (or the Note made)
+	finishedTok uint64
 }
 
 // roll renews the quotas whose reset has passed. An answer reporting r
@@ -196,7 +319,7 @@ func (st *state) roll(now instant) {
 				st.awaitProbe(q.reset, q.span)
 				continue
 			}
-			room := st.limit - int64(st.inflight)
+			room := st.capOf(&q) - st.busy(q.unit)
 			k := 1 + int64(now-q.reset)/int64(q.period) // the resets passed
 			if need := sub(room, q.left); need <= 0 || k > need/q.gain {
 				q.left = room
@@ -204,6 +327,7 @@ func (st *state) roll(now instant) {
 				q.left += k * q.gain // at most need: no overflow
 			}
 			q.reset = q.reset.add(time.Duration(k) * q.period) // k periods fit: now - reset did
+			q.from = q.reset - instant(q.period)
 		}
 		st.quotas[n] = q
 		n++
@@ -211,15 +335,16 @@ func (st *state) roll(now instant) {
 	st.quotas = st.quotas[:n]
 }
 
-// wait returns how long from now the key's next send must wait, and,
-// when it waits for a probe's answer, the channel closed when the probe
-// ends.
-func (st *state) wait(now instant) (time.Duration, <-chan struct{}) {
+// wait returns how long from now the key's next send, of tokens, must
+// wait, and, when it waits for a probe's answer, the channel closed when
+// the probe ends.
+func (st *state) wait(now instant, tokens int64) (time.Duration, <-chan struct{}) {
 	st.roll(now)
 	at := max(st.until, st.next)
-	for _, q := range st.quotas {
-		if q.left <= 0 && q.reset > at {
-			at = q.reset
+	for i := range st.quotas {
+		q := &st.quotas[i]
+		if need := st.need(q, tokens); st.available(q, now) < need {
+			at = max(at, st.due(q, now, need))
 		}
 	}
 	if d := left(at, now); d > 0 {
@@ -272,13 +397,13 @@ func (st *state) liveUntil(now instant, backoffCap time.Duration) instant {
 		end = max(end, st.until.add(backoffCap))
 	}
 	for _, q := range st.quotas {
-		switch {
+		switch limit := st.capOf(&q); {
 		case q.gain <= 0:
 			// Until its reset, then a probe pending.
 			end = max(end, later(q.reset, 1, backoffCap))
-		case q.left < st.limit:
+		case q.left < limit:
 			// In use: full again at the reset that adds what it lacks.
-			need := sub(st.limit, q.left)
+			need := sub(limit, q.left)
 			k := need/q.gain + min(need%q.gain, 1) // rounded up
 			end = max(end, later(q.reset, k-1, q.period))
 		}
@@ -302,13 +427,15 @@ func later(at instant, k int64, d time.Duration) instant {
 	return at + instant(k)*instant(d)
 }
 
-// reserve counts one send at now; first is the shortest patience of a
-// probe.
-func (st *state) reserve(now instant, first time.Duration) Ticket {
+// reserve counts one send of tokens at now; first is the shortest
+// patience of a probe.
+func (st *state) reserve(now instant, first time.Duration, tokens int64) Ticket {
 	st.inflight++
 	st.sent++
+	st.inflightTok += tokens
 	for i := range st.quotas {
-		st.quotas[i].left-- // wait rolled them at now
+		q := &st.quotas[i]
+		q.left -= cost(q.unit, tokens) // wait rolled them at now
 	}
 	if st.spacing > 0 {
 		st.next = now.add(st.spacing)
@@ -318,7 +445,7 @@ func (st *state) reserve(now instant, first time.Duration) Ticket {
 		st.probeID, st.probeDone = st.sent, make(chan struct{})
 		st.probeEnd = now.add(max(st.patience, first))
 	}
-	return Ticket{st: st, id: st.sent, finished: st.finished, at: now}
+	return Ticket{st: st, id: st.sent, finished: st.finished, at: now, tokens: tokens, finishedTok: st.finishedTok}
 }
 
 // Idle reports whether the pacer holds no key, without taking the lock.
@@ -329,6 +456,13 @@ func (p *Pacer) Idle() bool { return p.held.Load() == 0 }
 // outlasts ctx's deadline it returns at once an error matching both
 // deadline (the caller's sentinel) and context.DeadlineExceeded.
 func (p *Pacer) Wait(ctx context.Context, src *timesrc.Source, key string, deadline error) error {
+	return p.WaitTokens(ctx, src, key, 0, deadline)
+}
+
+// WaitTokens is Wait for a send whose token estimate is tokens (see
+// AcquireTokens).
+func (p *Pacer) WaitTokens(ctx context.Context, src *timesrc.Source, key string, tokens int64, deadline error) error {
+	tokens = estimate(tokens)
 	for {
 		if p.Idle() {
 			return ctx.Err()
@@ -338,7 +472,7 @@ func (p *Pacer) Wait(ctx context.Context, src *timesrc.Source, key string, deadl
 		var d time.Duration
 		var probe <-chan struct{}
 		if st := p.keys[key]; st != nil {
-			d, probe = st.wait(p.at(now))
+			d, probe = st.wait(p.at(now), tokens)
 		}
 		p.mu.Unlock()
 		if d <= 0 {
@@ -356,6 +490,22 @@ func (p *Pacer) Wait(ctx context.Context, src *timesrc.Source, key string, deadl
 // the pacer has no room for (MaxKeys keys held, each live) is refused at
 // once with an error matching Config.Full.
 func (p *Pacer) Acquire(ctx context.Context, src *timesrc.Source, key string, deadline error) (Ticket, error) {
+	return p.AcquireTokens(ctx, src, key, 0, deadline)
+}
+
+// MaxTokens is the largest token estimate counted: a larger one counts as
+// MaxTokens, so that the sums of estimates in flight cannot overflow.
+const MaxTokens = 1 << 40
+
+// estimate bounds a token estimate to [0, MaxTokens].
+func estimate(tokens int64) int64 { return min(max(tokens, 0), MaxTokens) }
+
+// AcquireTokens is Acquire for a send whose token estimate is tokens (0
+// if not known; negative is 0, above MaxTokens is MaxTokens): it waits until every quota of tokens the
+// key's answers reported has room for the estimate, as well as every
+// quota of requests room for one, and reserves both.
+func (p *Pacer) AcquireTokens(ctx context.Context, src *timesrc.Source, key string, tokens int64, deadline error) (Ticket, error) {
+	tokens = estimate(tokens)
 	for {
 		if err := ctx.Err(); err != nil {
 			return Ticket{}, err
@@ -368,9 +518,9 @@ func (p *Pacer) Acquire(ctx context.Context, src *timesrc.Source, key string, de
 			p.mu.Unlock()
 			return Ticket{}, err
 		}
-		d, probe := st.wait(at)
+		d, probe := st.wait(at, tokens)
 		if d <= 0 {
-			t := st.reserve(at, p.cfg.First)
+			t := st.reserve(at, p.cfg.First, tokens)
 			p.mu.Unlock()
 			return t, nil
 		}
@@ -491,7 +641,7 @@ func (st *state) free(now instant) bool {
 		return false
 	}
 	for _, q := range st.quotas {
-		if q.left < 1 || st.limit > 0 && 2*q.left < st.limit {
+		if limit := st.capOf(&q); q.left < 1 || limit > 0 && 2*q.left < limit {
 			return false
 		}
 	}
@@ -541,6 +691,7 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 	at := p.at(now)
 	st := t.st
 	st.inflight--
+	st.inflightTok -= t.tokens
 	p.settled++
 	if t.id != 0 && t.id == st.probeID {
 		st.endProbe()
@@ -562,6 +713,7 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 	}
 	if !t.note {
 		st.finished++
+		st.finishedTok += uint64(t.tokens)
 	}
 	if !a.Refused {
 		st.refusals = 0
@@ -583,8 +735,10 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 }
 
 // quotas takes the quotas and policies of h, the answer to t's send, and
-// returns the reset of the longest quota it reports spent; every reset is
-// capped at limit.
+// returns how long the longest quota it reports spent holds the key (its
+// reset, or for a quota that refills the time one unit takes to come in);
+// every reset is capped at limit, but those of quotas that refill, capped
+// at MaxPause only.
 //
 // The server may have counted, after t's send, any other send that was in
 // flight at some time during t's: those still in flight, and those
@@ -594,7 +748,10 @@ func (p *Pacer) Done(t Ticket, now time.Time, a Answer) Outcome {
 // newest answer replaces the key's quotas, when it reports any. An answer
 // that is not a send's (Note) can only add quotas it finds spent.
 func (p *Pacer) quotas(st *state, t Ticket, now instant, h *hints.Hints, limit time.Duration) time.Duration {
-	overlap := int64(st.inflight) + int64(st.finished-t.finished)
+	overlap := [...]int64{
+		hints.Requests: int64(st.inflight) + int64(st.finished-t.finished),
+		hints.Tokens:   st.inflightTok + int64(st.finishedTok-t.finishedTok),
+	}
 	if h.Limit > 0 {
 		st.limit = h.Limit
 	}
@@ -608,16 +765,31 @@ func (p *Pacer) quotas(st *state, t Ticket, now instant, h *hints.Hints, limit t
 		if it.Remaining < 0 || it.Reset <= 0 {
 			continue // remaining unknown, or restored already
 		}
+		// A quota that refills says how fast it does, whatever the refused
+		// send's Retry-After (which pauses the key all the same): only
+		// MaxPause caps its reset.
 		reset := min(it.Reset, limit)
-		if it.Remaining == 0 {
-			spent = max(spent, reset)
+		period := max(reset, window)
+		if it.Refills {
+			reset = min(it.Reset, p.cfg.MaxPause)
+			period = reset
 		}
-		q := quota{left: it.Remaining - overlap, reset: now.add(reset), span: reset, period: max(reset, window)}
+		u := min(it.Unit, hints.Tokens)
+		q := quota{left: it.Remaining - overlap[u], reset: now.add(reset), span: reset, period: period,
+			limit: it.Limit, unit: u, refills: it.Refills, from: now}
+		if limit := st.capOf(&q); reset == it.Reset && limit > it.Remaining {
+			q.gain = limit - it.Remaining
+		}
+		if it.Remaining == 0 {
+			if q.refills && q.gain > 0 {
+				// Spent until one unit has come in.
+				spent = max(spent, time.Duration(mulDiv(1, int64(q.span), q.gain, true)))
+			} else {
+				spent = max(spent, reset)
+			}
+		}
 		if t.note && q.left > 0 {
 			continue
-		}
-		if reset == it.Reset && st.limit > it.Remaining {
-			q.gain = st.limit - it.Remaining
 		}
 		if !replaced {
 			st.quotas, replaced = st.quotas[:0], true
@@ -713,6 +885,8 @@ func (p *Pacer) Lost(t Ticket) {
 	st := t.st
 	st.inflight--
 	st.finished++
+	st.inflightTok -= t.tokens
+	st.finishedTok += uint64(t.tokens)
 	p.settled++
 	if t.id != 0 && t.id == st.probeID {
 		// The probe learned nothing: the next send probes anew.
@@ -725,10 +899,15 @@ func (p *Pacer) Lost(t Ticket) {
 // PausedFor returns how long from now a send of key must wait; 0 if it
 // may go at once.
 func (p *Pacer) PausedFor(key string, now time.Time) time.Duration {
+	return p.PausedForTokens(key, now, 0)
+}
+
+// PausedForTokens is PausedFor for a send estimated at tokens.
+func (p *Pacer) PausedForTokens(key string, now time.Time, tokens int64) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.keys[key]; st != nil {
-		d, _ := st.wait(p.at(now))
+		d, _ := st.wait(p.at(now), estimate(tokens))
 		return d
 	}
 	return 0
@@ -741,7 +920,7 @@ func (p *Pacer) Longest(now time.Time) time.Duration {
 	at := p.at(now)
 	var d time.Duration
 	for _, st := range p.keys {
-		w, _ := st.wait(at)
+		w, _ := st.wait(at, 0)
 		d = max(d, w)
 	}
 	return d
