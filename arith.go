@@ -98,3 +98,11 @@ func checkPeriod(name string, d time.Duration) error {
 	}
 	return nil
 }
+
+// addSat returns a + b (b >= 0), saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

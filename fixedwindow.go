@@ -53,7 +53,7 @@ func (w *FixedWindow) AllowN(n int) Decision { return w.c.allowN(n) }
 // charges an estimated n events as AllowN would, and holds them as a
 // [Reservation] whose Settle charges the actual cost instead within
 // expiry (see [ReserveAll]; it gives back only while the reservation's window is current, and charges an overrun to the window in force). A denied Reservation holds nothing. An
-// expiry that is not positive or exceeds 100 years is an error wrapping
+// expiry that is not positive or exceeds 24 hours is an error wrapping
 // [ErrInvalidConfig]. The Reservation is never nil.
 func (w *FixedWindow) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
 	return w.c.reserveN("ratelimit.FixedWindow.ReserveN", n, expiry)
@@ -155,12 +155,14 @@ func (a *fixedWindowAlg) refund(st *fwState, now, n int64) {
 // settle gives back while the reservation's window is the current one, and
 // charges an overrun to the current window, beyond the limit if need be.
 func (a *fixedWindowAlg) settle(st *fwState, now, at, d int64) {
-	settleWindow(st, floorDiv(now, a.window), floorDiv(at, a.window), d)
+	settleWindow(st, floorDiv(now, a.window), floorDiv(at, a.window), d, a.perWindow)
 }
 
 // settleWindow settles d events of a reservation made in window k0 at a
-// time in window k (fixed windows and quota periods alike).
-func settleWindow(st *fwState, k, k0, d int64) {
+// time in window k (fixed windows and quota periods alike), at most one
+// limit over the limit: a garbage actual cannot lock a window for more than
+// the rest of it.
+func settleWindow(st *fwState, k, k0, d, limit int64) {
 	if k > st.k {
 		st.k, st.count = k, 0
 	}
@@ -170,7 +172,7 @@ func settleWindow(st *fwState, k, k0, d int64) {
 	case d > 0:
 		st.count += d
 	}
-	st.count = min(st.count, maxSettle)
+	st.count = min(st.count, max(2*limit, st.count-max(d, 0)))
 }
 
 func (a *fixedWindowAlg) idle(st *fwState, now int64) bool {

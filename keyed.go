@@ -62,6 +62,8 @@ type Keyed struct {
 	keys atomic.Int64
 	// blocks holds the keys Block blocked, beside the generations.
 	blocks blockTable
+	// resets holds when keys were Reset, for the reservations made before.
+	resets resetLog
 
 	// mu serializes SetPolicy and pruning; no shard lock is ever held while
 	// waiting for it.
@@ -280,6 +282,7 @@ func (k *Keyed) Reset(ctx context.Context, key string) error {
 	for g := k.cur.Load(); g.store.reset(key) == errSuperseded; g = g.next.Load() {
 	}
 	k.blocks.remove(key)
+	k.resets.add(key, k.ts.Now())
 	return nil
 }
 

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"math"
 	"time"
 )
 
@@ -72,7 +71,7 @@ func (b *LeakyBucket) AllowN(n int) Decision { return b.c.allowN(n) }
 // charges an estimated n events as AllowN would, and holds them as a
 // [Reservation] whose Settle charges the actual cost instead within
 // expiry (see [ReserveAll]; an overrun fills the bucket beyond its capacity, so that later requests wait until it drained). A denied Reservation holds nothing. An
-// expiry that is not positive or exceeds 100 years is an error wrapping
+// expiry that is not positive or exceeds 24 hours is an error wrapping
 // [ErrInvalidConfig]. The Reservation is never nil.
 func (b *LeakyBucket) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
 	return b.c.reserveN("ratelimit.LeakyBucket.ReserveN", n, expiry)
@@ -194,13 +193,16 @@ func (a *leakyBucketAlg) unreserve(st *lbState, n int64) {
 }
 
 // settle drains or adds the difference; an overrun fills the bucket beyond
-// its capacity, so that later requests wait until it has drained.
+// its capacity, so that later requests wait until it has drained, up to
+// one capacity beyond: a garbage actual cannot lock the bucket for long.
 func (a *leakyBucketAlg) settle(st *lbState, now, _, d int64) {
 	if d < 0 {
-		a.unreserve(st, min(-d, maxDebt/a.every))
+		a.unreserve(st, min(-d, a.span/a.every))
 		return
 	}
-	st.empty = min(max(st.empty, now)+min(d, maxDebt/a.every)*a.every, math.MaxInt64/2)
+	// At most one capacity beyond full (more only if waiters hold it).
+	level := max(st.empty-now, 0)
+	st.empty = now + max(level, min(level+min(d, 2*a.span/a.every)*a.every, 2*a.span))
 }
 
 func (a *leakyBucketAlg) refund(st *lbState, _, n int64) {

@@ -78,7 +78,7 @@ func (q *Quota) AllowN(n int) Decision { return q.c.allowN(n) }
 // charges an estimated n events as AllowN would, and holds them as a
 // [Reservation] whose Settle charges the actual cost instead within
 // expiry (see [ReserveAll]; it gives back only while the reservation's period is current, and charges an overrun to the period in force). A denied Reservation holds nothing. An
-// expiry that is not positive or exceeds 100 years is an error wrapping
+// expiry that is not positive or exceeds 24 hours is an error wrapping
 // [ErrInvalidConfig]. The Reservation is never nil.
 func (q *Quota) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
 	return q.c.reserveN("ratelimit.Quota.ReserveN", n, expiry)
@@ -214,7 +214,7 @@ func (a *quotaAlg) refund(st *fwState, now, n int64) {
 func (a *quotaAlg) settle(st *fwState, now, at, d int64) {
 	k, _ := a.period(now)
 	k0, _ := a.periodAt(at)
-	settleWindow(st, k, k0, d)
+	settleWindow(st, k, k0, d, a.perPeriod)
 }
 
 func (a *quotaAlg) idle(st *fwState, now int64) bool {

@@ -15,8 +15,12 @@ import (
 // or has expired (and so was settled at its estimate).
 var ErrReservationSettled = errors.New("ratelimit: reservation already settled")
 
-// maxExpiry bounds a reservation's expiry, as Block bounds a block.
-const maxExpiry = 100 * 365 * 24 * time.Hour
+// maxReserveDims is the most dimensions one Reservation holds.
+const maxReserveDims = 64
+
+// maxExpiry bounds a reservation's expiry: work that runs longer is not
+// what a reservation is for, and a home remembers a Reset that long.
+const maxExpiry = 24 * time.Hour
 
 // Reserver is implemented by the keyed limiters that can hold an estimated
 // cost and settle the actual one later ([*Keyed], [*Tiered] and package
@@ -31,7 +35,7 @@ type Reserver interface {
 	ReserveN(ctx context.Context, key string, n int, expiry time.Duration) (*Reservation, error)
 }
 
-// Reservation is an estimated cost nparts for work whose real cost is known
+// Reservation is an estimated cost held for work whose real cost is known
 // only once it ran: an LLM completion's tokens, the rows a query scanned,
 // whether a login attempt failed. [ReserveAll] (or a [Reserver]'s
 // ReserveN) charges the estimate at once, as AllowN would; when the work
@@ -42,16 +46,17 @@ type Reserver interface {
 // the estimate stays charged, and a later Settle changes nothing.
 //
 // A Reservation is safe for concurrent use; whichever call settles it
-// first settles it, once.
+// first settles it, once. A nil *Reservation holds nothing.
 type Reservation struct {
 	// MultiDecision is what the reservation decided: Allowed reports
-	// whether the estimate was charged and is nparts. A denied reservation
+	// whether the estimate was charged and is held. A denied reservation
 	// holds nothing; its RetryAfter says when the estimate would fit.
 	MultiDecision
 
 	mu      sync.Mutex
-	settled bool   // guarded by mu
-	nparts  int    // parts nparts, from creation on: 0 when denied
+	settled bool   // guarded by mu: every part settled
+	done    uint64 // guarded by mu: the parts settled, by index
+	nparts  int    // parts held, from creation on: 0 when denied
 	first   part   // the first dimension's part
 	more    []part // the others', for several dimensions
 }
@@ -88,9 +93,13 @@ func deniedReservation(d MultiDecision) *Reservation {
 // Settle is not a decision: it reports nothing to an [Observer], and it
 // does not depend on ctx being live (a caller that went away still pays
 // an overrun); ctx passes its values on. It returns an error wrapping
-// [ErrReservationSettled] when the reservation was denied, settled
-// already, or has expired in every dimension, and one wrapping
-// [ErrInvalidN] when actual is negative; either way it changes nothing.
+// [ErrReservationSettled] when there is nothing left to settle: the
+// reservation was denied, settled already, or has expired in every
+// dimension. A negative actual is an error wrapping [ErrInvalidN] that
+// changes nothing. A dimension that fails to settle (its store
+// unreachable; [ErrTooManyKeys] when the overrun needs a key the key cap
+// has no room for) is reported by its error and stays held: Settle may be
+// called again, and settles only the dimensions still held.
 func (r *Reservation) Settle(ctx context.Context, actual int) error {
 	if actual < 0 {
 		return fmt.Errorf("%w: Reservation.Settle actual must be >= 0, got %d", ErrInvalidN, actual)
@@ -98,19 +107,20 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 	if ctx == nil {
 		return errNilContext
 	}
-	r.mu.Lock()
-	settled := r.settled
-	r.settled = true
-	r.mu.Unlock()
-	if settled || !r.Allowed {
+	if r == nil {
 		return ErrReservationSettled
 	}
-	if r.nparts == 0 {
-		return nil // admitted holding nothing: no dimensions
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.settled || !r.Allowed {
+		return ErrReservationSettled
 	}
 	var joined error
-	done := 0
+	settledNow := r.nparts == 0 // admitted holding nothing: no dimensions
 	for i := range r.nparts {
+		if r.done&(1<<i) != 0 {
+			continue
+		}
 		p := r.first
 		if i > 0 {
 			p = r.more[i-1]
@@ -119,20 +129,27 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 		if p.fixed {
 			a = p.n
 		}
-		err := p.h.Settle(ctx, a)
-		if errors.Is(err, ErrReservationSettled) {
-			done++
-			continue
+		switch err := p.h.Settle(ctx, a); {
+		case err == nil:
+			settledNow = true
+			r.done |= 1 << i
+		case errors.Is(err, ErrReservationSettled):
+			r.done |= 1 << i
+		default:
+			if r.nparts > 1 {
+				err = errs.AtDimension(i, true, err)
+			}
+			joined = errors.Join(joined, err)
 		}
-		if r.nparts > 1 {
-			err = errs.AtDimension(i, true, err)
-		}
-		joined = errors.Join(joined, err)
 	}
-	if done == r.nparts {
+	if joined != nil {
+		return joined
+	}
+	r.settled = true
+	if !settledNow {
 		return ErrReservationSettled
 	}
-	return joined
+	return nil
 }
 
 // settledBy returns ErrReservationSettled for a hold that expired, else
@@ -147,7 +164,7 @@ func settledBy(expired bool) error {
 // checkExpiry validates a reservation's expiry for the function named fn.
 func checkExpiry(fn string, expiry time.Duration) error {
 	if expiry <= 0 || expiry > maxExpiry {
-		return configError("%s expiry must be positive and at most 100 years, got %v", fn, expiry)
+		return configError("%s expiry must be positive and at most 24 hours, got %v", fn, expiry)
 	}
 	return nil
 }

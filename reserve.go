@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/errs"
@@ -26,7 +27,7 @@ func init() {
 // own N of 1). If any dimension denies, nothing is held and the
 // Reservation's MultiDecision says which denied and when to retry. If all
 // admit, the estimate is held until [Reservation.Settle], or until expiry
-// (positive, at most 100 years) has passed, when it is settled at its
+// (positive, at most 24 hours) has passed, when it is settled at its
 // estimate.
 //
 // Every (resolved) dimension's limiter must be a [Reserver]: a [*Keyed]
@@ -62,6 +63,9 @@ func ReserveAll(ctx context.Context, n int, expiry time.Duration, dims ...Dimens
 	if len(dims) == 0 {
 		return deniedReservation(MultiDecision{Decision: Decision{Allowed: true}, Index: -1}), nil
 	}
+	if len(dims) > maxReserveDims {
+		return deniedReservation(invalid), configError("ratelimit.ReserveAll takes at most %d dimensions, got %d", maxReserveDims, len(dims))
+	}
 	var buf [8]Dimension
 	dims, err := resolveAll(ctx, dims, &buf)
 	if err != nil {
@@ -69,15 +73,15 @@ func ReserveAll(ctx context.Context, n int, expiry time.Duration, dims ...Dimens
 		return deniedReservation(invalid), errs.AtDimension(len(dims), false, err)
 	}
 	for i, d := range dims {
-		if _, ok := d.Limiter.(Reserver); !ok {
+		if err := canReserve(d.Limiter); err != nil {
 			invalid.Index = i
-			return deniedReservation(invalid), errs.AtDimension(i, false, configError("ratelimit.ReserveAll dims[%d].Limiter (%q) is a %T, which cannot reserve (it is not a ratelimit.Reserver)", i, d.Name, d.Limiter))
+			return deniedReservation(invalid), errs.AtDimension(i, false, configError("ratelimit.ReserveAll dims[%d].Limiter (%q): %v", i, d.Name, err))
 		}
 	}
 	if len(dims) == 1 {
-		r, err := dims[0].Limiter.(Reserver).ReserveN(ctx, dims[0].Key, dims[0].cost(n), expiry)
-		if r.nparts == 1 {
-			r.first.fixed = dims[0].N != 0
+		r, err := reserveIn(ctx, dims[0], n, expiry)
+		if r.Allowed {
+			r.markFixed(dims[0].N != 0)
 		}
 		return r, err
 	}
@@ -101,7 +105,7 @@ func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimens
 			joined = errors.Join(joined, errs.AtDimension(i, dec.Allowed, err))
 			continue
 		}
-		r, err := d.Limiter.(Reserver).ReserveN(ctx, d.Key, c, expiry)
+		r, err := reserveIn(ctx, d, n, expiry)
 		ds[i] = r.Decision
 		joined = errors.Join(joined, errs.AtDimension(i, r.Allowed, err))
 		if !r.Allowed {
@@ -129,12 +133,12 @@ func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimens
 		if r.nparts == 0 {
 			continue
 		}
+		r.markFixed(dims[i].N != 0)
 		for j := range r.nparts {
 			p := r.first
 			if j > 0 {
 				p = r.more[j-1]
 			}
-			p.fixed = dims[i].N != 0
 			if out.nparts == 0 {
 				out.first = p
 			} else {
@@ -144,4 +148,54 @@ func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimens
 		}
 	}
 	return out, joined
+}
+
+// reserveIn reserves d's cost (n, or its own N) in d's limiter, a
+// Reserver (see canReserve). A Reserver that returns no Reservation is
+// taken to have denied the request.
+func reserveIn(ctx context.Context, d Dimension, n int, expiry time.Duration) (*Reservation, error) {
+	r, err := d.Limiter.(Reserver).ReserveN(ctx, d.Key, d.cost(n), expiry)
+	if r == nil {
+		if err == nil {
+			err = fmt.Errorf("ratelimit: %T.ReserveN returned no Reservation", d.Limiter)
+		}
+		r = deniedReservation(MultiDecision{Decision: Decision{RetryAfter: RetryNever}})
+	}
+	return r, err
+}
+
+// markFixed marks every part of r as of a dimension with its own N, which
+// settles unchanged, when fixed is set.
+func (r *Reservation) markFixed(fixed bool) {
+	if !fixed {
+		return
+	}
+	r.first.fixed = true
+	for i := range r.more {
+		r.more[i].fixed = true
+	}
+}
+
+// settleChecker is the optional interface through which a home says, before
+// anything is reserved, that it cannot reserve (the in-memory Keyed under
+// the sliding log), so that ReserveAll charges nothing for a request it
+// must refuse. It returns the home it stands for, as atomicAllower does.
+type settleChecker interface {
+	canSettle() (KeyedLimiter, error)
+}
+
+// canReserve reports why l cannot reserve, or nil. The home's own check
+// (settleChecker) is asked only when it stands for l itself: a user's type
+// that embeds a *Keyed reserves through its own ReserveN, or the promoted
+// one (see Keyed.ReserveN).
+func canReserve(l KeyedLimiter) error {
+	if _, ok := l.(Reserver); !ok {
+		return fmt.Errorf("a %T cannot reserve (it is not a ratelimit.Reserver)", l)
+	}
+	if c, ok := l.(settleChecker); ok {
+		if home, err := c.canSettle(); home == l {
+			return err
+		}
+	}
+	return nil
 }

@@ -68,7 +68,7 @@ func (s *SlidingCounter) AllowN(n int) Decision { return s.c.allowN(n) }
 // charges an estimated n events as AllowN would, and holds them as a
 // [Reservation] whose Settle charges the actual cost instead within
 // expiry (see [ReserveAll]; it gives back while the reservation's window still counts, and charges an overrun there or to the current window). A denied Reservation holds nothing. An
-// expiry that is not positive or exceeds 100 years is an error wrapping
+// expiry that is not positive or exceeds 24 hours is an error wrapping
 // [ErrInvalidConfig]. The Reservation is never nil.
 func (s *SlidingCounter) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
 	return s.c.reserveN("ratelimit.SlidingCounter.ReserveN", n, expiry)
@@ -219,17 +219,18 @@ func (a *slidingCounterAlg) refund(st *scState, now, n int64) {
 func (a *slidingCounterAlg) settle(st *scState, now, at, d int64) {
 	k, cur, prev, _ := a.roll(st, now)
 	k0 := floorDiv(at, a.window)
+	// An overrun leaves a window at most one limit over (or where it was).
+	top := min(2*a.perWindow, math.MaxInt32)
+	add := func(c int64) int64 { return min(max(c+d, 0), max(top, c)) }
 	switch {
 	case k0 == k:
-		cur += d
+		cur = add(cur)
 	case k0 == k-1:
-		prev += d
+		prev = add(prev)
 	case d > 0:
-		cur += d
+		cur = add(cur)
 	}
-	st.k = k
-	st.cur = int32(min(max(cur, 0), math.MaxInt32))
-	st.prev = int32(min(max(prev, 0), math.MaxInt32))
+	st.k, st.cur, st.prev = k, int32(cur), int32(prev)
 }
 
 func (a *slidingCounterAlg) idle(st *scState, now int64) bool {

@@ -65,7 +65,7 @@ func (b *TokenBucket) AllowN(n int) Decision { return b.c.allowN(n) }
 // charges an estimated n events as AllowN would, and holds them as a
 // [Reservation] whose Settle charges the actual cost instead within
 // expiry (see [ReserveAll]; a bucket goes into debt beyond empty on an overrun, so that later requests wait it out). A denied Reservation holds nothing. An
-// expiry that is not positive or exceeds 100 years is an error wrapping
+// expiry that is not positive or exceeds 24 hours is an error wrapping
 // [ErrInvalidConfig]. The Reservation is never nil.
 func (b *TokenBucket) ReserveN(n int, expiry time.Duration) (*Reservation, error) {
 	return b.c.reserveN("ratelimit.TokenBucket.ReserveN", n, expiry)
@@ -216,14 +216,16 @@ func (a *tokenBucketAlg) refund(st *tbState, now, n int64) {
 }
 
 // settle gives back or charges the difference; an overrun goes into debt
-// beyond an empty bucket, so that later requests wait it out.
+// beyond an empty bucket, so that later requests wait it out, down to one
+// capacity below empty: a garbage actual cannot lock the bucket for long.
 func (a *tokenBucketAlg) settle(st *tbState, now, _, d int64) {
 	a.advance(st, now)
 	if d < 0 {
-		a.unreserve(st, -d)
+		a.unreserve(st, min(-d, a.capacity))
 		return
 	}
-	st.debt = min(st.debt+min(d, maxDebt/a.p)*a.p, maxDebt)
+	// At most one capacity in debt (more only if waiters hold it already).
+	st.debt = max(st.debt, min(st.debt+min(d, 2*a.capacity)*a.p, 2*a.full))
 }
 
 func (a *tokenBucketAlg) reserve(st *tbState, now, n, maxDelay int64) (int64, reserveResult) {
