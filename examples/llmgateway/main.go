@@ -10,7 +10,10 @@
 // second (token buckets). A completion's tokens are known only once it
 // ran, so each request reserves its max_tokens with ratelimit.ReserveAll,
 // and settles the usage the upstream reports: what was not used is given
-// back at once, an overrun is paid for by the key's later requests.
+// back at once, an overrun is paid for by the key's later requests. The
+// transport to the upstream paces by its x-ratelimit-*-requests and
+// -tokens fields, each request's token estimate its max_tokens
+// (httplimit.WithTokenCost), so that the upstream refuses nothing.
 //
 //	go run ./examples/llmgateway
 package main
@@ -116,6 +119,13 @@ func run() error {
 	fmt.Printf("  tokens reserved %d, settled at the usage reported %d: %d given back\n", gw.reserved, gw.settled, gw.reserved-gw.settled)
 	gw.mu.Unlock()
 	fmt.Printf("Upstream: %d requests, %d refused with 429 after the first answer\n", up.served(), up.refusedAfterFirst())
+	// What the example shows, checked, so that its test can fail.
+	if n := up.refusedAfterFirst(); n > 0 {
+		return fmt.Errorf("the transport let %d requests be refused by the upstream after its first answer", n)
+	}
+	if gw.settled > gw.reserved || results[0].ok == 0 || results[1].ok == 0 {
+		return fmt.Errorf("settled %d of %d tokens reserved; answered %d and %d", gw.settled, gw.reserved, results[0].ok, results[1].ok)
+	}
 	return nil
 }
 
@@ -139,6 +149,9 @@ func complete(base, key string, maxTokens int) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// maxTokensKey carries a request's max_tokens to the transport.
+type maxTokensKey struct{}
+
 // gateway is the gateway's server and its counts.
 type gateway struct {
 	url  string
@@ -159,8 +172,14 @@ func startGateway(upstream string) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The outbound transport paces the gateway by the upstream's headers.
-	tr, err := httplimit.NewTransport(nil, nil, httplimit.WithRetries(3))
+	// The outbound transport paces the gateway by the upstream's headers,
+	// requests and tokens both: each request's token estimate is its
+	// max_tokens, which the handler puts on the request's context.
+	tr, err := httplimit.NewTransport(nil, nil, httplimit.WithRetries(3),
+		httplimit.WithTokenCost(func(r *http.Request) int {
+			n, _ := r.Context().Value(maxTokensKey{}).(int)
+			return n
+		}))
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +220,8 @@ func startGateway(upstream string) (*gateway, error) {
 			gw.settled += int64(used)
 			gw.mu.Unlock()
 		}()
-		out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, upstream+"/v1/completions", strings.NewReader(string(raw)))
+		ctx := context.WithValue(r.Context(), maxTokensKey{}, req.MaxTokens)
+		out, err := http.NewRequestWithContext(ctx, http.MethodPost, upstream+"/v1/completions", strings.NewReader(string(raw)))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
