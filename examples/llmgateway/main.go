@@ -123,6 +123,8 @@ func run() error {
 	if n := up.refusedAfterFirst(); n > 0 {
 		return fmt.Errorf("the transport let %d requests be refused by the upstream after its first answer", n)
 	}
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
 	if gw.settled > gw.reserved || results[0].ok == 0 || results[1].ok == 0 {
 		return fmt.Errorf("settled %d of %d tokens reserved; answered %d and %d", gw.settled, gw.reserved, results[0].ok, results[1].ok)
 	}
