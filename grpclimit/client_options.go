@@ -118,7 +118,7 @@ func WithPauseScope(s PauseScope) ClientOption {
 
 // WithMaxKeys caps the scopes ([WithPauseScope]: targets, methods of a
 // target, or limiter keys) whose pacing a client holds at n (default
-// 65,536): a scope costs about 240 bytes besides its name while it is
+// 65,536): a scope costs about 260 bytes besides its name while it is
 // held, so the default bounds the pacing state to about 16 MB. A scope is
 // forgotten once it holds nothing live: no pause, backoff or probe
 // pending, no call in flight, every quota its server reported full again
