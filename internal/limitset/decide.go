@@ -201,6 +201,7 @@ type Charge[R any] struct {
 	// rsv is the reservation held for a limit that counts by outcome,
 	// until Release; nil when none.
 	rsv *ratelimit.Reservation
+	fl  *flight // the flight rsv is counted in (enforced limits); nil when none
 }
 
 // describe returns what the home of c's limiter (its tier's, for a
@@ -345,7 +346,7 @@ func (s *Set[R]) acquire(ctx context.Context, n int, cs []Charge[R], v *Verdict[
 		var err error
 		if i < v.counted {
 			var r *ratelimit.Reservation
-			r, err = c.reserve(ctx, n)
+			r, c.fl, err = c.Entry.flights.reserve(ctx, c.Key, func() (*ratelimit.Reservation, error) { return c.reserve(ctx, n) })
 			d = r.Decision
 			c.res, c.allowed, c.limit = err, d.Allowed, d.Limit
 			if d.Allowed {
@@ -420,6 +421,15 @@ func (c *Charge[R]) reserve(ctx context.Context, n int) (*ratelimit.Reservation,
 	return rs.ReserveN(ctx, c.Key, n, expiryOf(ctx))
 }
 
+// settled forgets c's reservation, once settled, waking the requests
+// that wait for it (flights).
+func (c *Charge[R]) settled() {
+	if c.fl != nil {
+		c.Entry.flights.leave(c.Key, c.fl, true)
+	}
+	c.rsv, c.fl = nil, nil
+}
+
 // tryAcquire asks c's concurrency limiter for n permits. An n that can
 // never be acquired (above the limit) is a denial with ratelimit.RetryNever
 // and no error, as a rate limiter reports it.
@@ -451,7 +461,7 @@ func (s *Set[R]) rollback(ctx context.Context, n int, cs []Charge[R], v *Verdict
 			if err := c.rsv.Settle(rctx, 0); err != nil && !errors.Is(err, ratelimit.ErrReservationSettled) {
 				s.report(ctx, c, err, attrs)
 			}
-			c.rsv = nil
+			c.settled()
 			v.reserved--
 		}
 	}
@@ -495,12 +505,11 @@ func (s *Set[R]) Release(ctx context.Context, v *Verdict[R], outcome int) {
 	for i := range cs {
 		c := &cs[i]
 		if c.rsv != nil {
-			r := c.rsv
-			c.rsv = nil
-			err := r.Settle(ctx, c.Entry.Count(outcome, cost))
+			err := c.rsv.Settle(ctx, c.Entry.Count(outcome, cost))
 			if err != nil && !errors.Is(err, ratelimit.ErrReservationSettled) {
 				s.report(ctx, c, err, nil)
 			}
+			c.settled()
 		}
 		if !c.held {
 			continue
@@ -689,7 +698,7 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 			}
 			c := v.slot()
 			c.Entry, c.Limiter, c.Key, c.err, c.listed, c.res, c.allowed = l, l.Limiter, key, nil, listed, nil, false
-			c.held, c.rsv = false, nil // limit and permit are set before they are read
+			c.held, c.rsv, c.fl = false, nil, nil // limit and permit are set before they are read
 			if l.tiered != nil && !listed {
 				_, c.Limiter, c.err = l.tiered.Tier(req.Ctx, key)
 			}

@@ -140,6 +140,8 @@ type Entry[R any] struct {
 	wins   windowCache
 	rep    report.Throttle
 
+	flights *flights // for a limit counting by outcome (Count); else nil
+
 	exemptKeys keySet // ExemptKeys; nil when none
 	deniedKeys keySet // DeniedKeys; nil when none
 	lists      bool   // exemptKeys or deniedKeys is set
@@ -221,6 +223,9 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		}
 		if cfg.Observer != nil && e.info.Observed {
 			return nil, configError("%s.Limit.%s of limit %q reports to an Observer of its own (ratelimit.WithObserver, on it or one of its tiers) beside %s.WithObserver's: each of its decisions would be counted twice; give the observer to %s.WithObserver alone, which reports every decision of the limit under its name", pkg, field, l.Name, pkg, pkg)
+		}
+		if l.Count != nil {
+			e.flights = new(flights)
 		}
 		e.sfName = appendSFString(nil, l.Name)
 		if err := e.checkKeyLists(pkg); err != nil {
