@@ -78,14 +78,22 @@ type Limit struct {
 	// (codes.Internal), the reservation is settled at Count(code, cost):
 	// code is status.Code of the handler's error, cost what it reported,
 	// else the call's cost. Less than reserved gives the difference back,
-	// more charges the overrun after the fact. The header fields show the
-	// state with this call's cost reserved (for a failure limit, as if it
-	// failed); the next call's show it settled. A reservation is held 10
-	// minutes, or a minute past the call's deadline if later, and then
-	// stays charged: that only reclaims a server's that died. Limiter must
-	// be a [ratelimit.Reserver] (a *ratelimit.Keyed under any algorithm
-	// but the sliding log, a *ratelimit.Tiered, a Redis limiter); [New]
-	// refuses others, and Count with Concurrency or Messages.
+	// more charges the overrun after the fact.
+	//
+	// So that concurrent calls cannot overrun the limit, a call it would
+	// refuse while this Interceptor holds reservations of the key waits
+	// for one to settle (until its context ends) and tries again: with 5
+	// failures allowed, concurrent successful calls take turns, at most 5
+	// in their handlers, and are never refused; only settled counts
+	// refuse. (Servers sharing a Redis limiter do not wait for each
+	// other's reservations.) The header fields show the state with this
+	// call's cost reserved (for a failure limit, as if it failed); the
+	// next call's show it settled. A reservation is held 10 minutes, or a
+	// minute past the call's deadline if later, then stays charged: that
+	// only reclaims a dead server's. Limiter must be a [ratelimit.Reserver]
+	// (a *ratelimit.Keyed under any algorithm but the sliding log, a
+	// *ratelimit.Tiered, a Redis limiter); [New] refuses others, and Count
+	// with Concurrency or Messages.
 	Count func(code codes.Code, cost int) int
 	// Window is the window reported as w in ratelimit-policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed

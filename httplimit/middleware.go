@@ -82,11 +82,19 @@ type Limit struct {
 	// Count(status, cost): status is the first the handler wrote (200 if
 	// none), cost what it reported, else the request's cost. Less than
 	// reserved gives the difference back, more charges the overrun after
-	// the fact. The RateLimit fields show the state with this request's
-	// cost reserved (for a failure limit, as if it failed); the next
-	// response's show it settled. A reservation is held 10 minutes, or a
-	// minute past the request's deadline if later, and then stays charged:
-	// that only reclaims a server's that died. Limiter must be a
+	// the fact.
+	//
+	// So that concurrent requests cannot overrun the limit, a request it
+	// would refuse while this Middleware holds reservations of the key
+	// waits for one to settle (until its context ends) and tries again:
+	// with 5 failures allowed, concurrent successful logins take turns,
+	// at most 5 in their handlers, and are never refused; only settled
+	// counts refuse. (Servers sharing a Redis limiter do not wait for each
+	// other's reservations.) The RateLimit fields show the state with this
+	// request's cost reserved (for a failure limit, as if it failed); the
+	// next response's show it settled. A reservation is held 10 minutes,
+	// or a minute past the request's deadline if later, then stays
+	// charged: that only reclaims a dead server's. Limiter must be a
 	// [ratelimit.Reserver] (a *ratelimit.Keyed under any algorithm but the
 	// sliding log, a *ratelimit.Tiered, a Redis limiter); [New] refuses
 	// others, and Count on a concurrency limit.
