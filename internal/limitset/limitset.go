@@ -89,11 +89,11 @@ type Limit[R any] struct {
 	// Release settles Count(outcome, cost): outcome the caller's (an HTTP
 	// status, a gRPC code), cost what the handler reported (ReportCost),
 	// else the request's cost.
-	Count       func(outcome, cost int) int
-	Window      time.Duration
-	Shadow      bool
-	ExemptKeys  []string
-	DeniedKeys  []string
+	Count      func(outcome, cost int) int
+	Window     time.Duration
+	Shadow     bool
+	ExemptKeys []string
+	DeniedKeys []string
 }
 
 // Config is what a Set needs besides its limits.
