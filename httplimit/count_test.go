@@ -345,3 +345,30 @@ func TestReportCost(t *testing.T) {
 	assert.Contains(t, err.Error(), "httplimit.ReportCost")
 	assert.NoError(t, ReportCost(context.Background(), 5))
 }
+
+// TestCountTiered: a *ratelimit.Tiered counts by outcome in the request's
+// tier; a tier whose limiter cannot reserve is the server's
+// misconfiguration (500), the handler not run.
+func TestCountTiered(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.New(epoch)
+	log := newKeyed(t, ratelimit.SlidingLogPolicy(5, time.Hour), clk)
+	tiered, err := ratelimit.NewTiered(func(_ context.Context, key string) string {
+		if key == "old" {
+			return "log"
+		}
+		return "free"
+	}, map[string]ratelimit.KeyedLimiter{"free": newKeyed(t, ratelimit.FixedWindowPolicy(2, time.Hour), clk), "log": log})
+	require.NoError(t, err)
+	l := newLogin(t, newMW(t, []Limit{{Name: "login", Key: KeyByHeader("X-User"), Limiter: tiered, Count: failures}}), false)
+	for range 2 {
+		code, _ := l.post("alice", "bad")
+		require.Equal(t, http.StatusUnauthorized, code)
+	}
+	code, _ := l.post("alice", "good")
+	assert.Equal(t, http.StatusTooManyRequests, code, "2 failures spend the free tier")
+	ran := l.ran.Load()
+	code, _ = l.post("old", "good")
+	assert.Equal(t, http.StatusInternalServerError, code, "a sliding log tier cannot reserve")
+	assert.Equal(t, ran, l.ran.Load())
+}
