@@ -147,3 +147,30 @@ func TestCountConfigErrors(t *testing.T) {
 		assert.ErrorContains(t, err, `testlimit.Limit.`, name)
 	}
 }
+
+// TestCountWaitCanceled: a request a counting limit refuses while another
+// holds a reservation of its key waits; when its context ends meanwhile
+// it is Canceled, charged nowhere.
+func TestCountWaitCanceled(t *testing.T) {
+	t.Parallel()
+	mock := fakeclock.New(epoch)
+	rate, fails := newKeyed(t, 10, mock), newKeyed(t, 1, mock)
+	s, _, _, _ := setup(t,
+		Limit[*call]{Name: "rate", Key: byKey, Limiter: rate},
+		Limit[*call]{Name: "fails", Key: byUser, Limiter: fails, Count: countFailures},
+	)
+	var held Verdict[*call]
+	require.Equal(t, Admitted, s.Decide(&Request[*call]{R: &call{key: "a", user: "u"}, Ctx: context.Background(), N: 1}, &held, false, nil))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Outcome, 1)
+	go func() {
+		var v Verdict[*call]
+		done <- s.Decide(&Request[*call]{R: &call{key: "b", user: "u"}, Ctx: ctx, N: 1}, &v, false, nil)
+	}()
+	cancel()
+	assert.Equal(t, Canceled, <-done)
+	assert.Equal(t, 10, remainingOf(t, rate, "b"), "refunded")
+	s.Release(context.Background(), &held, 200)
+	assert.Equal(t, 1, remainingOf(t, fails, "u"))
+}
