@@ -93,8 +93,9 @@ type Verdict[R any] struct {
 	// outcome); nil otherwise.
 	Listed *Entry[R]
 	// Enforced is how many of Charges() are enforced (they come first);
-	// the rest are in shadow mode. Among each, the rate limits come
-	// before the concurrency limits.
+	// the rest are in shadow mode. Among each, the rate limits charged up
+	// front come first, then those counting by outcome (Limit.Count), then
+	// the concurrency limits.
 	Enforced int
 
 	shadowFields bool // Decide's shadowFields, for WriteFields
@@ -132,8 +133,9 @@ func (v *Verdict[R]) Concurrent() bool {
 	return v.From >= 0 && v.Charges()[v.From].Entry.Concurrency != nil
 }
 
-// Holds reports whether the request holds concurrency permits, which the
-// caller must give back with Set.Release once it is served.
+// Holds reports whether the request holds concurrency permits or
+// reservations, which the caller must give back with Set.Release once it
+// is served.
 func (v *Verdict[R]) Holds() bool { return v.held+v.reserved > 0 }
 
 // Counts reports whether the request holds reservations of limits that
@@ -230,9 +232,10 @@ func (c *Charge[R]) algorithm() ratelimit.Algorithm {
 }
 
 // Decide runs the limits over one request: exemptions and denylists,
-// then the enforced limits all or nothing (ratelimit.AllowAll; a
-// tiered limiter, such as *ratelimit.Tiered, resolved once to the
-// request's tier), then, when
+// then the enforced limits all or nothing (ratelimit.AllowAll for those
+// charged up front, then a reservation in each counting by outcome, then
+// the concurrency limits' permits; a tiered limiter, such as
+// *ratelimit.Tiered, resolved once to the request's tier), then, when
 // they admit, the shadow limits. Limiter errors are reported through
 // Config.Logger, paced, under the limit whose limiter answered them
 // (unless that limiter logs its errors itself), with attrs (nil: none)
@@ -330,13 +333,16 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 	return Admitted
 }
 
-// acquire acquires the request's permits in the enforced concurrency
-// limits, cs[v.rates:], once the rate limits cs[:v.rates] have admitted
-// it (never waiting: TryAcquire), leaving each in its charge. When one
-// denies, fails with the caller's context done, or answers a
-// configuration error, the request is refused all or nothing: the permits
-// acquired are released and the rate limits refunded, unreported. A
-// concurrency limit's Decision becomes v's when it denies, came with an
+// acquire reserves the request's cost in the enforced limits counting by
+// outcome, cs[v.rates:v.counted] (waiting, while a reservation of the key
+// this process holds may come back: see flights), then acquires its
+// permits in the enforced concurrency limits, cs[v.counted:] (never
+// waiting: TryAcquire), once the rate limits cs[:v.rates] have admitted
+// it, leaving each in its charge. When one denies, fails with the
+// caller's context done, or answers a configuration error, the request
+// is refused all or nothing: the reservations are settled at 0, the
+// permits released and the rate limits refunded, unreported. A counting
+// or concurrency limit's Decision becomes v's when it denies, came with an
 // error, or is more restrictive than the one v has (unless that one came
 // with an error).
 func (s *Set[R]) acquire(ctx context.Context, n int, cs []Charge[R], v *Verdict[R], attrs func() []slog.Attr) {
