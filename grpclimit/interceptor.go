@@ -94,6 +94,8 @@ type Limit struct {
 	// (a *ratelimit.Keyed under any algorithm but the sliding log, a
 	// *ratelimit.Tiered, a Redis limiter); [New] refuses others, and Count
 	// with Concurrency or Messages.
+	// A type of yours that embeds one reserves through the embedded
+	// ReserveN, not through its own AllowN: give it a ReserveN of its own.
 	Count func(code codes.Code, cost int) int
 	// Window is the window reported as w in ratelimit-policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed

@@ -98,6 +98,8 @@ type Limit struct {
 	// [ratelimit.Reserver] (a *ratelimit.Keyed under any algorithm but the
 	// sliding log, a *ratelimit.Tiered, a Redis limiter); [New] refuses
 	// others, and Count on a concurrency limit.
+	// A type of yours that embeds one reserves through the embedded
+	// ReserveN, not through its own AllowN: give it a ReserveN of its own.
 	Count func(status, cost int) int
 	// Window is the window reported as w in RateLimit-Policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed has),
