@@ -27,7 +27,7 @@ type flight struct {
 	reserving sync.Mutex    // serializes the key's reservations
 	refs      int           // under flights.mu: reservers and holders
 	held      int           // under flights.mu: reservations held
-	settled   chan struct{} // under flights.mu: closed at the next settlement
+	settled   chan struct{} // under flights.mu: closed at the next settlement; nil until someone waits
 }
 
 // enter returns key's flight, counting the caller in it.
@@ -39,7 +39,7 @@ func (f *flights) enter(key string) *flight {
 		if f.keys == nil {
 			f.keys = make(map[string]*flight)
 		}
-		fl = &flight{settled: make(chan struct{})}
+		fl = new(flight)
 		f.keys[key] = fl
 	}
 	fl.refs++
@@ -54,8 +54,10 @@ func (f *flights) leave(key string, fl *flight, settled bool) {
 	defer f.mu.Unlock()
 	if settled {
 		fl.held--
-		close(fl.settled)
-		fl.settled = make(chan struct{})
+		if fl.settled != nil {
+			close(fl.settled)
+			fl.settled = nil
+		}
 	}
 	if fl.refs--; fl.refs == 0 && f.keys[key] == fl {
 		delete(f.keys, key)
@@ -77,7 +79,11 @@ func (f *flights) reserve(ctx context.Context, key string, try func() (*ratelimi
 		// try ran closes wait, so that a refusal it caused is retried.
 		// None can be granted meanwhile: that takes fl.reserving.
 		f.mu.Lock()
-		held, wait := fl.held, fl.settled
+		held := fl.held
+		if held > 0 && fl.settled == nil {
+			fl.settled = make(chan struct{})
+		}
+		wait := fl.settled
 		f.mu.Unlock()
 		r, err := try()
 		if r.Allowed {
