@@ -17,7 +17,9 @@
 // user ([KeyByUser]) or a combination ([Combine], [FirstOf], [When] with
 // [IsMethod] or [IsService]). A call is charged in every Limit whose
 // KeyFunc applies to it, all or nothing ([ratelimit.AllowAll]); [WithCost]
-// sets its cost. [Limit.Concurrency] bounds the calls in flight instead.
+// sets its cost. [Limit.Concurrency] bounds the calls in flight instead;
+// [Limit.Count] counts only failures, or the tokens a handler reports
+// ([ReportCost]): reserved before the handler runs, settled once it returns.
 //
 // Every limited call carries the most restrictive Limit's state as
 // response header metadata, the fields httplimit sends as HTTP headers,
@@ -63,8 +65,8 @@
 // per limit per [WithErrorReportInterval], one line per failure. A key
 // whose tier has no limiter is the server's fault: codes.Internal, not a
 // denial. A call whose context ends before the limiters answer ends with
-// codes.Canceled or codes.DeadlineExceeded: its error is the caller's, not
-// the backend's, so no failure policy admits it and nothing is reported.
+// codes.Canceled or DeadlineExceeded: the caller's error, not the
+// backend's, so no failure policy admits it and nothing is reported.
 //
 // [Limit.ExemptKeys] let keys through uncharged; [Limit.DeniedKeys] refuse
 // them with codes.PermissionDenied, "request denied", no details and no
@@ -83,8 +85,7 @@
 //
 // Behind a reverse proxy (Envoy, a cloud load balancer) every call comes
 // from the proxy. Name the proxies in an [IPResolver] ([NewIPResolver] with
-// [TrustedProxies]) and use its [IPResolver.Key] as the
-// Limit's key. When the peer is a trusted proxy, the resolver reads the
+// [TrustedProxies]) and key the Limit by its [IPResolver.Key]. When the peer is a trusted proxy, the resolver reads the
 // incoming metadata the proxies write ([ProxyMetadata]: x-forwarded-for by
 // default, forwarded as RFC 7239 defines it, or x-real-ip) from right to
 // left, skipping trusted proxies' addresses, and takes the first address

@@ -62,6 +62,41 @@ type Limit struct {
 	// observer hears each acquisition under Name and, once the call ends,
 	// one [ratelimit.OutcomeReleased] Event with the permits given back.
 	Concurrency ratelimit.ConcurrencyLimiter
+	// Count, when set, counts each call by its outcome, once its handler
+	// has returned, instead of charging its cost up front: only failures,
+	// such as 5 failed logins a minute per user,
+	//
+	//	Count: func(c codes.Code, _ int) int { if c != codes.OK { return 1 }; return 0 },
+	//
+	// only successes, or the cost the handler reports with [ReportCost]
+	// (tokens used: func(_ codes.Code, cost int) int { return cost }).
+	// Before the handler runs, the call's cost ([WithCost], default 1: the
+	// most Count should return) is reserved, all or nothing with the other
+	// limits, so a spent limit refuses the call before it runs
+	// (codes.ResourceExhausted). When the unary handler returns, or a
+	// stream's handler (the stream's end), or either panics
+	// (codes.Internal), the reservation is settled at Count(code, cost):
+	// code is status.Code of the handler's error, cost what it reported,
+	// else the call's cost. Less than reserved gives the difference back,
+	// more charges the overrun after the fact.
+	//
+	// So that concurrent calls cannot overrun the limit, a call it would
+	// refuse while this Interceptor holds reservations of the key waits
+	// for one to settle (until its context ends) and tries again: with 5
+	// failures allowed, concurrent successful calls take turns, at most 5
+	// in their handlers, and are never refused; only settled counts
+	// refuse. (Servers sharing a Redis limiter do not wait for each
+	// other's reservations.) The header fields show the state with this
+	// call's cost reserved (for a failure limit, as if it failed); the
+	// next call's show it settled. A reservation is held 10 minutes, or a
+	// minute past the call's deadline if later, then stays charged: that
+	// only reclaims a dead server's. Limiter must be a [ratelimit.Reserver]
+	// (a *ratelimit.Keyed under any algorithm but the sliding log, a
+	// *ratelimit.Tiered, a Redis limiter); [New] refuses others, and Count
+	// with Concurrency or Messages.
+	// A type of yours that embeds one reserves through the embedded
+	// ReserveN, not through its own AllowN: give it a ReserveN of its own.
+	Count func(code codes.Code, cost int) int
 	// Window is the window reported as w in ratelimit-policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed
 	// has), through the call's tier for a ratelimit.Tiered, on each call,
@@ -176,11 +211,15 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 		if l.Messages && l.Concurrency != nil {
 			return nil, configError("grpclimit.Limit.Messages of limit %q must be false for a concurrency limit: a message holds nothing once received", name)
 		}
+		if l.Messages && l.Count != nil {
+			return nil, configError("grpclimit.Limit.Count of limit %q must be nil for a Messages limit: a message has no outcome", name)
+		}
 		sl := limitset.Limit[inCall]{
 			Name:        l.Name,
 			Key:         callKey(l.Key),
 			Limiter:     l.Limiter,
 			Concurrency: l.Concurrency,
+			Count:       codeCount(l.Count),
 			Window:      l.Window,
 			Shadow:      l.Shadow,
 			ExemptKeys:  l.ExemptKeys,
@@ -223,6 +262,43 @@ func callKey(k KeyFunc) func(c inCall) (string, bool) {
 	return func(c inCall) (string, bool) { return k(c.ctx, c.method) }
 }
 
+// codeCount is count over the limit set's int outcome, nil for nil.
+func codeCount(count func(codes.Code, int) int) func(outcome, cost int) int {
+	if count == nil {
+		return nil
+	}
+	return func(outcome, cost int) int { return count(codes.Code(outcome), cost) }
+}
+
+// ReportCost records n as the actual cost of the call whose context is
+// ctx (a unary handler's, or a stream's Context()), such as the tokens an
+// LLM completion used, for the limits that count it by outcome
+// ([Limit.Count]): they settle Count(code, n) once the handler returns.
+// The last report counts; it is safe to call from any goroutine. It
+// returns an error wrapping [ratelimit.ErrInvalidN] when n is negative,
+// and does nothing when no limit counts the call.
+func ReportCost(ctx context.Context, n int) error {
+	return limitset.ReportCost("grpclimit", ctx, n)
+}
+
+// outcomeCode is the outcome of a call whose handler returned err, or
+// panicked (codes.Internal) when done is false.
+func outcomeCode(err error, done bool) int {
+	if !done {
+		return int(codes.Internal)
+	}
+	return int(status.Code(err))
+}
+
+// countedStream gives a stream's handler the context that carries the
+// cell for [ReportCost].
+type countedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *countedStream) Context() context.Context { return s.ctx }
+
 // Unary returns the unary server interceptor, for grpc.UnaryInterceptor or
 // grpc.ChainUnaryInterceptor. It charges each call in the limits that
 // apply to it before calling the handler; a denied call ends with the
@@ -237,12 +313,27 @@ func (i *Interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServer
 		if err := i.admit(ctx, info.FullMethod, req, nil, &v); err != nil {
 			return nil, err
 		}
+		if v.Counts() {
+			return i.unaryCounted(ctx, req, handler, &v)
+		}
 		if v.Holds() {
 			// Released however the handler ends, a panic included.
-			defer i.calls.Release(ctx, &v)
+			defer i.calls.Release(ctx, &v, 0)
 		}
 	}
 	return handler(ctx, req)
+}
+
+// unaryCounted runs the handler of a call that holds reservations of
+// limits that count by outcome ([Limit.Count]), and settles them with its
+// outcome however it ends.
+func (i *Interceptor) unaryCounted(ctx context.Context, req any, handler grpc.UnaryHandler, v *limitset.Verdict[inCall]) (resp any, err error) {
+	ctx = limitset.WithReportedCost(ctx)
+	done := false
+	defer func() { i.calls.Release(ctx, v, outcomeCode(err, done)) }()
+	resp, err = handler(ctx, req)
+	done = true
+	return resp, err
 }
 
 // exempt reports whether calls to method are served uncharged: server
@@ -276,11 +367,27 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		if err := i.admit(ss.Context(), info.FullMethod, nil, ss, &v); err != nil {
 			return err
 		}
+		if v.Counts() {
+			// Settled at the stream's end, however its handler ends.
+			cs := &countedStream{ServerStream: ss, ctx: limitset.WithReportedCost(ss.Context())}
+			done := false
+			var err error
+			defer func() { i.calls.Release(cs.ctx, &v, outcomeCode(err, done)) }()
+			err = i.serveStream(srv, cs, info, handler)
+			done = true
+			return err
+		}
 		if v.Holds() {
 			// Held for the stream's life: until its handler returns.
-			defer i.calls.Release(ss.Context(), &v)
+			defer i.calls.Release(ss.Context(), &v, 0)
 		}
 	}
+	return i.serveStream(srv, ss, info, handler)
+}
+
+// serveStream serves a stream the call limits admitted: through the
+// Messages limits, if any.
+func (i *Interceptor) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if i.msgs == nil {
 		return handler(srv, ss)
 	}

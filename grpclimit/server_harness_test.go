@@ -32,6 +32,10 @@ type testService struct {
 	// payload was still in the message RecvMsg filled.
 	keepOnDenial    bool
 	dropped, leaked atomic.Int64
+	// inputEnd, when set, is called when a StreamingInputCall's client
+	// closes its side, with the stream's context and the messages
+	// received; its error ends the stream in place of the answer.
+	inputEnd func(ctx context.Context, n int32) error
 }
 
 func (s *testService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
@@ -60,6 +64,11 @@ func (s *testService) StreamingInputCall(stream testgrpc.TestService_StreamingIn
 	for {
 		err := stream.RecvMsg(m)
 		if errors.Is(err, io.EOF) {
+			if s.inputEnd != nil {
+				if err := s.inputEnd(stream.Context(), n); err != nil {
+					return err
+				}
+			}
 			return stream.SendAndClose(&testgrpc.StreamingInputCallResponse{AggregatedPayloadSize: n})
 		}
 		if err != nil {

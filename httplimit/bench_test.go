@@ -102,6 +102,17 @@ func BenchmarkMiddleware(b *testing.B) {
 				{Name: "conc", Key: KeyByIP(), Concurrency: benchConcurrency(b)},
 			}).Handler(bare)
 		}},
+		// A limit counting only failures: reserved before the handler,
+		// settled (here at 0) once it returns. Compare with ip.
+		{"ip-failures", func(b *testing.B) http.Handler {
+			count := func(status, _ int) int {
+				if status >= 400 {
+					return 1
+				}
+				return 0
+			}
+			return newMW(b, []Limit{{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b), Count: count}}).Handler(bare)
+		}},
 		{"ip+shadow", func(b *testing.B) http.Handler {
 			return newMW(b, []Limit{
 				{Name: "ip", Key: KeyByIP(), Limiter: benchLimiter(b)},

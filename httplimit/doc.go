@@ -14,7 +14,9 @@
 // [FirstOf], [When]). A request is charged in every Limit whose KeyFunc
 // applies to it, all or nothing ([ratelimit.AllowAll]). A Limit with
 // [Limit.Concurrency] bounds the requests in flight per key instead,
-// holding permits until the handler returns.
+// holding permits until the handler returns; [Limit.Count] counts only
+// failures, or the tokens a handler reports ([ReportCost]): reserved
+// before the handler runs, settled once it returns.
 //
 // Every limited response carries the most restrictive Limit's state, both
 // in the widespread X-RateLimit-* fields and in the fields of the IETF
@@ -63,10 +65,9 @@
 // fields), [ratelimit.OutcomeShadow] for a shadow limit's denial.
 //
 // A request whose context is done by the time a limiter answers it with an
-// error (the client went away, a deadline passed) is not served: that
-// error is the caller's, not the backend's, so no failure policy admits
-// it free. It is answered 503, the handler not called, the error not
-// reported.
+// error (the client went away, a deadline passed) is the caller's error,
+// not the backend's, so no failure policy admits it free: it is answered
+// 503, the handler not called, the error not reported.
 //
 // # Exemptions and denylists
 //
@@ -83,16 +84,15 @@
 // order. [WithObserver] reports exemptions and denials as Events with
 // Outcome [ratelimit.OutcomeExempt] or [ratelimit.OutcomeDenied] and Home
 // [ratelimit.HomeNone]. Matching costs nothing when none is configured.
-//
 // With [WithDecisionInContext], the handler finds the middleware's decision
 // ([ResultFrom]): the limit that bound the request and its Decision.
 //
 // # Options
 //
-// Each constructor family takes its own option type, so that a wrong
-// option does not compile: [Option] for the middleware, [ClientOption] for
-// the transports, [ResolverOption] for [NewIPResolver]; [WithClock] and
-// [WithCost] ([CommonOption]) apply to the middleware and transports.
+// Each constructor family takes its own option type, so that a wrong one
+// does not compile: [Option] for the middleware, [ClientOption] for the
+// transports, [ResolverOption] for [NewIPResolver]; [CommonOption]s
+// ([WithClock], [WithCost]) apply to both.
 //
 // # Client IP
 //

@@ -1,9 +1,11 @@
 package httplimit
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -64,6 +66,41 @@ type Limit struct {
 	// each acquisition under Name and, once the handler returns, one
 	// [ratelimit.OutcomeReleased] Event with the permits given back.
 	Concurrency ratelimit.ConcurrencyLimiter
+	// Count, when set, counts each request by its outcome, once its
+	// handler has run, instead of charging its cost up front: only
+	// failures, such as 5 failed logins a minute per user,
+	//
+	//	Count: func(status, _ int) int { if status >= 400 { return 1 }; return 0 },
+	//
+	// only successes, or the cost the handler reports with [ReportCost]
+	// (tokens used: func(_, cost int) int { return cost }). Before the
+	// handler runs, the request's cost ([WithCost], default 1: the most
+	// Count should return) is reserved, all or nothing with the other
+	// limits, so a spent limit refuses the request before it runs, as a
+	// rate limit does (429). Once the handler returns, panics (status 500)
+	// or returns after its client went away, the reservation is settled at
+	// Count(status, cost): status is the first the handler wrote (200 if
+	// none), cost what it reported, else the request's cost. Less than
+	// reserved gives the difference back, more charges the overrun after
+	// the fact.
+	//
+	// So that concurrent requests cannot overrun the limit, a request it
+	// would refuse while this Middleware holds reservations of the key
+	// waits for one to settle (until its context ends) and tries again:
+	// with 5 failures allowed, concurrent successful logins take turns,
+	// at most 5 in their handlers, and are never refused; only settled
+	// counts refuse. (Servers sharing a Redis limiter do not wait for each
+	// other's reservations.) The RateLimit fields show the state with this
+	// request's cost reserved (for a failure limit, as if it failed); the
+	// next response's show it settled. A reservation is held 10 minutes,
+	// or a minute past the request's deadline if later, then stays
+	// charged: that only reclaims a dead server's. Limiter must be a
+	// [ratelimit.Reserver] (a *ratelimit.Keyed under any algorithm but the
+	// sliding log, a *ratelimit.Tiered, a Redis limiter); [New] refuses
+	// others, and Count on a concurrency limit.
+	// A type of yours that embeds one reserves through the embedded
+	// ReserveN, not through its own AllowN: give it a ReserveN of its own.
+	Count func(status, cost int) int
 	// Window is the window reported as w in RateLimit-Policy. When zero it
 	// is taken from the limiter's Policy method (which ratelimit.Keyed has),
 	// through the request's tier for a ratelimit.Tiered, on each request
@@ -239,7 +276,7 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 			return nil, configError("httplimit.Limit.Key of limit %q is a key helper given nothing to key by: a nil function, a nil mux or more than one, an empty header name or no keys (KeyByUser, KeyByHeader, KeyByRoute, IsRoute, When, FirstOf, Combine)", name)
 		}
 		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Concurrency: l.Concurrency,
-			Window: l.Window, Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
+			Count: l.Count, Window: l.Window, Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
 	}
 	set, err := limitset.New(limitset.Config{Pkg: "httplimit", Observer: m.observer, Clock: m.clock,
 		Logger: m.logger, ReportEvery: m.reportEvery, DeniedErr: ErrDenied}, ls)
@@ -336,10 +373,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if m.inContext && v.From >= 0 {
 			r = withResult(r, Result{Limit: v.Limit(), Decision: v.Dec, Shadow: v.Shadow()})
 		}
+		if v.Counts() {
+			m.serveCounted(w, r, next, &v)
+			return
+		}
 		if v.Holds() {
 			// Released however the handler ends: a panic goes on up
 			// once the permits are back.
-			defer m.set.Release(r.Context(), &v)
+			defer m.set.Release(r.Context(), &v, 0)
 		}
 		next.ServeHTTP(w, r)
 	case limitset.Pass:
@@ -360,6 +401,72 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		writeMisconfigured(w, v.Limit())
 	}
 }
+
+// serveCounted serves a request that holds reservations of limits that
+// count by outcome ([Limit.Count]): the handler's context carries the
+// cell for [ReportCost], its writer records its status, and however it
+// ends (a panic counts as 500, and goes on up) the reservations are
+// settled and the permits released.
+func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, v *limitset.Verdict[*http.Request]) {
+	ctx := limitset.WithReportedCost(r.Context())
+	ow := &outcomeWriter{ResponseWriter: w}
+	status := http.StatusInternalServerError
+	defer func() { m.set.Release(ctx, v, status) }()
+	next.ServeHTTP(ow, r.WithContext(ctx))
+	status = ow.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+}
+
+// ReportCost records n as the actual cost of the request whose context is
+// ctx (the handler's r.Context()), such as the tokens an LLM completion
+// used, for the limits that count it by outcome ([Limit.Count]): they
+// settle Count(status, n) once the handler returns. The last report
+// counts; it is safe to call from any goroutine. It returns an error
+// wrapping [ratelimit.ErrInvalidN] when n is negative, and does nothing
+// when no limit counts the request.
+func ReportCost(ctx context.Context, n int) error {
+	return limitset.ReportCost("httplimit", ctx, n)
+}
+
+// outcomeWriter records the status a handler answers with, for
+// [Limit.Count]. It passes Flush and Hijack on, and unwraps for
+// [http.ResponseController].
+type outcomeWriter struct {
+	http.ResponseWriter
+	status int // the first final status written; 0 while none
+}
+
+func (w *outcomeWriter) WriteHeader(code int) {
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *outcomeWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush implements [http.Flusher].
+func (w *outcomeWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack implements [http.Hijacker] when the writer it wraps does.
+func (w *outcomeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap returns the writer it wraps, for [http.ResponseController].
+func (w *outcomeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // writeMisconfigured answers a request that a limit could not decide
 // because of the server's own configuration (a tier with no limiter): 500,

@@ -65,8 +65,8 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 	assert.Equal(t, ratelimit.OutcomeDenied, got[0].Outcome)
 	assert.Equal(t, "narrow", got[0].Name)
 
-	s.Release(ctx, &held)
-	s.Release(ctx, &held) // idempotent
+	s.Release(ctx, &held, 0)
+	s.Release(ctx, &held, 0) // idempotent
 	assert.False(t, held.Holds())
 	assert.Equal(t, 0, wide.InFlight("k"))
 	assert.Equal(t, 0, narrow.InFlight("u"))
@@ -134,5 +134,5 @@ func TestConcurrencyFields(t *testing.T) {
 		"x-ratelimit-limit": {"1"}, "x-ratelimit-remaining": {"0"},
 		"ratelimit-policy": {`"c";q=1;qu="concurrent-requests"`}, "ratelimit": {`"c";r=0`},
 	}, h)
-	s.Release(context.Background(), &held)
+	s.Release(context.Background(), &held, 0)
 }

@@ -93,14 +93,17 @@ type Verdict[R any] struct {
 	// outcome); nil otherwise.
 	Listed *Entry[R]
 	// Enforced is how many of Charges() are enforced (they come first);
-	// the rest are in shadow mode. Among each, the rate limits come
-	// before the concurrency limits.
+	// the rest are in shadow mode. Among each, the rate limits charged up
+	// front come first, then those counting by outcome (Limit.Count), then
+	// the concurrency limits.
 	Enforced int
 
 	shadowFields bool // Decide's shadowFields, for WriteFields
 	n            int  // len(Charges())
-	rates        int  // how many of the enforced charges are rate limits
+	rates        int  // how many of the enforced charges are rate limits charged up front
+	counted      int  // rates + how many enforced rate limits count by outcome (Count)
 	held         int  // how many charges hold permits (see Release)
+	reserved     int  // how many charges hold reservations (see Release)
 	cost         int  // the request's cost, the permits each holds
 	// The charges: buf[:n], or more when there are more than MaxInline.
 	// (Not a slice of buf kept in the Verdict: that would point the
@@ -130,9 +133,16 @@ func (v *Verdict[R]) Concurrent() bool {
 	return v.From >= 0 && v.Charges()[v.From].Entry.Concurrency != nil
 }
 
-// Holds reports whether the request holds concurrency permits, which the
-// caller must give back with Set.Release once it is served.
-func (v *Verdict[R]) Holds() bool { return v.held > 0 }
+// Holds reports whether the request holds concurrency permits or
+// reservations, which the caller must give back with Set.Release once it
+// is served.
+func (v *Verdict[R]) Holds() bool { return v.held+v.reserved > 0 }
+
+// Counts reports whether the request holds reservations of limits that
+// count by outcome (Limit.Count), which the caller must settle with
+// Set.Release once it is served: the handler's context should then carry
+// a cell for ReportCost (WithReportedCost).
+func (v *Verdict[R]) Counts() bool { return v.reserved > 0 }
 
 // Limit returns the name of the limit Dec came from, "" when none.
 func (v *Verdict[R]) Limit() string {
@@ -164,7 +174,7 @@ func (v *Verdict[R]) slot() *Charge[R] {
 func (v *Verdict[R]) reset(shadowFields bool) {
 	v.Dec, v.From, v.Failed, v.Err, v.Listed, v.Enforced = ratelimit.Decision{}, -1, false, nil, nil, 0
 	v.shadowFields, v.n, v.more = shadowFields, 0, nil
-	v.rates, v.held, v.cost = 0, 0, 0
+	v.rates, v.counted, v.held, v.reserved, v.cost = 0, 0, 0, 0, 0
 }
 
 // Charge is one limit applying to one request.
@@ -190,6 +200,10 @@ type Charge[R any] struct {
 	held   bool
 	limit  int
 	permit ratelimit.Permit
+	// rsv is the reservation held for a limit that counts by outcome,
+	// until Release; nil when none.
+	rsv *ratelimit.Reservation
+	fl  *flight // the flight rsv is counted in (enforced limits); nil when none
 }
 
 // describe returns what the home of c's limiter (its tier's, for a
@@ -218,9 +232,10 @@ func (c *Charge[R]) algorithm() ratelimit.Algorithm {
 }
 
 // Decide runs the limits over one request: exemptions and denylists,
-// then the enforced limits all or nothing (ratelimit.AllowAll; a
-// tiered limiter, such as *ratelimit.Tiered, resolved once to the
-// request's tier), then, when
+// then the enforced limits all or nothing (ratelimit.AllowAll for those
+// charged up front, then a reservation in each counting by outcome, then
+// the concurrency limits' permits; a tiered limiter, such as
+// *ratelimit.Tiered, resolved once to the request's tier), then, when
 // they admit, the shadow limits. Limiter errors are reported through
 // Config.Logger, paced, under the limit whose limiter answered them
 // (unless that limiter logs its errors itself), with attrs (nil: none)
@@ -318,23 +333,40 @@ func (s *Set[R]) Decide(req *Request[R], v *Verdict[R], shadowFields bool, attrs
 	return Admitted
 }
 
-// acquire acquires the request's permits in the enforced concurrency
-// limits, cs[v.rates:], once the rate limits cs[:v.rates] have admitted
-// it (never waiting: TryAcquire), leaving each in its charge. When one
-// denies, fails with the caller's context done, or answers a
-// configuration error, the request is refused all or nothing: the permits
-// acquired are released and the rate limits refunded, unreported. A
-// concurrency limit's Decision becomes v's when it denies, came with an
+// acquire reserves the request's cost in the enforced limits counting by
+// outcome, cs[v.rates:v.counted] (waiting, while a reservation of the key
+// this process holds may come back: see flights), then acquires its
+// permits in the enforced concurrency limits, cs[v.counted:] (never
+// waiting: TryAcquire), once the rate limits cs[:v.rates] have admitted
+// it, leaving each in its charge. When one denies, fails with the
+// caller's context done, or answers a configuration error, the request
+// is refused all or nothing: the reservations are settled at 0, the
+// permits released and the rate limits refunded, unreported. A counting
+// or concurrency limit's Decision becomes v's when it denies, came with an
 // error, or is more restrictive than the one v has (unless that one came
 // with an error).
 func (s *Set[R]) acquire(ctx context.Context, n int, cs []Charge[R], v *Verdict[R], attrs func() []slog.Attr) {
 	for i := v.rates; i < len(cs); i++ {
 		c := &cs[i]
-		p, d, err := c.tryAcquire(ctx, n)
-		c.res, c.allowed, c.limit = err, d.Allowed, d.Limit
-		if d.Allowed {
-			c.permit, c.held = p, true
-			v.held++
+		var d ratelimit.Decision
+		var err error
+		if i < v.counted {
+			var r *ratelimit.Reservation
+			r, c.fl, err = c.Entry.flights.reserve(ctx, c.Key, func() (*ratelimit.Reservation, error) { return c.reserve(ctx, n) })
+			d = r.Decision
+			c.res, c.allowed, c.limit = err, d.Allowed, d.Limit
+			if d.Allowed {
+				c.rsv = r
+				v.reserved++
+			}
+		} else {
+			var p ratelimit.Permit
+			p, d, err = c.tryAcquire(ctx, n)
+			c.res, c.allowed, c.limit = err, d.Allowed, d.Limit
+			if d.Allowed {
+				c.permit, c.held = p, true
+				v.held++
+			}
 		}
 		switch {
 		case err == nil:
@@ -356,6 +388,54 @@ func (s *Set[R]) acquire(ctx context.Context, n int, cs []Charge[R], v *Verdict[
 	}
 }
 
+// DefaultExpiry is how long a reservation of a limit counting by outcome
+// is held at most, unless the request's deadline is later (see
+// expiryOf). The caller settles it when the request ends, however it
+// ends; the expiry only reclaims a reservation nobody settles (a process
+// that died while the request ran, on a shared store such as Redis), so
+// it must outlast any handler: a settlement after it comes too late and
+// leaves the estimate charged.
+const DefaultExpiry = 10 * time.Minute
+
+// expiryOf returns the expiry of the reservations of a request with ctx:
+// DefaultExpiry, or a minute past ctx's deadline when that is later (a
+// handler may run past its deadline before it returns).
+func expiryOf(ctx context.Context) time.Duration {
+	e := DefaultExpiry
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl) + time.Minute; d > e {
+			e = d
+		}
+	}
+	return e
+}
+
+// reserve reserves n in c's limiter, a limit counting by outcome, for the
+// request whose context is ctx. A limiter that cannot reserve (a tier's
+// that is not a ratelimit.Reserver) is a configuration error; so is, as
+// for allowAll, a tier that could not be resolved. The Reservation is
+// never nil.
+func (c *Charge[R]) reserve(ctx context.Context, n int) (*ratelimit.Reservation, error) {
+	if c.err != nil {
+		return &ratelimit.Reservation{MultiDecision: ratelimit.MultiDecision{Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}}}, c.err
+	}
+	rs, ok := c.Limiter.(ratelimit.Reserver)
+	if !ok {
+		return &ratelimit.Reservation{MultiDecision: ratelimit.MultiDecision{Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}}},
+			configError("limit %q: its limiter (the request's tier's) is a %T, which cannot reserve (it is not a ratelimit.Reserver)", c.Entry.Name, c.Limiter)
+	}
+	return rs.ReserveN(ctx, c.Key, n, expiryOf(ctx))
+}
+
+// settled forgets c's reservation, once settled, waking the requests
+// that wait for it (flights).
+func (c *Charge[R]) settled() {
+	if c.fl != nil {
+		c.Entry.flights.leave(c.Key, c.fl, true)
+	}
+	c.rsv, c.fl = nil, nil
+}
+
 // tryAcquire asks c's concurrency limiter for n permits. An n that can
 // never be acquired (above the limit) is a denial with ratelimit.RetryNever
 // and no error, as a rate limiter reports it.
@@ -368,11 +448,13 @@ func (c *Charge[R]) tryAcquire(ctx context.Context, n int) (ratelimit.Permit, ra
 }
 
 // rollback undoes what cs admitted of a request that is refused after
-// all: it releases the permits held, and refunds the rate limits that
+// all: it releases the permits held, settles at 0 the reservations held
+// (which gives back exactly what they charged), and refunds the rate limits that
 // admitted it (a compensation, made whatever becomes of ctx). Refund
 // errors are reported as the limiters' errors are. Nothing is reported to
 // the observer: only the refusal is.
 func (s *Set[R]) rollback(ctx context.Context, n int, cs []Charge[R], v *Verdict[R], attrs func() []slog.Attr) {
+	rctx := context.WithoutCancel(ctx)
 	for i := len(cs) - 1; i >= 0; i-- {
 		c := &cs[i]
 		if c.held {
@@ -380,8 +462,15 @@ func (s *Set[R]) rollback(ctx context.Context, n int, cs []Charge[R], v *Verdict
 			c.permit, c.held = ratelimit.Permit{}, false
 			v.held--
 		}
+		if c.rsv != nil {
+			// Settled at 0: exactly what it was charged comes back.
+			if err := c.rsv.Settle(rctx, 0); err != nil && !errors.Is(err, ratelimit.ErrReservationSettled) {
+				s.report(ctx, c, err, attrs)
+			}
+			c.settled()
+			v.reserved--
+		}
 	}
-	rctx := context.WithoutCancel(ctx)
 	for i := v.rates - 1; i >= 0; i-- {
 		c := &cs[i]
 		if !c.allowed {
@@ -393,19 +482,41 @@ func (s *Set[R]) rollback(ctx context.Context, n int, cs []Charge[R], v *Verdict
 	}
 }
 
-// Release gives back the permits v holds (Verdict.Holds), once the request
-// Decide admitted has been served, however it ended. The observer hears
-// one ratelimit.OutcomeReleased Event per concurrency limit that held
+// Release ends what v holds (Verdict.Holds) once the request Decide
+// admitted has been served, however it ended: it settles each
+// reservation of a limit counting by outcome at Count(outcome, cost),
+// where cost is what the handler reported in ctx (ReportCost, which ctx
+// must carry from WithReportedCost) or else the request's cost; and it
+// gives back the permits of the concurrency limits. A settlement's error
+// (a negative count, a store failure) is reported as a limiter's error
+// is, and leaves the estimate charged; a reservation that expired first
+// was settled at its estimate. The observer hears one
+// ratelimit.OutcomeReleased Event per concurrency limit that held
 // permits, under the limit's name: N the permits, Decision{Allowed: true,
-// Limit} (what is free after is the limiter's to know). It is
-// idempotent: a second Release does nothing.
-func (s *Set[R]) Release(ctx context.Context, v *Verdict[R]) {
-	if v.held == 0 {
+// Limit} (what is free after is the limiter's to know); a settlement is
+// not a decision and is not reported. It is idempotent: a second Release
+// does nothing.
+func (s *Set[R]) Release(ctx context.Context, v *Verdict[R], outcome int) {
+	if v.held+v.reserved == 0 {
 		return
 	}
 	cs := v.Charges()
+	cost, reported := v.cost, false
+	if v.reserved > 0 {
+		cost, reported = reportedCost(ctx)
+		if !reported {
+			cost = v.cost
+		}
+	}
 	for i := range cs {
 		c := &cs[i]
+		if c.rsv != nil {
+			err := c.rsv.Settle(ctx, c.Entry.Count(outcome, cost))
+			if err != nil && !errors.Is(err, ratelimit.ErrReservationSettled) {
+				s.report(ctx, c, err, nil)
+			}
+			c.settled()
+		}
 		if !c.held {
 			continue
 		}
@@ -418,7 +529,7 @@ func (s *Set[R]) Release(ctx context.Context, v *Verdict[R]) {
 				Decision: ratelimit.Decision{Allowed: true, Limit: c.limit}})
 		}
 	}
-	v.held = 0
+	v.held, v.reserved = 0, 0
 }
 
 // misconfigured returns the index of the first of cs whose limiter
@@ -539,23 +650,35 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 	if s.hasShadow || req.AllShadow {
 		passes = 2
 	}
-	kinds := 1
+	// The kinds of limits, in the order charged: rate limits charged up
+	// front, those counting by outcome, concurrency limits.
+	ks, kinds := [3]uint8{kindRate}, 1
+	if s.hasCount {
+		ks[kinds], kinds = kindCount, kinds+1
+	}
 	if s.hasConc {
-		kinds = 2
+		ks[kinds], kinds = kindConc, kinds+1
 	}
 	var exemptBuf [MaxInline]*Entry[R]
 	exempt := exemptBuf[:0] // with an observer: the limits to report as exempt
 	for pass := 0; pass < passes*kinds; pass++ {
-		shadow, conc := pass >= kinds, kinds == 2 && pass&1 == 1
+		shadow, kind := pass >= kinds, ks[pass%kinds]
 		if pass == kinds {
 			v.Enforced = v.n
 		}
-		if pass == 1 && kinds == 2 { // the enforced concurrency limits'
+		switch {
+		case shadow:
+		case kind == kindCount:
 			v.rates = v.n
+		case kind == kindConc:
+			v.counted = v.n
+			if !s.hasCount {
+				v.rates = v.n
+			}
 		}
 		for i := range s.limits {
 			l := &s.limits[i]
-			if (l.Shadow || req.AllShadow) != shadow || (l.Concurrency != nil) != conc {
+			if (l.Shadow || req.AllShadow) != shadow || l.kind() != kind {
 				continue
 			}
 			key, ok := l.Key(req.R)
@@ -581,7 +704,7 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 			}
 			c := v.slot()
 			c.Entry, c.Limiter, c.Key, c.err, c.listed, c.res, c.allowed = l, l.Limiter, key, nil, listed, nil, false
-			c.held = false // limit and permit are set before they are read
+			c.held, c.rsv, c.fl = false, nil, nil // limit and permit are set before they are read
 			if l.tiered != nil && !listed {
 				_, c.Limiter, c.err = l.tiered.Tier(req.Ctx, key)
 			}
@@ -590,13 +713,38 @@ func (s *Set[R]) gather(req *Request[R], v *Verdict[R]) *Entry[R] {
 	if passes == 1 {
 		v.Enforced = v.n
 	}
-	if kinds == 1 {
-		v.rates = v.Enforced
+	if !s.hasConc {
+		v.counted = v.Enforced
+		if !s.hasCount {
+			v.rates = v.Enforced
+		}
 	}
+	// So: cs[:v.rates] are the enforced rate limits charged up front,
+	// cs[v.rates:v.counted] those counting by outcome, and
+	// cs[v.counted:v.Enforced] the concurrency limits.
 	for _, l := range exempt {
 		s.observe(req.Ctx, l, ratelimit.OutcomeExempt, req.N)
 	}
 	return nil
+}
+
+// The kinds of limits, in the order gather puts them (among the enforced
+// limits, then among the shadow ones) and Decide charges them.
+const (
+	kindRate  uint8 = iota // a rate limit charged up front
+	kindCount              // a rate limit counting by outcome (Count)
+	kindConc               // a concurrency limit
+)
+
+// kind returns l's kind.
+func (l *Entry[R]) kind() uint8 {
+	switch {
+	case l.Concurrency != nil:
+		return kindConc
+	case l.Count != nil:
+		return kindCount
+	}
+	return kindRate
 }
 
 // allowAll charges n in every limit of cs, all or nothing, and returns the
@@ -681,6 +829,20 @@ func (s *Set[R]) shadow(req *Request[R], cs []Charge[R], v *Verdict[R], compete 
 				} else {
 					c.permit, c.held = p, true
 					v.held++
+				}
+			}
+		case c.Entry.Count != nil:
+			// Reserved and settled as an enforced one is, so that what
+			// it would have counted is measured.
+			var r *ratelimit.Reservation
+			r, err = c.reserve(ctx, req.N)
+			d = r.Decision
+			if d.Allowed {
+				if ctx.Err() != nil && err != nil {
+					_ = r.Settle(ctx, 0)
+				} else {
+					c.rsv = r
+					v.reserved++
 				}
 			}
 		default:

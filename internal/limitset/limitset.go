@@ -1,7 +1,8 @@
 // Package limitset is what httplimit's middleware and grpclimit's
 // interceptors share, whatever carries the request: a validated list of
 // limits, the all-or-nothing decision over the limits that apply to one
-// request (tiers, concurrency limits' permits, shadow mode, exempt and
+// request (tiers, concurrency limits' permits, reservations of the limits
+// counting by outcome, shadow mode, exempt and
 // denied keys, the observer), the
 // pacing of error reports, and the values of the rate-limit fields (the
 // X-RateLimit-* and IETF RateLimit fields, Retry-After), written to a
@@ -21,8 +22,11 @@
 //	switch set.Decide(&req, &v, shadowFields, attrs) {
 //	case limitset.Admitted:
 //		set.WriteFields(h, &limitset.GRPCNames, fields, &v)
-//		if v.Holds() { // concurrency permits, for the request's life
-//			defer set.Release(ctx, &v)
+//		if v.Counts() { // reservations: the handler may ReportCost
+//			ctx = limitset.WithReportedCost(ctx)
+//		}
+//		if v.Holds() { // permits, reservations: for the request's life
+//			defer func() { set.Release(ctx, &v, outcome) }() // its HTTP status, gRPC code
 //		}
 //		// then serve
 //	case limitset.Pass:
@@ -80,10 +84,16 @@ type Limit[R any] struct {
 	// have admitted the request, and the caller holds them for the
 	// request's life (Release).
 	Concurrency ratelimit.ConcurrencyLimiter
-	Window      time.Duration
-	Shadow      bool
-	ExemptKeys  []string
-	DeniedKeys  []string
+	// Count, when set, counts the request by its outcome: Decide reserves
+	// the request's cost (Limiter must be a ratelimit.Reserver), and
+	// Release settles Count(outcome, cost): outcome the caller's (an HTTP
+	// status, a gRPC code), cost what the handler reported (ReportCost),
+	// else the request's cost.
+	Count      func(outcome, cost int) int
+	Window     time.Duration
+	Shadow     bool
+	ExemptKeys []string
+	DeniedKeys []string
 }
 
 // Config is what a Set needs besides its limits.
@@ -116,6 +126,7 @@ type Set[R any] struct {
 	hasShadow  bool // some limit is in shadow mode
 	deniedKeys bool // some limit has DeniedKeys
 	hasConc    bool // some limit is a concurrency limit
+	hasCount   bool // some limit counts by outcome (Count)
 }
 
 // Entry is one limit of a Set, ready to serve.
@@ -128,6 +139,8 @@ type Entry[R any] struct {
 	consts constCache
 	wins   windowCache
 	rep    report.Throttle
+
+	flights *flights // for a limit counting by outcome (Count); else nil
 
 	exemptKeys keySet // ExemptKeys; nil when none
 	deniedKeys keySet // DeniedKeys; nil when none
@@ -184,6 +197,9 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		if l.Window < 0 {
 			return nil, configError("%s.Limit.Window of limit %q must not be negative, got %v", pkg, l.Name, l.Window)
 		}
+		if err := checkCount(pkg, &l); err != nil {
+			return nil, err
+		}
 		if l.Concurrency != nil && l.Window != 0 {
 			return nil, configError("%s.Limit.Window of limit %q must be zero for a concurrency limit, which has no window, got %v", pkg, l.Name, l.Window)
 		}
@@ -208,11 +224,15 @@ func New[R any](cfg Config, limits []Limit[R]) (*Set[R], error) {
 		if cfg.Observer != nil && e.info.Observed {
 			return nil, configError("%s.Limit.%s of limit %q reports to an Observer of its own (ratelimit.WithObserver, on it or one of its tiers) beside %s.WithObserver's: each of its decisions would be counted twice; give the observer to %s.WithObserver alone, which reports every decision of the limit under its name", pkg, field, l.Name, pkg, pkg)
 		}
+		if l.Count != nil {
+			e.flights = new(flights)
+		}
 		e.sfName = appendSFString(nil, l.Name)
 		if err := e.checkKeyLists(pkg); err != nil {
 			return nil, err
 		}
 		s.hasShadow = s.hasShadow || l.Shadow
+		s.hasCount = s.hasCount || l.Count != nil
 		s.deniedKeys = s.deniedKeys || e.deniedKeys != nil
 	}
 	return s, nil
@@ -236,6 +256,25 @@ func checkLimiters[R any](pkg string, l *Limit[R]) error {
 		l.Limiter = nil
 	default:
 		l.Concurrency = nil
+	}
+	return nil
+}
+
+// checkCount refuses a Limit with Count whose limiter cannot reserve: a
+// concurrency limit, a limiter that is not a ratelimit.Reserver, or one
+// that runs the sliding log (which cannot settle exactly).
+func checkCount[R any](pkg string, l *Limit[R]) error {
+	if l.Count == nil {
+		return nil
+	}
+	if l.Concurrency != nil {
+		return configError("%s.Limit.Count of limit %q must be nil for a concurrency limit, which holds permits, not counts", pkg, l.Name)
+	}
+	if _, ok := l.Limiter.(ratelimit.Reserver); !ok {
+		return configError("%s.Limit.Limiter of limit %q is a %T, which cannot reserve (it is not a ratelimit.Reserver): a limit with Count needs one", pkg, l.Name, l.Limiter)
+	}
+	if ph, ok := l.Limiter.(policyHolder); ok && ph.Policy().Algorithm == ratelimit.SlidingLogAlgorithm {
+		return configError("%s.Limit.Limiter of limit %q runs the sliding log, which cannot settle a reservation exactly: a limit with Count needs another algorithm", pkg, l.Name)
 	}
 	return nil
 }
