@@ -53,10 +53,14 @@ func (st resStep) String() string {
 func (p *resPair) run(t *testing.T, i int, st resStep) {
 	t.Helper()
 	p.log = append(p.log, st.String())
-	fail := func(format string, args ...any) {
-		t.Helper()
-		t.Fatalf("step %d: %s\ntimeline:\n%s", i, fmt.Sprintf(format, args...), strings.Join(p.log, "\n"))
+	if msg := p.apply(st); msg != "" {
+		t.Fatalf("step %d: %s\ntimeline:\n%s", i, msg, strings.Join(p.log, "\n"))
 	}
+}
+
+// apply applies st to both sides and describes the first difference ("":
+// none).
+func (p *resPair) apply(st resStep) string {
 	if st.advance = st.advance.Truncate(time.Microsecond); st.advance != 0 {
 		p.mock.Set(p.mock.Now().Add(st.advance))
 	}
@@ -66,49 +70,50 @@ func (p *resPair) run(t *testing.T, i int, st resStep) {
 		wr, werr := p.pair.mem.ReserveN(ctx, st.key, st.n, st.expiry)
 		gr, err := p.pair.rl.ReserveN(ctx, st.key, st.n, st.expiry)
 		if (err == nil) != (werr == nil) {
-			fail("ReserveN error %v, want %v", err, werr)
-		}
-		if want := roundDecision(wr.Decision); gr.Decision != want {
-			fail("ReserveN = %+v, want %+v", gr.Decision, want)
+			return fmt.Sprintf("ReserveN error %v, want %v", err, werr)
 		}
 		for len(p.mem) <= st.slot {
 			p.mem, p.rl = append(p.mem, nil), append(p.rl, nil)
 		}
 		p.mem[st.slot], p.rl[st.slot] = wr, gr
+		if want := roundDecision(wr.Decision); gr.Decision != want {
+			return fmt.Sprintf("ReserveN = %+v, want %+v", gr.Decision, want)
+		}
 	case 's':
 		if st.slot >= len(p.mem) || p.mem[st.slot] == nil {
-			return
+			return ""
 		}
 		werr := p.mem[st.slot].Settle(ctx, st.n)
 		err := p.rl[st.slot].Settle(ctx, st.n)
 		if !sameSettleError(err, werr) {
-			fail("Settle error %v, want %v", err, werr)
+			return fmt.Sprintf("Settle error %v, want %v", err, werr)
 		}
 	case 'a':
 		want, werr := p.pair.mem.AllowN(ctx, st.key, st.n)
 		got, err := p.pair.rl.AllowN(ctx, st.key, st.n)
 		if err != nil || werr != nil {
-			fail("AllowN error %v (reference %v)", err, werr)
+			return fmt.Sprintf("AllowN error %v (reference %v)", err, werr)
 		}
 		if want = roundDecision(want); got != want {
-			fail("AllowN = %+v, want %+v", got, want)
+			return fmt.Sprintf("AllowN = %+v, want %+v", got, want)
 		}
 	case 'p':
 		want, werr := p.pair.mem.Peek(ctx, st.key, st.n)
 		got, err := p.pair.rl.Peek(ctx, st.key, st.n)
 		if err != nil || werr != nil {
-			fail("Peek error %v (reference %v)", err, werr)
+			return fmt.Sprintf("Peek error %v (reference %v)", err, werr)
 		}
 		if want = roundDecision(want); got != want {
-			fail("Peek = %+v, want %+v", got, want)
+			return fmt.Sprintf("Peek = %+v, want %+v", got, want)
 		}
 	case 'S':
 		werr := p.pair.mem.SetPolicy(st.policy, st.mode)
 		err := p.pair.rl.SetPolicy(st.policy, st.mode)
 		if (err == nil) != (werr == nil) {
-			fail("SetPolicy = %v, want %v", err, werr)
+			return fmt.Sprintf("SetPolicy = %v, want %v", err, werr)
 		}
 	}
+	return ""
 }
 
 // sameSettleError reports whether two Settle errors say the same: none,
@@ -132,8 +137,9 @@ var reservationAlgorithms = []ratelimit.Algorithm{
 // randomResStep returns a random step for keys k0-k1 and reservation slots
 // 0-5: estimates within the limit (now and then out of range), actuals
 // from 0 to three limits, settles at once, within the window, in the
-// next, later, after the expiry, twice; AllowN and Peek between.
-func randomResStep(rng *rand.Rand, limit int, period time.Duration) resStep {
+// next, later, after the expiry, twice; AllowN and Peek between; with
+// policies, SetPolicy to a random policy that settles, in any mode.
+func randomResStep(rng *rand.Rand, limit int, period time.Duration, policies bool) resStep {
 	var adv time.Duration
 	switch r := rng.IntN(20); {
 	case r < 6: // same microsecond
@@ -159,8 +165,11 @@ func randomResStep(rng *rand.Rand, limit int, period time.Duration) resStep {
 		if rng.IntN(4) == 0 {
 			st.n = rng.IntN(3*limit + 1) // far more, now and then
 		}
-	case r < 18:
+	case r < 17:
 		st.kind, st.n = 'a', 1+rng.IntN(limit/3)
+	case r < 18 && policies:
+		algo := windowAlgorithms[rng.IntN(len(windowAlgorithms))]
+		st.kind, st.policy, st.mode = 'S', reconfigPolicy(algo, 8+rng.IntN(5)), allModes[rng.IntN(len(allModes))]
 	default:
 		st.kind, st.n = 'p', rng.IntN(limit+1)
 	}
@@ -185,7 +194,41 @@ func TestDifferentialReservations(t *testing.T) {
 					period = 24 * time.Hour
 				}
 				for i := range steps {
-					pr.run(t, i, randomResStep(rng, p.Limit, period))
+					pr.run(t, i, randomResStep(rng, p.Limit, period, false))
+				}
+			}
+		})
+	}
+}
+
+// windowAlgorithms are the algorithms that settle whose state is idle
+// one window (or period) after its last change whatever an overrun did.
+var windowAlgorithms = []ratelimit.Algorithm{
+	ratelimit.FixedWindowAlgorithm, ratelimit.SlidingCounterAlgorithm, ratelimit.QuotaAlgorithm,
+}
+
+// TestDifferentialReservationsSetPolicy is TestDifferentialReservations
+// with SetPolicy steps: settles under the newest policy, converting the
+// key's state, in memory and on Redis alike. Only between windowed
+// policies: a bucket in debt beyond empty after an overrun is not idle
+// one window later, and memory drops an older generation's states at
+// that time (Keyed.prune, idleBy) while Redis keeps its key (TTL) and the
+// link for a minute more: the two differ there (see the report of issue
+// 27).
+func TestDifferentialReservationsSetPolicy(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	const seeds, steps = 8, 300
+	for _, algo := range windowAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			t.Parallel()
+			for seed := range uint64(seeds) {
+				p := reconfigPolicy(algo, 10)
+				pr := &resPair{pair: newPair(t, c, p)}
+				rng := rand.New(rand.NewPCG(seed, uint64(algo)+200))
+				for i := range steps {
+					lim := pr.pair.rl.Policy().Limit
+					pr.run(t, i, randomResStep(rng, lim, time.Second, true))
 				}
 			}
 		})
@@ -241,6 +284,11 @@ func TestDifferentialReservationTimelines(t *testing.T) {
 				{key: "k", kind: 'v', n: 3, expiry: time.Hour, slot: 1},
 				{kind: 'S', policy: reconfigPolicy(ratelimit.FixedWindowAlgorithm, 8), mode: ratelimit.KeepUsed},
 				{advance: 100 * time.Millisecond, key: "k", kind: 's', n: 1, slot: 0},
+				{key: "k", kind: 'p', n: 0},
+				{key: "k", kind: 'v', n: 2, expiry: time.Hour, slot: 3},
+				{advance: 1500 * time.Millisecond, key: "k", kind: 'v', n: 2, expiry: time.Hour, slot: 4},
+				{key: "k", kind: 's', n: 0, slot: 3},
+				{key: "k", kind: 's', n: 9, slot: 4},
 				{key: "k", kind: 'p', n: 0},
 				{kind: 'S', policy: reconfigPolicy(ratelimit.TokenBucketAlgorithm, 12), mode: ratelimit.ScaleUsed},
 				{key: "k", kind: 's', n: 20, slot: 1},
