@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,13 +49,13 @@ func TestReserveCluster(t *testing.T) {
 					pr.run(t, i*10+j, st)
 				}
 			}
-			var left int
+			var left atomic.Int64 // ForEachMaster runs concurrently
 			require.NoError(t, c.ForEachMaster(bg(), func(ctx context.Context, m *redis.Client) error {
 				keys, err := m.Keys(ctx, pr.pair.rl.base+recordInfix+"*").Result()
-				left += len(keys)
+				left.Add(int64(len(keys)))
 				return err
 			}))
-			require.Zero(t, left, "records left after every reservation settled")
+			require.Zero(t, left.Load(), "records left after every reservation settled")
 		})
 	}
 }
