@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -181,4 +182,79 @@ func TestReserveBypassesLeases(t *testing.T) {
 	v, err := c.Get(bg(), l.Key("k")).Result()
 	require.NoError(t, err)
 	require.True(t, strings.HasSuffix(v, " 30"), "state %q: the settle charged 30 on Redis", v)
+}
+
+// TestSettleRunTwice: the settle script run again for one reservation, as
+// a retry after a lost reply would run it, finds no record and changes
+// nothing; garbage or another type at a record's key settles nothing.
+func TestSettleRunTwice(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	l := mustNew(t, c, ratelimit.FixedWindowPolicy(100, time.Hour), WithPrefix(uniquePrefix(t)))
+	r, err := l.ReserveN(bg(), "k", 4, time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	keys := recordKeys(t, c, l)
+	require.Len(t, keys, 1)
+	h := &redisHold{l: l, key: "k", record: keys[0]}
+	require.NoError(t, h.Settle(bg(), 9))
+	require.ErrorIs(t, h.Settle(bg(), 9), ratelimit.ErrReservationSettled)
+	require.ErrorIs(t, r.Settle(bg(), 0), ratelimit.ErrReservationSettled)
+	d, err := l.Peek(bg(), "k", 0)
+	require.NoError(t, err)
+	require.Equal(t, 91, d.Remaining, "settled once at 9")
+
+	for _, bad := range []func(key string) error{
+		func(key string) error { return c.Set(bg(), key, "garbage", time.Minute).Err() },
+		func(key string) error { return c.Set(bg(), key, "1 -3 99999999999999", time.Minute).Err() },
+		func(key string) error { return c.RPush(bg(), key, "x").Err() },
+	} {
+		r, err := l.ReserveN(bg(), "k", 1, time.Minute)
+		require.NoError(t, err)
+		keys := recordKeys(t, c, l)
+		require.Len(t, keys, 1)
+		require.NoError(t, c.Del(bg(), keys[0]).Err())
+		require.NoError(t, bad(keys[0]))
+		require.ErrorIs(t, r.Settle(bg(), 0), ratelimit.ErrReservationSettled)
+		require.Empty(t, recordKeys(t, c, l))
+	}
+}
+
+// TestOverLimitStateIsItsPolicys: state beyond the limit is honoured only
+// in the form that carries this policy's limit; the same numbers with
+// another limit (another policy's key, or garbage) read as fresh, so
+// they lock nobody out.
+func TestOverLimitStateIsItsPolicys(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	mock := fakeclock.NewManual(mockStart)
+	nowUS := mockStart.UnixMicro()
+	for _, tc := range []struct {
+		p          ratelimit.Policy
+		own, other string
+	}{
+		// Per(10, 1s): r/p = 1/100000; full = 10 x 100000.
+		{ratelimit.TokenBucketPolicy(ratelimit.Per(10, time.Second), 10), "%[1]d 3000000 1000000", "%[1]d 3000000 1000001"},
+		{ratelimit.LeakyBucketPolicy(10, 100*time.Millisecond), "%[1]d 1000000", "%[1]d 999999"},
+		{ratelimit.FixedWindowPolicy(10, time.Second), "%[2]d 30 10", "%[2]d 30 11"},
+		{ratelimit.SlidingCounterPolicy(10, time.Second), "%[2]d 30 0 10", "%[2]d 30 0 9"},
+	} {
+		t.Run(name(tc.p), func(t *testing.T) {
+			l := mustNew(t, c, tc.p, WithClock(mock), WithPrefix(uniquePrefix(t)), WithDenyCache(0))
+			first := nowUS
+			if tc.p.Algorithm == ratelimit.LeakyBucketAlgorithm {
+				first = nowUS + 3_000_000 // empty 3s from now
+			}
+			k := nowUS / tc.p.Period.Microseconds()
+			require.NoError(t, c.Set(bg(), l.Key("own"), fmt.Sprintf(tc.own, first, k), time.Hour).Err())
+			require.NoError(t, c.Set(bg(), l.Key("other"), fmt.Sprintf(tc.other, first, k), time.Hour).Err())
+			d, err := l.AllowN(bg(), "own", 1)
+			require.NoError(t, err)
+			require.False(t, d.Allowed, "an overrun of its own policy holds: %+v", d)
+			d, err = l.AllowN(bg(), "other", 1)
+			require.NoError(t, err)
+			require.True(t, d.Allowed, "another limit's state beyond the limit reads as fresh: %+v", d)
+			require.Equal(t, tc.p.Limit-1, d.Remaining)
+		})
+	}
 }

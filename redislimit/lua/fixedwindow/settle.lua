@@ -1,4 +1,4 @@
--- Fixed window settle (after settle.lua, which sets d and at): give back
+-- Fixed window settle (takeRecord, settle.lua, gives d and at): give back
 -- only while the reservation's window (that of at) is the counted one;
 -- charge an overrun to the counted window, beyond the limit if need be
 -- (up to maxOver). Mirrors fixedWindowAlg.settle (settleWindow).
@@ -6,6 +6,10 @@
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
 -- ARGV     now (µs or ""), actual, limit, window (µs), "r", then the previous policies
 --@uses store
+local at, d = takeRecord()
+if not at then
+  return d
+end
 local key = KEYS[1]
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])

@@ -1,4 +1,4 @@
--- Leaky bucket settle (after settle.lua, which sets d and at): drain -d
+-- Leaky bucket settle (takeRecord, settle.lua, gives d and at): drain -d
 -- events' worth, or add d more, beyond the capacity if need be (up to
 -- maxOver µs of level), so that later requests wait until it has
 -- drained. Mirrors leakyBucketAlg.settle.
@@ -6,6 +6,10 @@
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
 -- ARGV     now (µs or ""), actual, capacity, every (µs), "r", then the previous policies
 --@uses store
+local at, d = takeRecord()
+if not at then
+  return d
+end
 local key = KEYS[1]
 local capacity = tonumber(ARGV[3])
 local every = tonumber(ARGV[4])

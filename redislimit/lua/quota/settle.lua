@@ -1,4 +1,4 @@
--- Calendar quota settle (after settle.lua, which sets d and at): the
+-- Calendar quota settle (takeRecord, settle.lua, gives d and at): the
 -- fixed window's settle over calendar periods: give back only while the
 -- reservation's period (the one holding at) is the counted one; charge an
 -- overrun to the counted period, beyond the limit if need be (up to
@@ -13,6 +13,10 @@ local limit = tonumber(ARGV[3])
 local s, e = qPeriod(now, 4)
 if not s then
   return redis.error_reply('ratelimit: Redis clock more than a period away from the application\'s (calendar quota)')
+end
+local at, d = takeRecord()
+if not at then
+  return d
 end
 if inherit then
   inherit(now, 10, limit, 'r', function(u) qCharged(key, now, u, s, e) end)

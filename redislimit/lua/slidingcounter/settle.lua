@@ -1,4 +1,4 @@
--- Sliding counter settle (after settle.lua, which sets d and at): give
+-- Sliding counter settle (takeRecord, settle.lua, gives d and at): give
 -- back while the reservation's window (that of at) still counts, the
 -- current one or the previous (weighted); charge an overrun to that
 -- window, or to the current one when the reservation's has passed,
@@ -8,6 +8,10 @@
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
 -- ARGV     now (µs or ""), actual, limit, window (µs), "r", then the previous policies
 --@uses store
+local at, d = takeRecord()
+if not at then
+  return d
+end
 local key = KEYS[1]
 local limit = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])

@@ -1,4 +1,4 @@
--- Token bucket settle (after settle.lua, which sets d and at): refill up
+-- Token bucket settle (takeRecord, settle.lua, gives d and at): refill up
 -- to now, then give back -d tokens (never above a full bucket) or charge
 -- d more, into debt beyond an empty bucket (up to maxOver units), so that
 -- later requests wait the overrun out. Mirrors tokenBucketAlg.settle.
@@ -6,6 +6,10 @@
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
 -- ARGV     now (µs or ""), actual, capacity, r, p, "r", then the previous policies
 --@uses store
+local at, d = takeRecord()
+if not at then
+  return d
+end
 local key = KEYS[1]
 local capacity = tonumber(ARGV[3])
 local r = tonumber(ARGV[4])
