@@ -76,9 +76,9 @@ func init() {
 // not settled within expiry is settled at its estimate: its record
 // expires with it (a TTL of expiry, plus a minute with WithClock), and
 // Settle then returns an error wrapping [ratelimit.ErrReservationSettled].
-// How each algorithm settles is as in memory (docs/reservations.md); a
-// bucket's debt, or a window's count, beyond the limit is kept up to 2^52
-// units.
+// How each algorithm settles is as in memory (see [ratelimit.Reservation]
+// and the Reservations section of docs/redis.md); a bucket's debt, or a
+// window's count, beyond the limit is kept up to 2^52 units.
 //
 // Under the sliding log it reserves nothing and returns an error wrapping
 // [ratelimit.ErrInvalidConfig]: the log cannot settle exactly; so does an
