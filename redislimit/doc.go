@@ -99,6 +99,16 @@
 // under-admission (never an over-admission on Redis's clock for the
 // windows).
 //
+// # Reservations
+//
+// [Limiter.ReserveN] charges an estimated cost (an LLM request's
+// max_tokens) and returns a [ratelimit.Reservation] whose Settle charges
+// the actual cost once the work is done: one script to reserve, with a
+// record of the reservation in the key's Cluster slot, one to settle,
+// which consumes the record, so a reservation settles once; unsettled, it
+// expires with its record, settled at its estimate. Decisions are those
+// of memory ([ratelimit.Keyed.ReserveN]); the sliding log cannot settle.
+//
 // # Concurrency limits
 //
 // [NewConcurrency] bounds how many permits are in flight per key across
@@ -110,7 +120,7 @@
 //
 // docs/redis.md in the repository is the design behind all this: the key
 // names and their memory, time steps, calendar quotas, policy changes,
-// the retries, replication, what leases cost and the concurrency
-// limits, in detail. The scripts
+// the retries, replication, what leases cost, reservations and the
+// concurrency limits, in detail. The scripts
 // need Redis 3.2 or later (tested with Redis 7).
 package redislimit

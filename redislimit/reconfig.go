@@ -37,8 +37,9 @@ type generation struct {
 	fallback *ratelimit.Keyed
 	leases   *leaseTable // WithLeases; nil: off
 
-	decideScript, refundScript *script
-	leaseScript                *script // WithLeases: grants (lease.go)
+	decideScript, refundScript  *script
+	leaseScript                 *script // WithLeases: grants (lease.go)
+	reserveScript, settleScript *script // reservations (reserve.go); nil: the sliding log
 
 	// inflight counts the calls running under this generation; sealed,
 	// set by SetPolicy, makes new calls wait for the next generation, so
@@ -196,8 +197,10 @@ func (l *Limiter) newGeneration(p ratelimit.Policy, op string, prev []link, fs [
 	g.prev, g.forgotten = prev, fs
 	g.names, g.namesLen = l.keyNames(g.prefix, prev)
 	g.decideScript, g.refundScript, g.leaseScript = sc.decide, sc.refund, sc.lease
+	g.reserveScript, g.settleScript = sc.reserve, sc.settle
 	if len(prev) > 0 {
 		g.decideScript, g.refundScript, g.leaseScript = sc.decideChain, sc.refundChain, sc.leaseChain
+		g.reserveScript, g.settleScript = sc.reserveChain, sc.settleChain
 		g.chainArgs = make([]any, 0, 4+5*len(prev))
 		g.chainArgs = append(g.chainArgs, len(prev))
 		for _, lk := range prev {

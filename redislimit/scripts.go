@@ -24,6 +24,9 @@ import (
 //	lua/<algorithm>/fast.lua   its common decision, inline (see below)
 //	lua/<algorithm>/decide.lua its decision script
 //	lua/<algorithm>/refund.lua its refund script
+//	lua/reserve.lua            a reservation's record, in its decision (reserve.go)
+//	lua/settle.lua             reading and deleting the record, in a settle
+//	lua/<algorithm>/settle.lua its settle arithmetic (none for the sliding log)
 //
 // A script is its parts concatenated in order (see assemble): the prelude,
 // in the decision script of a limiter without previous policies the fast
@@ -109,6 +112,13 @@ type algoScripts struct {
 	// in lease mode, after the refund script run as a function that gives
 	// back the previous lease's unused events (lua/lease.lua).
 	lease, leaseChain *script
+	// reserve and reserveChain reserve (reserve.go): the decision script
+	// with lua/reserve.lua, which writes the reservation's record when it
+	// admits. settle and settleChain settle one: lua/settle.lua, then the
+	// algorithm's settle.lua. All four are nil for the sliding log, which
+	// cannot settle.
+	reserve, reserveChain *script
+	settle, settleChain   *script
 }
 
 func newAlgoScripts(alg string) algoScripts {
@@ -131,7 +141,7 @@ func newAlgoScripts(alg string) algoScripts {
 	if _, err := luaFiles.Open("lua/" + alg + "/fast.lua"); err == nil {
 		fast = append([]string{"prelude", alg + "/fast"}, own[1:]...)
 	}
-	return algoScripts{
+	s := algoScripts{
 		decide:      script(fast, "decision", alg+"/decide"),
 		refund:      script(own, alg+"/refund"),
 		decideChain: script(all, "decision", alg+"/decide"),
@@ -139,6 +149,13 @@ func newAlgoScripts(alg string) algoScripts {
 		lease:       script(own, "lease", "decision", alg+"/decide"),
 		leaseChain:  script(all, "lease", "decision", alg+"/decide"),
 	}
+	if _, err := luaFiles.Open("lua/" + alg + "/settle.lua"); err == nil {
+		s.reserve = script(own, "decision", "reserve", alg+"/decide")
+		s.reserveChain = script(all, "decision", "reserve", alg+"/decide")
+		s.settle = script(own, "settle", alg+"/settle")
+		s.settleChain = script(all, "settle", alg+"/settle")
+	}
+	return s
 }
 
 var (

@@ -55,7 +55,7 @@ local function remainingOf(code, key, now, limit, x, y)
     local full = limit * y
     local last, debt = tbLoad(load(key), now, full, x)
     last, debt = tbRefill(last, debt, now, x)
-    return fdiv(full - debt, y)
+    return fdiv(math.max(full - debt, 0), y)
   elseif code == 'lb' then
     local span = limit * x
     local level = math.max(lbLoad(load(key), now, span) - now, 0)
@@ -65,7 +65,7 @@ local function remainingOf(code, key, now, limit, x, y)
     if fdiv(now, x) > k then
       count = 0
     end
-    return limit - count
+    return math.max(limit - count, 0)
   elseif code == 'sl' then
     local base, _, _, cum = slLoad(key, now, limit, x)
     return limit - (cum - base)

@@ -52,8 +52,8 @@ local function num(s)
   return nil
 end
 
--- fields returns the integers of a stored state of exactly count (1, 2 or
--- 3) space-separated fields, or nil when v is not one: each as num reads
+-- fields returns the integers of a stored state of exactly count (1 to
+-- 4) space-separated fields, or nil when v is not one: each as num reads
 -- it, with one round trip for the whole state.
 local function fields(v, count)
   if not v then
@@ -72,6 +72,18 @@ local function fields(v, count)
     end
     return nil
   end
+  if count == 4 then
+    local a, b, c, d = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
+    if a then
+      a, b, c, d = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+      if a > -9007199254740992 and a < 9007199254740992 and b > -9007199254740992 and b < 9007199254740992
+          and c > -9007199254740992 and c < 9007199254740992 and d > -9007199254740992 and d < 9007199254740992
+          and string.format('%d %d %d %d', a, b, c, d) == v then
+        return a, b, c, d
+      end
+    end
+    return nil
+  end
   local a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
   if a then
     a, b, c = tonumber(a), tonumber(b), tonumber(c)
@@ -82,6 +94,16 @@ local function fields(v, count)
   end
   return nil
 end
+
+-- maxOver (2^52, Go's maxState) bounds the state a reservation's overrun
+-- (settle.lua) may leave beyond the policy's limit: a bucket's debt in
+-- units, a leaky bucket's level in µs, a window's count. Such state is
+-- stored in a form of its own, with the policy's limit (a bucket's full
+-- units, a leaky bucket's span) as an extra field: it is honoured only
+-- under that policy, so that another policy's state, or garbage, beyond
+-- the limit still reads as fresh and locks no key out; within the limit
+-- a state keeps the form the fast paths read.
+local maxOver = 4503599627370496
 
 -- unstored is set by inherit (chain.lua) when the script decides on the
 -- conversion of the client's state under an earlier policy without storing

@@ -20,6 +20,6 @@ local count = math.max(stored - n, 0)
 if count == 0 then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, int(k) .. ' ' .. int(count), 'PX', ttl((k + 1) * w - now))
+  redis.call('SET', key, fwState(k, count, limit), 'PX', ttl((k + 1) * w - now))
 end
 return 1

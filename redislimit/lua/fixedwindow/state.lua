@@ -7,8 +7,28 @@
 -- fresh state: no events in the current window.
 local function fwLoad(v, now, limit, w)
   local storedK, count = fields(v, 2)
-  if storedK and count >= 0 and count <= limit and windowOK(storedK, now, w) then
+  local most = limit
+  if not storedK then
+    -- Counted beyond the limit (a reservation's overrun): "<k> <count>
+    -- <limit>", honoured for this limit only (see maxOver).
+    local l
+    storedK, count, l = fields(v, 3)
+    if l ~= limit then
+      storedK = nil
+    end
+    most = maxOver
+  end
+  if storedK and count >= 0 and count <= most and windowOK(storedK, now, w) then
     return storedK, count
   end
   return fdiv(now, w), 0
+end
+
+-- fwState returns the stored form of a fixed window's state: the one
+-- fwLoad reads, with the limit as a third field beyond it.
+local function fwState(k, count, limit)
+  if count > limit then
+    return string.format('%d %d %d', k, count, limit)
+  end
+  return string.format('%d %d', k, count)
 end

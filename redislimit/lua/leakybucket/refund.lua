@@ -29,6 +29,6 @@ empty = empty - back
 if empty <= now then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, int(empty), 'PX', ttl(empty - now))
+  redis.call('SET', key, lbState(empty, now, capacity * every), 'PX', ttl(empty - now))
 end
 return 1

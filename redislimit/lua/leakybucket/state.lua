@@ -7,8 +7,28 @@
 -- what a clock that stepped back explains, min(span, maxSkew).
 local function lbLoad(v, now, span)
   local empty = fields(v, 1)
-  if empty and empty - now <= span + math.min(span, maxSkew) then
+  local most = span + math.min(span, maxSkew)
+  if not empty then
+    -- Filled beyond its capacity (a reservation's overrun): "<empty>
+    -- <span>", honoured for this bucket only (see maxOver).
+    local s
+    empty, s = fields(v, 2)
+    if s ~= span then
+      empty = nil
+    end
+    most = maxOver
+  end
+  if empty and empty - now <= most then
     return empty
   end
   return now
+end
+
+-- lbState returns the stored form of a leaky bucket's state: the one
+-- lbLoad reads, with span as a second field beyond a full bucket.
+local function lbState(empty, now, span)
+  if empty - now > span then
+    return string.format('%d %d', empty, span)
+  end
+  return string.format('%d', empty)
 end

@@ -7,10 +7,20 @@
 -- period has not ended, the full limit otherwise or when the state is not
 -- one.
 local function qRemaining(key, now, limit)
-  local st, en, c = fields(load(key), 3)
-  if st and c >= 0 and c <= limit and en > st and en - st <= qMaxPeriod
+  local v = load(key)
+  local st, en, c = fields(v, 3)
+  local most = limit
+  if not st then
+    local l
+    st, en, c, l = fields(v, 4) -- beyond the limit (see qLoad)
+    if l ~= limit then
+      st = nil
+    end
+    most = maxOver
+  end
+  if st and c >= 0 and c <= most and en > st and en - st <= qMaxPeriod
       and st - now <= maxSkew and now < en then
-    return limit - c
+    return math.max(limit - c, 0)
   end
   return limit
 end

@@ -24,6 +24,6 @@ local count = math.max(stored - n, 0)
 if count == 0 then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, int(st) .. ' ' .. int(en) .. ' ' .. int(count), 'PX', ttl(en - now))
+  redis.call('SET', key, qState(st, en, count, limit), 'PX', ttl(en - now))
 end
 return 1

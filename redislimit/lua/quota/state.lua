@@ -39,9 +39,29 @@ end
 -- read as fresh.
 local function qLoad(v, now, limit, s, e)
   local st, en, c = fields(v, 3)
-  if st and c >= 0 and c <= limit and st < en and en - st <= math.min(2 * (e - s), qMaxPeriod)
+  local most = limit
+  if not st then
+    -- Counted beyond the limit (a reservation's overrun): "<start> <end>
+    -- <count> <limit>", honoured for this limit only (see maxOver).
+    local l
+    st, en, c, l = fields(v, 4)
+    if l ~= limit then
+      st = nil
+    end
+    most = maxOver
+  end
+  if st and c >= 0 and c <= most and st < en and en - st <= math.min(2 * (e - s), qMaxPeriod)
       and st - now <= maxSkew and now < en then
     return st, en, c
   end
   return s, e, 0
+end
+
+-- qState returns the stored form of a quota's state: the one qLoad reads,
+-- with the limit as a fourth field beyond it.
+local function qState(st, en, c, limit)
+  if c > limit then
+    return string.format('%d %d %d %d', st, en, c, limit)
+  end
+  return string.format('%d %d %d', st, en, c)
 end

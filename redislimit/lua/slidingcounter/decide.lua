@@ -73,7 +73,7 @@ local function decide(n, commit)
   if n <= rem then
     if commit then
       -- Idle once two windows have started since k.
-      redis.call('SET', key, string.format('%d %d %d', k, cur + n, prev), 'PX', ttl((k + 2) * w - now))
+      redis.call('SET', key, scState(k, cur + n, prev, limit), 'PX', ttl((k + 2) * w - now))
     end
     return {1, rem - n, 0, resetAfter(cur + n, prev)}
   end

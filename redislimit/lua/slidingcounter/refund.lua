@@ -23,9 +23,9 @@ if k == storedK then
     redis.call('DEL', key)
   elseif cur == 0 then
     -- Idle once window k has passed.
-    redis.call('SET', key, int(k) .. ' 0 ' .. int(storedPrev), 'PX', ttl((k + 1) * w - now))
+    redis.call('SET', key, scState(k, 0, storedPrev, limit), 'PX', ttl((k + 1) * w - now))
   else
-    redis.call('SET', key, int(k) .. ' ' .. int(cur) .. ' ' .. int(storedPrev), 'PX', ttl((k + 2) * w - now))
+    redis.call('SET', key, scState(k, cur, storedPrev, limit), 'PX', ttl((k + 2) * w - now))
   end
   return 1
 elseif k == storedK + 1 then
@@ -34,7 +34,7 @@ elseif k == storedK + 1 then
   if prev == 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, int(k) .. ' 0 ' .. int(prev), 'PX', ttl((k + 1) * w - now))
+    redis.call('SET', key, scState(k, 0, prev, limit), 'PX', ttl((k + 1) * w - now))
   end
   return 1
 end

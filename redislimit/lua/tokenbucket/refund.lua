@@ -32,6 +32,6 @@ debt = math.max(debt - units, 0)
 if debt == 0 then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, int(last) .. ' ' .. int(debt), 'PX', ttl(last + cdiv(debt, r) - now))
+  redis.call('SET', key, tbState(last, debt, capacity * p), 'PX', ttl(last + cdiv(debt, r) - now))
 end
 return 1

@@ -7,10 +7,30 @@
 -- most min(refill time, maxSkew) ahead of now.
 local function tbLoad(v, now, full, r)
   local last, debt = fields(v, 2)
-  if last and debt >= 0 and debt <= full and (last <= now or last - now <= math.min(cdiv(full, r), maxSkew)) then
+  local most = full
+  if not last then
+    -- In debt beyond empty (a reservation's overrun): "<last> <debt>
+    -- <full>", honoured for this bucket only (see maxOver).
+    local f
+    last, debt, f = fields(v, 3)
+    if f ~= full then
+      last = nil
+    end
+    most = maxOver
+  end
+  if last and debt >= 0 and debt <= most and (last <= now or last - now <= math.min(cdiv(full, r), maxSkew)) then
     return last, debt
   end
   return now, 0
+end
+
+-- tbState returns the stored form of a token bucket's state: the one
+-- tbLoad reads, with full as a third field beyond a full bucket's debt.
+local function tbState(last, debt, full)
+  if debt > full then
+    return string.format('%d %d %d', last, debt, full)
+  end
+  return string.format('%d %d', last, debt)
 end
 
 -- tbRefill returns a token bucket's last update and debt refilled up to now
