@@ -55,6 +55,10 @@ func idleBy(p Policy, t int64) int64 {
 	case QuotaAlgorithm:
 		// The end of the period containing t.
 		d = p.WindowAt(time.Unix(0, t))
+	case TokenBucketAlgorithm, LeakyBucketAlgorithm:
+		// To refill from empty, or drain when full, from one capacity
+		// beyond: the most a reservation's overrun leaves (see settle).
+		d = 2 * p.window()
 	default:
 		// A fixed or sliding window; a token bucket's time to refill from
 		// empty; a leaky bucket's time to drain when full.

@@ -74,6 +74,9 @@ func (h *keyedHold) Settle(_ context.Context, actual int64) error {
 	if h.settled.Swap(true) {
 		return ErrReservationSettled
 	}
+	if _, err := h.k.canSettle(); err != nil {
+		return err // the sliding log since: it stands at its estimate
+	}
 	now := h.k.ts.Now()
 	d := settleDiff(actual, h.n)
 	if d < 0 && (h.k.cur.Load().seq != h.seq || h.k.resets.since(h.key, h.at)) {
@@ -86,7 +89,7 @@ func (h *keyedHold) Settle(_ context.Context, actual int64) error {
 	}
 	for g := h.k.cur.Load(); ; g = g.next.Load() {
 		if err := g.store.settle(now, h.key, h.at, d); err != errSuperseded {
-			if err != nil {
+			if err != nil && err != errCannotSettle {
 				h.settled.Store(false) // still held: Settle may try again
 			}
 			return err

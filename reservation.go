@@ -99,7 +99,9 @@ func deniedReservation(d MultiDecision) *Reservation {
 // changes nothing. A dimension that fails to settle (its store
 // unreachable; [ErrTooManyKeys] when the overrun needs a key the key cap
 // has no room for) is reported by its error and stays held: Settle may be
-// called again, and settles only the dimensions still held.
+// called again, and settles only the dimensions still held. A dimension
+// whose policy changed to the sliding log since cannot settle: it stands
+// at its estimate, and Settle returns an error wrapping [ErrInvalidConfig].
 func (r *Reservation) Settle(ctx context.Context, actual int) error {
 	if actual < 0 {
 		return fmt.Errorf("%w: Reservation.Settle actual must be >= 0, got %d", ErrInvalidN, actual)
@@ -135,6 +137,14 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 			r.done |= 1 << i
 		case errors.Is(err, ErrReservationSettled):
 			r.done |= 1 << i
+		case errors.Is(err, ErrInvalidConfig):
+			// It can never settle (its key's policy is now the sliding
+			// log): it stands at its estimate.
+			r.done |= 1 << i
+			if r.nparts > 1 {
+				err = errs.AtDimension(i, true, err)
+			}
+			joined = errors.Join(joined, err)
 		default:
 			if r.nparts > 1 {
 				err = errs.AtDimension(i, true, err)
@@ -142,10 +152,13 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 			joined = errors.Join(joined, err)
 		}
 	}
+	if r.done != 1<<r.nparts-1 {
+		return joined // some still held: Settle may be called again
+	}
+	r.settled = true
 	if joined != nil {
 		return joined
 	}
-	r.settled = true
 	if !settledNow {
 		return ErrReservationSettled
 	}

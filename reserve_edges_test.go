@@ -86,17 +86,18 @@ func TestReserveOverrunLostUnderKeyCap(t *testing.T) {
 	assert.ErrorIs(t, r.Settle(context.Background(), 30), ratelimit.ErrReservationSettled)
 }
 
-// After SetPolicy to the sliding log, a pending reservation's overrun is
-// charged as events at the settlement (the log gives nothing back).
+// After SetPolicy to the sliding log, a pending reservation cannot settle:
+// Settle says so, once, and the reservation stands at its estimate.
 func TestReserveSettleAfterSwitchToSlidingLog(t *testing.T) {
 	c := reserveClock()
 	k := newKeyedAt(t, ratelimit.FixedWindowPolicy(10, time.Minute), c)
 	r := reserve(t, k, "a", 2)
 	require.NoError(t, k.SetPolicy(ratelimit.SlidingLogPolicy(10, time.Minute), ratelimit.KeepUsed))
 	err := r.Settle(context.Background(), 10) // 8 over
-	t.Logf("Settle: %v", err)
-	assert.NoError(t, err)
-	assert.Equal(t, 0, remaining(t, k, "a"), "the overrun of 8 must be charged")
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "the log cannot settle: said so")
+	assert.Contains(t, err.Error(), "sliding window log")
+	assert.Equal(t, 8, remaining(t, k, "a"), "the reservation stands at its estimate (2, kept across the change)")
+	assert.ErrorIs(t, r.Settle(context.Background(), 10), ratelimit.ErrReservationSettled, "and is settled")
 }
 
 // A nil *Reservation holds nothing: Settle does not panic.

@@ -165,22 +165,6 @@ func (a *slidingLogAlg) refund(st *slState, now, n int64) {
 	}
 }
 
-// settle charges an overrun as events at now, and gives nothing back: the
-// log merges events by time, so a reservation's own cannot be found again
-// (ReserveN refuses the log; this serves a reservation made before a
-// change of policy to it).
-func (a *slidingLogAlg) settle(st *slState, now, _, d int64) {
-	if d <= 0 {
-		return
-	}
-	a.evict(st, now)
-	d = min(d, max(2*a.perWindow-st.total, 0)) // at most one limit over
-	if d > 0 {
-		st.log.AddBack(now, d, int(a.perWindow))
-		st.total += d
-	}
-}
-
 func (a *slidingLogAlg) idle(st *slState, now int64) bool {
 	return st.log.Len() == 0 || st.log.Back().TS <= now-a.window
 }

@@ -31,7 +31,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return err
 	}
 	defer unfence()
-	err = l.run(ctx, g, resetScript, g.keys(l, key), nil, (*redis.Cmd).Err)
+	keys := append(g.keys(l, key), l.resetMarker(key))
+	err = l.run(ctx, g, resetScript, keys, []any{l.nowArg(), "m"}, (*redis.Cmd).Err)
 	l.forget(g, key)
 	if g.fallback != nil {
 		_ = g.fallback.Reset(ctx, key)

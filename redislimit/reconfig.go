@@ -358,9 +358,12 @@ func idleTime(lk link) time.Duration {
 			return time.Duration(end.UnixNano() - lk.changed)
 		}
 		return 367 * 24 * time.Hour
+	case ratelimit.TokenBucketAlgorithm, ratelimit.LeakyBucketAlgorithm:
+		// To refill from empty, or drain when full, from one capacity
+		// beyond: the most a reservation's overrun leaves (settle.lua).
+		return 2 * p.WindowAt(time.Unix(0, lk.changed))
 	}
-	// A window; a token bucket's time to refill from empty; a leaky
-	// bucket's time to drain when full.
+	// A window.
 	return p.WindowAt(time.Unix(0, lk.changed))
 }
 

@@ -47,7 +47,7 @@ var _ ratelimit.Reserver = (*Limiter)(nil)
 var errCannotSettle = errs.Config(ratelimit.ErrInvalidConfig, "the sliding window log cannot settle a reservation exactly (its events are merged by time); use the sliding window counter")
 
 // maxExpiry bounds a reservation's expiry, as package ratelimit does.
-const maxExpiry = 100 * 365 * 24 * time.Hour
+const maxExpiry = 24 * time.Hour
 
 // recordInfix names the reservation records: base + recordInfix + tag +
 // "}:" + id.
@@ -100,7 +100,7 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, n int, expiry time.D
 		return deniedReservation(invalidD), errNilContext
 	}
 	if expiry <= 0 || expiry > maxExpiry {
-		return deniedReservation(invalidD), invalid("Limiter.ReserveN: expiry must be positive and at most 100 years, got %v", expiry)
+		return deniedReservation(invalidD), invalid("Limiter.ReserveN: expiry must be positive and at most 24 hours, got %v", expiry)
 	}
 	if l.cur.Load().policy.Algorithm == ratelimit.SlidingLogAlgorithm {
 		return deniedReservation(invalidD), errCannotSettle
@@ -170,9 +170,21 @@ func (l *Limiter) reserveN(ctx context.Context, key string, n int, expiry time.D
 	if g.cache != nil {
 		g.cache.invalidate(g.cache.hash(key), key)
 	}
-	h := &redisHold{l: l, key: key, record: record}
+	h := &redisHold{l: l, g: g, key: key, record: record}
 	return settle.Make(h, n, d).(*ratelimit.Reservation), d, nil
 }
+
+// resetMarker returns the key in which Reset leaves the time of key's
+// last Reset, for a day (the longest a reservation is held), so that a
+// reservation made before it gives nothing back (settle.lua). Its hash tag
+// is key's, so the same Cluster slot.
+func (l *Limiter) resetMarker(key string) string {
+	var buf [keyDigestLen]byte
+	return l.base + resetInfix + l.tag(key, &buf) + "}"
+}
+
+// resetInfix names the reset markers, as recordInfix the records.
+const resetInfix = "rst:{"
 
 // recordKey returns the key of the record id for key: the hash tag of
 // key's state (see keys), so the same Cluster slot.
@@ -212,21 +224,32 @@ func (heldNowhere) Settle(context.Context, int64) error { return nil }
 // redisHold is a reservation held on Redis: its record, for key.
 type redisHold struct {
 	l      *Limiter
+	g      *generation // the policy it was made under
 	key    string
 	record string
 }
 
 // Settle implements settle.Holder: the settle script, under the policy in
 // force.
+//
+// A reservation made under another policy than the one in force, or
+// before a Reset of its key (the marker Reset leaves, resetMarker), gives
+// nothing back: what it was charged went with that state. The settle
+// script is told the first by an actual written with a trailing "+"
+// (settle.lua), and reads the second itself.
 func (h *redisHold) Settle(ctx context.Context, actual int64) error {
+	ctx = context.WithoutCancel(ctx) // a caller gone still settles
 	l := h.l
 	g := l.acquire()
 	defer g.release()
 	if g.settleScript == nil { // the sliding log since the reservation
-		return errCannotSettle
+		return errCannotSettle // it stands at its estimate
 	}
-	keys := append(g.keys(l, h.key), h.record)
+	keys := append(g.keys(l, h.key), h.record, l.resetMarker(h.key))
 	args := g.args(l, l.nowArg(), int(min(actual, maxState)), refund)
+	if g != h.g {
+		args[1] = strconv.FormatInt(min(actual, maxState), 10) + "+"
+	}
 	var v int64
 	err := l.run(ctx, g, g.settleScript, keys, args, func(cmd *redis.Cmd) (err error) {
 		v, err = cmd.Int64()

@@ -106,6 +106,12 @@ func (p *resPair) apply(st resStep) string {
 		if want = roundDecision(want); got != want {
 			return fmt.Sprintf("Peek = %+v, want %+v", got, want)
 		}
+	case 'R':
+		werr := p.pair.mem.Reset(ctx, st.key)
+		err := p.pair.rl.Reset(ctx, st.key)
+		if err != nil || werr != nil {
+			return fmt.Sprintf("Reset error %v (reference %v)", err, werr)
+		}
 	case 'S':
 		werr := p.pair.mem.SetPolicy(st.policy, st.mode)
 		err := p.pair.rl.SetPolicy(st.policy, st.mode)
@@ -326,12 +332,41 @@ func TestReserveSettleAcrossPolicyToSlidingLog(t *testing.T) {
 	}
 }
 
+// TestReserveGivesNothingBackAfterReset: a reservation made before its
+// key's Reset gives nothing back (what it was charged went with the
+// Reset), in both homes alike, while one made after gives back; and an
+// overrun takes a key at most one limit beyond empty, however large.
+func TestReserveGivesNothingBackAfterReset(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucketAlgorithm, ratelimit.LeakyBucketAlgorithm, ratelimit.FixedWindowAlgorithm, ratelimit.SlidingCounterAlgorithm} {
+		t.Run(alg.String(), func(t *testing.T) {
+			pr := &resPair{pair: newPair(t, c, reconfigPolicy(alg, 10))}
+			for i, st := range []resStep{
+				{key: "k", kind: 'v', n: 6, expiry: time.Hour, slot: 0},
+				{key: "k", kind: 'R'},
+				{key: "k", kind: 'v', n: 8, expiry: time.Hour, slot: 1},
+				{key: "k", kind: 's', n: 0, slot: 0}, // before the Reset: nothing back
+				{key: "k", kind: 'p', n: 0},
+				{key: "k", kind: 's', n: 2, slot: 1}, // after it: 6 back
+				{key: "k", kind: 'p', n: 0},
+				{key: "k", kind: 'v', n: 1, expiry: time.Hour, slot: 2},
+				{key: "k", kind: 's', n: 1 << 40, slot: 2}, // garbage: one limit over at most
+				{key: "k", kind: 'p', n: 0},
+				{key: "k", kind: 'a', n: 1},
+			} {
+				pr.run(t, i, st)
+			}
+		})
+	}
+}
+
 // TestReserveNValidation: the errors of Keyed.ReserveN, on Redis.
 func TestReserveNValidation(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	l := mustNew(t, c, ratelimit.FixedWindowPolicy(5, time.Second), WithPrefix(uniquePrefix(t)))
-	for _, e := range []time.Duration{0, -time.Second, 101 * 365 * 24 * time.Hour} {
+	for _, e := range []time.Duration{0, -time.Second, 25 * time.Hour} {
 		r, err := l.ReserveN(bg(), "k", 1, e)
 		require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 		require.False(t, r.Allowed)

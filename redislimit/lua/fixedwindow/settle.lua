@@ -1,7 +1,7 @@
 -- Fixed window settle (takeRecord, settle.lua, gives d and at): give back
 -- only while the reservation's window (that of at) is the counted one;
 -- charge an overrun to the counted window, beyond the limit if need be
--- (up to maxOver). Mirrors fixedWindowAlg.settle (settleWindow).
+-- (up to one limit over). Mirrors fixedWindowAlg.settle (settleWindow).
 --
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
 -- ARGV     now (µs or ""), actual, limit, window (µs), "r", then the previous policies
@@ -21,12 +21,17 @@ local k = fdiv(now, w)
 if k > sk then
   sk, count = k, 0
 end
+d = math.max(math.min(d, maxOver), -maxOver)
+local before = count
 if fdiv(at, w) == sk then
-  count = math.max(count + math.max(d, -maxOver), 0)
+  count = math.max(count + d, 0)
 elseif d > 0 then
-  count = count + math.min(d, maxOver)
+  count = count + d
 end
-count = math.min(count, maxOver)
+if d > 0 then
+  -- At most one limit over the limit (or where it was).
+  count = math.min(count, math.max(2 * limit, before))
+end
 if count == 0 then
   redis.call('DEL', key)
 else

@@ -1,7 +1,7 @@
 -- Leaky bucket settle (takeRecord, settle.lua, gives d and at): drain -d
--- events' worth, or add d more, beyond the capacity if need be (up to
--- maxOver µs of level), so that later requests wait until it has
--- drained. Mirrors leakyBucketAlg.settle.
+-- events' worth, or add d more, beyond the capacity if need be (up to one
+-- capacity beyond), so that later requests wait until it has drained.
+-- Mirrors leakyBucketAlg.settle.
 --
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
 -- ARGV     now (µs or ""), actual, capacity, every (µs), "r", then the previous policies
@@ -19,9 +19,11 @@ if inherit then
 end
 local empty = lbLoad(load(key), now, span)
 if d < 0 then
-  empty = empty - math.min(-d, fdiv(maxOver, every)) * every
+  empty = empty - math.min(-d, capacity) * every
 else
-  empty = math.min(math.max(empty, now) + math.min(d, fdiv(maxOver, every)) * every, now + maxOver)
+  -- At most one capacity beyond full (more only if waiters hold it).
+  local level = math.max(empty - now, 0)
+  empty = now + math.max(level, math.min(level + math.min(d, 2 * capacity) * every, 2 * span))
 end
 if empty <= now then
   redis.call('DEL', key) -- empty: as fresh

@@ -1,8 +1,8 @@
 -- Calendar quota settle (takeRecord, settle.lua, gives d and at): the
 -- fixed window's settle over calendar periods: give back only while the
 -- reservation's period (the one holding at) is the counted one; charge an
--- overrun to the counted period, beyond the limit if need be (up to
--- maxOver). Mirrors quotaAlg.settle.
+-- overrun to the counted period, beyond the limit if need be (up to one
+-- limit over). Mirrors quotaAlg.settle.
 --
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
 -- ARGV     now (µs or ""), actual, limit, five period boundaries, "r",
@@ -22,12 +22,17 @@ if inherit then
   inherit(now, 10, limit, 'r', function(u) qCharged(key, now, u, s, e) end)
 end
 local st, en, count = qLoad(load(key), now, limit, s, e)
+d = math.max(math.min(d, maxOver), -maxOver)
+local before = count
 if st <= at and at < en then
-  count = math.max(count + math.max(d, -maxOver), 0)
+  count = math.max(count + d, 0)
 elseif d > 0 then
-  count = count + math.min(d, maxOver)
+  count = count + d
 end
-count = math.min(count, maxOver)
+if d > 0 then
+  -- At most one limit over the limit (or where it was).
+  count = math.min(count, math.max(2 * limit, before))
+end
 if count == 0 then
   redis.call('DEL', key)
 else

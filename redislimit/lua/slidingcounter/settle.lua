@@ -2,7 +2,7 @@
 -- back while the reservation's window (that of at) still counts, the
 -- current one or the previous (weighted); charge an overrun to that
 -- window, or to the current one when the reservation's has passed,
--- beyond the limit if need be (up to scMost). Mirrors
+-- beyond the limit if need be (up to one limit over). Mirrors
 -- slidingCounterAlg.settle.
 --
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
@@ -31,12 +31,18 @@ elseif k < storedK then
 end
 local k0 = fdiv(at, w)
 local most = scMost(w)
+d = math.max(math.min(d, most), -most)
+-- An overrun leaves a window at most one limit over (or where it was).
+local top = math.min(2 * limit, 2147483647)
+local function add(c)
+  return math.min(math.max(c + d, 0), math.max(top, c))
+end
 if k0 == k then
-  cur = cur + math.max(math.min(d, most), -most)
+  cur = add(cur)
 elseif k0 == k - 1 then
-  prev = prev + math.max(math.min(d, most), -most)
+  prev = add(prev)
 elseif d > 0 then
-  cur = cur + math.min(d, most)
+  cur = add(cur)
 end
 cur = math.min(math.max(cur, 0), most)
 prev = math.min(math.max(prev, 0), most)

@@ -1,7 +1,8 @@
 -- Token bucket settle (takeRecord, settle.lua, gives d and at): refill up
 -- to now, then give back -d tokens (never above a full bucket) or charge
--- d more, into debt beyond an empty bucket (up to maxOver units), so that
--- later requests wait the overrun out. Mirrors tokenBucketAlg.settle.
+-- d more, into debt beyond an empty bucket (down to one capacity below
+-- empty), so that later requests wait the overrun out. Mirrors
+-- tokenBucketAlg.settle.
 --
 -- KEYS[1]  as in decide.lua; KEYS[#KEYS] the record (settle.lua)
 -- ARGV     now (µs or ""), actual, capacity, r, p, "r", then the previous policies
@@ -21,9 +22,10 @@ end
 local last, debt = tbLoad(load(key), now, full, r)
 last, debt = tbRefill(last, debt, now, r)
 if d < 0 then
-  debt = math.max(debt - math.min(-d, cdiv(debt, p)) * p, 0)
+  debt = math.max(debt - math.min(-d, capacity) * p, 0)
 else
-  debt = math.min(debt + math.min(d, fdiv(maxOver, p)) * p, maxOver)
+  -- At most one capacity in debt (more only if waiters hold it already).
+  debt = math.max(debt, math.min(debt + math.min(d, 2 * capacity) * p, 2 * full))
 end
 if debt == 0 then
   redis.call('DEL', key)
