@@ -4,9 +4,7 @@
 // the limit).
 //
 // It is a module of its own, so that go-redis comes only to the programs
-// that use Redis:
-//
-//	go get github.com/rlkit/ratelimit/redislimit
+// that use Redis (go get github.com/rlkit/ratelimit/redislimit).
 //
 // A [Limiter] implements [ratelimit.KeyedLimiter] and [ratelimit.KeyAdmin]
 // for any [ratelimit.Policy] with the same Decisions as the in-memory
@@ -101,13 +99,10 @@
 //
 // # Reservations
 //
-// [Limiter.ReserveN] charges an estimated cost (an LLM request's
-// max_tokens) and returns a [ratelimit.Reservation] whose Settle charges
-// the actual cost once the work is done: one script to reserve, with a
-// record of the reservation in the key's Cluster slot, one to settle,
-// which consumes the record, so a reservation settles once; unsettled, it
-// expires with its record, settled at its estimate. Decisions are those
-// of memory ([ratelimit.Keyed.ReserveN]); the sliding log cannot settle.
+// [Limiter.ReserveN] reserves an estimated cost; its Settle charges the
+// actual one, once: one script each, with a record in the key's Cluster
+// slot that expires at the estimate. Decisions are memory's
+// ([ratelimit.Keyed.ReserveN]); docs/redis.md has the design.
 //
 // # Concurrency limits
 //
