@@ -445,27 +445,23 @@ func (s *shardStore[S, A]) settle(now int64, key string, at, d int64) error {
 	if !ok {
 		return errCannotSettle
 	}
-	sh, _, h := s.shardFor(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.retired {
-		return errSuperseded
-	}
-	st := s.held(sh, now, key, h, false)
-	if st == nil {
-		if d <= 0 {
-			return nil // a fresh state: nothing to give back
-		}
-		if !s.makeRoom(sh, now) {
-			return ErrTooManyKeys
-		}
-		st = s.insert(sh, key, h)
-	}
-	alg.settle(st, now, at, d)
-	return nil
+	return s.charge(now, key, d > 0, func(st *S) { alg.settle(st, now, at, d) })
 }
 
 func (s *shardStore[S, A]) penalize(now int64, key string, n int64) error {
+	// A fresh state, made if need be: the penalty takes up to the whole limit.
+	return s.charge(now, key, true, func(st *S) {
+		if m := min(n, s.alg.decide(st, now, 0, inspect).remaining); m > 0 {
+			s.alg.decide(st, now, m, consume)
+		}
+	})
+}
+
+// charge applies f to key's state at now under its shard's lock: a
+// penalty, or a reservation's settlement. A key not held is made (room
+// permitting: ErrTooManyKeys) when create is set, and left alone, a fresh
+// state with nothing to give back, when not.
+func (s *shardStore[S, A]) charge(now int64, key string, create bool, f func(st *S)) error {
 	sh, _, h := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -474,15 +470,15 @@ func (s *shardStore[S, A]) penalize(now int64, key string, n int64) error {
 	}
 	st := s.held(sh, now, key, h, false)
 	if st == nil {
-		// A fresh state: the penalty takes up to the whole limit.
+		if !create {
+			return nil
+		}
 		if !s.makeRoom(sh, now) {
 			return ErrTooManyKeys
 		}
 		st = s.insert(sh, key, h)
 	}
-	if m := min(n, s.alg.decide(st, now, 0, inspect).remaining); m > 0 {
-		s.alg.decide(st, now, m, consume)
-	}
+	f(st)
 	return nil
 }
 
