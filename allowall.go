@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/rlkit/ratelimit/internal/errs"
-	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // AllowAll charges n events (or a dimension's own [Dimension.N]) to every
@@ -44,15 +43,8 @@ func AllowAll(ctx context.Context, n int, dims ...Dimension) (MultiDecision, err
 	if ctx == nil {
 		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: 0}, errNilContext
 	}
-	for i, d := range dims {
-		if typednil.Is(d.Limiter) {
-			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
-				errs.AtDimension(i, false, configError("ratelimit.AllowAll dims[%d].Limiter (%q) must not be nil, got %T", i, d.Name, d.Limiter))
-		}
-		if d.N < 0 {
-			return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i},
-				errs.AtDimension(i, false, configError("ratelimit.AllowAll dims[%d].N (%q) must not be negative, got %d", i, d.Name, d.N))
-		}
+	if i, err := checkDims("ratelimit.AllowAll", dims); err != nil {
+		return MultiDecision{Decision: Decision{RetryAfter: RetryNever}, Index: i}, err
 	}
 	var buf [8]Dimension
 	dims, err := resolveAll(ctx, dims, &buf)

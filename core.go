@@ -229,7 +229,7 @@ func (c *core[S, A]) reserveN(fn string, n int, expiry time.Duration) (*Reservat
 		return deniedReservation(MultiDecision{Decision: d}), nil
 	}
 	cr := &coreReservation[S, A]{hold: coreHold[S, A]{c: c, at: now, n: int64(n), until: addSat(now, int64(expiry))}}
-	cr.Reservation = Reservation{MultiDecision: MultiDecision{Decision: d}, first: part{h: &cr.hold, n: int64(n)}, nparts: 1}
+	cr.holdOne(d, &cr.hold, n)
 	return &cr.Reservation, nil
 }
 

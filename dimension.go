@@ -1,5 +1,10 @@
 package ratelimit
 
+import (
+	"github.com/rlkit/ratelimit/internal/errs"
+	"github.com/rlkit/ratelimit/internal/typednil"
+)
+
 // Dimension is one limit that a request must pass: a keyed limiter and the
 // key to charge in it, such as the per-API-key limit for "key-123" or the
 // login limit for "203.0.113.7".
@@ -27,6 +32,22 @@ type MultiDecision struct {
 	// Index is the position in dims of the dimension Decision came from, or
 	// -1 when there were no dimensions.
 	Index int
+}
+
+// checkDims checks what fn (ratelimit.AllowAll, ratelimit.ReserveAll)
+// needs of every dimension before it charges any: a limiter, and an N that
+// is not negative. It returns the index of the first that fails, and its
+// error.
+func checkDims(fn string, dims []Dimension) (int, error) {
+	for i, d := range dims {
+		if typednil.Is(d.Limiter) {
+			return i, errs.AtDimension(i, false, configError("%s dims[%d].Limiter (%q) must not be nil, got %T", fn, i, d.Name, d.Limiter))
+		}
+		if d.N < 0 {
+			return i, errs.AtDimension(i, false, configError("%s dims[%d].N (%q) must not be negative, got %d", fn, i, d.Name, d.N))
+		}
+	}
+	return 0, nil
 }
 
 // cost is the events d is charged when the call charges n.

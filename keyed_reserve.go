@@ -39,7 +39,7 @@ func (k *Keyed) ReserveN(ctx context.Context, key string, n int, expiry time.Dur
 		return deniedReservation(MultiDecision{Decision: d}), err
 	}
 	kr := &keyedReservation{hold: keyedHold{k: k, key: key, at: now, n: int64(n), seq: seq, until: addSat(now, int64(expiry))}}
-	kr.Reservation = Reservation{MultiDecision: MultiDecision{Decision: d}, first: part{h: &kr.hold, n: int64(n)}, nparts: 1}
+	kr.holdOne(d, &kr.hold, n)
 	return &kr.Reservation, err
 }
 

@@ -76,6 +76,21 @@ type holder interface {
 	Settle(ctx context.Context, actual int64) error
 }
 
+// holdOne makes r, new, the reservation that d admitted, holding n events
+// through h: what every home hands out.
+func (r *Reservation) holdOne(d Decision, h holder, n int) {
+	r.Decision = d
+	r.first, r.nparts = part{h: h, n: int64(n)}, 1
+}
+
+// partAt returns r's part i (0 <= i < r.nparts).
+func (r *Reservation) partAt(i int) *part {
+	if i == 0 {
+		return &r.first
+	}
+	return &r.more[i-1]
+}
+
 // deniedReservation returns a Reservation that holds nothing, with d.
 func deniedReservation(d MultiDecision) *Reservation {
 	return &Reservation{MultiDecision: d}
@@ -123,10 +138,7 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 		if r.done&(1<<i) != 0 {
 			continue
 		}
-		p := r.first
-		if i > 0 {
-			p = r.more[i-1]
-		}
+		p := r.partAt(i)
 		a := int64(actual)
 		if p.fixed {
 			a = p.n
@@ -137,15 +149,12 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 			r.done |= 1 << i
 		case errors.Is(err, ErrReservationSettled):
 			r.done |= 1 << i
-		case errors.Is(err, ErrInvalidConfig):
-			// It can never settle (its key's policy is now the sliding
-			// log): it stands at its estimate.
-			r.done |= 1 << i
-			if r.nparts > 1 {
-				err = errs.AtDimension(i, true, err)
-			}
-			joined = errors.Join(joined, err)
 		default:
+			if errors.Is(err, ErrInvalidConfig) {
+				// It can never settle (its key's policy is now the
+				// sliding log): it stands at its estimate.
+				r.done |= 1 << i
+			}
 			if r.nparts > 1 {
 				err = errs.AtDimension(i, true, err)
 			}

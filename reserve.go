@@ -8,7 +8,6 @@ import (
 
 	"github.com/rlkit/ratelimit/internal/errs"
 	"github.com/rlkit/ratelimit/internal/settle"
-	"github.com/rlkit/ratelimit/internal/typednil"
 )
 
 // init lets the homes outside this package (redislimit) hand out
@@ -16,7 +15,9 @@ import (
 func init() {
 	settle.Done = ErrReservationSettled
 	settle.Make = func(h settle.Holder, n int, d any) any {
-		return &Reservation{MultiDecision: MultiDecision{Decision: d.(Decision)}, first: part{h: h, n: int64(n)}, nparts: 1}
+		r := &Reservation{}
+		r.holdOne(d.(Decision), h, n)
+		return r
 	}
 }
 
@@ -50,15 +51,9 @@ func ReserveAll(ctx context.Context, n int, expiry time.Duration, dims ...Dimens
 	if err := checkExpiry("ratelimit.ReserveAll", expiry); err != nil {
 		return deniedReservation(invalid), err
 	}
-	for i, d := range dims {
-		if typednil.Is(d.Limiter) {
-			invalid.Index = i
-			return deniedReservation(invalid), errs.AtDimension(i, false, configError("ratelimit.ReserveAll dims[%d].Limiter (%q) must not be nil, got %T", i, d.Name, d.Limiter))
-		}
-		if d.N < 0 {
-			invalid.Index = i
-			return deniedReservation(invalid), errs.AtDimension(i, false, configError("ratelimit.ReserveAll dims[%d].N (%q) must not be negative, got %d", i, d.Name, d.N))
-		}
+	if i, err := checkDims("ratelimit.ReserveAll", dims); err != nil {
+		invalid.Index = i
+		return deniedReservation(invalid), err
 	}
 	if len(dims) == 0 {
 		return deniedReservation(MultiDecision{Decision: Decision{Allowed: true}, Index: -1}), nil
@@ -135,10 +130,7 @@ func reserveEach(ctx context.Context, n int, expiry time.Duration, dims []Dimens
 		}
 		r.markFixed(dims[i].N != 0)
 		for j := range r.nparts {
-			p := r.first
-			if j > 0 {
-				p = r.more[j-1]
-			}
+			p := *r.partAt(j)
 			if out.nparts == 0 {
 				out.first = p
 			} else {
@@ -167,12 +159,8 @@ func reserveIn(ctx context.Context, d Dimension, n int, expiry time.Duration) (*
 // markFixed marks every part of r as of a dimension with its own N, which
 // settles unchanged, when fixed is set.
 func (r *Reservation) markFixed(fixed bool) {
-	if !fixed {
-		return
-	}
-	r.first.fixed = true
-	for i := range r.more {
-		r.more[i].fixed = true
+	for i := range r.nparts {
+		r.partAt(i).fixed = r.partAt(i).fixed || fixed
 	}
 }
 
