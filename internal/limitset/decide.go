@@ -417,14 +417,19 @@ func expiryOf(ctx context.Context) time.Duration {
 // never nil.
 func (c *Charge[R]) reserve(ctx context.Context, n int) (*ratelimit.Reservation, error) {
 	if c.err != nil {
-		return &ratelimit.Reservation{MultiDecision: ratelimit.MultiDecision{Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}}}, c.err
+		return refusedReservation(), c.err
 	}
 	rs, ok := c.Limiter.(ratelimit.Reserver)
 	if !ok {
-		return &ratelimit.Reservation{MultiDecision: ratelimit.MultiDecision{Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}}},
-			configError("limit %q: its limiter (the request's tier's) is a %T, which cannot reserve (it is not a ratelimit.Reserver)", c.Entry.Name, c.Limiter)
+		return refusedReservation(), configError("limit %q: its limiter (the request's tier's) is a %T, which cannot reserve (it is not a ratelimit.Reserver)", c.Entry.Name, c.Limiter)
 	}
 	return rs.ReserveN(ctx, c.Key, n, expiryOf(ctx))
+}
+
+// refusedReservation is the Reservation of a request refused before
+// anything was reserved: it holds nothing.
+func refusedReservation() *ratelimit.Reservation {
+	return &ratelimit.Reservation{MultiDecision: ratelimit.MultiDecision{Decision: ratelimit.Decision{RetryAfter: ratelimit.RetryNever}}}
 }
 
 // settled forgets c's reservation, once settled, waking the requests
