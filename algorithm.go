@@ -5,7 +5,7 @@ import (
 )
 
 // Algorithm names how a limiter decides: one of the five rate limits, the
-// calendar quota, or the concurrency limit.
+// calendar quota, the concurrency limit or the adaptive one.
 type Algorithm uint8
 
 // The algorithms. The zero Algorithm is invalid.
@@ -21,6 +21,9 @@ const (
 	// ConcurrencyAlgorithm is the concurrency limit: permits in flight
 	// per key ([NewConcurrency]).
 	ConcurrencyAlgorithm
+	// AdaptiveAlgorithm is the adaptive concurrency limit: requests in
+	// flight to a service, bounded by its latency ([NewAdaptive]).
+	AdaptiveAlgorithm
 )
 
 // String returns the algorithm's short name, such as "tokenbucket".
@@ -40,6 +43,8 @@ func (a Algorithm) String() string {
 		return "quota"
 	case ConcurrencyAlgorithm:
 		return "concurrency"
+	case AdaptiveAlgorithm:
+		return "adaptive"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }

@@ -129,10 +129,14 @@ const (
 	// and Decision.Remaining say what is free after. With the admitted N
 	// of the same limiter's decisions it tells what is in flight.
 	OutcomeReleased
+	// OutcomeShed: the request was refused to protect the service from
+	// overload, not by a rate limit: an [Adaptive] limiter had no place
+	// for its priority. Servers answer it 503 (gRPC: UNAVAILABLE).
+	OutcomeShed
 )
 
 // String returns "allowed", "denied", "shadow", "error", "fallback",
-// "exempt" or "released".
+// "exempt", "released" or "shed".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeAllowed:
@@ -149,6 +153,8 @@ func (o Outcome) String() string {
 		return "exempt"
 	case OutcomeReleased:
 		return "released"
+	case OutcomeShed:
+		return "shed"
 	}
 	return "unknown"
 }
