@@ -10,7 +10,8 @@ import (
 
 // A client asks its Throttle before each send and tells it each answer:
 // once the server fails more than half the attempts (K = 2), requests are
-// refused locally, without reaching it.
+// refused locally, without reaching it, but for one probe a second; the
+// first probe the server accepts brings the traffic back.
 func ExampleNewThrottle() {
 	clk := newMock() // at a window's start
 	th, err := ratelimit.NewThrottle(ratelimit.ThrottleConfig{K: 2}, ratelimit.WithClock(clk))
@@ -18,23 +19,32 @@ func ExampleNewThrottle() {
 		panic(err)
 	}
 	ctx := context.Background()
-	send := func(up bool) {
+	up := true
+	send := func() {
 		if d := th.Attempt(ctx, "api.example.com"); !d.Allowed {
-			fmt.Printf("refused locally, retry after %v\n", d.RetryAfter.Round(time.Second))
+			fmt.Printf("refused locally, next probe in %v\n", d.RetryAfter)
 			return
 		}
 		th.Record("api.example.com", up) // the server's answer: accepted or not
 		fmt.Println("sent, accepted:", up)
 	}
-	send(true)
-	for i := 0; i < 3; i++ {
-		send(false) // the server goes down
-	}
-	send(false)
+	send()
+	up = false // the server goes down
+	send()
+	send()
+	send()
+	clk.Add(time.Second)
+	send() // a probe
+	up = true
+	clk.Add(time.Second)
+	send() // a probe, accepted
+	send()
 	// Output:
 	// sent, accepted: true
 	// sent, accepted: false
 	// sent, accepted: false
-	// refused locally, retry after 1m0s
-	// refused locally, retry after 1m0s
+	// refused locally, next probe in 1s
+	// sent, accepted: false
+	// sent, accepted: true
+	// sent, accepted: true
 }

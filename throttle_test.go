@@ -34,6 +34,8 @@ func TestThrottleConfigErrors(t *testing.T) {
 		{ThrottleConfig{K: -2}, "ratelimit.ThrottleConfig.K"},
 		{ThrottleConfig{RetryShare: -0.1}, "ratelimit.ThrottleConfig.RetryShare"},
 		{ThrottleConfig{RetryShare: 1.5}, "ratelimit.ThrottleConfig.RetryShare"},
+		{ThrottleConfig{Probe: -time.Second}, "ratelimit.ThrottleConfig.Probe"},
+		{ThrottleConfig{Probe: 2 * time.Minute}, "ratelimit.ThrottleConfig.Probe"},
 	} {
 		_, err := NewThrottle(tc.cfg)
 		require.Error(t, err, "%+v", tc.cfg)
@@ -66,7 +68,7 @@ func TestThrottleColdStartAndHealthy(t *testing.T) {
 // only answers count.
 func TestThrottleRule(t *testing.T) {
 	t.Parallel()
-	th, clk := newTestThrottle(t, ThrottleConfig{K: 2})
+	th, clk := newTestThrottle(t, ThrottleConfig{K: 2, Probe: time.Minute})
 	ctx := context.Background()
 	// Two accepts: up to 2·2+1 = 5 attempts.
 	th.Record("a", true)
@@ -74,7 +76,7 @@ func TestThrottleRule(t *testing.T) {
 	d := th.Attempt(ctx, "a")
 	require.True(t, d.Allowed)
 	assert.Equal(t, 5, d.Limit)
-	assert.Equal(t, 2, d.Remaining, "three failures more and the key is throttled")
+	assert.Equal(t, 2, d.Remaining, "two failures more still go, the third throttles the key")
 	th.Record("a", false)
 	th.Record("a", false)
 	require.True(t, th.Attempt(ctx, "a").Allowed, "4 attempts < 5")
@@ -99,44 +101,43 @@ func TestThrottleRule(t *testing.T) {
 	assert.Equal(t, 1, d.Limit)
 }
 
-// The previous window weighs by the share of it still in the sliding
-// window.
-func TestThrottleSlidingWeight(t *testing.T) {
+// The rule on the weighted counts, and its RetryAfter (probes aside): the
+// previous window weighs by the share of it still in the sliding window.
+func TestThrottleRuleDecay(t *testing.T) {
 	t.Parallel()
-	th, clk := newTestThrottle(t, ThrottleConfig{K: 1})
-	ctx := context.Background()
-	for i := 0; i < 10; i++ {
-		th.Record("a", false) // 10 failed attempts, no accept
+	th, _ := newTestThrottle(t, ThrottleConfig{K: 1})
+	for _, tc := range []struct {
+		name           string
+		f              float64 // elapsed share of the window
+		up, uc, bp, bc float64
+		allowed        bool
+		retryAfter     time.Duration
+	}{
+		// 10 failures in the previous window: 10·(1-g) < 1 from g > 0.9.
+		{"previous window", 0, 10, 0, 0, 0, false, 54*time.Second + 1},
+		{"previous window, later", 0.5, 10, 0, 0, 0, false, 24*time.Second + 1},
+		{"previous window, decayed", 0.9001, 10, 0, 0, 0, true, 0},
+		// 4 failures half a window ago: they stay for the 30 s left, then
+		// 4·(1-g) < 1 from g > 0.75.
+		{"this window", 0.5, 0, 4, 0, 0, false, 30*time.Second + 45*time.Second + 1},
+		// 3 attempts, 2 accepts this window: 3 < 2+1 fails.
+		{"accepts", 0.5, 0, 3, 0, 2, false, 30*time.Second + 1},
+		{"accepts, room", 0.5, 0, 2, 0, 2, true, 0},
+	} {
+		d := th.rule(tc.f, 1, tc.up, tc.uc, tc.bp, tc.bc)
+		assert.Equal(t, tc.allowed, d.Allowed, tc.name)
+		if !tc.allowed {
+			assert.InDelta(t, float64(tc.retryAfter), float64(d.RetryAfter), float64(time.Microsecond), tc.name)
+			// Waiting it with nothing else happening lets a request go.
+			g := tc.f + float64(d.RetryAfter)/float64(time.Minute)
+			up, uc, bp, bc := tc.up, tc.uc, tc.bp, tc.bc
+			if g > 1 {
+				g, up, uc, bp, bc = g-1, uc, 0, bc, 0
+			}
+			assert.True(t, th.rule(g, 1, up, uc, bp, bc).Allowed, "%s: after RetryAfter", tc.name)
+			assert.False(t, th.rule(g-1e-6, 1, up, uc, bp, bc).Allowed, "%s: just before RetryAfter", tc.name)
+		}
 	}
-	clk.Add(time.Minute) // next window, f = 0: the estimate is 10
-	d := th.Attempt(ctx, "a")
-	require.False(t, d.Allowed)
-	// 10·(1-f) < 1 from f > 0.9: 54 s into the window.
-	assert.Equal(t, 54*time.Second+1, d.RetryAfter)
-	clk.Add(54*time.Second - time.Millisecond)
-	assert.False(t, th.Attempt(ctx, "a").Allowed, "a millisecond before")
-	clk.Add(time.Millisecond + 1)
-	assert.True(t, th.Attempt(ctx, "a").Allowed)
-}
-
-// RetryAfter of a refusal that lasts into the next window.
-func TestThrottleRetryAfterNextWindow(t *testing.T) {
-	t.Parallel()
-	th, clk := newTestThrottle(t, ThrottleConfig{K: 1})
-	ctx := context.Background()
-	clk.Add(30 * time.Second)
-	for i := 0; i < 4; i++ {
-		th.Record("a", false)
-	}
-	d := th.Attempt(ctx, "a")
-	require.False(t, d.Allowed)
-	// This window's 4 stay for its 30 s left; in the next one 4·(1-g) < 1
-	// from g > 0.75.
-	assert.Equal(t, 30*time.Second+45*time.Second+1, d.RetryAfter)
-	clk.Add(d.RetryAfter - 1)
-	assert.False(t, th.Attempt(ctx, "a").Allowed)
-	clk.Add(1)
-	assert.True(t, th.Attempt(ctx, "a").Allowed)
 }
 
 // Retries: at most RetryShare·requests + 1 in the window, and the request
@@ -171,7 +172,7 @@ func TestThrottleRetryBudget(t *testing.T) {
 // new keys beyond the cap share one state, throttled together.
 func TestThrottleMaxKeys(t *testing.T) {
 	t.Parallel()
-	th, clk := newTestThrottle(t, ThrottleConfig{K: 1}, WithMaxKeys(2))
+	th, clk := newTestThrottle(t, ThrottleConfig{K: 1, Probe: time.Minute}, WithMaxKeys(2))
 	ctx := context.Background()
 	th.Record("a", false)
 	th.Record("b", false)
@@ -201,4 +202,66 @@ func TestThrottleObserver(t *testing.T) {
 	assert.Equal(t, ThrottleAlgorithm, got[1].Algorithm)
 	assert.Equal(t, "api", got[1].Name)
 	assert.Equal(t, "throttle", ThrottleAlgorithm.String())
+}
+
+// A throttled key lets one request go per Probe (counted from its last
+// answer or probe); a retry is never a probe.
+func TestThrottleProbe(t *testing.T) {
+	t.Parallel()
+	th, clk := newTestThrottle(t, ThrottleConfig{}) // Probe: 1 s
+	ctx := context.Background()
+	th.Record("a", false)
+	d := th.Attempt(ctx, "a")
+	require.False(t, d.Allowed)
+	assert.Equal(t, time.Second, d.RetryAfter, "the next probe")
+	clk.Add(time.Second - 1)
+	assert.False(t, th.Attempt(ctx, "a").Allowed)
+	assert.False(t, th.Retry(ctx, "a").Allowed)
+	clk.Add(1)
+	assert.False(t, th.Retry(ctx, "a").Allowed, "a retry is never a probe")
+	d = th.Attempt(ctx, "a")
+	assert.True(t, d.Allowed, "the probe")
+	assert.Zero(t, d.Remaining)
+	assert.False(t, th.Attempt(ctx, "a").Allowed, "one probe per Probe")
+	clk.Add(time.Second)
+	assert.True(t, th.Attempt(ctx, "a").Allowed, "no answer for a second: the next probe")
+	clk.Add(500 * time.Millisecond)
+	th.Record("a", false) // the probe failed
+	clk.Add(999 * time.Millisecond)
+	assert.False(t, th.Attempt(ctx, "a").Allowed, "a second from the last answer")
+	clk.Add(time.Millisecond)
+	assert.True(t, th.Attempt(ctx, "a").Allowed)
+}
+
+// An accept while the key is throttled forgives the failures before it:
+// traffic returns at once.
+func TestThrottleForgivesOnAccept(t *testing.T) {
+	t.Parallel()
+	th, clk := newTestThrottle(t, ThrottleConfig{})
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		th.Record("a", true)
+	}
+	for i := 0; i < 100; i++ {
+		th.Record("a", false)
+	}
+	require.False(t, th.Attempt(ctx, "a").Allowed)
+	clk.Add(time.Second)
+	require.True(t, th.Attempt(ctx, "a").Allowed, "the probe")
+	th.Record("a", true) // the server is back
+	d := th.Attempt(ctx, "a")
+	require.True(t, d.Allowed, "111 attempts, 11 accepts: forgiven")
+	assert.Equal(t, 23, d.Limit)
+	assert.Equal(t, 11, d.Remaining, "11 attempts and 11 accepts: 11 failures more still go, the 12th throttles the key again")
+	for i := 0; i < 12; i++ {
+		require.True(t, th.Attempt(ctx, "a").Allowed, "failure %d", i)
+		th.Record("a", false)
+	}
+	assert.False(t, th.Attempt(ctx, "a").Allowed, "23 attempts, 11 accepts")
+	// An accept while not throttled forgives nothing.
+	th2, _ := newTestThrottle(t, ThrottleConfig{})
+	th2.Record("a", true)
+	th2.Record("a", false)
+	th2.Record("a", true)
+	assert.Equal(t, 1, th2.Attempt(ctx, "a").Remaining, "3 attempts, 2 accepts: one failure more still goes (4 < 5)")
 }
