@@ -5,6 +5,7 @@ package grpclimit
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,52 +47,42 @@ func outageInvoker(log *outage.Log, client int) grpc.UnaryInvoker {
 }
 
 // TestSynctestClientThrottleOutage is the gRPC client's proof, as
-// httplimit's TestSynctestThrottleOutage: ten clients with a Throttle
-// each (defaults), 10 calls a second each, marked retry-safe, retried up
-// to 3 times after the server's pushback; a 30 s outage a minute in.
+// httplimit's TestSynctestThrottleOutage, over outage.Scenarios: ten
+// clients with a Throttle each (defaults), 10 calls a second each, marked
+// retry-safe and retried up to 3 times after the server's pushback.
 func TestSynctestClientThrottleOutage(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		sc := outage.Scenario{Start: time.Now(), Down: time.Minute, Up: 90 * time.Second, End: 210 * time.Second,
-			Clients: 10, Every: 100 * time.Millisecond, Window: time.Minute, K: 2, Share: 0.1,
-			RecoverFor: 2 * time.Minute, Lead: 20 * time.Millisecond, Probe: time.Second}
-		log := outage.New(sc)
-		var wg sync.WaitGroup
-		var throttled [10]int
-		for cl := range sc.Clients {
-			th, err := ratelimit.NewThrottle(ratelimit.ThrottleConfig{})
-			require.NoError(t, err)
-			c, err := NewClient(nil, WithThrottle(th), WithRetries(3))
-			require.NoError(t, err)
-			unary, invoke := c.Unary(), outageInvoker(log, cl)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx := MarkRetrySafe(context.Background())
-				for i := 0; ; i++ {
-					at := sc.Start.Add(time.Duration(i) * sc.Every)
-					if at.Sub(sc.Start) >= sc.End {
-						return
-					}
-					time.Sleep(time.Until(at))
-					err := unary(ctx, methodUnary, new(int), nil, nil, invoke)
-					if status.Code(err) == codes.Unavailable && isThrottled(err) {
-						throttled[cl]++
-					}
-					log.Result(at, cl, err == nil)
+	for name, sc := range outage.Scenarios() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				sc.Start = time.Now()
+				log := outage.New(sc)
+				unary := make([]grpc.UnaryClientInterceptor, sc.Clients)
+				invoke := make([]grpc.UnaryInvoker, sc.Clients)
+				for c := range unary {
+					th, err := ratelimit.NewThrottle(ratelimit.ThrottleConfig{})
+					require.NoError(t, err)
+					cl, err := NewClient(nil, WithThrottle(th), WithRetries(3))
+					require.NoError(t, err)
+					unary[c], invoke[c] = cl.Unary(), outageInvoker(log, c)
 				}
-			}()
-		}
-		wg.Wait()
-		f := log.Check()
-		total := 0
-		for _, n := range throttled {
-			total += n
-		}
-		t.Logf("grpc: %v; refused locally: %d", f, total)
-		assert.Empty(t, f.AttemptViolations, "attempts per window <= K·accepts + 1: %s", f.Violations())
-		assert.Empty(t, f.RetryViolations, "retries within the budget: %s", f.Violations())
-		assert.GreaterOrEqual(t, f.RecoveredShare(), 0.95, "recovered within two windows")
-		assert.Positive(t, f.OutageRetries, "the pushback's retries were sent")
-	})
+				var throttled atomic.Int64
+				ctx := MarkRetrySafe(context.Background())
+				log.Run(func(c int) bool {
+					err := unary[c](ctx, methodUnary, new(int), nil, nil, invoke[c])
+					if isThrottled(err) {
+						throttled.Add(1)
+					}
+					return err == nil
+				})
+				f := log.Check()
+				t.Logf("grpc, %s outage: %v; refused locally: %d", name, f, throttled.Load())
+				assert.Empty(t, f.AttemptViolations, "attempts per window <= K·accepts + 1: %s", f.Violations())
+				assert.Empty(t, f.RetryViolations, "retries within the budget: %s", f.Violations())
+				assert.GreaterOrEqual(t, f.RecoveredShare(), 0.95, "recovered within two windows")
+				assert.Positive(t, f.OutageRetries, "the pushback's retries were sent")
+			})
+		})
+	}
 }

@@ -230,3 +230,42 @@ func (f Figures) Violations() string {
 	}
 	return strings.Join(v, "; ")
 }
+
+// Run drives the population: each client, in its own goroutine, makes a
+// request every Every from Start until End with send (which reports
+// whether the request succeeded), and records its result. It returns
+// when every client is done. Run it inside a testing/synctest bubble.
+func (l *Log) Run(send func(client int) bool) {
+	sc := l.sc
+	var wg sync.WaitGroup
+	for c := range sc.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				at := sc.Start.Add(time.Duration(i) * sc.Every)
+				if at.Sub(sc.Start) >= sc.End {
+					return
+				}
+				time.Sleep(time.Until(at))
+				l.Result(at, c, send(c))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Scenarios are the client side's proofs (Start is the caller's): ten
+// clients, each with its Throttle at the defaults (a one-minute window,
+// K 2, retries 10% of requests, a probe a second), send 10 requests a
+// second each, retrying refusals up to 3 times; the server fails
+// everything from a minute in. The outage lasts 30 s; the long
+// one 5 minutes, where the throttle has time to bite.
+func Scenarios() map[string]Scenario {
+	base := Scenario{Down: time.Minute, Clients: 10, Every: 100 * time.Millisecond, Window: time.Minute,
+		K: 2, Share: 0.1, RecoverFor: 2 * time.Minute, Lead: 20 * time.Millisecond, Probe: time.Second}
+	short, long := base, base
+	short.Up, short.End = 90*time.Second, 210*time.Second
+	long.Up, long.End = 6*time.Minute, 8*time.Minute
+	return map[string]Scenario{"30s": short, "5min": long}
+}
