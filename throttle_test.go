@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,4 +265,37 @@ func TestThrottleForgivesOnAccept(t *testing.T) {
 	th2.Record("a", false)
 	th2.Record("a", true)
 	assert.Equal(t, 1, th2.Attempt(ctx, "a").Remaining, "3 attempts, 2 accepts: one failure more still goes (4 < 5)")
+}
+
+// Concurrent Attempts and Records on a few keys (run with -race): the
+// counts add up, every Decision is sane.
+func TestThrottleConcurrent(t *testing.T) {
+	t.Parallel()
+	th, _ := newTestThrottle(t, ThrottleConfig{K: 1e6})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				key := []string{"a", "b", "c"}[i%3]
+				d := th.Attempt(ctx, key)
+				assert.True(t, d.Allowed)
+				assert.GreaterOrEqual(t, d.Remaining, 0)
+				th.Record(key, true)
+				th.Retry(ctx, key)
+			}
+		}()
+	}
+	wg.Wait()
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	var att, req float64
+	for _, st := range th.keys {
+		att += st.cur.attempts
+		req += st.cur.requests
+	}
+	assert.Equal(t, 4000.0, att)
+	assert.Equal(t, 4000.0, req)
 }
