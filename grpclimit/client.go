@@ -397,6 +397,9 @@ func (c *Client) obey(cl *outCall, tk pacer.Ticket, err error, header, trailer m
 	}
 	out := c.pacer.Done(tk, now, a)
 	c.reportPause(cl, out)
+	if !a.Refused {
+		return out.Pause, false
+	}
 	if p, ok := pushback(header, trailer); ok && p < 0 {
 		return out.Pause, false // the server asks not to retry
 	}

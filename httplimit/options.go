@@ -355,8 +355,8 @@ func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Durati
 
 // WithThrottle makes the transport ask th before sending each request,
 // under the request's key ("" for [NewTransport]), and tell it each answer:
-// 429, 5xx and a transport error are not accepted (a request whose caller
-// cancelled it is not counted). A request th refuses is not sent:
+// 429, 5xx and a transport error are not accepted, a request past its
+// deadline included (one whose caller cancelled it is not counted). A request th refuses is not sent:
 // RoundTrip returns [ErrThrottled] at once. The retries of [WithRetries]
 // go only while th's retry budget allows. A nil th throttles nothing; see
 // docs/overload-client.md. For [NewTransport] and [NewKeyedTransport].

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -297,9 +298,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			refusal = nil
 		}
 		resp, err := t.base.RoundTrip(send)
-		if t.throttle != nil && (err == nil || ctx.Err() == nil) {
-			// A transport error is not accepted; the caller's own
-			// cancellation says nothing of the server.
+		if t.throttle != nil && (err == nil || !errors.Is(ctx.Err(), context.Canceled)) {
+			// A transport error is not accepted (a deadline passed
+			// included); the caller's own cancellation says nothing of
+			// the server.
 			t.throttle.Record(key, err == nil && accepted(resp.StatusCode))
 		}
 		if err != nil {
