@@ -77,8 +77,8 @@ import (
 //
 // A call the interceptors do not send fails with a gRPC status error
 // whose code says why (Canceled, DeadlineExceeded, ResourceExhausted,
-// InvalidArgument for [ErrNoKey], Unavailable for [ErrThrottled]) and which matches its cause with
-// errors.Is: context.Canceled, context.DeadlineExceeded,
+// InvalidArgument for [ErrNoKey], Unavailable for [ErrThrottled]) and
+// which matches its cause with errors.Is: context.Canceled, context.DeadlineExceeded,
 // [ratelimit.ErrDeadline] (the limiter's wait would outlast the deadline),
 // [ErrPauseDeadline] (a pause would), [ratelimit.ErrExceedsLimit], ... A
 // call whose context is done is never sent.
@@ -124,8 +124,8 @@ func retrySafe(ctx context.Context) bool {
 // options that apply are [WithCost], [WithClock], [WithRetries],
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
 // [WithPauseScope] (not [PauseByKey]), [WithMaxKeys], [WithPauseHook] and
-// [WithThrottle];
-// an invalid one is an error wrapping [ratelimit.ErrInvalidConfig].
+// [WithThrottle]; an invalid one is an error wrapping
+// [ratelimit.ErrInvalidConfig].
 //
 // The pacing of a scope is held while it has anything live, up to
 // [WithMaxKeys] scopes (65,536 by default); at the cap a call of a new
@@ -156,9 +156,8 @@ func NewClient(lim ratelimit.Limiter, opts ...ClientOption) (*Client, error) {
 // The options that apply are [WithCost], [WithClock], [WithRetries],
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
 // [WithPauseScope], [WithMaxKeys], [WithPauseHook] and [WithThrottle]. It
-// returns an error
-// wrapping [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an
-// invalid option.
+// returns an error wrapping [ratelimit.ErrInvalidConfig] when lim or key
+// is nil, or for an invalid option.
 func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...ClientOption) (*Client, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("grpclimit.NewKeyedClient: the limiter must not be nil, got %T", lim)

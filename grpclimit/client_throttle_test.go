@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -156,3 +157,39 @@ func TestClientThrottleRetryBudget(t *testing.T) {
 }
 
 func isThrottled(err error) bool { return errors.Is(err, ErrThrottled) }
+
+// fakeStream is a client stream whose RecvMsg returns recv.
+type fakeStream struct {
+	grpc.ClientStream
+	recv error
+}
+
+func (s *fakeStream) RecvMsg(any) error { return s.recv }
+
+// A stream's outcome is told to the throttle once, when it ends: by
+// RecvMsg's io.EOF (accepted) or by its status.
+func TestClientThrottleStreams(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.NewAnnouncing(clientEpoch)
+	th := newTestThrottle(t, clk)
+	c := newTestClient(t, nil, nil, nil, clk, WithThrottle(th))
+	open := func(recv error) grpc.ClientStream {
+		cs, err := c.Stream()(context.Background(), &grpc.StreamDesc{}, nil, methodDuplex, func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+			return &fakeStream{recv: recv}, nil
+		})
+		require.NoError(t, err)
+		return cs
+	}
+	ok := open(io.EOF)
+	for range 3 {
+		assert.Equal(t, io.EOF, ok.RecvMsg(nil))
+	}
+	// One accept (recorded once): two failures more still go.
+	for range 2 {
+		failed := open(status.Error(codes.Unavailable, "down"))
+		_ = failed.RecvMsg(nil)
+		_ = failed.RecvMsg(nil)
+	}
+	_, err := c.Stream()(context.Background(), &grpc.StreamDesc{}, nil, methodDuplex, nil)
+	assertNotSent(t, err, codes.Unavailable, ErrThrottled)
+}
