@@ -62,10 +62,11 @@ type ThrottleConfig struct {
 // Its decisions report to an [Observer] (Algorithm [ThrottleAlgorithm],
 // Home [HomeKeyed]): a request or retry refused locally as [OutcomeShed].
 //
-// It holds up to [WithMaxKeys] keys (65,536 by default, about 200 bytes
-// each); a key whose counts have all left the window is forgotten when
-// room is needed. When every key held is live, the new keys share one
-// state: they are throttled together, never let go unthrottled.
+// It holds up to [WithMaxKeys] keys (65,536 by default, about 150 bytes
+// each besides the key); a key whose counts have all left the window is
+// forgotten when room is needed. When every key held is live, the new
+// keys share one state: they are throttled together, never let go
+// unthrottled.
 //
 // Create one with [NewThrottle]; the zero value is not usable. A Throttle
 // is safe for concurrent use. Package httplimit's transport and grpclimit's
