@@ -131,7 +131,9 @@ const (
 	OutcomeReleased
 	// OutcomeShed: the request was refused to protect the service from
 	// overload, not by a rate limit: an [Adaptive] limiter had no place
-	// for its priority. Servers answer it 503 (gRPC: UNAVAILABLE).
+	// for its priority. Servers answer it 503 (gRPC: UNAVAILABLE). A
+	// [Throttle] reports it too: a client's request refused locally,
+	// since its server has been failing.
 	OutcomeShed
 )
 

@@ -43,6 +43,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"NewKeyed":          func(o Option) (any, error) { return NewKeyed(FixedWindowPolicy(1, time.Second), o) },
 		"NewConcurrency":    func(o Option) (any, error) { return NewConcurrency(1, o) },
 		"NewAdaptive":       func(o Option) (any, error) { return NewAdaptive(AdaptiveConfig{}, o) },
+		"NewThrottle":       func(o Option) (any, error) { return NewThrottle(ThrottleConfig{}, o) },
 		"NewTiered": func(o Option) (any, error) {
 			k, err := NewKeyed(FixedWindowPolicy(1, time.Second))
 			if err != nil {

@@ -49,6 +49,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"WithPauseScope":            WithPauseScope(PauseByMethod),
 		"WithMaxKeys":               WithMaxKeys(10),
 		"WithPauseHook":             WithPauseHook(func(context.Context, string, time.Duration) {}),
+		"WithThrottle":              WithThrottle(nil),
 	}
 	constructors := map[string]func(any) error{
 		"New": func(o any) error {

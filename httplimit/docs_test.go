@@ -46,6 +46,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"WithMaxKeys":             WithMaxKeys(10),
 		"WithPauseHook":           WithPauseHook(func(*http.Request, *http.Response, time.Duration) {}),
 		"WithTokenCost":           WithTokenCost(func(*http.Request) int { return 1 }),
+		"WithThrottle":            WithThrottle(nil),
 		"WithIPResolver":          WithIPResolver(res),
 		"WithObserver":            WithObserver(nil),
 		"ExemptNetworks":          ExemptNetworks("10.0.0.0/8"),

@@ -352,3 +352,17 @@ func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Durati
 		return nil
 	})
 }
+
+// WithThrottle makes the transport ask th before sending each request,
+// under the request's key ("" for [NewTransport]), and tell it each answer:
+// 429, 5xx and a transport error are not accepted, a request past its
+// deadline included (one whose caller cancelled it is not counted). A request th refuses is not sent:
+// RoundTrip returns [ErrThrottled] at once. The retries of [WithRetries]
+// go only while th's retry budget allows. A nil th throttles nothing; see
+// docs/overload-client.md. For [NewTransport] and [NewKeyedTransport].
+func WithThrottle(th *ratelimit.Throttle) ClientOption {
+	return clientOption(func(t *Transport) error {
+		t.throttle = th
+		return nil
+	})
+}

@@ -22,6 +22,9 @@ var (
 	// ErrPauseDeadline: a pause a server asked for outlasts the request's
 	// context deadline.
 	ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
+	// ErrThrottled: a client's ratelimit.Throttle refused a request
+	// locally, since its server has been failing.
+	ErrThrottled = errors.New("ratelimit: throttled: the server has been failing")
 )
 
 // ConfigError builds a configuration error of an adapter: it wraps

@@ -18,6 +18,9 @@
 //     clock for long timelines.
 //   - eventrec is the Observer that keeps every Event, for the tests of
 //     the packages above the root.
+//   - outage is the client side's overload scenario: a server down for a
+//     while, a population of throttled clients, and the checks of what
+//     ratelimit.Throttle promises.
 //
 // They live in the root module, under internal/, because the tests of every
 // module of the repository (redislimit, grpclimit, otellimit, the examples)
