@@ -375,29 +375,26 @@ func (i *Interceptor) unaryCounted(ctx context.Context, req any, handler grpc.Un
 }
 
 // endFlight ends the flight f of a call with ctx whose handler returned
-// err, or panicked when done is false, by what it says of the service's
-// capacity (see [WithAdaptive]).
+// err, or panicked when done is false, by [flightEnd].
 func endFlight(f ratelimit.Flight, ctx context.Context, err error, done bool) {
+	flightEnd(ctx, err, done).End(f)
+}
+
+// flightEnd is what a call with ctx whose handler returned err, or
+// panicked when done is false, says of the service's capacity (see
+// [WithAdaptive]).
+func flightEnd(ctx context.Context, err error, done bool) limitset.FlightEnd {
 	if !done {
-		f.Ignore()
-		return
+		return limitset.EndIgnored
 	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded:
-		f.Dropped()
-		return
+		return limitset.EndDropped
 	case codes.Canceled:
-		f.Ignore()
-		return
+		return limitset.EndIgnored
 	}
-	switch ctx.Err() {
-	case nil:
-		f.Success()
-	case context.DeadlineExceeded:
-		f.Dropped()
-	default:
-		f.Ignore() // the client went away
-	}
+	e, _ := limitset.ContextEnd(ctx)
+	return e
 }
 
 // acquire asks the Adaptive for a place for a call (a unary call when ss

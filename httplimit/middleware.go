@@ -514,23 +514,28 @@ func (m *Middleware) serveAcquired(w http.ResponseWriter, r *http.Request, next 
 }
 
 // endFlight ends the flight f of a request served with ctx, whose handler
-// wrote to w, by what it says of the service's capacity (see
-// [WithAdaptive]); returned is false when the handler panicked.
+// wrote to w, by [flightEnd].
 func endFlight(f ratelimit.Flight, ctx context.Context, w *outcomeWriter, returned bool) {
-	switch err := ctx.Err(); {
-	case !returned || w.hijacked:
-		f.Ignore()
-	case err == context.DeadlineExceeded:
-		f.Dropped()
-	case err != nil:
-		f.Ignore() // the client went away
-	case w.status == http.StatusServiceUnavailable || w.status == http.StatusGatewayTimeout:
-		f.Dropped()
-	case w.status >= 500:
-		f.Ignore()
-	default:
-		f.Success()
+	flightEnd(ctx, w, returned).End(f)
+}
+
+// flightEnd is what a request served with ctx, whose handler wrote to w,
+// says of the service's capacity (see [WithAdaptive]); returned is false
+// when the handler panicked.
+func flightEnd(ctx context.Context, w *outcomeWriter, returned bool) limitset.FlightEnd {
+	if !returned || w.hijacked {
+		return limitset.EndIgnored
 	}
+	if e, done := limitset.ContextEnd(ctx); done {
+		return e
+	}
+	switch {
+	case w.status == http.StatusServiceUnavailable || w.status == http.StatusGatewayTimeout:
+		return limitset.EndDropped
+	case w.status >= 500:
+		return limitset.EndIgnored
+	}
+	return limitset.EndSuccess
 }
 
 // shed answers a request the Adaptive shed with d, through the denied

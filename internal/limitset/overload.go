@@ -2,6 +2,7 @@ package limitset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -74,6 +75,56 @@ func ShedRetryAfter(d ratelimit.Decision) time.Duration {
 // 503 body and grpclimit's status: retrySecs is the announced wait.
 func ShedMessage(retrySecs int64) string {
 	return fmt.Sprintf("server overloaded, retry in %d s", retrySecs)
+}
+
+// FlightEnd is how a server ends a request's Flight: by what the request
+// says of the service's capacity.
+type FlightEnd uint8
+
+// The ends of a Flight.
+const (
+	// EndSuccess: served (ratelimit.Flight.Success).
+	EndSuccess FlightEnd = iota
+	// EndDropped: failed from overload (ratelimit.Flight.Dropped).
+	EndDropped
+	// EndIgnored: says nothing of the capacity (ratelimit.Flight.Ignore).
+	EndIgnored
+)
+
+// String returns "success", "dropped" or "ignored".
+func (e FlightEnd) String() string {
+	switch e {
+	case EndSuccess:
+		return "success"
+	case EndDropped:
+		return "dropped"
+	}
+	return "ignored"
+}
+
+// End ends f so.
+func (e FlightEnd) End(f ratelimit.Flight) {
+	switch e {
+	case EndSuccess:
+		f.Success()
+	case EndDropped:
+		f.Dropped()
+	default:
+		f.Ignore()
+	}
+}
+
+// ContextEnd is the end of a request whose context ctx is done: dropped
+// when its deadline passed, ignored when it was cancelled (its client
+// went away); ok is false while ctx is not done.
+func ContextEnd(ctx context.Context) (e FlightEnd, ok bool) {
+	switch err := ctx.Err(); {
+	case err == nil:
+		return EndSuccess, false
+	case errors.Is(err, context.DeadlineExceeded):
+		return EndDropped, true
+	}
+	return EndIgnored, true
 }
 
 // Undo gives back what v admitted, of a request that the Decide which
