@@ -387,14 +387,20 @@ func flightEnd(ctx context.Context, err error, done bool) limitset.FlightEnd {
 	if !done {
 		return limitset.EndIgnored
 	}
-	switch status.Code(err) {
+	if e, ended := limitset.ContextEnd(ctx); ended {
+		return e
+	}
+	code := status.Code(err)
+	if code == codes.Unknown {
+		code = status.FromContextError(err).Code() // a bare context error
+	}
+	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return limitset.EndDropped
 	case codes.Canceled:
 		return limitset.EndIgnored
 	}
-	e, _ := limitset.ContextEnd(ctx)
-	return e
+	return limitset.EndSuccess
 }
 
 // acquire asks the Adaptive for a place for a call (a unary call when ss
