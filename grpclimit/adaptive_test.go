@@ -348,3 +348,36 @@ func TestAdaptiveConfig(t *testing.T) {
 	_, err = grpclimit.New(limits, grpclimit.WithAdaptive(observed, nil))
 	require.NoError(t, err)
 }
+
+// TestAdaptiveAllocs: an Adaptive that does not shed adds no allocation
+// to a unary call, nor to a stream.
+func TestAdaptiveAllocs(t *testing.T) {
+	lim := newKeyed(t, ratelimit.TokenBucketPolicy(ratelimit.Per(1e9, time.Second), 1e9), ratelimit.Clock(nil))
+	info := &grpc.UnaryServerInfo{FullMethod: mUnary}
+	sinfo := &grpc.StreamServerInfo{FullMethod: mDuplex, IsClientStream: true, IsServerStream: true}
+	handler := func(ctx context.Context, req any) (any, error) { return req, nil }
+	shandler := func(any, grpc.ServerStream) error { return nil }
+	ctx := grpc.NewContextWithServerTransportStream(context.Background(), &fakeStream{})
+	ss := &allocStream{ctx: ctx}
+	allocs := func(opts ...grpclimit.Option) (unary, stream float64) {
+		ic := newIC(t, []grpclimit.Limit{{Name: "api", Key: grpclimit.KeyByMethod(), Limiter: lim}},
+			append([]grpclimit.Option{grpclimit.WithFields(grpclimit.NoFields)}, opts...)...)
+		u, s := ic.Unary(), ic.Stream()
+		unary = testing.AllocsPerRun(200, func() { _, _ = u(ctx, info, info, handler) })
+		stream = testing.AllocsPerRun(200, func() { _ = s(nil, ss, sinfo, shandler) })
+		return unary, stream
+	}
+	u0, s0 := allocs()
+	u1, s1 := allocs(grpclimit.WithAdaptive(fixedAdaptive(t, 1<<20), nil))
+	t.Logf("unary %v -> %v, stream %v -> %v", u0, u1, s0, s1)
+	assert.LessOrEqual(t, u1, u0, "unary: allocations with an Adaptive")
+	assert.LessOrEqual(t, s1, s0, "stream: allocations with an Adaptive")
+}
+
+// allocStream is a grpc.ServerStream that only has a context.
+type allocStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *allocStream) Context() context.Context { return s.ctx }

@@ -366,7 +366,9 @@ func (i *Interceptor) unaryCounted(ctx context.Context, req any, handler grpc.Un
 	ctx = limitset.WithReportedCost(ctx)
 	done := false
 	defer func() {
-		endFlight(f, ctx, err, done)
+		if i.over != nil {
+			endFlight(f, ctx, err, done)
+		}
 		i.calls.Release(ctx, v, outcomeCode(err, done))
 	}()
 	resp, err = handler(ctx, req)
@@ -466,7 +468,9 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			cs := &countedStream{ServerStream: ss, ctx: limitset.WithReportedCost(ss.Context())}
 			done := false
 			defer func() {
-				endFlight(f, ss.Context(), err, done)
+				if i.over != nil {
+					endFlight(f, ss.Context(), err, done)
+				}
 				i.calls.Release(cs.ctx, &v, outcomeCode(err, done))
 			}()
 			err = i.serveStream(srv, cs, info, handler)

@@ -462,7 +462,9 @@ func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next h
 	ow := &outcomeWriter{ResponseWriter: w}
 	status, returned := http.StatusInternalServerError, false
 	defer func() {
-		endFlight(f, r.Context(), ow, returned)
+		if m.over != nil {
+			endFlight(f, r.Context(), ow, returned)
+		}
 		m.set.Release(ctx, v, status)
 	}()
 	next.ServeHTTP(ow, r.WithContext(ctx))
