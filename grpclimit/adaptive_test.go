@@ -307,7 +307,8 @@ func TestAdaptiveFlightFreedHoweverItEnds(t *testing.T) {
 
 // TestAdaptiveDeniedHandler: a shed call reaches the denied handler with
 // a Denial of Err ErrShed, Limit "adaptive", the Adaptive's Decision and
-// RetryAfter a second; the pushback trailer is set whatever it answers.
+// RetryAfter its RetryAfter rounded up to a whole second, at least one;
+// the pushback trailer is set whatever it answers.
 func TestAdaptiveDeniedHandler(t *testing.T) {
 	t.Parallel()
 	mock := fakeclock.New(epoch)
@@ -327,9 +328,14 @@ func TestAdaptiveDeniedHandler(t *testing.T) {
 	close(release)
 	require.NoError(t, <-held)
 	require.Len(t, got, 1)
-	assert.True(t, errors.Is(got[0].Err, grpclimit.ErrShed))
-	assert.Equal(t, grpclimit.Denial{Method: mUnary, Limit: "adaptive", Decision: ratelimit.Decision{Limit: 1, RetryAfter: time.Second},
-		RetryAfter: time.Second, Err: grpclimit.ErrShed}, got[0])
+	d := got[0]
+	assert.True(t, errors.Is(d.Err, grpclimit.ErrShed))
+	assert.Positive(t, d.Decision.RetryAfter)
+	assert.Equal(t, max((d.Decision.RetryAfter + time.Second - 1).Truncate(time.Second), time.Second),
+		d.RetryAfter, "RetryAfter: the Decision's rounded up to a whole second, at least one")
+	d.Decision.RetryAfter = 0 // the Adaptive's to choose
+	assert.Equal(t, grpclimit.Denial{Method: mUnary, Limit: "adaptive", Decision: ratelimit.Decision{Limit: 1},
+		RetryAfter: d.RetryAfter, Err: grpclimit.ErrShed}, d)
 }
 
 // TestAdaptiveConfig: New refuses a nil Adaptive, and one with an Observer

@@ -153,9 +153,11 @@ func TestAdaptiveShedsByPriority(t *testing.T) {
 	by := adaptiveEvents(obs.Take())
 	assert.Len(t, by[ratelimit.OutcomeAllowed], 12)
 	require.Len(t, by[ratelimit.OutcomeShed], 3)
+	shed := by[ratelimit.OutcomeShed][2]
+	assert.Positive(t, shed.Decision.RetryAfter, "a shed Decision suggests when to retry")
+	shed.Decision.RetryAfter = 0 // the Adaptive's to choose
 	assert.Equal(t, ratelimit.Event{Name: "adaptive", Algorithm: ratelimit.AdaptiveAlgorithm, Home: ratelimit.HomeMemory,
-		Outcome: ratelimit.OutcomeShed, N: 1, Decision: ratelimit.Decision{Limit: 10, RetryAfter: time.Second}},
-		by[ratelimit.OutcomeShed][2])
+		Outcome: ratelimit.OutcomeShed, N: 1, Decision: ratelimit.Decision{Limit: 10}}, shed)
 
 	close(g.release)
 	for _, c := range held {
@@ -321,7 +323,8 @@ func TestAdaptiveFlightFreedHoweverItEnds(t *testing.T) {
 
 // TestAdaptiveDeniedHandler: a shed request reaches the denied handler
 // with a Denial of Err ErrShed, Limit "adaptive", the Adaptive's Decision
-// and RetryAfter at least a second, Retry-After already set.
+// and RetryAfter its RetryAfter rounded up to a whole second, at least
+// one, Retry-After already set.
 func TestAdaptiveDeniedHandler(t *testing.T) {
 	t.Parallel()
 	mock := fakeclock.New(epoch)
@@ -341,9 +344,13 @@ func TestAdaptiveDeniedHandler(t *testing.T) {
 	close(g.release)
 	assert.Equal(t, http.StatusOK, (<-held).code)
 	require.Len(t, got, 1)
-	assert.True(t, errors.Is(got[0].Err, ErrShed))
-	assert.Equal(t, Denial{Limit: "adaptive", Decision: ratelimit.Decision{Limit: 1, RetryAfter: time.Second},
-		RetryAfter: time.Second, Err: ErrShed}, got[0])
+	d := got[0]
+	assert.True(t, errors.Is(d.Err, ErrShed))
+	assert.Positive(t, d.Decision.RetryAfter)
+	assert.Equal(t, max((d.Decision.RetryAfter + time.Second - 1).Truncate(time.Second), time.Second),
+		d.RetryAfter, "RetryAfter: the Decision's rounded up to a whole second, at least one")
+	d.Decision.RetryAfter = 0 // the Adaptive's to choose
+	assert.Equal(t, Denial{Limit: "adaptive", Decision: ratelimit.Decision{Limit: 1}, RetryAfter: d.RetryAfter, Err: ErrShed}, d)
 }
 
 // TestAdaptiveConfig: New refuses a nil Adaptive (a protection wired to
