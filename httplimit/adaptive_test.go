@@ -347,7 +347,7 @@ func TestAdaptiveDeniedHandler(t *testing.T) {
 	d := got[0]
 	assert.True(t, errors.Is(d.Err, ErrShed))
 	assert.Positive(t, d.Decision.RetryAfter)
-	assert.Equal(t, max((d.Decision.RetryAfter + time.Second - 1).Truncate(time.Second), time.Second),
+	assert.Equal(t, max((d.Decision.RetryAfter+time.Second-1).Truncate(time.Second), time.Second),
 		d.RetryAfter, "RetryAfter: the Decision's rounded up to a whole second, at least one")
 	d.Decision.RetryAfter = 0 // the Adaptive's to choose
 	assert.Equal(t, Denial{Limit: "adaptive", Decision: ratelimit.Decision{Limit: 1}, RetryAfter: d.RetryAfter, Err: ErrShed}, d)
