@@ -29,7 +29,10 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 	require.NoError(t, err)
 	res, err := NewIPResolver()
 	require.NoError(t, err)
+	ad, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})
+	require.NoError(t, err)
 	samples := map[string]any{
+		"WithAdaptive":            WithAdaptive(ad, nil),
 		"WithClock":               WithClock(nil),
 		"WithCost":                WithCost(func(*http.Request) int { return 1 }),
 		"WithHeaders":             WithHeaders(allHeaders),
