@@ -338,9 +338,9 @@ func (c *Client) answer(h *hints.Hints, now time.Time, err error, header, traile
 	return a, true
 }
 
-// pushbackKey is gRPC's retry pushback (gRFC A6): the milliseconds to
-// wait before retrying, or a negative (or unreadable) value asking not to
-// retry at all.
+// pushbackKey is gRPC's retry pushback (gRFC A6), the trailer a server's
+// shed sends and the client honours: the milliseconds to wait before
+// retrying, or a negative (or unreadable) value asking not to retry.
 const pushbackKey = "grpc-retry-pushback-ms"
 
 // pushback reads the pushback of a call's response metadata (trailer,

@@ -428,9 +428,6 @@ func (i *Interceptor) acquire(ctx context.Context, method string, ss grpc.Server
 	return i.answer(ctx, Denial{Method: method, Limit: limitset.ShedName, Decision: d, RetryAfter: ra, Err: ErrShed})
 }
 
-// pushbackKey is the trailer of gRFC A6 telling a client when to retry.
-const pushbackKey = "grpc-retry-pushback-ms"
-
 // exempt reports whether calls to method are served uncharged: server
 // reflection and health checks, unless ChargeHealthAndReflection.
 func (i *Interceptor) exempt(method string) bool {
