@@ -10,7 +10,9 @@
 // makes that time fake and exact. The whole simulation is one event loop
 // in the caller's goroutine (no goroutine per request), so a run is
 // deterministic for its Seed: two runs of one Scenario give the same
-// Result, whatever the scheduler does.
+// Result, whatever the scheduler does. (A [Waiter] gate, which may block,
+// is the exception: a goroutine per waiting request, and the order of
+// the requests let go at one instant is the scheduler's.)
 package overloadsim
 
 import (
@@ -34,6 +36,18 @@ import (
 type Gate interface {
 	Admit(p ratelimit.Priority) (done func(failed bool), ok bool)
 	Limit() int
+}
+
+// Waiter is a Gate that may keep a request waiting for a place (a limiter
+// with a queue of its own). When the Gate of a run is a Waiter, each
+// arrival calls Wait, in a goroutine of its own, instead of Admit: Wait
+// returns when the request may start (ok, with done as for Admit) or is
+// refused. ctx ends at the Scenario's Timeout after the arrival; the time
+// spent in Wait counts in the request's latency, and a request refused
+// after waiting counts as shed.
+type Waiter interface {
+	Gate
+	Wait(ctx context.Context, p ratelimit.Priority) (done func(failed bool), ok bool)
 }
 
 // Scenario describes one simulated run. Workers, Service, Load and
@@ -292,7 +306,8 @@ func Run(g Gate, sc Scenario) (*Result, error) {
 	}
 	s := &sim{
 		g: g, sc: sc, res: &Result{Scenario: sc},
-		rng: rand.New(rand.NewPCG(sc.Seed, sc.Seed^0x9e3779b97f4a7c15)), workers: sc.Workers,
+		grants: make(chan grant, 64),
+		rng:    rand.New(rand.NewPCG(sc.Seed, sc.Seed^0x9e3779b97f4a7c15)), workers: sc.Workers,
 		start: time.Now(),
 	}
 	s.run()
@@ -358,6 +373,11 @@ type sim struct {
 	workers  int
 	inFlight int
 
+	// a Waiter's requests
+	w       Waiter
+	pending int
+	grants  chan grant
+
 	// the current sample interval
 	lat           []time.Duration
 	ok, adm, shed int
@@ -376,11 +396,12 @@ func (s *sim) run() {
 	for _, c := range s.sc.Changes {
 		s.push(&event{at: c.At, kind: evChange, n: c.Workers})
 	}
-	for s.q.Len() > 0 {
-		e := heap.Pop(&s.q).(*event)
-		if d := time.Until(s.start.Add(e.at)); d > 0 {
-			time.Sleep(d)
+	s.w, _ = s.g.(Waiter)
+	for s.q.Len() > 0 || s.pending > 0 {
+		if !s.waitFor() {
+			continue
 		}
+		e := heap.Pop(&s.q).(*event)
 		switch e.kind {
 		case evArrive:
 			s.arrive(e.at)
@@ -402,11 +423,64 @@ func (s *sim) run() {
 			s.dispatch(e.at)
 		case evSample:
 			s.sample(e.at)
-			if e.at < s.sc.Duration || s.inFlight > 0 {
+			if e.at < s.sc.Duration || s.inFlight > 0 || s.pending > 0 {
 				s.push(&event{at: e.at + s.sc.Sample, kind: evSample})
 			}
 		}
 	}
+}
+
+// waitFor waits until the next event is due and reports true, or until a
+// Waiter lets a request go (handled here), and reports false.
+func (s *sim) waitFor() bool {
+	if s.q.Len() == 0 {
+		s.grant(<-s.grants)
+		return false
+	}
+	d := time.Until(s.start.Add(s.q[0].at))
+	if s.w == nil {
+		if d > 0 {
+			time.Sleep(d)
+		}
+		return true
+	}
+	if d <= 0 {
+		select {
+		case g := <-s.grants:
+			s.grant(g)
+			return false
+		default:
+			return true
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case g := <-s.grants:
+		s.grant(g)
+		return false
+	}
+}
+
+type grant struct {
+	r    *request
+	done func(failed bool)
+	ok   bool
+}
+
+// grant takes the answer of a Waiter.
+func (s *sim) grant(g grant) {
+	s.pending--
+	now := time.Since(s.start)
+	if !g.ok {
+		s.res.totals[g.r.prio].Shed++
+		s.shed++
+		return
+	}
+	g.r.done = g.done
+	s.admit(g.r, now)
 }
 
 func (s *sim) interarrival(rate float64) time.Duration {
@@ -421,21 +495,43 @@ func (s *sim) arrive(now time.Duration) {
 	case u < s.sc.Critical+s.sc.Sheddable:
 		p = ratelimit.PrioritySheddable
 	}
-	t := &s.res.totals[prioIndex(p)]
+	r := &request{arrived: now, prio: prioIndex(p)}
+	t := &s.res.totals[r.prio]
 	t.Arrived++
+	if s.w != nil {
+		s.pending++
+		go s.wait(r, p)
+		return
+	}
 	done, ok := s.g.Admit(p)
 	if !ok {
 		t.Shed++
 		s.shed++
 		return
 	}
-	t.Admitted++
+	r.done = done
+	s.admit(r, now)
+}
+
+// wait asks the Waiter for r, in a goroutine of r's own.
+func (s *sim) wait(r *request, p ratelimit.Priority) {
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if s.sc.Timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, s.sc.Timeout)
+	}
+	done, ok := s.w.Wait(ctx, p)
+	cancel()
+	s.grants <- grant{r, done, ok}
+}
+
+// admit queues r, admitted by the gate, for a worker.
+func (s *sim) admit(r *request, now time.Duration) {
+	s.res.totals[r.prio].Admitted++
 	s.adm++
 	s.inFlight++
-	r := &request{arrived: now, prio: prioIndex(p), done: done}
 	s.queue = append(s.queue, r)
 	if s.sc.Timeout > 0 {
-		s.push(&event{at: now + s.sc.Timeout, kind: evTimeout, req: r})
+		s.push(&event{at: max(r.arrived+s.sc.Timeout, now), kind: evTimeout, req: r})
 	}
 	s.dispatch(now)
 }

@@ -3,6 +3,7 @@
 package overloadsim
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -196,4 +197,54 @@ func TestBadScenario(t *testing.T) {
 	}
 	_, err := Run(nil, base())
 	assert.ErrorContains(t, err, "overloadsim: ")
+}
+
+// semWaiter is a Waiter of a fixed limit: a request waits for a place
+// until its context ends.
+type semWaiter struct{ sem chan struct{} }
+
+func (w semWaiter) Admit(ratelimit.Priority) (func(bool), bool) {
+	select {
+	case w.sem <- struct{}{}:
+		return func(bool) { <-w.sem }, true
+	default:
+		return nil, false
+	}
+}
+
+func (w semWaiter) Wait(ctx context.Context, _ ratelimit.Priority) (func(bool), bool) {
+	select {
+	case w.sem <- struct{}{}:
+		return func(bool) { <-w.sem }, true
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+func (w semWaiter) Limit() int { return cap(w.sem) }
+
+// A Waiter's queue is part of the latency. An unbounded FIFO queue with a
+// client timeout collapses: once the queue is longer than the timeout, a
+// request gets its place only to time out in service, and the goodput
+// falls to nothing.
+func TestWaiter(t *testing.T) {
+	t.Parallel()
+	sc := base()
+	sc.Timeout = 500 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		r, err := Run(semWaiter{make(chan struct{}, sc.Workers)}, sc)
+		require.NoError(t, err)
+		early, late := r.Window(0, 600*time.Millisecond), r.Window(time.Second, sc.Duration)
+		assert.GreaterOrEqual(t, early.Goodput, 0.9*sc.Capacity(), "goodput before the queue is a timeout long")
+		assert.Greater(t, early.P99, 2*sc.Service, "p99: the requests waited in the gate")
+		assert.Less(t, late.Goodput, 0.1*sc.Capacity(), "goodput after: collapse")
+		assert.Equal(t, sc.Timeout, late.P50)
+		all := r.All()
+		assert.Equal(t, all.Arrived, all.Admitted+all.Shed)
+		assert.Equal(t, all.Admitted, all.Succeeded+all.Failed)
+		for _, s := range r.Samples {
+			assert.LessOrEqual(t, s.InFlight, sc.Workers, "in flight at %v", s.At)
+			assert.LessOrEqual(t, s.P99, sc.Timeout, "at %v", s.At)
+		}
+	})
 }
