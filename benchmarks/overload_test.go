@@ -99,7 +99,9 @@ var overloadGates = []overloadGate{
 	}},
 }
 
-type failsafeGate struct{ l adaptivelimiter.AdaptiveLimiter[any] }
+type failsafeGate struct {
+	l adaptivelimiter.AdaptiveLimiter[any]
+}
 
 func (g failsafeGate) Admit(ratelimit.Priority) (func(bool), bool) {
 	p, ok := g.l.TryAcquirePermit()
