@@ -18,6 +18,9 @@
 //     clock for long timelines.
 //   - eventrec is the Observer that keeps every Event, for the tests of
 //     the packages above the root.
+//   - overloadsim simulates a service under overload (workers, a queue,
+//     open-loop arrivals by priority, capacity changes) behind a Gate, to
+//     measure adaptive concurrency limiters in a synctest bubble.
 //
 // They live in the root module, under internal/, because the tests of every
 // module of the repository (redislimit, grpclimit, otellimit, the examples)
