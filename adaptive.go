@@ -116,7 +116,7 @@ const (
 	windowSamples = 256
 	// windowMinSamples is how many ended flights close a window (with
 	// windowMinDur elapsed); windowMaxDur closes it with one.
-	windowMinSamples = 64
+	windowMinSamples = 128
 	windowMinDur     = int64(10 * time.Millisecond)
 	windowMaxDur     = int64(time.Second)
 )
@@ -395,8 +395,10 @@ type adaptiveCore struct {
 
 	// The figures of the windows since the last block: the median of a
 	// block of baselineBlock windows may lower the baseline.
-	block  [baselineBlock]int64
-	blockN int
+	block     [baselineBlock]int64
+	blockN    int
+	blocked   bool  // the baseline is a block's, not the first window's
+	lastBlock int64 // the median of the last block
 
 	// The window a step of the limit is measured from (anchorLimit 0:
 	// none), and the steps down in a row after which the latency did not
@@ -407,12 +409,13 @@ type adaptiveCore struct {
 	staleFrom    float64
 
 	// The probe: due at nextProbe; while probing, the limit is held at
-	// half of restore, and probeRef is the figure of the window before.
+	// probeShare of restore.
 	nextProbe int64
 	probes    int
 	probing   bool
 	restore   float64
-	probeRef  int64
+	probeFig  [baselineBlock]int64 // the probe's figures, probeN of them
+	probeN    int
 }
 
 // update learns from the window that closed at now and sets the limit of
@@ -435,6 +438,13 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 		if g > 1 && !w.used {
 			g = 1
 		}
+		// Half the step: the figure is a sample, and half halves the
+		// limit's noise at the cost of a window more to settle. But not
+		// when the latency is at the baseline: nothing queues, and the
+		// limit may grow by the Tolerance at once.
+		if g < 1+tol {
+			g = 1 + (g-1)/2
+		}
 		next = old * g
 	}
 	if float64(w.drops) > dropShare*float64(w.samples+w.drops) {
@@ -442,8 +452,8 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 	}
 	next = c.clamp(next)
 	if now >= c.nextProbe && w.samples > 0 {
-		c.probing, c.restore, c.probeRef = true, next, w.figure
-		next = c.clamp(next / 2)
+		c.probing, c.restore = true, next
+		next = c.clamp(next * c.probeShare())
 	}
 	c.limit = next
 	return next < old
@@ -466,8 +476,16 @@ func (c *adaptiveCore) learnBaseline(figure int64, limit float64) {
 		c.blockN = 0
 		b := c.block
 		slices.Sort(b[:])
-		if m := (b[baselineBlock/2-1] + b[baselineBlock/2]) / 2; m < c.baseline {
-			c.baseline, c.staleN = m, 0
+		m := (b[baselineBlock/2-1] + b[baselineBlock/2]) / 2
+		c.lastBlock = m
+		if !c.blocked {
+			// The first block corrects the first window's figure, up by
+			// the Tolerance at most: later windows of the first block may
+			// already be queued.
+			m = min(m, int64(float64(c.baseline)*(1+c.cfg.Tolerance)))
+		}
+		if m < c.baseline || !c.blocked {
+			c.baseline, c.staleN, c.blocked = m, 0, true
 		}
 	}
 	if c.anchorLimit == 0 || limit > c.anchorLimit {
@@ -492,28 +510,47 @@ func (c *adaptiveCore) learnBaseline(figure int64, limit float64) {
 	}
 }
 
-// endProbe learns from a probe window: the latency at half the limit is the
-// baseline, unless it fell by more than a third, a sign that half the limit
-// still queued, and then the probe goes on at half again.
+// endProbe learns from a probe window, run at the probe's share of the
+// limit: the median latency of a block of them is the baseline, unless it
+// fell from the block before the probe by nearly as much as the limit
+// (nine tenths of the cut or more), which is queueing still: then the
+// probe starts over a share lower.
 func (c *adaptiveCore) endProbe(now int64, w windowStats) {
 	if float64(w.drops) > dropShare*float64(w.samples+w.drops) {
 		c.restore = c.clamp(c.restore * dropCut)
 	}
-	if w.samples > 0 && 3*w.figure < 2*c.probeRef && c.limit > float64(c.cfg.Min) {
-		c.probeRef = w.figure
-		c.limit = c.clamp(c.limit / 2)
-		return
-	}
 	if w.samples > 0 {
-		c.baseline = w.figure
+		c.probeFig[c.probeN] = w.figure
+		if c.probeN++; c.probeN < baselineBlock {
+			return
+		}
+		b := c.probeFig
+		slices.Sort(b[:])
+		m := (b[baselineBlock/2-1] + b[baselineBlock/2]) / 2
+		share := c.probeShare()
+		if c.lastBlock > 0 && 1-float64(m)/float64(c.lastBlock) >= 0.9*(1-share) && c.limit > float64(c.cfg.Min) {
+			// The latency fell with the limit: it still queues.
+			c.lastBlock, c.probeN = m, 0
+			c.limit = c.clamp(c.limit * share)
+			return
+		}
+		c.baseline, c.blocked = m, true
 	}
-	c.probing, c.anchorLimit, c.staleN, c.limit = false, 0, 0, c.restore
+	c.probing, c.anchorLimit, c.staleN, c.limit, c.probeN, c.blockN = false, 0, 0, c.restore, 0, 0
 	c.probes++
 	// The period varies from 0.75 to 1.25 of probePeriod by the golden
-	// ratio's sequence: deterministic, and limiters started together drift
-	// apart.
+	// ratio's sequence: deterministic, and not in step with a periodic
+	// load.
 	_, frac := math.Modf(float64(c.probes) * 0.6180339887498949)
 	c.nextProbe = now + int64(float64(probePeriod)*(0.75+0.5*frac))
+}
+
+// probeShare is the share of the limit a probe holds: 1/(1+Tolerance)²,
+// so that from a limit settled at (1+Tolerance) times the concurrency the
+// service takes without queueing it goes below that by the Tolerance,
+// where latency is the unloaded one, and no further.
+func (c *adaptiveCore) probeShare() float64 {
+	return 1 / ((1 + c.cfg.Tolerance) * (1 + c.cfg.Tolerance))
 }
 
 // clamp bounds l to [Min, Max].
