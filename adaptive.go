@@ -444,8 +444,9 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 	}
 	next := old
 	tol := c.cfg.Tolerance
+	dropped := float64(w.drops) > dropShare*float64(w.samples+w.drops)
 	if w.samples > 0 {
-		c.learnBaseline(w.figure, old)
+		c.learnBaseline(w.figure, old, dropped)
 		g := 1 + tol
 		if w.figure > 0 {
 			g = min(max(float64(c.baseline)*(1+tol)/float64(w.figure), 0.5), 1+tol)
@@ -465,7 +466,7 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 		}
 		next = old * g
 	}
-	if float64(w.drops) > dropShare*float64(w.samples+w.drops) {
+	if dropped {
 		next = min(next, old*dropCut)
 		c.started = true
 	}
@@ -485,7 +486,7 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 // does: the service itself got slower. Steps, not windows, so that a
 // window of noise does not count, and two, as the window that led to the
 // first may have straddled a change of capacity.
-func (c *adaptiveCore) learnBaseline(figure int64, limit float64) {
+func (c *adaptiveCore) learnBaseline(figure int64, limit float64, dropped bool) {
 	if c.baseline == 0 {
 		c.baseline = figure
 		return
@@ -507,7 +508,10 @@ func (c *adaptiveCore) learnBaseline(figure int64, limit float64) {
 			c.baseline, c.staleN, c.blocked = m, 0, true
 		}
 	}
-	if c.anchorLimit == 0 || limit > c.anchorLimit {
+	if c.anchorLimit == 0 || limit > c.anchorLimit || dropped {
+		// Drops are overload, not a slower service; and the latency of
+		// the flights that did not time out is capped by the timeout, so
+		// that it need not fall with the limit.
 		c.anchorLimit, c.anchorFigure, c.staleN = limit, figure, 0
 		return
 	}
@@ -548,8 +552,9 @@ func (c *adaptiveCore) endProbe(now int64, w windowStats) {
 		m := (b[baselineBlock/2-1] + b[baselineBlock/2]) / 2
 		share := c.probeShare()
 		if c.lastBlock > 0 && 1-float64(m)/float64(c.lastBlock) >= 0.9*(1-share) && c.limit > float64(c.cfg.Min) {
-			// The latency fell with the limit: it still queues.
-			c.lastBlock, c.probeN = m, 0
+			// The latency fell with the limit: it still queues, and the
+			// limit to return to is at most this one.
+			c.lastBlock, c.probeN, c.restore = m, 0, min(c.restore, c.limit)
 			c.limit = c.clamp(c.limit * share)
 			return
 		}
