@@ -68,13 +68,14 @@ type AdaptiveConfig struct {
 // Dropped or Ignore after.
 //
 // The limit is a gradient on latency windows: each window's median latency
-// of successful requests is compared with the lowest seen (the service's
-// unloaded latency) plus the Tolerance, and the limit is scaled by their
-// ratio, cut by at most half and grown by at most the Tolerance per window,
-// grown only while it is in use. Dropped requests (more than 1% of a
-// window) cut it by a tenth whatever the latency. The unloaded latency is
-// re-measured about every 30 seconds at half the limit for one window, and
-// adopted at once when cutting the limit does not lower the latency.
+// of successful requests is compared with the service's unloaded latency
+// (the lowest seen) plus the Tolerance, and the limit is scaled by their
+// ratio, by half a step, cut by at most a quarter and grown by at most the
+// Tolerance per window, grown only while it is in use. Dropped requests
+// (more than 1% of a window) cut it by a tenth whatever the latency. The
+// unloaded latency is re-measured about every 30 seconds at
+// 1/(1+Tolerance)² of the limit for a few windows, and adopted when
+// cutting the limit does not lower the latency (the service got slower).
 // docs/overload.md gives the reasons and the figures.
 //
 // Its decisions report to an [Observer] (Algorithm [AdaptiveAlgorithm],
