@@ -46,8 +46,9 @@ func (f optionFunc) apply(o *options) { f(o) }
 // github.com/benbjohnson/clock, for deterministic tests. A nil c selects the
 // real clock; a typed nil (such as a nil *clock.Mock) is an error: the
 // constructor returns an error wrapping [ErrInvalidConfig]. It applies to
-// the single limiters, [NewKeyed] and [NewConcurrency]. For a
-// [Concurrency] limiter it times [Concurrency.Block].
+// the single limiters, [NewKeyed], [NewConcurrency] and [NewAdaptive]. For
+// a [Concurrency] limiter it times [Concurrency.Block]; for an [Adaptive]
+// limiter, the latencies.
 func WithClock(c Clock) Option {
 	return optionFunc(func(o *options) {
 		o.given |= optClock
@@ -114,9 +115,10 @@ func WithMaxKeys(n int) Option {
 // AllowN (Allow included) and one per WaitN (Wait included), when it
 // returns. A nil o reports nothing (the default), and then no time is read
 // for Latency; a typed nil is an error. A [Concurrency] limiter reports
-// each TryAcquire and Acquire, and each Release as [OutcomeReleased]. It
-// applies to the single limiters, [NewKeyed] and [NewConcurrency]; a
-// [Tiered] has no Observer of its own (its tiers report).
+// each TryAcquire and Acquire, and each Release as [OutcomeReleased]; an
+// [Adaptive] limiter each Acquire. It applies to the single limiters,
+// [NewKeyed], [NewConcurrency] and [NewAdaptive]; a [Tiered] has no
+// Observer of its own (its tiers report).
 func WithObserver(o Observer) Option {
 	return optionFunc(func(opts *options) {
 		opts.given |= optObserver
