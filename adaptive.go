@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rlkit/ratelimit/internal/timesrc"
@@ -64,6 +66,17 @@ type AdaptiveConfig struct {
 // with Acquire before the work; end the Flight it returns with Success,
 // Dropped or Ignore after.
 //
+// The limit is a gradient on latency windows: each window's median latency
+// of successful requests is compared with the service's unloaded latency
+// (the lowest seen) plus the Tolerance, and the limit is scaled by their
+// ratio, by half a step, cut by at most a quarter and grown by at most the
+// Tolerance per window, grown only while it is in use. Dropped requests
+// (more than 1% of a window) cut it by a tenth whatever the latency. The
+// unloaded latency is re-measured about every 30 seconds at
+// 1/(1+Tolerance)² of the limit for a few windows, and adopted when
+// cutting the limit does not lower the latency (the service got slower).
+// docs/overload.md gives the reasons and the figures.
+//
 // Its decisions report to an [Observer] (Algorithm [AdaptiveAlgorithm],
 // Home [HomeMemory]): a shed request as [OutcomeShed].
 //
@@ -74,9 +87,51 @@ type Adaptive struct {
 	name string
 	cfg  AdaptiveConfig
 
-	mu       sync.Mutex
-	limit    float64
-	inFlight int
+	// The hot path reads and writes these without a lock. The limit and
+	// what follows from it are written when a window closes.
+	inFlight   atomic.Int64
+	limit      atomic.Int64
+	ceil       [3]atomic.Int64                // in flight allowed for sheddable, default, critical
+	half       atomic.Int64                   // in flight from which the limit counts as in use
+	retryAfter atomic.Int64                   // ns
+	win        atomic.Pointer[adaptiveWindow] // the window collecting samples: one of wins
+	cutAt      atomic.Int64                   // flights started before it are not sampled
+	tokens     sync.Pool                      // *flightToken, so that a Flight ends once
+
+	// mu is held to close a window, taken with TryLock: one goroutine
+	// closes it, the others do not wait.
+	mu      sync.Mutex
+	core    adaptiveCore      // guarded by mu
+	scratch []int64           // guarded by mu: the closing window's latencies
+	wins    [2]adaptiveWindow // the current window and the one before, reused
+	winIdx  int               // guarded by mu: wins[winIdx] is current
+}
+
+// The sample windows.
+const (
+	// windowSamples is how many latencies a window keeps, the latest.
+	windowSamples = 256
+	// windowMinSamples is how many ended flights close a window (with
+	// windowMinDur elapsed), startSamples in the slow start, after the
+	// first window and before the latency first rose; windowMaxDur closes
+	// it with one.
+	windowMinSamples = 128
+	startSamples     = 16
+	windowMinDur     = int64(10 * time.Millisecond)
+	windowMaxDur     = int64(time.Second)
+)
+
+// adaptiveWindow collects the flights that end in one window. Its start and
+// closeAt are set before it is published. Windows are reused: a flight that
+// loaded the window before the last close may still record into it, one
+// sample late, which is harmless.
+type adaptiveWindow struct {
+	start, closeAt atomic.Int64
+	minN           atomic.Int64                // ended flights that close it
+	n              atomic.Int64                // latencies recorded
+	drops          atomic.Int64                // flights dropped or timed out
+	used           atomic.Bool                 // in flight reached half the limit
+	lat            [windowSamples]atomic.Int64 // latency+1 ns, the n-th at n%windowSamples; 0: not yet written
 }
 
 // NewAdaptive returns an adaptive concurrency limiter configured by cfg.
@@ -116,60 +171,68 @@ func NewAdaptive(cfg AdaptiveConfig, opts ...Option) (*Adaptive, error) {
 	case cfg.Timeout < 0:
 		return nil, configError("ratelimit.AdaptiveConfig.Timeout must not be negative, got %v", cfg.Timeout)
 	}
-	return &Adaptive{ts: timesrc.New(o.clock), obs: o.observer, name: o.name, cfg: cfg, limit: float64(cfg.Initial)}, nil
+	a := &Adaptive{ts: timesrc.New(o.clock), obs: o.observer, name: o.name, cfg: cfg,
+		scratch: make([]int64, 0, windowSamples)}
+	a.tokens.New = func() any { return &flightToken{a: a} }
+	now := a.ts.Now()
+	a.core = adaptiveCore{cfg: cfg, limit: float64(cfg.Initial), nextProbe: now + int64(firstProbe)}
+	a.cutAt.Store(now)
+	a.publish(now)
+	return a, nil
 }
 
 // Limit returns the limit now: how many default-priority requests may be
 // in flight.
-func (a *Adaptive) Limit() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return int(a.limit)
-}
+func (a *Adaptive) Limit() int { return int(a.limit.Load()) }
 
 // InFlight returns how many requests are in flight.
-func (a *Adaptive) InFlight() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.inFlight
-}
+func (a *Adaptive) InFlight() int { return int(a.inFlight.Load()) }
 
 // Acquire asks to start one request of priority p. It never waits. When
 // the Decision is allowed, the request holds a place until its Flight is
 // ended; when it is not, the request is shed and the zero Flight is
 // returned. The Decision says Limit (the limit now), Remaining (the
-// places still free for p) and, when shed, RetryAfter: a suggestion of
-// when to try again.
+// places still free for p) and, when shed, RetryAfter: the service's
+// unloaded latency (at least a millisecond), about when the requests in
+// flight now have made room.
 func (a *Adaptive) Acquire(ctx context.Context, p Priority) (Flight, Decision) {
-	a.mu.Lock()
-	ceil := a.ceiling(p)
-	d := Decision{Limit: int(a.limit)}
-	if a.inFlight < ceil {
-		a.inFlight++
-		d.Allowed, d.Remaining = true, ceil-a.inFlight
-	} else {
-		d.RetryAfter = time.Second
+	ceil := a.ceil[priorityIndex(p)].Load()
+	d := Decision{Limit: int(a.limit.Load())}
+	n := a.inFlight.Load()
+	for n < ceil && !a.inFlight.CompareAndSwap(n, n+1) {
+		n = a.inFlight.Load()
 	}
-	a.mu.Unlock()
+	if n < ceil {
+		n++
+		d.Allowed, d.Remaining = true, int(ceil-n)
+	} else {
+		d.RetryAfter = time.Duration(a.retryAfter.Load())
+	}
+	if n >= a.half.Load() {
+		if w := a.win.Load(); !w.used.Load() {
+			w.used.Store(true)
+		}
+	}
 	if a.obs != nil {
 		a.report(ctx, d)
 	}
 	if !d.Allowed {
 		return Flight{}, d
 	}
-	return Flight{a: a, start: a.ts.Now()}, d
+	t := a.tokens.Get().(*flightToken)
+	t.start = a.ts.Now()
+	return Flight{t: t, gen: t.gen.Load()}, d
 }
 
-// ceiling is how many requests may be in flight when one of priority p
-// asks. Requires a.mu held.
-func (a *Adaptive) ceiling(p Priority) int {
+// priorityIndex is p's index in Adaptive.ceil.
+func priorityIndex(p Priority) int {
 	switch {
 	case p > PriorityDefault:
-		return int(a.limit * (1 + a.cfg.Reserve))
+		return 2
 	case p < PriorityDefault:
-		return int(a.limit * (1 - a.cfg.Reserve))
+		return 0
 	}
-	return int(a.limit)
+	return 1
 }
 
 func (a *Adaptive) report(ctx context.Context, d Decision) {
@@ -183,12 +246,77 @@ func (a *Adaptive) report(ctx context.Context, d Decision) {
 	a.obs.Observe(ctx, e)
 }
 
+// publish makes the core's limit the one Acquire reads and opens a new
+// window at now. Requires a.mu held, or a not yet shared.
+func (a *Adaptive) publish(now int64) {
+	c := &a.core
+	l := c.limit
+	a.ceil[0].Store(int64(l * (1 - a.cfg.Reserve)))
+	a.ceil[1].Store(int64(l))
+	a.ceil[2].Store(int64(l * (1 + a.cfg.Reserve)))
+	a.half.Store((int64(l) + 1) / 2)
+	a.limit.Store(int64(l))
+	a.retryAfter.Store(max(c.baseline, int64(time.Millisecond)))
+	a.winIdx ^= 1
+	w := &a.wins[a.winIdx]
+	w.n.Store(0)
+	w.drops.Store(0)
+	w.used.Store(false)
+	for i := range w.lat {
+		w.lat[i].Store(0)
+	}
+	w.start.Store(now)
+	w.closeAt.Store(now + max(windowMinDur, c.baseline))
+	w.minN.Store(windowMinSamples)
+	if !c.started && c.baseline > 0 {
+		w.minN.Store(startSamples)
+	}
+	a.win.Store(w)
+}
+
+// closeWindow closes w, the current window, at now: its latencies and
+// drops update the limit. Another goroutine closing it meanwhile wins.
+func (a *Adaptive) closeWindow(now int64, w *adaptiveWindow) {
+	if !a.mu.TryLock() {
+		return
+	}
+	defer a.mu.Unlock()
+	if a.win.Load() != w {
+		return
+	}
+	s := a.scratch[:0]
+	for i := range min(w.n.Load(), windowSamples) {
+		if v := w.lat[i].Load(); v > 0 {
+			s = append(s, v-1)
+		}
+	}
+	a.scratch = s
+	ws := windowStats{samples: len(s), drops: int(w.drops.Load()), used: w.used.Load() || a.inFlight.Load() >= a.half.Load()}
+	if len(s) > 0 {
+		slices.Sort(s)
+		ws.figure = s[(len(s)-1)/2]
+	}
+	if a.core.update(now, ws) {
+		a.cutAt.Store(now)
+	}
+	a.publish(now)
+}
+
 // Flight is one request admitted by an [Adaptive] limiter, in flight until
-// it is ended by exactly one call of Success, Dropped or Ignore. The zero
+// it is ended by a call of Success, Dropped or Ignore. Only the first call
+// on a Flight (or its copies) counts: the others do nothing. The zero
 // Flight holds nothing: ending it does nothing.
 type Flight struct {
+	t   *flightToken
+	gen uint64
+}
+
+// flightToken is the place a flight holds, reused from a pool: gen counts
+// its ends, so that a Flight holding an older gen ends nothing.
+type flightToken struct {
 	a     *Adaptive
-	start int64
+	gen   atomic.Uint64
+	start int64 // written by the Acquire that took the token, read by its end
 }
 
 // Success ends the flight of a request the service served: its latency is
@@ -213,11 +341,30 @@ const (
 )
 
 func (f Flight) end(how flightEnd) {
-	if f.a == nil {
+	t := f.t
+	if t == nil || !t.gen.CompareAndSwap(f.gen, f.gen+1) {
 		return
 	}
-	_ = how
-	f.a.mu.Lock()
-	f.a.inFlight--
-	f.a.mu.Unlock()
+	a, start := t.a, t.start
+	a.tokens.Put(t)
+	now := a.ts.Now()
+	a.inFlight.Add(-1)
+	if how == flightIgnored {
+		return
+	}
+	w := a.win.Load()
+	if start >= a.cutAt.Load() {
+		lat := max(now-start, 0)
+		if how == flightDropped || (a.cfg.Timeout > 0 && lat > int64(a.cfg.Timeout)) {
+			w.drops.Add(1)
+		} else {
+			i := w.n.Add(1) - 1
+			w.lat[i%windowSamples].Store(lat + 1)
+		}
+	}
+	if now >= w.closeAt.Load() {
+		if c := w.n.Load() + w.drops.Load(); c >= w.minN.Load() || (c > 0 && now-w.start.Load() >= windowMaxDur) {
+			a.closeWindow(now, w)
+		}
+	}
 }

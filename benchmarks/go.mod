@@ -5,6 +5,7 @@ go 1.25.0
 replace github.com/rlkit/ratelimit => ../
 
 require (
+	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/juju/ratelimit v1.0.2
@@ -13,6 +14,7 @@ require (
 	github.com/rlkit/ratelimit/grpclimit v0.0.0-00010101000000-000000000000
 	github.com/rlkit/ratelimit/redislimit v0.0.0-00010101000000-000000000000
 	github.com/sethvargo/go-limiter v0.7.1
+	github.com/stretchr/testify v1.12.1
 	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/goleak v1.3.0
 	go.uber.org/ratelimit v0.3.1
@@ -22,6 +24,9 @@ require (
 )
 
 require (
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/influxdata/tdigest v0.0.1 // indirect
+	github.com/kr/text v0.1.0 // indirect
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800 // indirect
@@ -38,7 +43,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	google.golang.org/grpc v1.84.0
-	gopkg.in/check.v1 v1.0.0-20201130134442-10cb98267c6c // indirect
 )
 
 replace github.com/rlkit/ratelimit/redislimit => ../redislimit

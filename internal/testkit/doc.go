@@ -21,6 +21,9 @@
 //   - outage is the client side's overload scenario: a server down for a
 //     while, a population of throttled clients, and the checks of what
 //     ratelimit.Throttle promises.
+//   - overloadsim simulates a service under overload (workers, a queue,
+//     open-loop arrivals by priority, capacity changes) behind a Gate, to
+//     measure adaptive concurrency limiters in a synctest bubble.
 //
 // They live in the root module, under internal/, because the tests of every
 // module of the repository (redislimit, grpclimit, otellimit, the examples)
