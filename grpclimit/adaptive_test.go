@@ -387,3 +387,23 @@ type allocStream struct {
 }
 
 func (s *allocStream) Context() context.Context { return s.ctx }
+
+// TestAdaptiveAlone: WithAdaptive with no limits is overload protection
+// alone: New accepts it (without WithAdaptive, no limits is still an
+// error), and the call beyond the limit is shed. Real server on loopback.
+func TestAdaptiveAlone(t *testing.T) {
+	t.Parallel()
+	_, err := grpclimit.New(nil)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+
+	ad := fixedAdaptive(t, 1)
+	svc, entered, release := heldService()
+	c := serve(t, svc, newIC(t, nil, grpclimit.WithAdaptive(ad, priorityOf)))
+	held := holdCall(t, c, entered)
+	assert.Equal(t, 1, ad.InFlight())
+	trailer, err := callMD(c)
+	assertShed(t, err, trailer, "the call beyond the limit")
+	close(release)
+	require.NoError(t, <-held)
+	assert.Equal(t, 0, ad.InFlight())
+}

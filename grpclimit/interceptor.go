@@ -180,9 +180,12 @@ type inCall struct {
 // refuses the keys of its DeniedKeys and lets the keys of its
 // [Limit.ExemptKeys] through uncharged. Denial always beats exemption.
 //
+// With [WithAdaptive], limits may be empty: the interceptors then protect
+// the service from overload alone.
+//
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
-// empty, a Limit has no Key (or a key helper given nothing to key by, such
-// as KeyByUser(nil), or a method no call can have), neither or both of
+// empty (without WithAdaptive), a Limit has no Key (or a key helper given
+// nothing to key by, such as KeyByUser(nil), or a method no call can have), neither or both of
 // Limiter and Concurrency, a negative Window, a Window or Messages on a
 // concurrency limit, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
@@ -196,8 +199,8 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	if i.denied == nil {
 		i.denied = deniedError
 	}
-	if len(limits) == 0 {
-		return nil, configError("grpclimit.New: limits must not be empty, got %d", len(limits))
+	if len(limits) == 0 && !i.adaptiveSet {
+		return nil, configError("grpclimit.New: limits must not be empty (without WithAdaptive), got %d", len(limits))
 	}
 	names := make(map[string]bool, len(limits))
 	var calls, msgs []limitset.Limit[inCall]

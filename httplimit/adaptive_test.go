@@ -374,3 +374,41 @@ func TestAdaptiveConfig(t *testing.T) {
 	_, err = New(limits, WithAdaptive(fixedAdaptive(t, 5), nil), WithObserver(&obs))
 	require.NoError(t, err)
 }
+
+// TestAdaptiveAlone: WithAdaptive with no rate limits is overload
+// protection alone: New accepts it (without WithAdaptive, no limits is
+// still an error), the place beyond the limit is shed, and a denied
+// network is still refused, before the Adaptive. Real server on loopback.
+func TestAdaptiveAlone(t *testing.T) {
+	t.Parallel()
+	_, err := New(nil)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+
+	a := fixedAdaptive(t, 1)
+	mw, err := New(nil, WithAdaptive(a, priorityOf))
+	require.NoError(t, err)
+	g := newGate()
+	srv := httptest.NewServer(mw.Handler(g))
+	defer srv.Close()
+
+	held := g.hold(t, srv)
+	assert.Equal(t, 1, a.InFlight())
+	resp, err := srv.Client().Get(srv.URL + "/")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the default ceiling is 1")
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	close(g.release)
+	assert.Equal(t, http.StatusOK, (<-held).code)
+	assert.Equal(t, 0, a.InFlight())
+
+	denied, err := New(nil, WithAdaptive(a, nil), DeniedNetworks("127.0.0.0/8", "::1/128"))
+	require.NoError(t, err)
+	dsrv := httptest.NewServer(denied.Handler(g))
+	defer dsrv.Close()
+	resp, err = dsrv.Client().Get(dsrv.URL + "/")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a denied network is refused before the Adaptive")
+	assert.Equal(t, 0, a.InFlight())
+}

@@ -279,8 +279,11 @@ type Middleware struct {
 // refuses the keys of its DeniedKeys and lets the keys of its
 // [Limit.ExemptKeys] through uncharged. Denial always beats exemption.
 //
+// With [WithAdaptive], limits may be empty: the middleware then protects
+// the service from overload alone.
+//
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
-// empty, a Limit has no Key (or a key helper given nothing to key by, such
+// empty (without WithAdaptive), a Limit has no Key (or a key helper given nothing to key by, such
 // as KeyByUser(nil), or a route that can never match), neither or both of
 // Limiter and Concurrency, a negative Window or one on a concurrency limit, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
@@ -309,12 +312,13 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Concurrency: l.Concurrency,
 			Count: l.Count, Window: l.Window, Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
 	}
-	set, err := limitset.New(limitset.Config{Pkg: "httplimit", Observer: m.observer, Clock: m.clock,
-		Logger: m.logger, ReportEvery: m.reportEvery, DeniedErr: ErrDenied}, ls)
-	if err != nil {
-		return nil, err
+	var err error
+	if len(limits) > 0 || !m.adaptiveSet { // no limits but an Adaptive: overload protection alone
+		if m.set, err = limitset.New(limitset.Config{Pkg: "httplimit", Observer: m.observer, Clock: m.clock,
+			Logger: m.logger, ReportEvery: m.reportEvery, DeniedErr: ErrDenied}, ls); err != nil {
+			return nil, err
+		}
 	}
-	m.set = set
 	if m.adaptiveSet {
 		if m.over, err = limitset.NewOverload("httplimit", m.adaptive, m.priority, m.observer); err != nil {
 			return nil, err
@@ -375,6 +379,14 @@ var _ = [1]struct{}{}[maxKeyLen-limitset.MaxKeyLen]
 // fields, and the handler or the denial. A request with one limit and no
 // headers pays no call it does not need.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.set == nil { // WithAdaptive alone
+		if m.hasNets && m.matchNetwork(r) == netDenied {
+			m.denied(w, r, listedDenial(""))
+			return
+		}
+		m.serveFlight(w, r, next)
+		return
+	}
 	n, allShadow, exempt := m.requestCost(r)
 	if m.hasNets {
 		switch m.matchNetwork(r) {
