@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -52,7 +53,9 @@ type AdaptiveConfig struct {
 	Tolerance float64
 	// Reserve is the share of the limit kept for critical requests:
 	// PriorityCritical may exceed the limit by it, PrioritySheddable must
-	// stay that share below it. Default 0.2; it must be below 0.5.
+	// stay that share below it. It is counted in whole places, rounded
+	// up: with a limit of 9 and 0.2, critical requests may fill 11 and
+	// sheddable ones 7. Default 0.2; it must be below 0.5.
 	Reserve float64
 	// Timeout, when positive, counts a request that took longer than it as
 	// dropped, whatever its Flight was ended with.
@@ -251,9 +254,14 @@ func (a *Adaptive) report(ctx context.Context, d Decision) {
 func (a *Adaptive) publish(now int64) {
 	c := &a.core
 	l := c.limit
-	a.ceil[0].Store(int64(l * (1 - a.cfg.Reserve)))
-	a.ceil[1].Store(int64(l))
-	a.ceil[2].Store(int64(l * (1 + a.cfg.Reserve)))
+	// The reserve in whole places, rounded up (less a hair, so that 10 ×
+	// 0.2 is 2): at a small limit, a reserve rounded down would leave
+	// critical requests one place or none.
+	lim := int64(l)
+	res := int64(math.Ceil(float64(lim)*a.cfg.Reserve - 1e-9))
+	a.ceil[0].Store(lim - res)
+	a.ceil[1].Store(lim)
+	a.ceil[2].Store(lim + res)
 	a.half.Store((int64(l) + 1) / 2)
 	a.limit.Store(int64(l))
 	a.retryAfter.Store(max(c.baseline, int64(time.Millisecond)))

@@ -342,3 +342,26 @@ func TestAdaptiveProbeStaysNearTheLimit(t *testing.T) {
 	t.Logf("lowest limit from 1 s to 70 s: %d (C = 50)", low)
 	within(t, limits, 10, 0, 50, "from 1 s")
 }
+
+// TestAdaptiveReserveRoundsUp: the reserve is counted in whole places,
+// rounded up, so that at a small limit critical requests keep more than
+// one place: at 9 with 0.2, sheddable requests fill 7, default ones 9 and
+// critical ones 11; at 10, exactly 8, 10 and 12.
+func TestAdaptiveReserveRoundsUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ limit, shed, def, crit int }{{9, 7, 9, 11}, {10, 8, 10, 12}, {1, 0, 1, 2}} {
+		a, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: tc.limit, Min: tc.limit, Max: tc.limit})
+		require.NoError(t, err)
+		for _, step := range []struct {
+			p       ratelimit.Priority
+			ceiling int
+		}{{ratelimit.PrioritySheddable, tc.shed}, {ratelimit.PriorityDefault, tc.def}, {ratelimit.PriorityCritical, tc.crit}} {
+			for a.InFlight() < step.ceiling {
+				_, d := a.Acquire(context.Background(), step.p)
+				require.Truef(t, d.Allowed, "limit %d: %v at %d in flight", tc.limit, step.p, a.InFlight())
+			}
+			_, d := a.Acquire(context.Background(), step.p)
+			assert.Falsef(t, d.Allowed, "limit %d: %v beyond %d", tc.limit, step.p, step.ceiling)
+		}
+	}
+}
