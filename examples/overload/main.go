@@ -83,7 +83,13 @@ func run(out io.Writer, phase time.Duration) error {
 	return nil
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
+// ms prints d in milliseconds, or "-" for 0: nothing was served.
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%dms", d.Milliseconds())
+}
 
 // service is the simulated service: a queue in front of its workers.
 type service struct {
