@@ -50,3 +50,14 @@ func TestFlightEnd(t *testing.T) {
 		assert.Equalf(t, c.want, flightEnd(c.ctx, c.err, c.done), "%s", c.name)
 	}
 }
+
+// TestStreamFlightEnd: a stream's flight ends as a call's, but its success
+// (however long the client kept it) is ignored, not a latency sample.
+func TestStreamFlightEnd(t *testing.T) {
+	t.Parallel()
+	live := context.Background()
+	assert.Equal(t, limitset.EndIgnored, streamFlightEnd(live, nil, true), "OK")
+	assert.Equal(t, limitset.EndIgnored, streamFlightEnd(live, status.Error(codes.NotFound, ""), true), "NotFound")
+	assert.Equal(t, limitset.EndDropped, streamFlightEnd(live, status.Error(codes.Unavailable, ""), true), "Unavailable")
+	assert.Equal(t, limitset.EndIgnored, streamFlightEnd(live, nil, false), "panic")
+}

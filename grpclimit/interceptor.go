@@ -385,6 +385,22 @@ func endFlight(f ratelimit.Flight, ctx context.Context, err error, done bool) {
 	flightEnd(ctx, err, done).End(f)
 }
 
+// endStreamFlight ends the flight f of a stream whose handler returned
+// err, or panicked when done is false: as [endFlight], but a stream that
+// succeeded is ignored, not a sample, as its life is as long as its
+// client keeps it, not the service's latency.
+func endStreamFlight(f ratelimit.Flight, ctx context.Context, err error, done bool) {
+	streamFlightEnd(ctx, err, done).End(f)
+}
+
+// streamFlightEnd is flightEnd for a stream: its success is ignored.
+func streamFlightEnd(ctx context.Context, err error, done bool) limitset.FlightEnd {
+	if e := flightEnd(ctx, err, done); e != limitset.EndSuccess {
+		return e
+	}
+	return limitset.EndIgnored
+}
+
 // flightEnd is what a call with ctx whose handler returned err, or
 // panicked when done is false, says of the service's capacity (see
 // [WithAdaptive]).
@@ -469,7 +485,7 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			done := false
 			defer func() {
 				if i.over != nil {
-					endFlight(f, ss.Context(), err, done)
+					endStreamFlight(f, ss.Context(), err, done)
 				}
 				i.calls.Release(cs.ctx, &v, outcomeCode(err, done))
 			}()
@@ -491,7 +507,7 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	}
 	// The flight lasts the stream's life: until its handler returns.
 	done := false
-	defer func() { endFlight(f, ss.Context(), err, done) }()
+	defer func() { endStreamFlight(f, ss.Context(), err, done) }()
 	err = i.serveStream(srv, ss, info, handler)
 	done = true
 	return err

@@ -192,9 +192,9 @@ func WithObserver(o ratelimit.Observer) Option {
 // [ratelimit.Flight.Ignore] for codes.Canceled, a client that went away
 // (the call's context cancelled), or a handler that panicked (a bug, not
 // a sign of overload; the panic goes on up once the place is free); else
-// [ratelimit.Flight.Success]. A stream's whole life is measured as its
-// latency, as a unary call's is: serve long-lived streams through
-// interceptors without WithAdaptive.
+// [ratelimit.Flight.Success], but for a stream, whose life is as long as
+// its client keeps it, not a latency of the service: its success is
+// [ratelimit.Flight.Ignore].
 //
 // A call a sheds is not served: the limits that admitted it are refunded
 // (it costs its client nothing), the trailer grpc-retry-pushback-ms (gRFC
