@@ -74,7 +74,8 @@ type AdaptiveConfig struct {
 // of successful requests is compared with the service's unloaded latency
 // (the lowest seen) plus the Tolerance, and the limit is scaled by their
 // ratio, by half a step, cut by at most a quarter and grown by at most the
-// Tolerance per window, grown only while it is in use. Dropped requests
+// Tolerance per window (or by one place, when the latency is the unloaded
+// one), grown only while it is in use. Dropped requests
 // (more than 1% of a window) cut it by a tenth whatever the latency. The
 // unloaded latency is re-measured about every 30 seconds at
 // 1/(1+Tolerance)² of the limit for a few windows, and adopted when

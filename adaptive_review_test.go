@@ -4,8 +4,10 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -60,4 +62,18 @@ func TestAdaptiveHugeLimit(t *testing.T) {
 		assert.Greater(t, d.Remaining, 0, "Acquire(%v): Remaining", p)
 		f.Success()
 	}
+}
+
+// A limit cut to one by drops comes back once they stop: a growing limit
+// gains a place at least per window, where a tenth of one per window kept
+// it at one for over ten seconds (windows of one second at that limit).
+func TestAdaptiveRecoversFromMin(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.NewManual(adaptiveStart)
+	a, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: 100}, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	limits := batches(a, clk, 3000, 200, 10*time.Millisecond, 50) // 2% dropped, 30 s
+	require.Equal(t, 1, limits[len(limits)-1], "the drops cut the limit to Min")
+	limits = batches(a, clk, 500, 200, 10*time.Millisecond, 0) // healthy, 5 s
+	assert.GreaterOrEqual(t, limits[len(limits)-1], 8, "the limit 5 s after the drops stopped")
 }
