@@ -222,3 +222,28 @@ func TestClientThrottleClientStreamAccepted(t *testing.T) {
 	_, err := open(nil)
 	assert.NoError(t, err, "the three successes were accepts")
 }
+
+// The same over a loopback server: grpc-go's CloseAndRecv of a call that
+// succeeded returns its reply and no io.EOF; three successes and two
+// Unavailable leave the next call free to go.
+func TestClientThrottleClientStreamLoopback(t *testing.T) {
+	t.Parallel()
+	svc, addr := startServer(t)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
+	c := newTestClient(t, nil, nil, nil, clk, WithThrottle(newTestThrottle(t, clk)))
+	client, _ := dial(t, addr, c)
+	svc.answer(nil, nil, nil, status.Error(codes.Unavailable, "down"), status.Error(codes.Unavailable, "down"))
+	upload := func() error {
+		stream, err := client.StreamingInputCall(context.Background())
+		if err != nil {
+			return err
+		}
+		_, err = stream.CloseAndRecv()
+		return err
+	}
+	for i, want := range []codes.Code{codes.OK, codes.OK, codes.OK, codes.Unavailable, codes.Unavailable} {
+		require.Equal(t, want, status.Code(upload()), "call %d", i)
+	}
+	assert.NoError(t, upload(), "5 attempts < 2·3 accepts + 1")
+	assert.Equal(t, 6, svc.count(methodInput))
+}
