@@ -43,9 +43,11 @@ func (p Priority) String() string {
 // AdaptiveConfig configures [NewAdaptive]. Its zero value is valid: each
 // zero field takes the default it names.
 type AdaptiveConfig struct {
-	// Initial is the limit before any latency was measured: default 20.
+	// Initial is the limit before any latency was measured: default 20,
+	// or the bound nearest it when 20 is outside [Min, Max].
 	Initial int
-	// Min and Max bound the limit: default 1 and 1000.
+	// Min and Max bound the limit: default 1, and 1000 (or Min when it
+	// is larger).
 	Min, Max int
 	// Tolerance is how much latency above the service's own, unloaded
 	// latency is taken as queueing, and so as too much concurrency: 0.1
@@ -53,12 +55,14 @@ type AdaptiveConfig struct {
 	Tolerance float64
 	// Reserve is the share of the limit kept for critical requests:
 	// PriorityCritical may exceed the limit by it, PrioritySheddable must
-	// stay that share below it. It is counted in whole places, rounded
-	// up: with a limit of 9 and 0.2, critical requests may fill 11 and
-	// sheddable ones 7. Default 0.2; it must be below 0.5.
+	// stay that share below it (though one is admitted when nothing is in
+	// flight). It is counted in whole places, rounded up: with a limit of
+	// 9 and 0.2, critical requests may fill 11 and sheddable ones 7.
+	// Default 0.2; it must be below 0.5.
 	Reserve float64
 	// Timeout, when positive, counts a request that took longer than it as
-	// dropped, whatever its Flight was ended with.
+	// dropped, whether its Flight was ended with Success or Dropped (one
+	// ended with Ignore teaches nothing).
 	Timeout time.Duration
 }
 
@@ -73,7 +77,8 @@ type AdaptiveConfig struct {
 // of successful requests is compared with the service's unloaded latency
 // (the lowest seen) plus the Tolerance, and the limit is scaled by their
 // ratio, by half a step, cut by at most a quarter and grown by at most the
-// Tolerance per window, grown only while it is in use. Dropped requests
+// Tolerance per window (or by one place, when the latency is the unloaded
+// one), grown only while it is in use. Dropped requests
 // (more than 1% of a window) cut it by a tenth whatever the latency. The
 // unloaded latency is re-measured about every 30 seconds at
 // 1/(1+Tolerance)² of the limit for a few windows, and adopted when
@@ -83,7 +88,8 @@ type AdaptiveConfig struct {
 // Its decisions report to an [Observer] (Algorithm [AdaptiveAlgorithm],
 // Home [HomeMemory]): a shed request as [OutcomeShed].
 //
-// An Adaptive is safe for concurrent use.
+// Create one with [NewAdaptive]; the zero value is not usable. An
+// Adaptive is safe for concurrent use.
 type Adaptive struct {
 	ts   timesrc.Source
 	obs  Observer
@@ -145,14 +151,14 @@ func NewAdaptive(cfg AdaptiveConfig, opts ...Option) (*Adaptive, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Initial == 0 {
-		cfg.Initial = 20
-	}
 	if cfg.Min == 0 {
 		cfg.Min = 1
 	}
 	if cfg.Max == 0 {
-		cfg.Max = 1000
+		cfg.Max = max(1000, cfg.Min)
+	}
+	if cfg.Initial == 0 {
+		cfg.Initial = min(max(20, cfg.Min), cfg.Max)
 	}
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = 0.1
@@ -256,14 +262,17 @@ func (a *Adaptive) publish(now int64) {
 	l := c.limit
 	// The reserve in whole places, rounded up (less a hair, so that 10 ×
 	// 0.2 is 2): at a small limit, a reserve rounded down would leave
-	// critical requests one place or none.
-	lim := int64(l)
-	res := int64(math.Ceil(float64(lim)*a.cfg.Reserve - 1e-9))
-	a.ceil[0].Store(lim - res)
+	// critical requests one place or none. Sheddable requests get a place
+	// at least when none is in flight, so that at a limit of one a
+	// service whose traffic is all sheddable still serves it, and its
+	// limit can grow again.
+	lim := satInt64(l)
+	res := satInt64(math.Ceil(float64(lim)*a.cfg.Reserve - 1e-9))
+	a.ceil[0].Store(max(lim-res, 1))
 	a.ceil[1].Store(lim)
 	a.ceil[2].Store(lim + res)
-	a.half.Store((int64(l) + 1) / 2)
-	a.limit.Store(int64(l))
+	a.half.Store((lim + 1) / 2)
+	a.limit.Store(lim)
 	a.retryAfter.Store(max(c.baseline, int64(time.Millisecond)))
 	a.winIdx ^= 1
 	w := &a.wins[a.winIdx]
@@ -280,6 +289,13 @@ func (a *Adaptive) publish(now int64) {
 		w.minN.Store(startSamples)
 	}
 	a.win.Store(w)
+}
+
+// satInt64 converts f, not negative, to an int64, saturated at 1<<62 so
+// that a huge limit (Max math.MaxInt) neither overflows into a negative
+// ceiling nor overflows when a ceiling is added to.
+func satInt64(f float64) int64 {
+	return int64(min(f, 1<<62))
 }
 
 // closeWindow closes w, the current window, at now: its latencies and

@@ -106,6 +106,12 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 			g = 1 + (g-1)/2
 		}
 		next = old * g
+		if g >= 1+tol {
+			// Nothing queues: the limit gains a place at least, as at
+			// a low limit (after drops, or at Min) a tenth of one per
+			// window takes windows of a second each to make a place.
+			next = max(next, old+1)
+		}
 	}
 	if dropped {
 		next = min(next, old*dropCut)

@@ -349,7 +349,7 @@ func TestAdaptiveProbeStaysNearTheLimit(t *testing.T) {
 // critical ones 11; at 10, exactly 8, 10 and 12.
 func TestAdaptiveReserveRoundsUp(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ limit, shed, def, crit int }{{9, 7, 9, 11}, {10, 8, 10, 12}, {1, 0, 1, 2}} {
+	for _, tc := range []struct{ limit, shed, def, crit int }{{9, 7, 9, 11}, {10, 8, 10, 12}, {1, 1, 1, 2}} {
 		a, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: tc.limit, Min: tc.limit, Max: tc.limit})
 		require.NoError(t, err)
 		for _, step := range []struct {

@@ -527,7 +527,7 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 		// A stream may run for long, or never be read to its end: it is
 		// not kept in flight. Its end is read for a refusal only.
 		c.pacer.Lost(tk)
-		s := &clientStream{ClientStream: cs, c: c, cl: cl}
+		s := &clientStream{ClientStream: cs, c: c, cl: cl, oneReply: desc == nil || !desc.ServerStreams}
 		s.recorded.Store(c.throttle == nil)
 		return s, nil
 	}
@@ -539,6 +539,10 @@ type clientStream struct {
 	c      *Client
 	cl     outCall
 	obeyed atomic.Bool // the stream's pause has been taken: a stream ends once
+	// oneReply: the server answers one message (a client-streaming
+	// call), whose RecvMsg returns nil, not io.EOF, when the call
+	// succeeded.
+	oneReply bool
 	// recorded: the stream's outcome has been told to the throttle (or
 	// there is none).
 	recorded atomic.Bool
@@ -581,9 +585,10 @@ func (s *clientStream) SendMsg(m any) error {
 
 func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if err == io.EOF && !s.recorded.Load() && s.recorded.CompareAndSwap(false, true) {
+	if (err == io.EOF || err == nil && s.oneReply) && !s.recorded.Load() && s.recorded.CompareAndSwap(false, true) {
 		// The stream ended well (io.EOF from SendMsg only says that it
-		// ended: its status comes from RecvMsg).
+		// ended: its status comes from RecvMsg), or, with one reply,
+		// its reply came with status OK.
 		cl := s.cl
 		s.c.record(&cl, nil)
 	}

@@ -193,3 +193,57 @@ func TestClientThrottleStreams(t *testing.T) {
 	_, err := c.Stream()(context.Background(), &grpc.StreamDesc{}, nil, methodDuplex, nil)
 	assertNotSent(t, err, codes.Unavailable, ErrThrottled)
 }
+
+// A client-streaming call (one reply) that succeeds ends with RecvMsg's
+// nil, not io.EOF (grpc-go reads the status with the reply): it is an
+// accept, or a throttle that saw one failure of such calls would refuse
+// them all, its probes' successes unheard.
+func TestClientThrottleClientStreamAccepted(t *testing.T) {
+	t.Parallel()
+	clk := fakeclock.NewAnnouncing(clientEpoch)
+	c := newTestClient(t, nil, nil, nil, clk, WithThrottle(newTestThrottle(t, clk)))
+	desc := &grpc.StreamDesc{ClientStreams: true}
+	open := func(recv error) (grpc.ClientStream, error) {
+		return c.Stream()(context.Background(), desc, nil, methodInput, func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+			return &fakeStream{recv: recv}, nil
+		})
+	}
+	for range 3 {
+		cs, err := open(nil)
+		require.NoError(t, err)
+		require.NoError(t, cs.RecvMsg(nil), "CloseAndRecv's reply, status OK")
+	}
+	for range 2 {
+		cs, err := open(status.Error(codes.Unavailable, "down"))
+		require.NoError(t, err)
+		_ = cs.RecvMsg(nil)
+	}
+	// Three accepts, two failures: 5 attempts < 2·3 + 1.
+	_, err := open(nil)
+	assert.NoError(t, err, "the three successes were accepts")
+}
+
+// The same over a loopback server: grpc-go's CloseAndRecv of a call that
+// succeeded returns its reply and no io.EOF; three successes and two
+// Unavailable leave the next call free to go.
+func TestClientThrottleClientStreamLoopback(t *testing.T) {
+	t.Parallel()
+	svc, addr := startServer(t)
+	clk := fakeclock.NewAnnouncing(clientEpoch)
+	c := newTestClient(t, nil, nil, nil, clk, WithThrottle(newTestThrottle(t, clk)))
+	client, _ := dial(t, addr, c)
+	svc.answer(nil, nil, nil, status.Error(codes.Unavailable, "down"), status.Error(codes.Unavailable, "down"))
+	upload := func() error {
+		stream, err := client.StreamingInputCall(context.Background())
+		if err != nil {
+			return err
+		}
+		_, err = stream.CloseAndRecv()
+		return err
+	}
+	for i, want := range []codes.Code{codes.OK, codes.OK, codes.OK, codes.Unavailable, codes.Unavailable} {
+		require.Equal(t, want, status.Code(upload()), "call %d", i)
+	}
+	assert.NoError(t, upload(), "5 attempts < 2·3 accepts + 1")
+	assert.Equal(t, 6, svc.count(methodInput))
+}

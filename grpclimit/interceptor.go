@@ -431,7 +431,12 @@ func flightEnd(ctx context.Context, err error, done bool) limitset.FlightEnd {
 // admitted it if not nil, undone.
 func (i *Interceptor) acquire(ctx context.Context, method string, ss grpc.ServerStream, v *limitset.Verdict[inCall], f *ratelimit.Flight) error {
 	var d ratelimit.Decision
-	if *f, d = i.over.Acquire(ctx, inCall{ctx: ctx, method: method}); d.Allowed {
+	if v == nil || i.priority == nil {
+		*f, d = i.over.Acquire(ctx, inCall{ctx: ctx, method: method})
+	} else {
+		*f, d = i.acquireAdmitted(ctx, method, v)
+	}
+	if d.Allowed {
 		return nil
 	}
 	if v != nil {
@@ -445,6 +450,22 @@ func (i *Interceptor) acquire(ctx context.Context, method string, ss grpc.Server
 		_ = grpc.SetTrailer(ctx, md)
 	}
 	return i.answer(ctx, Denial{Method: method, Limit: limitset.ShedName, Decision: d, RetryAfter: ra, Err: ErrShed})
+}
+
+// acquireAdmitted asks the Adaptive for a place for a call the limits
+// admitted in v, by the priority function: if it panics, what v admitted
+// is given back before the panic goes on up (to a recovery interceptor
+// that keeps serving), so that no permit is leaked.
+func (i *Interceptor) acquireAdmitted(ctx context.Context, method string, v *limitset.Verdict[inCall]) (f ratelimit.Flight, d ratelimit.Decision) {
+	asked := false
+	defer func() {
+		if !asked {
+			i.calls.Undo(ctx, v, func() []slog.Attr { return []slog.Attr{slog.String("method", method)} })
+		}
+	}()
+	f, d = i.over.Acquire(ctx, inCall{ctx: ctx, method: method})
+	asked = true
+	return f, d
 }
 
 // exempt reports whether calls to method are served uncharged: server

@@ -418,7 +418,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		var f ratelimit.Flight
 		if m.over != nil {
 			var d ratelimit.Decision
-			if f, d = m.over.Acquire(r.Context(), r); !d.Allowed {
+			if m.priority == nil {
+				f, d = m.over.Acquire(r.Context(), r)
+			} else {
+				f, d = m.acquireAdmitted(r, &v)
+			}
+			if !d.Allowed {
 				m.set.Undo(r.Context(), &v, func() []slog.Attr { return reportAttrs(r) })
 				m.shed(w, r, d)
 				return
@@ -501,6 +506,21 @@ func (m *Middleware) serveFlight(w http.ResponseWriter, r *http.Request, next ht
 		return
 	}
 	m.serveAcquired(w, r, next, f)
+}
+
+// acquireAdmitted asks the Adaptive for a place for r, which the limits
+// admitted in v, by the priority function: if it panics, what v admitted
+// is given back before the panic goes on up, so that no permit is leaked.
+func (m *Middleware) acquireAdmitted(r *http.Request, v *limitset.Verdict[*http.Request]) (f ratelimit.Flight, d ratelimit.Decision) {
+	asked := false
+	defer func() {
+		if !asked {
+			m.set.Undo(r.Context(), v, func() []slog.Attr { return reportAttrs(r) })
+		}
+	}()
+	f, d = m.over.Acquire(r.Context(), r)
+	asked = true
+	return f, d
 }
 
 // writers are the outcomeWriters of the requests served in a flight,

@@ -52,11 +52,11 @@
 //	                     else the limiter's from ratelimit.WithName ("" without one),
 //	                     or "other" once more than the cap of names is seen (below)
 //	ratelimit.algorithm  tokenbucket, leakybucket, fixedwindow, slidinglog, slidingcounter,
-//	                     quota, concurrency, adaptive
+//	                     quota, concurrency, adaptive, throttle (ratelimit.Throttle)
 //	ratelimit.home       memory (a single limiter), keyed (ratelimit.Keyed), redis, none
 //	                     (a decision a server took without asking a limiter)
-//	ratelimit.outcome    allowed, denied, shadow, error, fallback, exempt, shed (an
-//	                     Adaptive's refusal; see [ratelimit.Outcome]; released is not a
+//	ratelimit.outcome    allowed, denied, shadow, error, fallback, exempt, shed (a
+//	                     refusal of an Adaptive or a Throttle; see [ratelimit.Outcome]; released is not a
 //	                     decision, below)
 //	ratelimit.allowed    true when the failure policy admitted the request (fail open,
 //	                     a local fallback that had room), false when it refused it
