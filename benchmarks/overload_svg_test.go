@@ -250,7 +250,7 @@ func overloadChart(t *testing.T, s overloadScenario, title string) svgChart {
 			ls = append(ls, float64(x.Limit))
 			ps = append(ps, float64(x.P99)/float64(time.Millisecond))
 		}
-		label := fmt.Sprintf("%s (settles %s, p99 %.2fx unloaded)", g.name, durText(f.enter), f.p99Ratio)
+		label := fmt.Sprintf("%s (settles %s, p99 %.2fx unloaded)", g.name, durText(f.settle), f.p99Ratio)
 		lim = append(lim, svgLine{label: label, color: st.color, width: st.width, ys: ls})
 		p99 = append(p99, svgLine{label: label, color: st.color, width: st.width, ys: ps})
 	}
@@ -272,7 +272,7 @@ func overloadChart(t *testing.T, s overloadScenario, title string) svgChart {
 	return svgChart{
 		title: title,
 		subtitle: fmt.Sprintf("Simulated service (internal/testkit/overloadsim, synctest): C = %d workers of %v ±%.0f%%, a FIFO queue, Poisson arrivals at %gx the starting capacity, client timeout %v; seed 1. "+
-			"Settles: when the limit first is within ±20%% of C. p99 from 5 s after the start (or the change) to the end. Regenerate: cd benchmarks && go test -run TestOverloadCharts -update.",
+			"Settles: from when on the limit stays within ±20%% of C (after the start, or the change). p99 from 5 s after the start (or the change) to the end. Regenerate: cd benchmarks && go test -run TestOverloadCharts -update.",
 			sc.Workers, sc.Service, 100*sc.Spread, sc.Load, sc.Timeout),
 		sample: sc.Sample,
 		panels: []svgPanel{
