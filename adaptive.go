@@ -87,27 +87,24 @@ type Adaptive struct {
 	name string
 	cfg  AdaptiveConfig
 
-	// The hot path reads and writes these without a lock.
-	inFlight atomic.Int64
-	state    atomic.Pointer[adaptiveState]  // the limit now, replaced when a window closes
-	win      atomic.Pointer[adaptiveWindow] // the window collecting samples
-	cutAt    atomic.Int64                   // flights started before it are not sampled
-	tokens   sync.Pool                      // *flightToken, so that a Flight ends once
+	// The hot path reads and writes these without a lock. The limit and
+	// what follows from it are written when a window closes.
+	inFlight   atomic.Int64
+	limit      atomic.Int64
+	ceil       [3]atomic.Int64                // in flight allowed for sheddable, default, critical
+	half       atomic.Int64                   // in flight from which the limit counts as in use
+	retryAfter atomic.Int64                   // ns
+	win        atomic.Pointer[adaptiveWindow] // the window collecting samples: one of wins
+	cutAt      atomic.Int64                   // flights started before it are not sampled
+	tokens     sync.Pool                      // *flightToken, so that a Flight ends once
 
 	// mu is held to close a window, taken with TryLock: one goroutine
 	// closes it, the others do not wait.
 	mu      sync.Mutex
-	core    adaptiveCore // guarded by mu
-	scratch []int64      // guarded by mu: the closing window's latencies
-}
-
-// adaptiveState is the limit now and what follows from it, immutable once
-// published.
-type adaptiveState struct {
-	limit      int
-	ceil       [3]int64 // in flight allowed for sheddable, default, critical
-	half       int64    // in flight from which the limit counts as in use
-	retryAfter time.Duration
+	core    adaptiveCore      // guarded by mu
+	scratch []int64           // guarded by mu: the closing window's latencies
+	wins    [2]adaptiveWindow // the current window and the one before, reused
+	winIdx  int               // guarded by mu: wins[winIdx] is current
 }
 
 // The sample windows.
@@ -115,16 +112,22 @@ const (
 	// windowSamples is how many latencies a window keeps, the latest.
 	windowSamples = 256
 	// windowMinSamples is how many ended flights close a window (with
-	// windowMinDur elapsed); windowMaxDur closes it with one.
+	// windowMinDur elapsed), startSamples in the slow start, after the
+	// first window and before the latency first rose; windowMaxDur closes
+	// it with one.
 	windowMinSamples = 128
+	startSamples     = 16
 	windowMinDur     = int64(10 * time.Millisecond)
 	windowMaxDur     = int64(time.Second)
 )
 
 // adaptiveWindow collects the flights that end in one window. Its start and
-// closeAt are set before it is published and never change.
+// closeAt are set before it is published. Windows are reused: a flight that
+// loaded the window before the last close may still record into it, one
+// sample late, which is harmless.
 type adaptiveWindow struct {
-	start, closeAt int64
+	start, closeAt atomic.Int64
+	minN           atomic.Int64                // ended flights that close it
 	n              atomic.Int64                // latencies recorded
 	drops          atomic.Int64                // flights dropped or timed out
 	used           atomic.Bool                 // in flight reached half the limit
@@ -180,7 +183,7 @@ func NewAdaptive(cfg AdaptiveConfig, opts ...Option) (*Adaptive, error) {
 
 // Limit returns the limit now: how many default-priority requests may be
 // in flight.
-func (a *Adaptive) Limit() int { return a.state.Load().limit }
+func (a *Adaptive) Limit() int { return int(a.limit.Load()) }
 
 // InFlight returns how many requests are in flight.
 func (a *Adaptive) InFlight() int { return int(a.inFlight.Load()) }
@@ -193,9 +196,8 @@ func (a *Adaptive) InFlight() int { return int(a.inFlight.Load()) }
 // unloaded latency (at least a millisecond), about when the requests in
 // flight now have made room.
 func (a *Adaptive) Acquire(ctx context.Context, p Priority) (Flight, Decision) {
-	st := a.state.Load()
-	ceil := st.ceil[priorityIndex(p)]
-	d := Decision{Limit: st.limit}
+	ceil := a.ceil[priorityIndex(p)].Load()
+	d := Decision{Limit: int(a.limit.Load())}
 	n := a.inFlight.Load()
 	for n < ceil && !a.inFlight.CompareAndSwap(n, n+1) {
 		n = a.inFlight.Load()
@@ -204,9 +206,9 @@ func (a *Adaptive) Acquire(ctx context.Context, p Priority) (Flight, Decision) {
 		n++
 		d.Allowed, d.Remaining = true, int(ceil-n)
 	} else {
-		d.RetryAfter = st.retryAfter
+		d.RetryAfter = time.Duration(a.retryAfter.Load())
 	}
-	if n >= st.half {
+	if n >= a.half.Load() {
 		if w := a.win.Load(); !w.used.Load() {
 			w.used.Store(true)
 		}
@@ -222,7 +224,7 @@ func (a *Adaptive) Acquire(ctx context.Context, p Priority) (Flight, Decision) {
 	return Flight{t: t, gen: t.gen.Load()}, d
 }
 
-// priorityIndex is p's index in adaptiveState.ceil.
+// priorityIndex is p's index in Adaptive.ceil.
 func priorityIndex(p Priority) int {
 	switch {
 	case p > PriorityDefault:
@@ -249,14 +251,27 @@ func (a *Adaptive) report(ctx context.Context, d Decision) {
 func (a *Adaptive) publish(now int64) {
 	c := &a.core
 	l := c.limit
-	st := &adaptiveState{
-		limit:      int(l),
-		ceil:       [3]int64{int64(l * (1 - a.cfg.Reserve)), int64(l), int64(l * (1 + a.cfg.Reserve))},
-		half:       (int64(l) + 1) / 2,
-		retryAfter: max(time.Duration(c.baseline), time.Millisecond),
+	a.ceil[0].Store(int64(l * (1 - a.cfg.Reserve)))
+	a.ceil[1].Store(int64(l))
+	a.ceil[2].Store(int64(l * (1 + a.cfg.Reserve)))
+	a.half.Store((int64(l) + 1) / 2)
+	a.limit.Store(int64(l))
+	a.retryAfter.Store(max(c.baseline, int64(time.Millisecond)))
+	a.winIdx ^= 1
+	w := &a.wins[a.winIdx]
+	w.n.Store(0)
+	w.drops.Store(0)
+	w.used.Store(false)
+	for i := range w.lat {
+		w.lat[i].Store(0)
 	}
-	a.state.Store(st)
-	a.win.Store(&adaptiveWindow{start: now, closeAt: now + max(windowMinDur, c.baseline)})
+	w.start.Store(now)
+	w.closeAt.Store(now + max(windowMinDur, c.baseline))
+	w.minN.Store(windowMinSamples)
+	if !c.started && c.baseline > 0 {
+		w.minN.Store(startSamples)
+	}
+	a.win.Store(w)
 }
 
 // closeWindow closes w, the current window, at now: its latencies and
@@ -276,12 +291,11 @@ func (a *Adaptive) closeWindow(now int64, w *adaptiveWindow) {
 		}
 	}
 	a.scratch = s
-	ws := windowStats{samples: len(s), drops: int(w.drops.Load()), used: w.used.Load() || a.inFlight.Load() >= a.state.Load().half}
+	ws := windowStats{samples: len(s), drops: int(w.drops.Load()), used: w.used.Load() || a.inFlight.Load() >= a.half.Load()}
 	if len(s) > 0 {
 		slices.Sort(s)
 		ws.figure = s[(len(s)-1)/2]
 	}
-	dbgWindow(a, now, w, ws)
 	if a.core.update(now, ws) {
 		a.cutAt.Store(now)
 	}
@@ -348,8 +362,8 @@ func (f Flight) end(how flightEnd) {
 			w.lat[i%windowSamples].Store(lat + 1)
 		}
 	}
-	if now >= w.closeAt {
-		if c := w.n.Load() + w.drops.Load(); c >= windowMinSamples || (c > 0 && now-w.start >= windowMaxDur) {
+	if now >= w.closeAt.Load() {
+		if c := w.n.Load() + w.drops.Load(); c >= w.minN.Load() || (c > 0 && now-w.start.Load() >= windowMaxDur) {
 			a.closeWindow(now, w)
 		}
 	}
@@ -392,6 +406,7 @@ type adaptiveCore struct {
 	cfg      AdaptiveConfig
 	limit    float64
 	baseline int64 // the unloaded latency, ns; 0 until the first sample
+	started  bool  // the slow start is over
 
 	// The figures of the windows since the last block: the median of a
 	// block of baselineBlock windows may lower the baseline.
@@ -429,8 +444,9 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 	}
 	next := old
 	tol := c.cfg.Tolerance
+	dropped := float64(w.drops) > dropShare*float64(w.samples+w.drops)
 	if w.samples > 0 {
-		c.learnBaseline(w.figure, old)
+		c.learnBaseline(w.figure, old, dropped)
 		g := 1 + tol
 		if w.figure > 0 {
 			g = min(max(float64(c.baseline)*(1+tol)/float64(w.figure), 0.5), 1+tol)
@@ -438,6 +454,9 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 		if g > 1 && !w.used {
 			g = 1
 		}
+		// The slow start, with short windows, lasts until the latency
+		// first rises above the target.
+		c.started = c.started || g < 1
 		// Half the step: the figure is a sample, and half halves the
 		// limit's noise at the cost of a window more to settle. But not
 		// when the latency is at the baseline: nothing queues, and the
@@ -447,12 +466,13 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 		}
 		next = old * g
 	}
-	if float64(w.drops) > dropShare*float64(w.samples+w.drops) {
+	if dropped {
 		next = min(next, old*dropCut)
+		c.started = true
 	}
 	next = c.clamp(next)
 	if now >= c.nextProbe && w.samples > 0 {
-		c.probing, c.restore = true, next
+		c.probing, c.restore, c.started = true, next, true
 		next = c.clamp(next * c.probeShare())
 	}
 	c.limit = next
@@ -466,7 +486,7 @@ func (c *adaptiveCore) update(now int64, w windowStats) bool {
 // does: the service itself got slower. Steps, not windows, so that a
 // window of noise does not count, and two, as the window that led to the
 // first may have straddled a change of capacity.
-func (c *adaptiveCore) learnBaseline(figure int64, limit float64) {
+func (c *adaptiveCore) learnBaseline(figure int64, limit float64, dropped bool) {
 	if c.baseline == 0 {
 		c.baseline = figure
 		return
@@ -488,7 +508,10 @@ func (c *adaptiveCore) learnBaseline(figure int64, limit float64) {
 			c.baseline, c.staleN, c.blocked = m, 0, true
 		}
 	}
-	if c.anchorLimit == 0 || limit > c.anchorLimit {
+	if c.anchorLimit == 0 || limit > c.anchorLimit || dropped {
+		// Drops are overload, not a slower service; and the latency of
+		// the flights that did not time out is capped by the timeout, so
+		// that it need not fall with the limit.
 		c.anchorLimit, c.anchorFigure, c.staleN = limit, figure, 0
 		return
 	}
@@ -529,8 +552,9 @@ func (c *adaptiveCore) endProbe(now int64, w windowStats) {
 		m := (b[baselineBlock/2-1] + b[baselineBlock/2]) / 2
 		share := c.probeShare()
 		if c.lastBlock > 0 && 1-float64(m)/float64(c.lastBlock) >= 0.9*(1-share) && c.limit > float64(c.cfg.Min) {
-			// The latency fell with the limit: it still queues.
-			c.lastBlock, c.probeN = m, 0
+			// The latency fell with the limit: it still queues, and the
+			// limit to return to is at most this one.
+			c.lastBlock, c.probeN, c.restore = m, 0, min(c.restore, c.limit)
 			c.limit = c.clamp(c.limit * share)
 			return
 		}
@@ -557,5 +581,3 @@ func (c *adaptiveCore) probeShare() float64 {
 func (c *adaptiveCore) clamp(l float64) float64 {
 	return min(max(l, float64(c.cfg.Min)), float64(c.cfg.Max))
 }
-
-var dbgWindow = func(*Adaptive, int64, *adaptiveWindow, windowStats) {}
