@@ -139,11 +139,12 @@ func failsafePriority(p ratelimit.Priority) priority.Priority {
 	return priority.Medium
 }
 
+// Admit (which the simulation does not call for a Waiter) never waits: with
+// a context already cancelled, the limiter takes a free permit or refuses.
 func (g failsafePriorityGate) Admit(p ratelimit.Priority) (func(bool), bool) {
-	if !g.l.CanAcquirePermitWithPriority(context.Background(), failsafePriority(p)) {
-		return nil, false
-	}
-	return g.Wait(context.Background(), p)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return g.Wait(ctx, p)
 }
 
 func (g failsafePriorityGate) Wait(ctx context.Context, p ratelimit.Priority) (func(bool), bool) {
