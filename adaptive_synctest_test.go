@@ -118,6 +118,7 @@ func assertSettles(t *testing.T, seed uint64, r *overloadsim.Result, c int, from
 
 // 1. At 3x overload with every default, the limit settles near C.
 func TestAdaptiveProofOverload(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= proofSeeds; seed++ {
 		sc := proofScenario(seed)
 		r := runAdaptive(t, ratelimit.AdaptiveConfig{Timeout: sc.Timeout}, sc, nil)
@@ -127,6 +128,7 @@ func TestAdaptiveProofOverload(t *testing.T) {
 
 // 2. When the capacity halves mid-run, the limit follows within 5 s.
 func TestAdaptiveProofCapacityHalves(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= proofSeeds; seed++ {
 		sc := proofScenario(seed)
 		sc.Duration = 20 * time.Second
@@ -143,6 +145,7 @@ func TestAdaptiveProofCapacityHalves(t *testing.T) {
 // figures); the whole run's, with the first second at the Initial limit of
 // 20 below the critical requests' own concurrency (about 33), are logged.
 func TestAdaptiveProofPriorities(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= proofSeeds; seed++ {
 		sc := proofScenario(seed)
 		sc.Critical, sc.Sheddable = 0.2, 0.3
@@ -166,6 +169,7 @@ func TestAdaptiveProofPriorities(t *testing.T) {
 // The limit stays within [Min, Max]: Max below the capacity under
 // overload, Min above it when the capacity collapses.
 func TestAdaptiveStaysWithinMinMax(t *testing.T) {
+	t.Parallel()
 	sc := proofScenario(1)
 	sc.Duration = 6 * time.Second
 	sc.Changes = []overloadsim.Change{{At: 3 * time.Second, Workers: 5}}
@@ -186,6 +190,7 @@ func TestAdaptiveStaysWithinMinMax(t *testing.T) {
 // Initial·(1+Tolerance)². (With a steady concurrency it does not grow at
 // all: TestAdaptiveUnusedLimitDoesNotGrow.)
 func TestAdaptiveIdleDoesNotInflate(t *testing.T) {
+	t.Parallel()
 	sc := proofScenario(1)
 	sc.Load, sc.Duration = 0.05, 20*time.Second
 	r := runAdaptive(t, ratelimit.AdaptiveConfig{}, sc, nil)

@@ -19,6 +19,7 @@ import (
 var adaptiveStart = time.Unix(1_700_000_000, 0)
 
 func TestNewAdaptiveRefusesBadConfig(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cfg  ratelimit.AdaptiveConfig
 		want string
@@ -44,6 +45,7 @@ func TestNewAdaptiveRefusesBadConfig(t *testing.T) {
 // The ceilings of the three priorities, Remaining, and what a shed request
 // is told.
 func TestAdaptivePriorityCeilings(t *testing.T) {
+	t.Parallel()
 	rec := &eventrec.Recorder{}
 	a, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: 10}, ratelimit.WithObserver(rec), ratelimit.WithName("svc"))
 	require.NoError(t, err)
@@ -100,6 +102,7 @@ func TestAdaptivePriorityCeilings(t *testing.T) {
 // A Flight ends once: a second call, on it or on a copy, does nothing, and
 // the zero Flight holds nothing.
 func TestAdaptiveFlightEndsOnce(t *testing.T) {
+	t.Parallel()
 	a, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: 2})
 	require.NoError(t, err)
 	f, d := a.Acquire(context.Background(), ratelimit.PriorityDefault)
@@ -155,6 +158,7 @@ func batches(a *ratelimit.Adaptive, clk *fakeclock.Manual, count, n int, lat tim
 // A limit that is not in use does not grow: three requests in flight at a
 // time, at a steady latency, for 10 s.
 func TestAdaptiveUnusedLimitDoesNotGrow(t *testing.T) {
+	t.Parallel()
 	clk := fakeclock.NewManual(adaptiveStart)
 	a, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{}, ratelimit.WithClock(clk))
 	require.NoError(t, err)
@@ -170,6 +174,7 @@ func TestAdaptiveUnusedLimitDoesNotGrow(t *testing.T) {
 // concurrency-limits #137), and so it is by flights longer than Timeout
 // ended with Success.
 func TestAdaptiveDropsAndTimeoutsCut(t *testing.T) {
+	t.Parallel()
 	run := func(cfg ratelimit.AdaptiveConfig, dropEvery int) []int {
 		clk := fakeclock.NewManual(adaptiveStart)
 		a, err := ratelimit.NewAdaptive(cfg, ratelimit.WithClock(clk))
@@ -295,6 +300,7 @@ func within(t *testing.T, limits []int, from, to, c int, what string) {
 // it becomes the new baseline, and the limit returns to about C instead of
 // settling at half of it.
 func TestAdaptiveServiceSlowsDown(t *testing.T) {
+	t.Parallel()
 	m := queueModel{workers: 50, service: 10 * time.Millisecond, load: 3, duration: 12 * time.Second,
 		change: 5 * time.Second, service2: 20 * time.Millisecond}
 	limits, a := m.run(t)
@@ -314,6 +320,7 @@ func TestAdaptiveServiceSlowsDown(t *testing.T) {
 // in the queue: the probe goes down by shares while the latency falls with
 // the limit, and the limit settles at about C within 2 s.
 func TestAdaptiveStartsFarAboveCapacity(t *testing.T) {
+	t.Parallel()
 	m := queueModel{workers: 50, service: 10 * time.Millisecond, load: 3, duration: 10 * time.Second,
 		timeout: 50 * time.Millisecond, cfg: ratelimit.AdaptiveConfig{Initial: 500}}
 	limits, _ := m.run(t)
@@ -322,15 +329,39 @@ func TestAdaptiveStartsFarAboveCapacity(t *testing.T) {
 }
 
 // The baseline is re-measured about every 30 s at 1/(1+Tolerance)² of the
-// limit (Envoy pins the concurrency to 3 for it): over 100 s the limit
+// limit (Envoy pins the concurrency to 3 for it): over 70 s (three probes) the limit
 // never leaves ±20% of C once settled.
 func TestAdaptiveProbeStaysNearTheLimit(t *testing.T) {
-	m := queueModel{workers: 50, service: 10 * time.Millisecond, load: 3, duration: 100 * time.Second}
+	t.Parallel()
+	m := queueModel{workers: 50, service: 10 * time.Millisecond, load: 3, duration: 70 * time.Second}
 	limits, _ := m.run(t)
 	low := limits[10]
 	for _, l := range limits[10:] {
 		low = min(low, l)
 	}
-	t.Logf("lowest limit from 1 s to 100 s: %d (C = 50)", low)
+	t.Logf("lowest limit from 1 s to 70 s: %d (C = 50)", low)
 	within(t, limits, 10, 0, 50, "from 1 s")
+}
+
+// TestAdaptiveReserveRoundsUp: the reserve is counted in whole places,
+// rounded up, so that at a small limit critical requests keep more than
+// one place: at 9 with 0.2, sheddable requests fill 7, default ones 9 and
+// critical ones 11; at 10, exactly 8, 10 and 12.
+func TestAdaptiveReserveRoundsUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ limit, shed, def, crit int }{{9, 7, 9, 11}, {10, 8, 10, 12}, {1, 0, 1, 2}} {
+		a, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: tc.limit, Min: tc.limit, Max: tc.limit})
+		require.NoError(t, err)
+		for _, step := range []struct {
+			p       ratelimit.Priority
+			ceiling int
+		}{{ratelimit.PrioritySheddable, tc.shed}, {ratelimit.PriorityDefault, tc.def}, {ratelimit.PriorityCritical, tc.crit}} {
+			for a.InFlight() < step.ceiling {
+				_, d := a.Acquire(context.Background(), step.p)
+				require.Truef(t, d.Allowed, "limit %d: %v at %d in flight", tc.limit, step.p, a.InFlight())
+			}
+			_, d := a.Acquire(context.Background(), step.p)
+			assert.Falsef(t, d.Allowed, "limit %d: %v beyond %d", tc.limit, step.p, step.ceiling)
+		}
+	}
 }

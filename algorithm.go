@@ -5,7 +5,8 @@ import (
 )
 
 // Algorithm names how a limiter decides: one of the five rate limits, the
-// calendar quota, the concurrency limit or the adaptive one.
+// calendar quota, the concurrency limit, the adaptive one or the
+// client-side throttle.
 type Algorithm uint8
 
 // The algorithms. The zero Algorithm is invalid.
@@ -24,6 +25,9 @@ const (
 	// AdaptiveAlgorithm is the adaptive concurrency limit: requests in
 	// flight to a service, bounded by its latency ([NewAdaptive]).
 	AdaptiveAlgorithm
+	// ThrottleAlgorithm is client-side adaptive throttling: attempts per
+	// key bounded by the accepted ones ([NewThrottle]).
+	ThrottleAlgorithm
 )
 
 // String returns the algorithm's short name, such as "tokenbucket".
@@ -45,6 +49,8 @@ func (a Algorithm) String() string {
 		return "concurrency"
 	case AdaptiveAlgorithm:
 		return "adaptive"
+	case ThrottleAlgorithm:
+		return "throttle"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }

@@ -131,7 +131,9 @@ const (
 	OutcomeReleased
 	// OutcomeShed: the request was refused to protect the service from
 	// overload, not by a rate limit: an [Adaptive] limiter had no place
-	// for its priority. Servers answer it 503 (gRPC: UNAVAILABLE).
+	// for its priority. Servers answer it 503 (gRPC: UNAVAILABLE). A
+	// [Throttle] reports it too: a client's request refused locally,
+	// since its server has been failing.
 	OutcomeShed
 )
 
@@ -166,10 +168,12 @@ func init() {
 	observe.Register(describe)
 }
 
-// describe is the observe.Info of a *Keyed, *Concurrency or *Tiered
-// limiter.
+// describe is the observe.Info of a *Keyed, *Concurrency, *Tiered or
+// *Adaptive limiter.
 func describe(l any) (observe.Info, bool) {
 	switch v := l.(type) {
+	case *Adaptive:
+		return observe.Info{Home: uint8(HomeMemory), Observed: v != nil && v.obs != nil}, v != nil
 	case *Keyed:
 		return observe.Info{Home: uint8(HomeKeyed), Observed: v.obs != nil}, v != nil
 	case *Concurrency:

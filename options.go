@@ -46,8 +46,9 @@ func (f optionFunc) apply(o *options) { f(o) }
 // github.com/benbjohnson/clock, for deterministic tests. A nil c selects the
 // real clock; a typed nil (such as a nil *clock.Mock) is an error: the
 // constructor returns an error wrapping [ErrInvalidConfig]. It applies to
-// the single limiters, [NewKeyed] and [NewConcurrency]. For a
-// [Concurrency] limiter it times [Concurrency.Block].
+// the single limiters, [NewKeyed], [NewConcurrency], [NewAdaptive] and
+// [NewThrottle]. For a [Concurrency] limiter it times [Concurrency.Block];
+// for an [Adaptive] one, the latencies it measures.
 func WithClock(c Clock) Option {
 	return optionFunc(func(o *options) {
 		o.given |= optClock
@@ -95,10 +96,11 @@ func buildOptions(ctor string, accepted optionSet, opts []Option) (options, erro
 // over all its shards: a new key that would be key n+1 is admitted only if
 // an idle key can be reclaimed to make room, and is otherwise denied with
 // [ErrTooManyKeys]. For a [Concurrency] limiter it caps the keys with
-// permits in flight or waiters. A non-positive n is an error: the
-// constructor returns an error wrapping [ErrInvalidConfig]. It applies to
-// [NewKeyed] and to [NewConcurrency] only: the other constructors return a
-// configuration error naming it.
+// permits in flight or waiters, for a [Throttle] the keys it counts
+// (without it: 65,536). A non-positive n is an error: the constructor
+// returns an error wrapping [ErrInvalidConfig]. It applies to [NewKeyed],
+// [NewConcurrency] and [NewThrottle] only: the other constructors return
+// a configuration error naming it.
 func WithMaxKeys(n int) Option {
 	return optionFunc(func(o *options) {
 		o.given |= optMaxKeys
@@ -114,8 +116,10 @@ func WithMaxKeys(n int) Option {
 // AllowN (Allow included) and one per WaitN (Wait included), when it
 // returns. A nil o reports nothing (the default), and then no time is read
 // for Latency; a typed nil is an error. A [Concurrency] limiter reports
-// each TryAcquire and Acquire, and each Release as [OutcomeReleased]. It
-// applies to the single limiters, [NewKeyed] and [NewConcurrency]; a
+// each TryAcquire and Acquire, and each Release as [OutcomeReleased]; an
+// [Adaptive] one each Acquire, a [Throttle] each Attempt and Retry. It
+// applies to the single limiters, [NewKeyed], [NewConcurrency],
+// [NewAdaptive] and [NewThrottle]; a
 // [Tiered] has no Observer of its own (its tiers report).
 func WithObserver(o Observer) Option {
 	return optionFunc(func(opts *options) {

@@ -42,6 +42,8 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"NewQuota":          func(o Option) (any, error) { return NewQuota(1, Calendar{Unit: Daily}, o) },
 		"NewKeyed":          func(o Option) (any, error) { return NewKeyed(FixedWindowPolicy(1, time.Second), o) },
 		"NewConcurrency":    func(o Option) (any, error) { return NewConcurrency(1, o) },
+		"NewAdaptive":       func(o Option) (any, error) { return NewAdaptive(AdaptiveConfig{}, o) },
+		"NewThrottle":       func(o Option) (any, error) { return NewThrottle(ThrottleConfig{}, o) },
 		"NewTiered": func(o Option) (any, error) {
 			k, err := NewKeyed(FixedWindowPolicy(1, time.Second))
 			if err != nil {

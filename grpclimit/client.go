@@ -2,7 +2,10 @@ package grpclimit
 
 import (
 	"context"
+	"errors"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +53,12 @@ import (
 //   - A ResourceExhausted without RetryInfo (a cost that can never fit, a
 //     message too large) is neither paused for nor retried; only its
 //     metadata's quotas count.
+//   - A failed call whose trailer (or header) carries gRPC's retry
+//     pushback, grpc-retry-pushback-ms (gRFC A6), is a refusal like one
+//     with a RetryInfo, whatever its code: a value of 0 or more pauses
+//     the scope that long (the longer of the two when both are given; 0
+//     backs off) and the call may be retried; a negative or unreadable
+//     one asks not to retry: the call is not, whatever its RetryInfo.
 //   - When a pause ends (a RetryInfo's, a backoff, a reset that was
 //     capped), one call of the scope goes out alone, a probe: the others
 //     wait for its answer, then go by what it says. A probe without an
@@ -64,10 +73,12 @@ import (
 // stream is not kept in flight (it may run for long): sent as a probe, it
 // hands the probe on to the next call once it is created.
 //
+// With [WithThrottle], a call its throttle refuses is not sent either.
+//
 // A call the interceptors do not send fails with a gRPC status error
 // whose code says why (Canceled, DeadlineExceeded, ResourceExhausted,
-// InvalidArgument for [ErrNoKey]) and which matches its cause with
-// errors.Is: context.Canceled, context.DeadlineExceeded,
+// InvalidArgument for [ErrNoKey], Unavailable for [ErrThrottled]) and
+// which matches its cause with errors.Is: context.Canceled, context.DeadlineExceeded,
 // [ratelimit.ErrDeadline] (the limiter's wait would outlast the deadline),
 // [ErrPauseDeadline] (a pause would), [ratelimit.ErrExceedsLimit], ... A
 // call whose context is done is never sent.
@@ -85,9 +96,10 @@ type Client struct {
 	pacing   pacer.Config // from the options
 	scope    PauseScope
 	onPause  func(ctx context.Context, method string, d time.Duration)
-	pacer    *pacer.Pacer // what the servers' answers allow, per scope
-	scopes   sync.Map     // [2]string{target, method} -> its PauseByMethod scope
-	nscopes  atomic.Int64 // scopes stored, or tried to be
+	pacer    *pacer.Pacer        // what the servers' answers allow, per scope
+	throttle *ratelimit.Throttle // WithThrottle; nil: none
+	scopes   sync.Map            // [2]string{target, method} -> its PauseByMethod scope
+	nscopes  atomic.Int64        // scopes stored, or tried to be
 }
 
 type retrySafeKey struct{}
@@ -111,8 +123,9 @@ func retrySafe(ctx context.Context) bool {
 // nil, such as a nil *ratelimit.TokenBucket, is a mistake and an error). The
 // options that apply are [WithCost], [WithClock], [WithRetries],
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
-// [WithPauseScope] (not [PauseByKey]), [WithMaxKeys] and [WithPauseHook];
-// an invalid one is an error wrapping [ratelimit.ErrInvalidConfig].
+// [WithPauseScope] (not [PauseByKey]), [WithMaxKeys], [WithPauseHook] and
+// [WithThrottle]; an invalid one is an error wrapping
+// [ratelimit.ErrInvalidConfig].
 //
 // The pacing of a scope is held while it has anything live, up to
 // [WithMaxKeys] scopes (65,536 by default); at the cap a call of a new
@@ -142,9 +155,9 @@ func NewClient(lim ratelimit.Limiter, opts ...ClientOption) (*Client, error) {
 //
 // The options that apply are [WithCost], [WithClock], [WithRetries],
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
-// [WithPauseScope], [WithMaxKeys] and [WithPauseHook]. It returns an error
-// wrapping [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an
-// invalid option.
+// [WithPauseScope], [WithMaxKeys], [WithPauseHook] and [WithThrottle]. It
+// returns an error wrapping [ratelimit.ErrInvalidConfig] when lim or key
+// is nil, or for an invalid option.
 func NewKeyedClient(lim ratelimit.KeyedLimiter, key KeyFunc, opts ...ClientOption) (*Client, error) {
 	if lim == nil || typednil.Is(lim) {
 		return nil, configError("grpclimit.NewKeyedClient: the limiter must not be nil, got %T", lim)
@@ -309,12 +322,44 @@ func (c *Client) answer(h *hints.Hints, now time.Time, err error, header, traile
 			h.RetryAfter, h.HasRetryAfter = d, true
 		}
 	}
+	if err != nil {
+		if p, ok := pushback(header, trailer); ok && p >= 0 {
+			a.Refused = true
+			if !valid || p > h.RetryAfter {
+				h.RetryAfter, h.HasRetryAfter = p, true
+			}
+		}
+	}
 	switch status.Code(err) {
 	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable:
 		// The call may never have reached the server, or was cut short.
 		return a, len(header) > 0 || len(trailer) > 0
 	}
 	return a, true
+}
+
+// pushbackKey is gRPC's retry pushback (gRFC A6), the trailer a server's
+// shed sends and the client honours: the milliseconds to wait before
+// retrying, or a negative (or unreadable) value asking not to retry.
+const pushbackKey = "grpc-retry-pushback-ms"
+
+// pushback reads the pushback of a call's response metadata (trailer,
+// else header): ok when there is one, d < 0 when it asks not to retry.
+// A huge value saturates; the pacer caps it.
+func pushback(header, trailer metadata.MD) (d time.Duration, ok bool) {
+	v := trailer[pushbackKey]
+	if len(v) == 0 {
+		v = header[pushbackKey]
+	}
+	if len(v) == 0 {
+		return 0, false
+	}
+	// Out of range, ParseInt returns its bound with ErrRange: saturated.
+	ms, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) || ms < 0 {
+		return -1, true
+	}
+	return time.Duration(min(ms, int64(math.MaxInt64/time.Millisecond))) * time.Millisecond, true
 }
 
 // mdNames maps the field names hints.Parse asks for to gRPC's lower-case
@@ -336,8 +381,12 @@ func mdName(name string) string {
 
 // obey records the outcome of a call sent with tk, and returns the pause
 // it imposed on the call's scope (reported to the pause hook) and whether
-// the call was refused with a RetryInfo.
+// the call may be retried: refused with a RetryInfo or a pushback of 0 or
+// more, and no negative pushback.
 func (c *Client) obey(cl *outCall, tk pacer.Ticket, err error, header, trailer metadata.MD) (time.Duration, bool) {
+	if c.throttle != nil {
+		c.record(cl, err)
+	}
 	var h hints.Hints
 	now := c.ts.Time()
 	a, answered := c.answer(&h, now, err, header, trailer)
@@ -347,7 +396,31 @@ func (c *Client) obey(cl *outCall, tk pacer.Ticket, err error, header, trailer m
 	}
 	out := c.pacer.Done(tk, now, a)
 	c.reportPause(cl, out)
+	if !a.Refused {
+		return out.Pause, false
+	}
+	if p, ok := pushback(header, trailer); ok && p < 0 {
+		return out.Pause, false // the server asks not to retry
+	}
 	return out.Pause, a.Refused
+}
+
+// record tells the throttle the outcome of a call it let go: a call
+// cancelled says nothing of the server.
+func (c *Client) record(cl *outCall, err error) {
+	if status.Code(err) == codes.Canceled || errors.Is(cl.ctx.Err(), context.Canceled) {
+		return
+	}
+	c.throttle.Record(c.scopeKey(cl), accepted(err))
+}
+
+// accepted reports whether a call's outcome served it, for a throttle.
+func accepted(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded, codes.Internal, codes.Unknown:
+		return false
+	}
+	return true
 }
 
 // reportPause tells the pause hook of the pause an answer to cl imposed.
@@ -373,6 +446,9 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 		if err != nil {
 			return err
 		}
+		if c.throttle != nil && !c.throttle.Attempt(ctx, c.scopeKey(&cl)).Allowed {
+			return notSent(ErrThrottled)
+		}
 		m := captures.Get().(*mdCapture)
 		defer m.release()
 		callOpts := m.opts[:]
@@ -394,7 +470,8 @@ func (c *Client) Unary() grpc.UnaryClientInterceptor {
 			m.header, m.trailer = nil, nil
 			err = invoker(ctx, method, req, reply, cc, callOpts...)
 			d, refused := c.obey(&cl, tk, err, m.header, m.trailer)
-			if err == nil || !refused || attempt >= c.retries || d > c.maxRetry || !retrySafe(ctx) || timesrc.Outlasts(ctx, d) {
+			if err == nil || !refused || attempt >= c.retries || d > c.maxRetry || !retrySafe(ctx) || timesrc.Outlasts(ctx, d) ||
+				c.throttle != nil && !c.throttle.Retry(ctx, c.scopeKey(&cl)).Allowed {
 				return err
 			}
 			refusal = err
@@ -435,6 +512,9 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 		if err != nil {
 			return nil, err
 		}
+		if c.throttle != nil && !c.throttle.Attempt(ctx, c.scopeKey(&cl)).Allowed {
+			return nil, notSent(ErrThrottled)
+		}
 		tk, err := c.ready(&cl)
 		if err != nil {
 			return nil, err
@@ -447,7 +527,9 @@ func (c *Client) Stream() grpc.StreamClientInterceptor {
 		// A stream may run for long, or never be read to its end: it is
 		// not kept in flight. Its end is read for a refusal only.
 		c.pacer.Lost(tk)
-		return &clientStream{ClientStream: cs, c: c, cl: cl}, nil
+		s := &clientStream{ClientStream: cs, c: c, cl: cl}
+		s.recorded.Store(c.throttle == nil)
+		return s, nil
 	}
 }
 
@@ -457,9 +539,16 @@ type clientStream struct {
 	c      *Client
 	cl     outCall
 	obeyed atomic.Bool // the stream's pause has been taken: a stream ends once
+	// recorded: the stream's outcome has been told to the throttle (or
+	// there is none).
+	recorded atomic.Bool
 }
 
 func (s *clientStream) seen(err error) {
+	if err != nil && err != io.EOF && !s.recorded.Load() && s.recorded.CompareAndSwap(false, true) {
+		cl := s.cl
+		s.c.record(&cl, err)
+	}
 	if err == nil || err == io.EOF || status.Code(err) != codes.ResourceExhausted {
 		return
 	}
@@ -492,6 +581,12 @@ func (s *clientStream) SendMsg(m any) error {
 
 func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
+	if err == io.EOF && !s.recorded.Load() && s.recorded.CompareAndSwap(false, true) {
+		// The stream ended well (io.EOF from SendMsg only says that it
+		// ended: its status comes from RecvMsg).
+		cl := s.cl
+		s.c.record(&cl, nil)
+	}
 	s.seen(err)
 	return err
 }

@@ -47,6 +47,13 @@ func BenchmarkClientUnary(b *testing.B) {
 		{"keyed", func(b *testing.B) (*Client, error) {
 			return NewKeyedClient(keyed(b), byMethod, WithPauseScope(PauseByKey))
 		}},
+		{"limiter-throttle", func(b *testing.B) (*Client, error) {
+			th, err := ratelimit.NewThrottle(ratelimit.ThrottleConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return NewClient(bucket(b), WithThrottle(th))
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			c, err := bc.make(b)
@@ -79,15 +86,21 @@ func TestClientUnaryAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	th, err := ratelimit.NewThrottle(ratelimit.ThrottleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, scope := range []PauseScope{PauseByTarget, PauseByMethod} {
-		c, err := NewClient(tb, WithPauseScope(scope))
-		if err != nil {
-			t.Fatal(err)
-		}
-		unary := c.Unary()
-		ctx := context.Background()
-		if a := testing.AllocsPerRun(1000, func() { _ = unary(ctx, methodUnary, nil, nil, conn, invoker) }); a != 0 {
-			t.Errorf("%v: %v allocations per call, want 0", scope, a)
+		for _, throttle := range []*ratelimit.Throttle{nil, th} {
+			c, err := NewClient(tb, WithPauseScope(scope), WithThrottle(throttle))
+			if err != nil {
+				t.Fatal(err)
+			}
+			unary := c.Unary()
+			ctx := context.Background()
+			if a := testing.AllocsPerRun(1000, func() { _ = unary(ctx, methodUnary, nil, nil, conn, invoker) }); a != 0 {
+				t.Errorf("%v, throttle %v: %v allocations per call, want 0", scope, throttle != nil, a)
+			}
 		}
 	}
 }

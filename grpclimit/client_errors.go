@@ -25,6 +25,12 @@ var ErrPauseDeadline = adapter.ErrPauseDeadline
 // codes.InvalidArgument. It is httplimit.ErrNoKey too.
 var ErrNoKey = adapter.ErrNoKey
 
+// ErrThrottled is returned by the interceptors of a [Client], without
+// sending the call, when the client's throttle ([WithThrottle]) refuses
+// it: the call's server has been failing. Its gRPC code is
+// codes.Unavailable. It is httplimit.ErrThrottled too.
+var ErrThrottled = adapter.ErrThrottled
+
 // callError is an error of the client interceptors for a call they did not
 // send: a gRPC status (GRPCStatus, so status.Code and status.FromError
 // read its code) that unwraps to its cause (so errors.Is matches
@@ -44,7 +50,8 @@ func (e *callError) GRPCStatus() *status.Status { return status.New(e.code, e.ms
 // notSent turns the reason a call was not sent into a status error: ctx's
 // errors and every error matching them keep their gRPC codes (Canceled,
 // DeadlineExceeded, including the refusals of waits that would outlast the
-// deadline), ErrNoKey is InvalidArgument, and every other refusal of the
+// deadline), ErrNoKey is InvalidArgument, ErrThrottled Unavailable, and
+// every other refusal of the
 // limiter (ratelimit.ErrExceedsLimit, ratelimit.ErrQueueFull,
 // ratelimit.ErrTooManyKeys, a backend's error) is ResourceExhausted.
 func notSent(err error) error {
@@ -56,6 +63,8 @@ func notSent(err error) error {
 		code = codes.DeadlineExceeded
 	case errors.Is(err, ErrNoKey):
 		code = codes.InvalidArgument
+	case errors.Is(err, ErrThrottled):
+		code = codes.Unavailable
 	}
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "ratelimit: ") {

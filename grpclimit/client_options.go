@@ -3,6 +3,8 @@ package grpclimit
 import (
 	"context"
 	"time"
+
+	"github.com/rlkit/ratelimit"
 )
 
 // PauseScope says which calls a server's pause holds back ([WithPauseScope]).
@@ -153,6 +155,21 @@ func WithMaxKeys(n int) ClientOption {
 func WithPauseHook(hook func(ctx context.Context, method string, d time.Duration)) ClientOption {
 	return clientOption(func(c *Client) error {
 		c.onPause = hook
+		return nil
+	})
+}
+
+// WithThrottle makes a client ask th before sending each call, under the
+// call's pause scope ([WithPauseScope]: its target by default), and tell
+// it each answer: Unavailable, ResourceExhausted, DeadlineExceeded,
+// Internal and Unknown are not accepted, every other code is (a call
+// cancelled is not counted). A call th refuses is not sent: it fails with
+// [ErrThrottled] at once. The retries of [WithRetries] go only while th's
+// retry budget allows. A nil th throttles nothing; see
+// docs/overload-client.md. For [NewClient] and [NewKeyedClient].
+func WithThrottle(th *ratelimit.Throttle) ClientOption {
+	return clientOption(func(c *Client) error {
+		c.throttle = th
 		return nil
 	})
 }

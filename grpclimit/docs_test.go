@@ -27,7 +27,10 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 	lim, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(5, time.Second))
 	require.NoError(t, err)
 	cost := func(context.Context, string, any) int { return 1 }
+	ad, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})
+	require.NoError(t, err)
 	samples := map[string]any{
+		"WithAdaptive":              WithAdaptive(ad, nil),
 		"WithCost":                  WithCost(cost),
 		"WithClock":                 WithClock(nil),
 		"WithMessageCost":           WithMessageCost(cost),
@@ -49,6 +52,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"WithPauseScope":            WithPauseScope(PauseByMethod),
 		"WithMaxKeys":               WithMaxKeys(10),
 		"WithPauseHook":             WithPauseHook(func(context.Context, string, time.Duration) {}),
+		"WithThrottle":              WithThrottle(nil),
 	}
 	constructors := map[string]func(any) error{
 		"New": func(o any) error {

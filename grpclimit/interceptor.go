@@ -148,6 +148,13 @@ type Interceptor struct {
 	reportEvery  time.Duration
 	observer     ratelimit.Observer
 	chargeInfra  bool // ChargeHealthAndReflection
+
+	// WithAdaptive's values, and the Overload New builds of them; over is
+	// nil without it.
+	adaptive    *ratelimit.Adaptive
+	priority    func(ctx context.Context, method string) ratelimit.Priority
+	adaptiveSet bool
+	over        *limitset.Overload[inCall]
 }
 
 // inCall is what the limits decide on: one call, or one message of a
@@ -163,7 +170,8 @@ type inCall struct {
 // nothing among themselves. The options that apply are [WithCost],
 // [WithMessageCost], [WithFields], [WithShadowFields],
 // [WithDeniedHandler], [WithLogger], [WithErrorReportInterval],
-// [WithObserver], [WithClock] and [ChargeHealthAndReflection].
+// [WithObserver], [WithClock], [ChargeHealthAndReflection] and
+// [WithAdaptive].
 //
 // Exemptions and denylists are settled before any limiter is asked: a call
 // of cost <= 0, or to the health or server reflection services (see
@@ -172,9 +180,12 @@ type inCall struct {
 // refuses the keys of its DeniedKeys and lets the keys of its
 // [Limit.ExemptKeys] through uncharged. Denial always beats exemption.
 //
+// With [WithAdaptive], limits may be empty: the interceptors then protect
+// the service from overload alone.
+//
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
-// empty, a Limit has no Key (or a key helper given nothing to key by, such
-// as KeyByUser(nil), or a method no call can have), neither or both of
+// empty (without WithAdaptive), a Limit has no Key (or a key helper given
+// nothing to key by, such as KeyByUser(nil), or a method no call can have), neither or both of
 // Limiter and Concurrency, a negative Window, a Window or Messages on a
 // concurrency limit, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
@@ -188,8 +199,8 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	if i.denied == nil {
 		i.denied = deniedError
 	}
-	if len(limits) == 0 {
-		return nil, configError("grpclimit.New: limits must not be empty, got %d", len(limits))
+	if len(limits) == 0 && !i.adaptiveSet {
+		return nil, configError("grpclimit.New: limits must not be empty (without WithAdaptive), got %d", len(limits))
 	}
 	names := make(map[string]bool, len(limits))
 	var calls, msgs []limitset.Limit[inCall]
@@ -247,6 +258,15 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	}
 	if len(msgs) > 0 {
 		if i.msgs, err = limitset.New(cfg, msgs); err != nil {
+			return nil, err
+		}
+	}
+	if i.adaptiveSet {
+		var priority func(inCall) ratelimit.Priority
+		if p := i.priority; p != nil {
+			priority = func(c inCall) ratelimit.Priority { return p(c.ctx, c.method) }
+		}
+		if i.over, err = limitset.NewOverload("grpclimit", i.adaptive, priority, i.observer); err != nil {
 			return nil, err
 		}
 	}
@@ -308,32 +328,123 @@ func (s *countedStream) Context() context.Context { return s.ctx }
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor { return i.unary }
 
 func (i *Interceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	var f ratelimit.Flight
 	if i.calls != nil {
 		var v limitset.Verdict[inCall]
-		if err := i.admit(ctx, info.FullMethod, req, nil, &v); err != nil {
+		if err := i.admit(ctx, info.FullMethod, req, nil, &v, &f); err != nil {
 			return nil, err
 		}
 		if v.Counts() {
-			return i.unaryCounted(ctx, req, handler, &v)
+			return i.unaryCounted(ctx, req, handler, &v, f)
 		}
 		if v.Holds() {
 			// Released however the handler ends, a panic included.
 			defer i.calls.Release(ctx, &v, 0)
 		}
+	} else if i.over != nil {
+		if err := i.acquire(ctx, info.FullMethod, nil, nil, &f); err != nil {
+			return nil, err
+		}
 	}
-	return handler(ctx, req)
+	if i.over == nil {
+		return handler(ctx, req)
+	}
+	return unaryFlight(ctx, req, handler, f)
+}
+
+// unaryFlight runs the handler of a call in its flight f of the Adaptive,
+// and ends f by the call's outcome however the handler ends.
+func unaryFlight(ctx context.Context, req any, handler grpc.UnaryHandler, f ratelimit.Flight) (resp any, err error) {
+	done := false
+	defer func() { endFlight(f, ctx, err, done) }()
+	resp, err = handler(ctx, req)
+	done = true
+	return resp, err
 }
 
 // unaryCounted runs the handler of a call that holds reservations of
 // limits that count by outcome ([Limit.Count]), and settles them with its
-// outcome however it ends.
-func (i *Interceptor) unaryCounted(ctx context.Context, req any, handler grpc.UnaryHandler, v *limitset.Verdict[inCall]) (resp any, err error) {
+// outcome however it ends, and ends f, its flight in the Adaptive if any.
+func (i *Interceptor) unaryCounted(ctx context.Context, req any, handler grpc.UnaryHandler, v *limitset.Verdict[inCall], f ratelimit.Flight) (resp any, err error) {
 	ctx = limitset.WithReportedCost(ctx)
 	done := false
-	defer func() { i.calls.Release(ctx, v, outcomeCode(err, done)) }()
+	defer func() {
+		if i.over != nil {
+			endFlight(f, ctx, err, done)
+		}
+		i.calls.Release(ctx, v, outcomeCode(err, done))
+	}()
 	resp, err = handler(ctx, req)
 	done = true
 	return resp, err
+}
+
+// endFlight ends the flight f of a call with ctx whose handler returned
+// err, or panicked when done is false, by [flightEnd].
+func endFlight(f ratelimit.Flight, ctx context.Context, err error, done bool) {
+	flightEnd(ctx, err, done).End(f)
+}
+
+// endStreamFlight ends the flight f of a stream whose handler returned
+// err, or panicked when done is false: as [endFlight], but a stream that
+// succeeded is ignored, not a sample, as its life is as long as its
+// client keeps it, not the service's latency.
+func endStreamFlight(f ratelimit.Flight, ctx context.Context, err error, done bool) {
+	streamFlightEnd(ctx, err, done).End(f)
+}
+
+// streamFlightEnd is flightEnd for a stream: its success is ignored.
+func streamFlightEnd(ctx context.Context, err error, done bool) limitset.FlightEnd {
+	if e := flightEnd(ctx, err, done); e != limitset.EndSuccess {
+		return e
+	}
+	return limitset.EndIgnored
+}
+
+// flightEnd is what a call with ctx whose handler returned err, or
+// panicked when done is false, says of the service's capacity (see
+// [WithAdaptive]).
+func flightEnd(ctx context.Context, err error, done bool) limitset.FlightEnd {
+	if !done {
+		return limitset.EndIgnored
+	}
+	if e, ended := limitset.ContextEnd(ctx); ended {
+		return e
+	}
+	code := status.Code(err)
+	if code == codes.Unknown {
+		code = status.FromContextError(err).Code() // a bare context error
+	}
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return limitset.EndDropped
+	case codes.Canceled:
+		return limitset.EndIgnored
+	}
+	return limitset.EndSuccess
+}
+
+// acquire asks the Adaptive for a place for a call (a unary call when ss
+// is nil, else a stream's creation), in f: nil to serve it, else the
+// error to end it with, once the shed call was answered (the trailer
+// grpc-retry-pushback-ms set) and v, the verdict of the limits that
+// admitted it if not nil, undone.
+func (i *Interceptor) acquire(ctx context.Context, method string, ss grpc.ServerStream, v *limitset.Verdict[inCall], f *ratelimit.Flight) error {
+	var d ratelimit.Decision
+	if *f, d = i.over.Acquire(ctx, inCall{ctx: ctx, method: method}); d.Allowed {
+		return nil
+	}
+	if v != nil {
+		i.calls.Undo(ctx, v, func() []slog.Attr { return []slog.Attr{slog.String("method", method)} })
+	}
+	ra := limitset.ShedRetryAfter(d)
+	md := metadata.MD{pushbackKey: []string{strconv.FormatInt(ra.Milliseconds(), 10)}}
+	if ss != nil {
+		ss.SetTrailer(md)
+	} else {
+		_ = grpc.SetTrailer(ctx, md)
+	}
+	return i.answer(ctx, Denial{Method: method, Limit: limitset.ShedName, Decision: d, RetryAfter: ra, Err: ErrShed})
 }
 
 // exempt reports whether calls to method are served uncharged: server
@@ -361,18 +472,23 @@ func infraMethod(method string) bool {
 // handler returns, once however many messages it skipped.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor { return i.stream }
 
-func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	var f ratelimit.Flight
 	if i.calls != nil {
 		var v limitset.Verdict[inCall]
-		if err := i.admit(ss.Context(), info.FullMethod, nil, ss, &v); err != nil {
+		if err := i.admit(ss.Context(), info.FullMethod, nil, ss, &v, &f); err != nil {
 			return err
 		}
 		if v.Counts() {
 			// Settled at the stream's end, however its handler ends.
 			cs := &countedStream{ServerStream: ss, ctx: limitset.WithReportedCost(ss.Context())}
 			done := false
-			var err error
-			defer func() { i.calls.Release(cs.ctx, &v, outcomeCode(err, done)) }()
+			defer func() {
+				if i.over != nil {
+					endStreamFlight(f, ss.Context(), err, done)
+				}
+				i.calls.Release(cs.ctx, &v, outcomeCode(err, done))
+			}()
 			err = i.serveStream(srv, cs, info, handler)
 			done = true
 			return err
@@ -381,8 +497,20 @@ func (i *Interceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			// Held for the stream's life: until its handler returns.
 			defer i.calls.Release(ss.Context(), &v, 0)
 		}
+	} else if i.over != nil {
+		if err := i.acquire(ss.Context(), info.FullMethod, ss, nil, &f); err != nil {
+			return err
+		}
 	}
-	return i.serveStream(srv, ss, info, handler)
+	if i.over == nil {
+		return i.serveStream(srv, ss, info, handler)
+	}
+	// The flight lasts the stream's life: until its handler returns.
+	done := false
+	defer func() { endStreamFlight(f, ss.Context(), err, done) }()
+	err = i.serveStream(srv, ss, info, handler)
+	done = true
+	return err
 }
 
 // serveStream serves a stream the call limits admitted: through the
@@ -407,10 +535,11 @@ func (i *Interceptor) serveStream(srv any, ss grpc.ServerStream, info *grpc.Stre
 }
 
 // admit decides a call (a unary call and its request when ss is nil, else
-// a stream's creation) in the call limits, in v: nil to serve it, else
-// the error to end it with. A call served may hold permits in v
-// (v.Holds), to release once it ends.
-func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc.ServerStream, v *limitset.Verdict[inCall]) error {
+// a stream's creation) in the call limits, in v, then in the Adaptive, if
+// any, in f: nil to serve it, else the error to end it with. A call
+// served may hold permits in v (v.Holds), to release once it ends, and a
+// flight in f, to end once it ends.
+func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc.ServerStream, v *limitset.Verdict[inCall], f *ratelimit.Flight) error {
 	n, exempt := 1, i.exempt(method)
 	if i.cost != nil && !exempt {
 		n = i.cost(ctx, method, req)
@@ -420,8 +549,16 @@ func (i *Interceptor) admit(ctx context.Context, method string, req any, ss grpc
 		return []slog.Attr{slog.String("method", method)}
 	}) {
 	case limitset.Pass:
+		if i.over != nil {
+			return i.acquire(ctx, method, ss, nil, f)
+		}
 		return nil
 	case limitset.Admitted:
+		if i.over != nil {
+			if err := i.acquire(ctx, method, ss, v, f); err != nil {
+				return err
+			}
+		}
 		if i.fields != NoFields && v.From >= 0 && (!v.Shadow() || i.shadowFields) {
 			i.setFields(ctx, ss, v)
 		}

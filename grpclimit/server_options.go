@@ -177,6 +177,47 @@ func WithObserver(o ratelimit.Observer) Option {
 	})
 }
 
+// WithAdaptive makes the server interceptors protect the service from
+// overload with a, an adaptive concurrency limiter
+// ([ratelimit.NewAdaptive]), one for the service. The limits decide
+// first: a call they refuse never takes a place in a. A call (or a
+// stream's creation) they admit, or let through exempt or unlimited,
+// asks a for a place of priority(ctx, method) (nil priority: every call
+// [ratelimit.PriorityDefault]) just before its handler, and holds it
+// until the unary handler returns, or for the stream's life (until its
+// handler returns). The place is then given back with what the call
+// says of the service's capacity, by the code of the handler's error:
+// [ratelimit.Flight.Dropped] for codes.Unavailable and
+// codes.DeadlineExceeded, or a call context whose deadline passed;
+// [ratelimit.Flight.Ignore] for codes.Canceled, a client that went away
+// (the call's context cancelled), or a handler that panicked (a bug, not
+// a sign of overload; the panic goes on up once the place is free); else
+// [ratelimit.Flight.Success], but for a stream, whose life is as long as
+// its client keeps it, not a latency of the service: its success is
+// [ratelimit.Flight.Ignore].
+//
+// A call a sheds is not served: the limits that admitted it are refunded
+// (it costs its client nothing), the trailer grpc-retry-pushback-ms (gRFC
+// A6) is set to the delay in milliseconds, and the denied handler
+// ([WithDeniedHandler]) answers it with a [Denial] whose Err is
+// [ErrShed], Limit "adaptive", Decision a's and RetryAfter its
+// RetryAfter rounded up to a whole second, at least one; [DeniedError]
+// answers codes.Unavailable, the message "server overloaded, retry in 1
+// s" and an [errdetails.RetryInfo] of RetryAfter.
+//
+// The interceptors' observer ([WithObserver]) hears each of a's
+// decisions under the name "adaptive" (Algorithm
+// [ratelimit.AdaptiveAlgorithm], Home [ratelimit.HomeMemory], N 1):
+// [ratelimit.OutcomeAllowed], or [ratelimit.OutcomeShed] for a shed
+// call; a with an Observer of its own beside it would count them twice:
+// [New] refuses it, and a nil a. For [New].
+func WithAdaptive(a *ratelimit.Adaptive, priority func(ctx context.Context, method string) ratelimit.Priority) Option {
+	return serverOption(func(i *Interceptor) error {
+		i.adaptive, i.priority, i.adaptiveSet = a, priority, true
+		return nil
+	})
+}
+
 // ChargeHealthAndReflection makes the server interceptors charge the calls
 // of gRPC's health-checking service (grpc.health.v1) and server reflection
 // (grpc.reflection.v1 and v1alpha) like any other call, and their stream

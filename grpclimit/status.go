@@ -48,12 +48,19 @@ type Denial struct {
 	// Err is the limiter's error, if the denial came with one (a Redis
 	// limiter failing closed, a key cap reached, an unknown tier), or
 	// [ErrDenied] for a call a denylist refused: Decision then holds only
-	// RetryAfter [ratelimit.RetryNever] and Never is set. It is for the
-	// server's own use: never send its text to the client.
+	// RetryAfter [ratelimit.RetryNever] and Never is set; or [ErrShed] for
+	// a call the interceptors' Adaptive shed ([WithAdaptive]). It is for
+	// the server's own use: never send its text to the client.
 	Err error
 
 	concurrent bool // Limit is a concurrency limit ([Limit.Concurrency])
 }
+
+// ErrShed is the Err of the [Denial] of a call the interceptors' adaptive
+// concurrency limiter shed ([WithAdaptive]): the server is overloaded, so
+// [DeniedError] answers it with codes.Unavailable rather than
+// codes.ResourceExhausted. It is httplimit.ErrShed too.
+var ErrShed = adapter.ErrShed
 
 // DeniedError is the default answer to a denied call: a [status.Status]
 // error that standard gRPC clients decode.
@@ -75,10 +82,20 @@ type Denial struct {
 // (nobody knows when a call in flight will end) unless its key is blocked. A call a denylist
 // refused (d.Err is [ErrDenied]) gets codes.PermissionDenied, the message
 // "request denied" and no details, which do not say which rule refused
-// it. The call's key is never part of the status.
+// it. A call shed to protect the server from overload (d.Err is
+// [ErrShed], see [WithAdaptive]) gets codes.Unavailable, a message such as
+// "server overloaded, retry in 1 s" and a RetryInfo of d.RetryAfter. The
+// call's key is never part of the status.
 func DeniedError(d Denial) error {
 	if errors.Is(d.Err, ErrDenied) {
 		return errPermissionDenied
+	}
+	if errors.Is(d.Err, ErrShed) {
+		st := status.New(codes.Unavailable, limitset.ShedMessage(int64(d.RetryAfter/time.Second)))
+		if withDetails, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+			st = withDetails
+		}
+		return st.Err()
 	}
 	msg := limitset.DenialMessage(d.Limit, d.concurrent, d.Never, d.Decision.Limit, int64(d.RetryAfter/time.Second))
 	st := status.New(codes.ResourceExhausted, msg)

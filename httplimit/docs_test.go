@@ -29,7 +29,10 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 	require.NoError(t, err)
 	res, err := NewIPResolver()
 	require.NoError(t, err)
+	ad, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{})
+	require.NoError(t, err)
 	samples := map[string]any{
+		"WithAdaptive":            WithAdaptive(ad, nil),
 		"WithClock":               WithClock(nil),
 		"WithCost":                WithCost(func(*http.Request) int { return 1 }),
 		"WithHeaders":             WithHeaders(allHeaders),
@@ -46,6 +49,7 @@ func TestOptionDocsMatchConstructors(t *testing.T) {
 		"WithMaxKeys":             WithMaxKeys(10),
 		"WithPauseHook":           WithPauseHook(func(*http.Request, *http.Response, time.Duration) {}),
 		"WithTokenCost":           WithTokenCost(func(*http.Request) int { return 1 }),
+		"WithThrottle":            WithThrottle(nil),
 		"WithIPResolver":          WithIPResolver(res),
 		"WithObserver":            WithObserver(nil),
 		"ExemptNetworks":          ExemptNetworks("10.0.0.0/8"),

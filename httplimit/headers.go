@@ -8,6 +8,9 @@ import (
 const (
 	keyCType   = "Content-Type"
 	keyNoSniff = "X-Content-Type-Options"
+	// keyRetryAfter is the key of Retry-After, which the middleware sets
+	// on a shed request ([WithAdaptive]).
+	keyRetryAfter = "Retry-After"
 )
 
 // HeaderSet selects which rate-limit fields the [Middleware] writes: the

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rlkit/ratelimit"
@@ -157,11 +158,18 @@ type Denial struct {
 	// [ErrDenied] for a request a denylist refused ([DeniedNetworks],
 	// [Limit.DeniedKeys]): Decision then holds only RetryAfter
 	// [ratelimit.RetryNever], Never is set, and Limit is empty when the
-	// client's network was denied.
+	// client's network was denied; or [ErrShed] for a request the
+	// middleware's Adaptive shed ([WithAdaptive]).
 	Err error
 
 	concurrent bool // Limit is a concurrency limit ([Limit.Concurrency])
 }
+
+// ErrShed is the Err of the [Denial] of a request the middleware's
+// adaptive concurrency limiter shed ([WithAdaptive]): the server is
+// overloaded, so [WriteDenied] answers it 503 Service Unavailable rather
+// than 429. It is grpclimit.ErrShed too.
+var ErrShed = adapter.ErrShed
 
 // WriteDenied is the default denied handler ([WithDeniedHandler]): 429 Too Many Requests with a
 // JSON body such as
@@ -182,6 +190,12 @@ type Denial struct {
 // rate-limit fields, and a body that does not say which rule refused it:
 //
 //	{"error":"Forbidden","message":"request denied","retryNever":true}
+//
+// A request shed to protect the server from overload (d.Err is [ErrShed],
+// see [WithAdaptive]) is answered 503 Service Unavailable, with
+// Retry-After:
+//
+//	{"error":"Service Unavailable","message":"server overloaded, retry in 1 s","retryAfter":1}
 func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 	h := w.Header()
 	h[keyCType] = []string{"application/json; charset=utf-8"}
@@ -189,6 +203,16 @@ func WriteDenied(w http.ResponseWriter, r *http.Request, d Denial) {
 	if errors.Is(d.Err, ErrDenied) {
 		w.WriteHeader(http.StatusForbidden)
 		_, _ = w.Write([]byte(`{"error":"Forbidden","message":"request denied","retryNever":true}` + "\n"))
+		return
+	}
+	if errors.Is(d.Err, ErrShed) {
+		secs := int64(d.RetryAfter / time.Second)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		b := append(make([]byte, 0, 128), `{"error":"Service Unavailable","message":`...)
+		b = strconv.AppendQuote(b, limitset.ShedMessage(secs))
+		b = append(b, `,"retryAfter":`...)
+		b = strconv.AppendInt(b, secs, 10)
+		_, _ = w.Write(append(b, '}', '\n'))
 		return
 	}
 	w.WriteHeader(http.StatusTooManyRequests)
@@ -230,6 +254,13 @@ type Middleware struct {
 	deniedNets []netip.Prefix // DeniedNetworks
 	hasNets    bool           // some network is exempt or denied
 	observer   ratelimit.Observer
+
+	// WithAdaptive's values, and the Overload New builds of them; over is
+	// nil without it.
+	adaptive    *ratelimit.Adaptive
+	priority    func(r *http.Request) ratelimit.Priority
+	adaptiveSet bool
+	over        *limitset.Overload[*http.Request]
 }
 
 // New returns a middleware enforcing limits, all or nothing: a request is
@@ -238,7 +269,7 @@ type Middleware struct {
 // [WithCost], [WithLogger], [WithErrorReportInterval],
 // [WithShadowHeaders], [WithDecisionInContext], [WithClock],
 // [ExemptNetworks], [DeniedNetworks],
-// [WithIPResolver] and [WithObserver].
+// [WithIPResolver], [WithObserver] and [WithAdaptive].
 //
 // Exemptions and denylists are settled before any limiter is asked, in
 // this order: a client of [DeniedNetworks] is refused; else a request
@@ -248,8 +279,11 @@ type Middleware struct {
 // refuses the keys of its DeniedKeys and lets the keys of its
 // [Limit.ExemptKeys] through uncharged. Denial always beats exemption.
 //
+// With [WithAdaptive], limits may be empty: the middleware then protects
+// the service from overload alone.
+//
 // It returns an error wrapping [ratelimit.ErrInvalidConfig] when limits is
-// empty, a Limit has no Key (or a key helper given nothing to key by, such
+// empty (without WithAdaptive), a Limit has no Key (or a key helper given nothing to key by, such
 // as KeyByUser(nil), or a route that can never match), neither or both of
 // Limiter and Concurrency, a negative Window or one on a concurrency limit, a name that is not printable ASCII or the name of
 // another Limit ("default" counts as the name of a Limit without one), an
@@ -278,12 +312,18 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 		ls[i] = limitset.Limit[*http.Request]{Name: l.Name, Key: l.Key, Limiter: l.Limiter, Concurrency: l.Concurrency,
 			Count: l.Count, Window: l.Window, Shadow: l.Shadow, ExemptKeys: l.ExemptKeys, DeniedKeys: l.DeniedKeys}
 	}
-	set, err := limitset.New(limitset.Config{Pkg: "httplimit", Observer: m.observer, Clock: m.clock,
-		Logger: m.logger, ReportEvery: m.reportEvery, DeniedErr: ErrDenied}, ls)
-	if err != nil {
-		return nil, err
+	var err error
+	if len(limits) > 0 || !m.adaptiveSet { // no limits but an Adaptive: overload protection alone
+		if m.set, err = limitset.New(limitset.Config{Pkg: "httplimit", Observer: m.observer, Clock: m.clock,
+			Logger: m.logger, ReportEvery: m.reportEvery, DeniedErr: ErrDenied}, ls); err != nil {
+			return nil, err
+		}
 	}
-	m.set = set
+	if m.adaptiveSet {
+		if m.over, err = limitset.NewOverload("httplimit", m.adaptive, m.priority, m.observer); err != nil {
+			return nil, err
+		}
+	}
 	m.hasNets = len(m.exemptNets)+len(m.deniedNets) > 0
 	if m.resolver == nil {
 		m.resolver = defaultResolver
@@ -339,6 +379,14 @@ var _ = [1]struct{}{}[maxKeyLen-limitset.MaxKeyLen]
 // fields, and the handler or the denial. A request with one limit and no
 // headers pays no call it does not need.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.set == nil { // WithAdaptive alone
+		if m.hasNets && m.matchNetwork(r) == netDenied {
+			m.denied(w, r, listedDenial(""))
+			return
+		}
+		m.serveFlight(w, r, next)
+		return
+	}
 	n, allShadow, exempt := m.requestCost(r)
 	if m.hasNets {
 		switch m.matchNetwork(r) {
@@ -361,12 +409,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			m.denied(w, r, listedDenial(l.Name))
 			return
 		}
-		next.ServeHTTP(w, r)
+		m.serveFlight(w, r, next)
 		return
 	}
 	var v limitset.Verdict[*http.Request]
 	switch m.set.Decide(&req, &v, m.shadowHeaders, func() []slog.Attr { return reportAttrs(r) }) {
 	case limitset.Admitted:
+		var f ratelimit.Flight
+		if m.over != nil {
+			var d ratelimit.Decision
+			if f, d = m.over.Acquire(r.Context(), r); !d.Allowed {
+				m.set.Undo(r.Context(), &v, func() []slog.Attr { return reportAttrs(r) })
+				m.shed(w, r, d)
+				return
+			}
+		}
 		if m.headers != NoHeaders {
 			m.set.WriteFields(w.Header(), &limitset.HTTPNames, limitset.FieldSet(m.headers), &v)
 		}
@@ -374,7 +431,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			r = withResult(r, Result{Limit: v.Limit(), Decision: v.Dec, Shadow: v.Shadow()})
 		}
 		if v.Counts() {
-			m.serveCounted(w, r, next, &v)
+			m.serveCounted(w, r, next, &v, f)
 			return
 		}
 		if v.Holds() {
@@ -382,9 +439,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// once the permits are back.
 			defer m.set.Release(r.Context(), &v, 0)
 		}
+		if m.over != nil {
+			m.serveAcquired(w, r, next, f)
+			return
+		}
 		next.ServeHTTP(w, r)
 	case limitset.Pass:
-		next.ServeHTTP(w, r)
+		m.serveFlight(w, r, next)
 	case limitset.Denied:
 		m.set.WriteFields(w.Header(), &limitset.HTTPNames, limitset.FieldSet(m.headers), &v)
 		m.deny(w, r, &v)
@@ -406,17 +467,97 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // count by outcome ([Limit.Count]): the handler's context carries the
 // cell for [ReportCost], its writer records its status, and however it
 // ends (a panic counts as 500, and goes on up) the reservations are
-// settled and the permits released.
-func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, v *limitset.Verdict[*http.Request]) {
+// settled, the permits released and f, the request's flight in the
+// Adaptive if any, ended.
+func (m *Middleware) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, v *limitset.Verdict[*http.Request], f ratelimit.Flight) {
 	ctx := limitset.WithReportedCost(r.Context())
 	ow := &outcomeWriter{ResponseWriter: w}
-	status := http.StatusInternalServerError
-	defer func() { m.set.Release(ctx, v, status) }()
+	status, returned := http.StatusInternalServerError, false
+	defer func() {
+		if m.over != nil {
+			endFlight(f, r.Context(), ow, returned)
+		}
+		m.set.Release(ctx, v, status)
+	}()
 	next.ServeHTTP(ow, r.WithContext(ctx))
+	returned = true
 	status = ow.status
 	if status == 0 {
 		status = http.StatusOK
 	}
+}
+
+// serveFlight serves a request the limits let through, in a flight of the
+// Adaptive ([WithAdaptive]) if there is one: r is shed when it has no
+// place. (An admitted request holds nothing to undo when shed.)
+func (m *Middleware) serveFlight(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.over == nil {
+		next.ServeHTTP(w, r)
+		return
+	}
+	f, d := m.over.Acquire(r.Context(), r)
+	if !d.Allowed {
+		m.shed(w, r, d)
+		return
+	}
+	m.serveAcquired(w, r, next, f)
+}
+
+// writers are the outcomeWriters of the requests served in a flight,
+// reused so that a request served so allocates nothing.
+var writers = sync.Pool{New: func() any { return new(outcomeWriter) }}
+
+// serveAcquired serves a request in its flight f, and ends f by the
+// handler's outcome however the handler ends: a panic goes on up once the
+// place is free (and its writer is not reused: the handler's goroutines
+// may still hold it).
+func (m *Middleware) serveAcquired(w http.ResponseWriter, r *http.Request, next http.Handler, f ratelimit.Flight) {
+	ow := writers.Get().(*outcomeWriter)
+	ow.ResponseWriter = w
+	returned := false
+	defer func() {
+		if !returned {
+			f.Ignore()
+		}
+	}()
+	next.ServeHTTP(ow, r)
+	returned = true
+	endFlight(f, r.Context(), ow, true)
+	*ow = outcomeWriter{}
+	writers.Put(ow)
+}
+
+// endFlight ends the flight f of a request served with ctx, whose handler
+// wrote to w, by [flightEnd].
+func endFlight(f ratelimit.Flight, ctx context.Context, w *outcomeWriter, returned bool) {
+	flightEnd(ctx, w, returned).End(f)
+}
+
+// flightEnd is what a request served with ctx, whose handler wrote to w,
+// says of the service's capacity (see [WithAdaptive]); returned is false
+// when the handler panicked.
+func flightEnd(ctx context.Context, w *outcomeWriter, returned bool) limitset.FlightEnd {
+	if !returned || w.hijacked {
+		return limitset.EndIgnored
+	}
+	if e, done := limitset.ContextEnd(ctx); done {
+		return e
+	}
+	switch {
+	case w.status == http.StatusServiceUnavailable || w.status == http.StatusGatewayTimeout:
+		return limitset.EndDropped
+	case w.status >= 500:
+		return limitset.EndIgnored
+	}
+	return limitset.EndSuccess
+}
+
+// shed answers a request the Adaptive shed with d, through the denied
+// handler, Retry-After set.
+func (m *Middleware) shed(w http.ResponseWriter, r *http.Request, d ratelimit.Decision) {
+	ra := limitset.ShedRetryAfter(d)
+	w.Header()[keyRetryAfter] = []string{strconv.FormatInt(int64(ra/time.Second), 10)}
+	m.denied(w, r, Denial{Limit: limitset.ShedName, Decision: d, RetryAfter: ra, Err: ErrShed})
 }
 
 // ReportCost records n as the actual cost of the request whose context is
@@ -435,7 +576,8 @@ func ReportCost(ctx context.Context, n int) error {
 // [http.ResponseController].
 type outcomeWriter struct {
 	http.ResponseWriter
-	status int // the first final status written; 0 while none
+	status   int  // the first final status written; 0 while none
+	hijacked bool // the handler took the connection over
 }
 
 func (w *outcomeWriter) WriteHeader(code int) {
@@ -462,7 +604,9 @@ func (w *outcomeWriter) Flush() {
 
 // Hijack implements [http.Hijacker] when the writer it wraps does.
 func (w *outcomeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(w.ResponseWriter).Hijack()
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	w.hijacked = w.hijacked || err == nil
+	return c, rw, err
 }
 
 // Unwrap returns the writer it wraps, for [http.ResponseController].

@@ -138,6 +138,48 @@ func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Denial))
 	})
 }
 
+// WithAdaptive makes the middleware protect its handlers from overload
+// with a, an adaptive concurrency limiter ([ratelimit.NewAdaptive]), one
+// for the service. The limits decide first: a request they refuse never
+// takes a place in a. A request they admit, or let through exempt or
+// unlimited, asks a for a place of priority(r) (nil priority: every
+// request [ratelimit.PriorityDefault]; an authentication middleware's
+// context may tell it the caller) just before its handler, and holds it
+// until the handler returns. The place is then given back with what the
+// request says of the service's capacity: [ratelimit.Flight.Dropped] for
+// a 503 or 504 answer, or a request context whose deadline passed;
+// [ratelimit.Flight.Ignore] for any other 5xx, a client that went away,
+// a hijacked connection, or a handler that panicked (a bug, not a sign
+// of overload; the panic goes on up once the place is free); else
+// [ratelimit.Flight.Success], 4xx included.
+//
+// A request a sheds is not served: the limits that admitted it are
+// refunded (it costs its client nothing), and the denied handler
+// ([WithDeniedHandler]) answers it with a [Denial] whose Err is
+// [ErrShed], Limit "adaptive", Decision a's and RetryAfter its
+// RetryAfter rounded up to a whole second, at least one, already set as
+// Retry-After (and no rate-limit fields); [WriteDenied] answers 503 Service Unavailable with a JSON
+// body such as
+//
+//	{"error":"Service Unavailable","message":"server overloaded, retry in 1 s","retryAfter":1}
+//
+// The middleware's observer ([WithObserver]) hears each of a's decisions
+// under the name "adaptive" (Algorithm [ratelimit.AdaptiveAlgorithm],
+// Home [ratelimit.HomeMemory], N 1): [ratelimit.OutcomeAllowed], or
+// [ratelimit.OutcomeShed] for a shed request; a with an Observer of its
+// own beside it would count them twice: [New] refuses it, and a nil a.
+//
+// The handler is given a writer that records its status, which passes
+// Flush and Hijack on and unwraps for [http.ResponseController]; it is
+// reused by later requests, so, as net/http requires, the handler must
+// not use it once it has returned. For [New].
+func WithAdaptive(a *ratelimit.Adaptive, priority func(r *http.Request) ratelimit.Priority) Option {
+	return serverOption(func(m *Middleware) error {
+		m.adaptive, m.priority, m.adaptiveSet = a, priority, true
+		return nil
+	})
+}
+
 // WithLogger sends the middleware's error reports to l instead of
 // [slog.Default] (read when a report is made); a nil l turns them off.
 //
@@ -349,6 +391,20 @@ func WithTokenCost(tokens func(r *http.Request) int) ClientOption {
 func WithPauseHook(hook func(r *http.Request, resp *http.Response, d time.Duration)) ClientOption {
 	return clientOption(func(t *Transport) error {
 		t.onPause = hook
+		return nil
+	})
+}
+
+// WithThrottle makes the transport ask th before sending each request,
+// under the request's key ("" for [NewTransport]), and tell it each answer:
+// 429, 5xx and a transport error are not accepted, a request past its
+// deadline included (one whose caller cancelled it is not counted). A request th refuses is not sent:
+// RoundTrip returns [ErrThrottled] at once. The retries of [WithRetries]
+// go only while th's retry budget allows. A nil th throttles nothing; see
+// docs/overload-client.md. For [NewTransport] and [NewKeyedTransport].
+func WithThrottle(th *ratelimit.Throttle) ClientOption {
+	return clientOption(func(t *Transport) error {
+		t.throttle = th
 		return nil
 	})
 }

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -27,6 +28,11 @@ var ErrPauseDeadline = adapter.ErrPauseDeadline
 // request, when the [KeyFunc] of a transport from [NewKeyedTransport]
 // reports that it has no key for the request. It is grpclimit.ErrNoKey too.
 var ErrNoKey = adapter.ErrNoKey
+
+// ErrThrottled is returned by [Transport.RoundTrip], without sending the
+// request, when the transport's throttle ([WithThrottle]) refuses it: its
+// key's server has been failing. It is grpclimit.ErrThrottled too.
+var ErrThrottled = adapter.ErrThrottled
 
 // Transport is an [http.RoundTripper] for clients of rate-limited APIs.
 // Each request first waits for the transport's limiter (honouring its
@@ -106,7 +112,8 @@ var ErrNoKey = adapter.ErrNoKey
 // from [NewKeyedTransport] paces each key apart, so that one API's quota
 // does not stall requests to another.
 //
-// A request whose context is done is never sent.
+// A request whose context is done is never sent, nor one the transport's
+// throttle refuses ([WithThrottle]: the server has been failing).
 //
 // Create one with [NewTransport] or [NewKeyedTransport]; the zero value is
 // not usable. A Transport is safe for concurrent use.
@@ -122,6 +129,7 @@ type Transport struct {
 	onPause  func(r *http.Request, resp *http.Response, d time.Duration)
 	tokens   func(r *http.Request) int // WithTokenCost; nil: no estimate
 	pacer    *pacer.Pacer              // what the server's answers allow, per key
+	throttle *ratelimit.Throttle       // WithThrottle; nil: none
 
 	maxKeysSet bool // WithMaxKeys, which NewTransport refuses
 }
@@ -157,7 +165,7 @@ func retrySafe(req *http.Request) bool {
 // *ratelimit.TokenBucket, say) is a mistake, not "no limiter", and an
 // error. The options that apply are [WithClock], [WithCost],
 // [WithRetries], [WithMaxRetryWait], [WithMaxPause], [WithBackoff],
-// [WithPolicyShaping], [WithTokenCost] and [WithPauseHook]; [WithMaxKeys] (for a keyed
+// [WithPolicyShaping], [WithTokenCost], [WithPauseHook] and [WithThrottle]; [WithMaxKeys] (for a keyed
 // transport), or an invalid option, is an error wrapping
 // [ratelimit.ErrInvalidConfig].
 func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...ClientOption) (*Transport, error) {
@@ -189,7 +197,7 @@ func NewTransport(base http.RoundTripper, lim ratelimit.Limiter, opts ...ClientO
 //
 // The options that apply are [WithClock], [WithCost], [WithRetries],
 // [WithMaxRetryWait], [WithMaxPause], [WithBackoff], [WithPolicyShaping],
-// [WithTokenCost], [WithPauseHook] and [WithMaxKeys]. It returns an error wrapping
+// [WithTokenCost], [WithPauseHook], [WithThrottle] and [WithMaxKeys]. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] when lim or key is nil, or for an invalid
 // option.
 func NewKeyedTransport(base http.RoundTripper, lim ratelimit.KeyedLimiter, key KeyFunc, opts ...ClientOption) (*Transport, error) {
@@ -267,6 +275,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		key = k
 	}
+	if t.throttle != nil && !t.throttle.Attempt(ctx, key).Allowed {
+		closeBody(req)
+		return nil, ErrThrottled
+	}
 	send := req
 	var refusal *http.Response // the refusal the retry in preparation answers
 	for attempt := 0; ; attempt++ {
@@ -286,6 +298,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			refusal = nil
 		}
 		resp, err := t.base.RoundTrip(send)
+		if t.throttle != nil && (err == nil || !errors.Is(ctx.Err(), context.Canceled)) {
+			// A transport error is not accepted (a deadline passed
+			// included); the caller's own cancellation says nothing of
+			// the server.
+			t.throttle.Record(key, err == nil && accepted(resp.StatusCode))
+		}
 		if err != nil {
 			t.pacer.Lost(tk)
 			return nil, err
@@ -297,7 +315,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if out.Pause > 0 && t.onPause != nil {
 			t.onPause(req, resp, out.Pause)
 		}
-		if !refused || attempt >= t.retries || out.Pause > t.maxRetry || !replayable(req) || !retrySafe(req) {
+		if !refused || attempt >= t.retries || out.Pause > t.maxRetry || !replayable(req) || !retrySafe(req) ||
+			t.throttle != nil && !t.throttle.Retry(ctx, key).Allowed {
 			return resp, nil
 		}
 		next, err := rewind(req)
@@ -307,6 +326,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		refusal = buffered(resp)
 		send = next
 	}
+}
+
+// accepted reports whether an answer of status code served the request,
+// for a throttle: 429 and 5xx did not.
+func accepted(code int) bool {
+	return code != http.StatusTooManyRequests && code < 500
 }
 
 // maxBuffered is how much of a refusal's body the transport reads while

@@ -47,15 +47,17 @@
 //
 // The attributes:
 //
-//	ratelimit.limit      the limit's name for a server's decisions (httplimit.Limit.Name),
+//	ratelimit.limit      the limit's name for a server's decisions (httplimit.Limit.Name,
+//	                     "adaptive" for its ratelimit.Adaptive: httplimit.WithAdaptive),
 //	                     else the limiter's from ratelimit.WithName ("" without one),
 //	                     or "other" once more than the cap of names is seen (below)
 //	ratelimit.algorithm  tokenbucket, leakybucket, fixedwindow, slidinglog, slidingcounter,
-//	                     quota, concurrency
+//	                     quota, concurrency, adaptive
 //	ratelimit.home       memory (a single limiter), keyed (ratelimit.Keyed), redis, none
 //	                     (a decision a server took without asking a limiter)
-//	ratelimit.outcome    allowed, denied, shadow, error, fallback, exempt (see
-//	                     [ratelimit.Outcome]; released is not a decision, below)
+//	ratelimit.outcome    allowed, denied, shadow, error, fallback, exempt, shed (an
+//	                     Adaptive's refusal; see [ratelimit.Outcome]; released is not a
+//	                     decision, below)
 //	ratelimit.allowed    true when the failure policy admitted the request (fail open,
 //	                     a local fallback that had room), false when it refused it
 //

@@ -65,3 +65,61 @@ func TestMiddlewareLimitsAreNamedOnce(t *testing.T) {
 		series("next", fw, home, ratelimit.OutcomeShadow):  1, // pro-b again, served
 	}, collect(t, reader).sums(t, "ratelimit.decisions"), "ratelimit.decisions")
 }
+
+// TestMiddlewareShedsAreTheirOwnOutcome: the decisions of the Adaptive a
+// middleware runs (httplimit.WithAdaptive) are counted under the limit
+// "adaptive", algorithm "adaptive", home "memory", and a shed request as
+// its own outcome, "shed", neither a denial nor a fallback; an Adaptive's
+// place is not a concurrency limit's permit (no in-flight series).
+func TestMiddlewareShedsAreTheirOwnOutcome(t *testing.T) {
+	t.Parallel()
+	obs, reader := newObserver(t)
+	clk := fakeclock.NewInstant(clockStart)
+	lim, err := ratelimit.NewKeyed(ratelimit.FixedWindowPolicy(100, time.Minute), ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	ad, err := ratelimit.NewAdaptive(ratelimit.AdaptiveConfig{Initial: 1, Min: 1, Max: 1})
+	require.NoError(t, err)
+	mw, err := httplimit.New([]httplimit.Limit{{Name: "api", Key: httplimit.KeyByIP(), Limiter: lim}},
+		httplimit.WithObserver(obs), httplimit.WithClock(clk), httplimit.WithAdaptive(ad, nil))
+	require.NoError(t, err)
+	entered, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			entered <- struct{}{}
+			<-release
+		}
+	})))
+	t.Cleanup(srv.Close)
+	get := func(hold bool) int {
+		req, err := http.NewRequest("GET", srv.URL, nil)
+		require.NoError(t, err)
+		if hold {
+			req.Header.Set("X-Hold", "1")
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	held := make(chan int, 1)
+	go func() { held <- get(true) }()
+	<-entered
+	require.Equal(t, http.StatusServiceUnavailable, get(false), "shed while the only place is held")
+	require.Equal(t, http.StatusServiceUnavailable, get(false))
+	close(release)
+	require.Equal(t, http.StatusOK, <-held)
+	require.Equal(t, http.StatusOK, get(false))
+
+	got := collect(t, reader)
+	a, mem := ratelimit.AdaptiveAlgorithm, ratelimit.HomeMemory
+	fw, keyed := ratelimit.FixedWindowAlgorithm, ratelimit.HomeKeyed
+	assert.Equal(t, map[string]int64{
+		series("api", fw, keyed, ratelimit.OutcomeAllowed):   4,
+		series("adaptive", a, mem, ratelimit.OutcomeAllowed): 2,
+		series("adaptive", a, mem, ratelimit.OutcomeShed):    2,
+	}, got.sums(t, "ratelimit.decisions"), "ratelimit.decisions")
+	assert.Equal(t, "ratelimit.algorithm=adaptive,ratelimit.home=memory,ratelimit.limit=adaptive,ratelimit.outcome=shed",
+		series("adaptive", a, mem, ratelimit.OutcomeShed))
+	assert.Empty(t, got.sums(t, "ratelimit.fallbacks"))
+	assert.Empty(t, got.upDownSums(t, "ratelimit.concurrency.in_flight"))
+}

@@ -19,9 +19,14 @@ var (
 	ErrNoKey = errors.New("ratelimit: no key for the request")
 	// ErrDenied: a denylist refused a request.
 	ErrDenied = errors.New("ratelimit: request denied by a denylist")
+	// ErrShed: a server's adaptive concurrency limiter shed a request.
+	ErrShed = errors.New("ratelimit: request shed: the server is overloaded")
 	// ErrPauseDeadline: a pause a server asked for outlasts the request's
 	// context deadline.
 	ErrPauseDeadline = errors.New("ratelimit: server-requested pause would exceed context deadline")
+	// ErrThrottled: a client's ratelimit.Throttle refused a request
+	// locally, since its server has been failing.
+	ErrThrottled = errors.New("ratelimit: throttled: the server has been failing")
 )
 
 // ConfigError builds a configuration error of an adapter: it wraps

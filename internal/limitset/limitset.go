@@ -3,7 +3,8 @@
 // limits, the all-or-nothing decision over the limits that apply to one
 // request (tiers, concurrency limits' permits, reservations of the limits
 // counting by outcome, shadow mode, exempt and
-// denied keys, the observer), the
+// denied keys, the observer), a server's adaptive concurrency limiter
+// beside the limits (Overload), the
 // pacing of error reports, and the values of the rate-limit fields (the
 // X-RateLimit-* and IETF RateLimit fields, Retry-After), written to a
 // map[string][]string under the field names of the caller (http.Header's

@@ -18,6 +18,9 @@
 //     clock for long timelines.
 //   - eventrec is the Observer that keeps every Event, for the tests of
 //     the packages above the root.
+//   - outage is the client side's overload scenario: a server down for a
+//     while, a population of throttled clients, and the checks of what
+//     ratelimit.Throttle promises.
 //   - overloadsim simulates a service under overload (workers, a queue,
 //     open-loop arrivals by priority, capacity changes) behind a Gate, to
 //     measure adaptive concurrency limiters in a synctest bubble.
