@@ -1,10 +1,3 @@
-//go:build ratelimit_throttle
-
-// TODO(issue 28): ratelimit.Throttle is on branch throttle; delete the build
-// tag above once it is merged, so that TestOutage measures ours beside
-// failsafe-go. Until then: go test -tags ratelimit_throttle -run TestOutage
-// on a tree with the branch merged.
-
 package benchmarks
 
 import (

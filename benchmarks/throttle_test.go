@@ -15,9 +15,8 @@ package benchmarks
 //     retries against executions in flight, which a server answering at once
 //     never has): retries pass its throttling only.
 //   - ratelimit-throttle: ratelimit.Throttle with its defaults (Window 1
-//     minute, K 2, RetryShare 0.1): Attempt, Retry, Record. It is on branch
-//     throttle; until that is merged, throttle_ours_test.go (build tag
-//     ratelimit_throttle) registers it: see clientPolicies.
+//     minute, K 2, RetryShare 0.1, Probe 1 s): Attempt, Retry, Record
+//     (throttle_ours_test.go).
 
 import (
 	"fmt"
@@ -45,9 +44,8 @@ type clientPolicy struct {
 	make func() clientThrottle
 }
 
-// clientPolicies are the policies compared. TODO(issue 28): once branch
-// throttle is merged, delete the build tag of throttle_ours_test.go, which
-// appends ratelimit.Throttle here.
+// clientPolicies are the policies compared; throttle_ours_test.go appends
+// ratelimit.Throttle.
 var clientPolicies = []clientPolicy{
 	{name: "failsafe-adaptivethrottler", make: func() clientThrottle {
 		return failsafeThrottle{adaptivethrottler.NewWithDefaults[any]()}
