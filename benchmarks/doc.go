@@ -12,6 +12,11 @@
 // interceptors, called directly and over bufconn; grpc_test.go). Each file
 // says what is measured and why the configurations compare.
 //
+// TestOverload and TestOutage (overload_test.go, throttle_test.go) compare
+// adaptive concurrency limiting and client-side throttling with
+// failsafe-go's, simulated in testing/synctest bubbles; TestOverloadCharts
+// draws docs/overload-*.svg.
+//
 // Run ./run.sh for every suite in rounds; it writes RESULTS.md with medians,
 // ratios ours/theirs (cmd/benchratio) and benchstat's summary. README.md
 // says how to read them.

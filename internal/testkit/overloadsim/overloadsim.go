@@ -44,7 +44,9 @@ type Gate interface {
 // returns when the request may start (ok, with done as for Admit) or is
 // refused. ctx ends at the Scenario's Timeout after the arrival; the time
 // spent in Wait counts in the request's latency, and a request refused
-// after waiting counts as shed.
+// after waiting counts as shed. Wait must return when ctx ends: without a
+// Timeout, a Waiter that never lets a request go leaves the run waiting
+// (a synctest bubble reports it as a deadlock).
 type Waiter interface {
 	Gate
 	Wait(ctx context.Context, p ratelimit.Priority) (done func(failed bool), ok bool)
