@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlkit/ratelimit/internal/svgplot"
 	"github.com/rlkit/ratelimit/internal/testkit/overloadsim"
 )
 
@@ -63,7 +64,7 @@ const (
 )
 
 func writeOverloadSVG(w io.Writer, c svgChart) error {
-	sub := wrapText(c.subtitle, 125)
+	sub := svgplot.Wrap(c.subtitle, 125)
 	legendY := 46 + 16*float64(len(sub)) + 12
 	header := ovHeaderH + 16*float64(max(len(sub)-2, 0))
 	h := header + float64(len(c.panels))*(ovPanelH+ovGap) - ovGap + ovFooterH
@@ -129,7 +130,7 @@ func ovPanel(b *strings.Builder, c svgChart, p svgPanel, top float64) {
 	for _, v := range p.band[1] {
 		ymax = max(ymax, v)
 	}
-	step := niceTick(ymax*1.05, 5)
+	step := svgplot.NiceStep(ymax*1.05, 5)
 	ytop := math.Ceil(ymax*1.05/step) * step
 	bottom := top + ovPanelH
 	X := func(i float64) float64 { return ovMarginL + ovPlotW*i/float64(n) }
@@ -138,7 +139,7 @@ func ovPanel(b *strings.Builder, c svgChart, p svgPanel, top float64) {
 	fmt.Fprintf(b, `<text x="%.0f" y="%.1f" font-weight="bold">%s</text>`+"\n", ovMarginL, top-8, html.EscapeString(p.title))
 	for v := 0.0; v <= ytop+step/2; v += step {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`+"\n", ovMarginL, Y(v), ovMarginL+ovPlotW, Y(v))
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", ovMarginL-6, Y(v)+4, numText(v))
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", ovMarginL-6, Y(v)+4, svgplot.Num(v))
 	}
 	span := time.Duration(n) * c.sample
 	tick := 5 * time.Second
@@ -184,42 +185,6 @@ func ovPanel(b *strings.Builder, c svgChart, p svgPanel, top float64) {
 	}
 	fmt.Fprintf(b, `<path d="M%.1f %.1f V%.1f H%.1f" fill="none" stroke="black"/>`+"\n", ovMarginL, top, bottom, ovMarginL+ovPlotW)
 	fmt.Fprintf(b, `<text transform="translate(%.1f %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", ovMarginL-48, top+ovPanelH/2, html.EscapeString(p.ylabel))
-}
-
-// niceTick returns a round tick spacing that gives about n ticks up to top.
-func niceTick(top float64, n int) float64 {
-	if top <= 0 {
-		return 1
-	}
-	raw := top / float64(n)
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if m*mag >= raw {
-			return m * mag
-		}
-	}
-	return 10 * mag
-}
-
-func numText(v float64) string {
-	if v == math.Trunc(v) {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
-}
-
-// wrapText splits s into lines of at most n bytes at spaces.
-func wrapText(s string, n int) []string {
-	var lines []string
-	for len(s) > n {
-		i := strings.LastIndexByte(s[:n], ' ')
-		if i <= 0 {
-			break
-		}
-		lines = append(lines, s[:i])
-		s = s[i+1:]
-	}
-	return append(lines, s)
 }
 
 // The gates' colours and widths: wider lines first, so that overlapping

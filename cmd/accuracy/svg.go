@@ -14,6 +14,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/rlkit/ratelimit/internal/svgplot"
 )
 
 // Line is one series of a chart.
@@ -59,18 +61,6 @@ const (
 	offeredCol = "#d9d9d9"
 )
 
-// niceStep returns a round tick spacing that gives about n ticks up to max.
-func niceStep(max float64, n int) float64 {
-	raw := max / float64(n)
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if m*mag >= raw {
-			return m * mag
-		}
-	}
-	return 10 * mag
-}
-
 // WriteSVG draws c.
 func WriteSVG(w io.Writer, c Chart) error {
 	h := headerH + float64(len(c.Panels))*(panelH+panelGap) - panelGap + footerH
@@ -78,7 +68,7 @@ func WriteSVG(w io.Writer, c Chart) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="Helvetica, Arial, sans-serif" font-size="13">`+"\n", svgW, h, svgW, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%.0f" y="26" font-size="18" font-weight="bold">%s</text>`+"\n", marginL, esc(c.Title))
-	for i, line := range wrap(c.Subtitle, 125) {
+	for i, line := range svgplot.Wrap(c.Subtitle, 125) {
 		fmt.Fprintf(&b, `<text x="%.0f" y="%d" fill="#444">%s</text>`+"\n", marginL, 46+16*i, esc(line))
 	}
 	legend(&b, c)
@@ -134,9 +124,9 @@ func panel(b *strings.Builder, c Chart, p Panel, top float64) {
 	title := p.Title
 	if p.YMax > 0 && p.YMax < ymax {
 		ymax = p.YMax / 1.05
-		title += fmt.Sprintf(" (y axis cut at %s: taller bars are cut off)", fmtNum(p.YMax))
+		title += fmt.Sprintf(" (y axis cut at %s: taller bars are cut off)", svgplot.Num(p.YMax))
 	}
-	step := niceStep(ymax*1.05, 5)
+	step := svgplot.NiceStep(ymax*1.05, 5)
 	ytop := math.Ceil(ymax*1.05/step) * step
 	bottom := top + panelH
 	X := func(i float64) float64 { return marginL + plotW*i/float64(n) }
@@ -146,7 +136,7 @@ func panel(b *strings.Builder, c Chart, p Panel, top float64) {
 	// Grid and y ticks.
 	for v := 0.0; v <= ytop+step/2; v += step {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`+"\n", marginL, Y(v), marginL+plotW, Y(v))
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", marginL-6, Y(v)+4, fmtNum(v))
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", marginL-6, Y(v)+4, svgplot.Num(v))
 	}
 	// Window boundaries (where the fixed windows start), dotted.
 	span := time.Duration(n) * p.Bucket
@@ -171,7 +161,7 @@ func panel(b *strings.Builder, c Chart, p Panel, top float64) {
 		fmt.Fprintf(b, `<path d="%s" fill="none" stroke="%s" stroke-width="%.1f" stroke-linejoin="round"/>`+"\n", path(l.Ys, p.Step, X, Y, false), l.Color, l.Width)
 	}
 	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-width="1.5" stroke-dasharray="6,4"/>`+"\n", marginL, Y(p.Limit), marginL+plotW, Y(p.Limit))
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" font-size="12">limit %s</text>`+"\n", marginL+plotW-4, Y(p.Limit)-5, fmtNum(p.Limit))
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" font-size="12">limit %s</text>`+"\n", marginL+plotW-4, Y(p.Limit)-5, svgplot.Num(p.Limit))
 	// Axes.
 	fmt.Fprintf(b, `<path d="M%.1f %.1f V%.1f H%.1f" fill="none" stroke="black"/>`+"\n", marginL, top, bottom, marginL+plotW)
 	fmt.Fprintf(b, `<text transform="translate(%.1f %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", marginL-48, top+panelH/2, esc(p.YLabel))
@@ -194,28 +184,6 @@ func path(ys []int, step bool, X, Y func(float64) float64, area bool) string {
 		fmt.Fprintf(&b, "V%.1f Z", Y(0))
 	}
 	return b.String()
-}
-
-// fmtNum formats a tick value without needless decimals.
-func fmtNum(v float64) string {
-	if v == math.Trunc(v) {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
-}
-
-// wrap splits s into lines of at most n bytes at spaces.
-func wrap(s string, n int) []string {
-	var lines []string
-	for len(s) > n {
-		i := strings.LastIndexByte(s[:n], ' ')
-		if i <= 0 {
-			break
-		}
-		lines = append(lines, s[:i])
-		s = s[i+1:]
-	}
-	return append(lines, s)
 }
 
 // tickEvery returns the spacing of x ticks for a span: a round fraction or
