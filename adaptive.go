@@ -223,7 +223,7 @@ func (a *Adaptive) Acquire(ctx context.Context, p Priority) (Flight, Decision) {
 		}
 	}
 	if a.obs != nil {
-		a.report(ctx, d)
+		observeGuard(ctx, a.obs, Event{Name: a.name, Algorithm: AdaptiveAlgorithm, Home: HomeMemory, Decision: d})
 	}
 	if !d.Allowed {
 		return Flight{}, d
@@ -242,17 +242,6 @@ func priorityIndex(p Priority) int {
 		return 0
 	}
 	return 1
-}
-
-func (a *Adaptive) report(ctx context.Context, d Decision) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	e := Event{Name: a.name, Algorithm: AdaptiveAlgorithm, Home: HomeMemory, Outcome: OutcomeShed, N: 1, Decision: d}
-	if d.Allowed {
-		e.Outcome = OutcomeAllowed
-	}
-	a.obs.Observe(ctx, e)
 }
 
 // publish makes the core's limit the one Acquire reads and opens a new

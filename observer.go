@@ -192,3 +192,17 @@ func describe(l any) (observe.Info, bool) {
 	}
 	return observe.Info{}, false
 }
+
+// observeGuard tells obs of one request an overload guard (an [Adaptive],
+// a [Throttle]) let go or refused: e, with N 1 and Outcome
+// [OutcomeAllowed] or [OutcomeShed] by e.Decision.Allowed.
+func observeGuard(ctx context.Context, obs Observer, e Event) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	e.N, e.Outcome = 1, OutcomeShed
+	if e.Decision.Allowed {
+		e.Outcome = OutcomeAllowed
+	}
+	obs.Observe(ctx, e)
+}

@@ -225,7 +225,7 @@ func (t *Throttle) ask(ctx context.Context, key string, retry bool) Decision {
 	}
 	t.mu.Unlock()
 	if t.obs != nil {
-		t.report(ctx, d)
+		observeGuard(ctx, t.obs, Event{Name: t.name, Algorithm: ThrottleAlgorithm, Home: HomeKeyed, Decision: d})
 	}
 	return d
 }
@@ -300,15 +300,4 @@ func (t *Throttle) sweep(win int64) bool {
 		}
 	}
 	return len(t.keys) < t.maxKeys
-}
-
-func (t *Throttle) report(ctx context.Context, d Decision) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	e := Event{Name: t.name, Algorithm: ThrottleAlgorithm, Home: HomeKeyed, Outcome: OutcomeShed, N: 1, Decision: d}
-	if d.Allowed {
-		e.Outcome = OutcomeAllowed
-	}
-	t.obs.Observe(ctx, e)
 }
