@@ -1,0 +1,333 @@
+package envoylimit_test
+
+// The failure policy under network faults between the Service and Redis:
+// faultproxy's faults of the reliability report (a black hole, a reply
+// lost after the script ran, latency beyond redislimit's timeout, a reply
+// cut in its middle), calls through the generated gRPC client on
+// loopback. One limit's Redis client goes through the proxy and another's
+// does not, so that a request of both has a limit charged before the one
+// that fails: what it was charged must be given back, and nothing charged
+// twice. The counts are read once the fault is cleared, through the
+// Service (hits_addend 0 checks without charging).
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/envoylimit"
+	"github.com/rlkit/ratelimit/internal/testkit/fakeclock"
+	"github.com/rlkit/ratelimit/internal/testkit/faultproxy"
+	"github.com/rlkit/ratelimit/redislimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// faultTimeout is the limiters' WithTimeout: far above a loopback round
+// trip (tens of µs, a few ms under -race), far below the latency fault.
+const faultTimeout = 50 * time.Millisecond
+
+// faultRecovery bounds the wait for Redis to answer again once a fault is
+// cleared: generous, it only keeps a broken recovery from hanging.
+const faultRecovery = 20 * time.Second
+
+// faultLimit is every limit of faultYAML: 10 a day, so nothing refills
+// during a test.
+const faultLimit = 10
+
+// faultYAML's limits: "direct" is on a client straight to Redis, the
+// others on a client through the proxy; "shadow" is a shadow_mode limit.
+const faultYAML = `
+domain: d
+descriptors:
+  - key: direct
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: proxied
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: proxied2
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 10}
+`
+
+// netFault is one network fault of the proxy.
+type netFault struct {
+	name string
+	set  func(*faultproxy.Proxy)
+	// charged is what a decision the fault failed was charged on Redis
+	// nevertheless: the black hole swallows the request, the other faults
+	// lose or delay the reply of a script that ran.
+	charged int
+}
+
+var netFaults = []netFault{
+	{name: "blackhole", charged: 0, set: func(p *faultproxy.Proxy) {
+		p.Set(faultproxy.Up, faultproxy.Faults{BlackHole: true})
+	}},
+	{name: "reset-after-reply", charged: 1, set: func(p *faultproxy.Proxy) {
+		p.MatchRequests("evalsha")
+		p.DropReplies(1, faultproxy.RST)
+	}},
+	{name: "latency-beyond-timeout", charged: 1, set: func(p *faultproxy.Proxy) {
+		p.Set(faultproxy.Down, faultproxy.Faults{Latency: 20 * faultTimeout})
+	}},
+	{name: "cut-reply", charged: 1, set: func(p *faultproxy.Proxy) {
+		p.CutReplies(1, 3, faultproxy.RST)
+	}},
+}
+
+// faultRig is a Service whose "proxied" limits reach Redis through a
+// fault proxy.
+type faultRig struct {
+	*rls
+	px    *faultproxy.Proxy
+	clock *fakeclock.Mock
+}
+
+// startFaultRig serves faultYAML with the limiters' options lopts (beside
+// a prefix, the mock clock, faultTimeout and no breaker unless lopts set
+// one) and the Service's options opts, and warms every limit up (its
+// script loaded, a connection open) before any fault.
+func startFaultRig(t *testing.T, lopts []redislimit.Option, opts ...envoylimit.Option) *faultRig {
+	t.Helper()
+	home := startRedisHome(t)
+	px, err := faultproxy.New(home.srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = px.Close() })
+	proxied := redis.NewClient(&redis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = proxied.Close() })
+	clk := newMock()
+	limiters := envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
+		client := proxied
+		if name == "d.direct" {
+			client = home.client
+		}
+		o := append([]redislimit.Option{
+			redislimit.WithPrefix(limitPrefix(home.prefix, name)), redislimit.WithName(name), redislimit.WithClock(clk),
+			redislimit.WithTimeout(faultTimeout), redislimit.WithBreaker(0),
+		}, lopts...)
+		return redislimit.New(client, p, o...)
+	})
+	cfg, err := envoylimit.ParseConfig("test.yaml", []byte(faultYAML))
+	require.NoError(t, err)
+	svc, err := envoylimit.NewService(cfg, append([]envoylimit.Option{envoylimit.WithClock(clk), limiters}, opts...)...)
+	require.NoError(t, err)
+	rig := &faultRig{rls: serveService(t, svc, clk.Mock), px: px, clock: clk}
+	rig.waitRedis()
+	return rig
+}
+
+// check is a request of the given keys' descriptors (value "v") with
+// hits_addend 0: it charges nothing.
+func check(keys ...string) *rlspb.RateLimitRequest {
+	req := &rlspb.RateLimitRequest{Domain: "d"}
+	for _, k := range keys {
+		req.Descriptors = append(req.Descriptors, withHits(desc(k, "v"), 0))
+	}
+	return req
+}
+
+// request is a request of the given keys' descriptors (value "v"), of
+// hits hits.
+func request(hits uint32, keys ...string) *rlspb.RateLimitRequest {
+	req := &rlspb.RateLimitRequest{Domain: "d", HitsAddend: hits}
+	for _, k := range keys {
+		req.Descriptors = append(req.Descriptors, desc(k, "v"))
+	}
+	return req
+}
+
+// waitRedis waits, up to faultRecovery, until every proxied limit answers
+// again (a check through the Service succeeds), polling.
+func (r *faultRig) waitRedis() {
+	r.t.Helper()
+	var last error
+	require.Eventually(r.t, func() bool {
+		_, last = r.send(check("direct", "proxied", "proxied2", "shadow"))
+		return last == nil
+	}, faultRecovery, 5*time.Millisecond, "Redis did not answer again: %v", &last)
+}
+
+// used returns what each key's limit has used, read with a check.
+func (r *faultRig) used(keys ...string) map[string]int {
+	r.t.Helper()
+	resp, err := r.send(check(keys...))
+	require.NoError(r.t, err)
+	out := map[string]int{}
+	for i, k := range keys {
+		out[k] = faultLimit - int(resp.GetStatuses()[i].GetLimitRemaining())
+	}
+	return out
+}
+
+// fault switches f on, runs fn, clears it and waits for Redis.
+func (r *faultRig) fault(f netFault, fn func()) {
+	r.t.Helper()
+	f.set(r.px)
+	fn()
+	r.px.Clear()
+	r.waitRedis()
+}
+
+// requireUnavailable requires err to be the gRPC UNAVAILABLE of a failed
+// limit, its message prefixed "ratelimit:" and naming the limit.
+func requireUnavailable(t *testing.T, err error, limit string) {
+	t.Helper()
+	require.Error(t, err)
+	st, ok := status.FromError(err)
+	require.True(t, ok, "not a gRPC status: %v", err)
+	assert.Equal(t, grpccodes.Unavailable, st.Code(), "%v", err)
+	assert.True(t, strings.HasPrefix(st.Message(), "ratelimit:"), "the message %q is not prefixed ratelimit:", st.Message())
+	assert.Contains(t, st.Message(), limit)
+}
+
+// With FailToEnvoy, a limit whose Redis fails makes the call UNAVAILABLE;
+// a limit charged before it in the request is refunded, one after it not
+// charged, the failed one charged at most once (what the fault let Redis
+// run), and a shadow_mode limit's failure fails nothing.
+func TestFaultFailToEnvoy(t *testing.T) {
+	for _, f := range netFaults {
+		t.Run(f.name, func(t *testing.T) {
+			r := startFaultRig(t, nil)
+			const hits = 2
+			var errs [3]error
+			r.fault(f, func() {
+				_, errs[0] = r.send(request(hits, "direct", "proxied"))
+			})
+			r.fault(f, func() {
+				_, errs[1] = r.send(request(hits, "proxied2", "direct"))
+			})
+			var shadowResp *rlspb.RateLimitResponse
+			r.fault(f, func() {
+				shadowResp, errs[2] = r.send(request(hits, "direct", "shadow"))
+			})
+			requireUnavailable(t, errs[0], "d.proxied")
+			requireUnavailable(t, errs[1], "d.proxied2")
+			require.NoError(t, errs[2], "a shadow_mode limit's failure fails nothing")
+			assert.Equal(t, []string{"OK", "OK", "OK"}, codes(shadowResp))
+
+			assert.Equal(t, map[string]int{
+				"direct":   hits, // the shadow request's, admitted; both failed ones gave theirs back
+				"proxied":  hits * f.charged,
+				"proxied2": hits * f.charged,
+				"shadow":   hits * f.charged,
+			}, r.used("direct", "proxied", "proxied2", "shadow"))
+
+			// Redis back: a request charges each limit once.
+			resp, err := r.send(request(1, "direct", "proxied", "proxied2"))
+			require.NoError(t, err)
+			assert.Equal(t, []string{"OK", "OK", "OK", "OK"}, codes(resp))
+			assert.Equal(t, map[string]int{"direct": hits + 1, "proxied": hits*f.charged + 1, "proxied2": hits*f.charged + 1},
+				r.used("direct", "proxied", "proxied2"))
+		})
+	}
+}
+
+// With FailToEnvoy, a request of two limits that both fail: UNAVAILABLE,
+// neither charged more than the fault let Redis run of the first (the
+// second is only asked, never charged).
+func TestFaultFailToEnvoyBothFail(t *testing.T) {
+	for _, f := range netFaults {
+		t.Run(f.name, func(t *testing.T) {
+			r := startFaultRig(t, nil)
+			var err error
+			r.fault(f, func() {
+				_, err = r.send(request(3, "proxied", "proxied2"))
+			})
+			requireUnavailable(t, err, "d.proxied")
+			assert.Equal(t, map[string]int{"proxied": 3 * f.charged, "proxied2": 0}, r.used("proxied", "proxied2"))
+		})
+	}
+}
+
+// With FailAsLimiter the answer is redislimit's failure policy's
+// decision: fail open admits (and keeps the other limits' charges, the
+// request being admitted), fail closed refuses (and refunds them).
+func TestFaultFailAsLimiterOpenClosed(t *testing.T) {
+	for _, pol := range []struct {
+		name   string
+		policy redislimit.FailurePolicy
+		want   []string
+		direct int // the direct limit's use after the request
+	}{
+		{"open", redislimit.FailOpen, []string{"OK", "OK", "OK"}, 2},
+		{"closed", redislimit.FailClosed, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, 0},
+	} {
+		for _, f := range netFaults {
+			t.Run(pol.name+"/"+f.name, func(t *testing.T) {
+				r := startFaultRig(t, []redislimit.Option{redislimit.WithFailurePolicy(pol.policy)},
+					envoylimit.WithFailurePolicy(envoylimit.FailAsLimiter))
+				var resp *rlspb.RateLimitResponse
+				var err error
+				r.fault(f, func() {
+					resp, err = r.send(request(2, "direct", "proxied"))
+				})
+				require.NoError(t, err)
+				assert.Equal(t, pol.want, codes(resp))
+				assert.Equal(t, map[string]int{"direct": pol.direct, "proxied": 2 * f.charged}, r.used("direct", "proxied"))
+			})
+		}
+	}
+}
+
+// With FailAsLimiter and redislimit's local fallback for 2 instances, the
+// proxied limit of 10 admits its share, 5, while Redis fails: the 6th
+// request is OVER_LIMIT, and the direct limit charged before it refunded.
+func TestFaultFailAsLimiterLocalFallback(t *testing.T) {
+	for _, f := range netFaults {
+		t.Run(f.name, func(t *testing.T) {
+			r := startFaultRig(t, []redislimit.Option{redislimit.WithLocalFallback(2)},
+				envoylimit.WithFailurePolicy(envoylimit.FailAsLimiter))
+			var got [][]string
+			r.fault(f, func() {
+				for range 6 {
+					resp, err := r.send(request(1, "direct", "proxied"))
+					require.NoError(t, err)
+					got = append(got, codes(resp))
+				}
+			})
+			ok := []string{"OK", "OK", "OK"}
+			assert.Equal(t, [][]string{ok, ok, ok, ok, ok, {"OVER_LIMIT", "OK", "OVER_LIMIT"}}, got)
+			used := r.used("direct", "proxied")
+			assert.Equal(t, 5, used["direct"])
+			// Each call ran its script once at most: the first, on the
+			// connection open before the fault, as the fault says; the
+			// next ones need a new connection, whose set-up the latency
+			// and the cut reply fail before any script is sent.
+			assert.GreaterOrEqual(t, used["proxied"], f.charged)
+			assert.LessOrEqual(t, used["proxied"], 6*f.charged)
+		})
+	}
+}
+
+// redislimit's breaker: after a call finds Redis unreachable, the next
+// calls fail at once (UNAVAILABLE with FailToEnvoy) until its cooldown has
+// passed on the mock clock; then a call finds Redis again.
+func TestFaultBreakerUnavailable(t *testing.T) {
+	r := startFaultRig(t, []redislimit.Option{redislimit.WithBreaker(time.Minute)})
+	f := netFaults[0] // black hole
+	f.set(r.px)
+	_, err := r.send(request(1, "direct", "proxied"))
+	requireUnavailable(t, err, "d.proxied")
+	r.px.Clear()
+	// Redis is reachable again, but the breaker answers for it.
+	for range 3 {
+		start := time.Now()
+		_, err = r.send(request(1, "direct", "proxied"))
+		requireUnavailable(t, err, "d.proxied")
+		assert.Contains(t, status.Convert(err).Message(), "breaker open", "the breaker answered")
+		assert.Less(t, time.Since(start), faultTimeout, "at once, without waiting for Redis")
+	}
+	r.clock.Add(time.Minute)
+	r.waitRedis()
+	assert.Equal(t, map[string]int{"direct": 0, "proxied": 0}, r.used("direct", "proxied"))
+	resp, err := r.send(request(1, "direct", "proxied"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"OK", "OK", "OK"}, codes(resp))
+}
