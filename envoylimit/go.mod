@@ -7,10 +7,12 @@ replace github.com/rlkit/ratelimit => ../
 replace github.com/rlkit/ratelimit/redislimit => ../redislimit
 
 require (
+	github.com/benbjohnson/clock v1.3.5
 	github.com/envoyproxy/go-control-plane/envoy v1.39.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/rlkit/ratelimit v0.0.0-00010101000000-000000000000
 	github.com/rlkit/ratelimit/redislimit v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
 	go.yaml.in/yaml/v3 v3.0.5
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.11

@@ -358,9 +358,7 @@ func (s *Service) decideAtomic(ctx context.Context, charges []charge) {
 			c.d.Allowed = true
 			c.charged = true
 		default:
-			// What this limit alone would say: a limit with room for the
-			// hits admits them (the request was denied by another).
-			c.d, c.err = c.lim.Peek(ctx, c.key, c.hits)
+			c.look(ctx)
 		}
 	}
 }
@@ -377,11 +375,7 @@ func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 		}
 		if stopped {
 			start := s.start()
-			if c.never {
-				c.d = neverDecision(c.hits)
-			} else {
-				c.d, c.err = c.lim.Peek(ctx, c.key, c.hits)
-			}
+			c.look(ctx)
 			c.latency = s.since(start)
 			continue
 		}
@@ -393,6 +387,20 @@ func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 	}
 	if stopped {
 		s.rollback(ctx, charges)
+	}
+}
+
+// look decides c without charging it, for a request another limit
+// denied: whether c's limit has room for the hits, and what it has left.
+func (c *charge) look(ctx context.Context) {
+	if c.never {
+		c.d = neverDecision(c.hits)
+		return
+	}
+	c.d, c.err = c.lim.Peek(ctx, c.key, c.hits)
+	if c.d.Allowed {
+		// Peek reports what would remain after the hits.
+		c.d.Remaining = min(c.d.Limit, c.d.Remaining+c.hits)
 	}
 }
 
