@@ -154,6 +154,7 @@ type charge struct {
 	d       ratelimit.Decision
 	err     error
 	latency time.Duration
+	done    bool // decided: d and err are its limit's answer
 	charged bool // AllowN admitted it; a rollback refunds it
 }
 
@@ -176,7 +177,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 
 	var buf [8]charge
 	charges := buf[:0]
-	var unlimited uint64 // bit i: descriptor i is unlimited (for i < 64)
+	var unlimited []bool // unlimited[i]: descriptor i is unlimited (nil: none is)
 	var replaced []string
 	var path [maxDepth]*node
 	for i, desc := range req.GetDescriptors() {
@@ -201,9 +202,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			replaced = append(replaced, spec.replaces...)
 		}
 		if n.unlimited {
-			if i < 64 {
-				unlimited |= 1 << i
+			if unlimited == nil {
+				unlimited = make([]bool, len(req.GetDescriptors()))
 			}
+			unlimited[i] = true
 			continue
 		}
 		key := limiterKey(entries, &path)
@@ -312,7 +314,7 @@ func (s *Service) decideOne(ctx context.Context, c *charge) {
 	default:
 		c.d, c.err = c.lim.AllowN(ctx, c.key, c.hits)
 	}
-	c.latency = s.since(start)
+	c.latency, c.done = s.since(start), true
 }
 
 // decideAtomic decides the enforced charges, all in-memory limiters, with
@@ -349,7 +351,7 @@ func (s *Service) decideAtomic(ctx context.Context, charges []charge) {
 		if c.apart() || c.err != nil {
 			continue
 		}
-		c.latency = latency
+		c.latency, c.done = latency, true
 		switch {
 		case c.never:
 			c.d = neverDecision(c.hits)
@@ -376,17 +378,34 @@ func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 		if stopped {
 			start := s.start()
 			c.look(ctx)
-			c.latency = s.since(start)
+			c.latency, c.done = s.since(start), true
 			continue
 		}
 		s.decideOne(ctx, c)
 		c.charged = c.d.Allowed && c.err == nil && !c.never
-		if !c.d.Allowed || (c.err != nil && s.opts.failure == FailToEnvoy) {
+		if c.err != nil && s.opts.failure == FailToEnvoy {
+			break // the call fails: no need to ask the others
+		}
+		if !c.d.Allowed {
 			stopped = true
 		}
 	}
-	if stopped {
-		s.rollback(ctx, charges)
+	s.rollbackIfDenied(ctx, charges)
+}
+
+// rollbackIfDenied refunds the charged charges unless every enforced one
+// admitted (a failure admits only by the limiter's failure policy, with
+// FailAsLimiter).
+func (s *Service) rollbackIfDenied(ctx context.Context, charges []charge) {
+	for i := range charges {
+		c := &charges[i]
+		if c.apart() {
+			continue
+		}
+		if !c.done || !c.d.Allowed || (c.err != nil && s.opts.failure == FailToEnvoy) {
+			s.rollback(ctx, charges)
+			return
+		}
 	}
 }
 
@@ -452,7 +471,7 @@ func (c *charge) apart() bool { return c.shadow || c.quota || c.hits == 0 }
 func (c *charge) denied() bool { return !c.d.Allowed && c.hits > 0 }
 
 // respond builds the response from the decided charges.
-func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimited uint64) *rlspb.RateLimitResponse {
+func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimited []bool) *rlspb.RateLimitResponse {
 	descs := req.GetDescriptors()
 	resp := &rlspb.RateLimitResponse{
 		OverallCode: rlspb.RateLimitResponse_OK,
@@ -482,7 +501,7 @@ func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimit
 		st := &statuses[i]
 		resp.Statuses[i] = st
 		st.Code = rlspb.RateLimitResponse_OK
-		if i < 64 && unlimited&(1<<i) != 0 {
+		if unlimited != nil && unlimited[i] {
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
@@ -556,6 +575,9 @@ func (s *Service) observe(ctx context.Context, charges []charge) {
 	}
 	for i := range charges {
 		c := &charges[i]
+		if !c.done {
+			continue
+		}
 		ev := ratelimit.Event{
 			Name: c.name, Algorithm: c.alg, Home: homeOf(c.lim), N: c.hits,
 			Decision: c.d, Err: c.err, Latency: c.latency,
