@@ -101,7 +101,10 @@ func TestFailurePolicy(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, resp.GetOverallCode().String())
 			require.Len(t, events, 3)
-			assert.Equal(t, ratelimit.OutcomeFallback, events[1].Outcome)
+			// A limiter of the caller's own: no home says its errors come
+			// with a failure policy's decision (redislimit's do: fallback).
+			assert.Equal(t, ratelimit.OutcomeError, events[1].Outcome)
+			assert.Equal(t, ratelimit.HomeNone, events[1].Home)
 			used := 1
 			if !tc.open {
 				used = 0

@@ -156,3 +156,16 @@ descriptors:
 		"obs.two#2 allowed",
 	}, got)
 }
+
+// A limiter that reports to an observer of its own is refused beside
+// WithObserver: every decision would be counted twice.
+func TestObservedLimiterRefused(t *testing.T) {
+	cfg, err := envoylimit.ParseConfig("f.yaml", []byte(perMinute))
+	require.NoError(t, err)
+	var rec eventrec.Recorder
+	_, err = envoylimit.NewService(cfg, envoylimit.WithObserver(&rec), envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
+		return ratelimit.NewKeyed(p, ratelimit.WithObserver(&rec))
+	}))
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "ratelimit: envoylimit: limit d.user: ratelimit: invalid configuration: envoylimit.WithObserver: the limiter has an observer of its own")
+}

@@ -11,6 +11,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -117,12 +118,9 @@ func (s *Service) SetConfig(cfg *Config) error {
 				continue
 			}
 		}
-		lim, err := s.opts.limiters(spec.id, spec.policy)
-		if err == nil && lim == nil {
-			err = fmt.Errorf("ratelimit: envoylimit: WithLimiters' function returned no limiter for %q", spec.id)
-		}
+		lim, err := s.newLimiter(spec.id, spec.policy)
 		if err != nil {
-			return fmt.Errorf("ratelimit: envoylimit: limit %s: %w", spec.id, err)
+			return err
 		}
 		lims[i], held[spec.id] = lim, &heldLimiter{lim: lim, policy: spec.policy}
 	}
@@ -134,6 +132,23 @@ func (s *Service) SetConfig(cfg *Config) error {
 	s.held = held
 	s.cur.Store(&state{cfg: cfg, lims: lims})
 	return nil
+}
+
+// newLimiter makes the limiter of limit name with WithLimiters' function;
+// one that reports to an observer of its own is refused when the Service
+// has one, since every decision would count twice.
+func (s *Service) newLimiter(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
+	lim, err := s.opts.limiters(name, p)
+	if err == nil && lim == nil {
+		err = fmt.Errorf("ratelimit: envoylimit: WithLimiters' function returned no limiter")
+	}
+	if err == nil && s.opts.observer != nil && observe.Describe(lim).Observed {
+		err = configError("envoylimit.WithObserver: the limiter has an observer of its own: each decision would be reported twice (drop one)")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: envoylimit: limit %s: %w", name, err)
+	}
+	return lim, nil
 }
 
 // charge is one limit a request's descriptor is charged to.
@@ -578,12 +593,13 @@ func (s *Service) observe(ctx context.Context, charges []charge) {
 		if !c.done {
 			continue
 		}
+		info := describe(c.lim)
 		ev := ratelimit.Event{
-			Name: c.name, Algorithm: c.alg, Home: homeOf(c.lim), N: c.hits,
+			Name: c.name, Algorithm: c.alg, Home: ratelimit.Home(info.Home), N: c.hits,
 			Decision: c.d, Err: c.err, Latency: c.latency,
 		}
 		switch {
-		case c.err != nil && s.opts.failure == FailAsLimiter:
+		case c.err != nil && s.opts.failure == FailAsLimiter && info.Fallback != nil && info.Fallback(c.err):
 			ev.Outcome = ratelimit.OutcomeFallback
 		case c.err != nil:
 			ev.Outcome = ratelimit.OutcomeError
@@ -598,14 +614,14 @@ func (s *Service) observe(ctx context.Context, charges []charge) {
 	}
 }
 
-func homeOf(l ratelimit.KeyedLimiter) ratelimit.Home {
-	switch l.(type) {
-	case *ratelimit.Keyed:
-		return ratelimit.HomeKeyed
-	case neverLimiter:
-		return ratelimit.HomeMemory
+// describe says what the limiter's home tells of it (internal/observe):
+// its home, and which of its errors come with its failure policy's
+// Decision.
+func describe(l ratelimit.KeyedLimiter) observe.Info {
+	if _, ok := l.(neverLimiter); ok {
+		return observe.Info{Home: uint8(ratelimit.HomeMemory)}
 	}
-	return ratelimit.HomeNone
+	return observe.Describe(l)
 }
 
 // neverLimiter is the limiter of a limit of 0 requests per unit; the
@@ -676,8 +692,8 @@ func (s *Service) overrideCharge(domain string, i int, desc *rlcommon.RateLimitD
 			}
 			p := ratelimit.FixedWindowPolicy(int(min(rpu, math.MaxInt32)), period)
 			var err error
-			if lim, err = s.opts.limiters(fmt.Sprintf("override.%d_per_%s", rpu, unitName(unit)), p); err != nil || lim == nil {
-				return charge{}, status.Errorf(codes.Internal, "ratelimit: envoylimit: a limiter for descriptor %d's limit: %v", i, err)
+			if lim, err = s.newLimiter(fmt.Sprintf("override.%d_per_%s", rpu, unitName(unit)), p); err != nil {
+				return charge{}, status.Errorf(codes.Internal, "descriptor %d's own limit: %v", i, err)
 			}
 			s.overrides.m[id] = lim
 		}
