@@ -2,11 +2,13 @@ package envoylimit_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/envoylimit"
 	"github.com/rlkit/ratelimit/internal/testkit/eventrec"
@@ -168,4 +170,33 @@ func TestObservedLimiterRefused(t *testing.T) {
 	}))
 	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "ratelimit: envoylimit: limit d.user: ratelimit: invalid configuration: envoylimit.WithObserver: the limiter has an observer of its own")
+}
+
+// refusing refuses policies of a limit of 7.
+type refusing struct{ *ratelimit.Keyed }
+
+func (r refusing) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) error {
+	if p.Limit == 7 {
+		return errors.New("no sevens")
+	}
+	return r.Keyed.SetPolicy(p, mode)
+}
+
+// A reload a limiter refuses changes nothing: the policies changed before
+// it are put back.
+func TestSetConfigRefusedKeepsPolicies(t *testing.T) {
+	two := func(a, b int) string {
+		return "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: " + itoa(a) +
+			"}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: " + itoa(b) + "}\n"
+	}
+	mock := clock.NewMock()
+	r := serve(t, two(3, 3), envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
+		k, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
+		return refusing{k}, err
+	}))
+	cfg, err := envoylimit.ParseConfig("f.yaml", []byte(two(5, 7)))
+	require.NoError(t, err)
+	assert.ErrorContains(t, r.svc.SetConfig(cfg), "no sevens")
+	assert.Equal(t, 3, r.okTimes(4, "d", desc("a", "x")), "a keeps 3 an hour")
+	assert.Equal(t, 3, r.okTimes(4, "d", desc("b", "x")))
 }

@@ -53,6 +53,12 @@ type policySetter interface {
 	SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) error
 }
 
+// policyChange is a kept limiter's change of policy on a reload.
+type policyChange struct {
+	lim      policySetter
+	from, to ratelimit.Policy
+}
+
 // NewService returns a Service serving cfg. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] when cfg is nil or an option is invalid,
 // and the error of a limiter WithLimiters' function could not make.
@@ -89,8 +95,8 @@ func (s *Service) Config() *Config { return s.cur.Load().cfg }
 // keys' state: a changed policy is applied with SetPolicy and
 // [ratelimit.KeepUsed], so a key keeps what it used, up to the new limit.
 // Limits no longer in cfg are dropped. On an error (a nil cfg, a limiter
-// that cannot be made or given its new policy) the old configuration stays
-// in force.
+// that cannot be made or refuses its new policy) the old configuration
+// stays in force, with its policies.
 func (s *Service) SetConfig(cfg *Config) error {
 	if cfg == nil {
 		return configError("envoylimit: the configuration is nil")
@@ -99,7 +105,7 @@ func (s *Service) SetConfig(cfg *Config) error {
 	defer s.mu.Unlock()
 	lims := make([]ratelimit.KeyedLimiter, len(cfg.limits))
 	held := make(map[string]*heldLimiter, len(cfg.limits))
-	var changes []func() error
+	var changes []policyChange
 	for i, spec := range cfg.limits {
 		if spec.never {
 			lims[i] = neverLimiter{}
@@ -111,10 +117,8 @@ func (s *Service) SetConfig(cfg *Config) error {
 				continue
 			}
 			if ps, ok := h.lim.(policySetter); ok {
-				h2 := &heldLimiter{lim: h.lim, policy: spec.policy}
-				p := spec.policy
-				changes = append(changes, func() error { return ps.SetPolicy(p, ratelimit.KeepUsed) })
-				lims[i], held[spec.id] = h.lim, h2
+				changes = append(changes, policyChange{ps, h.policy, spec.policy})
+				lims[i], held[spec.id] = h.lim, &heldLimiter{lim: h.lim, policy: spec.policy}
 				continue
 			}
 		}
@@ -124,8 +128,12 @@ func (s *Service) SetConfig(cfg *Config) error {
 		}
 		lims[i], held[spec.id] = lim, &heldLimiter{lim: lim, policy: spec.policy}
 	}
-	for _, change := range changes {
-		if err := change(); err != nil {
+	for i, c := range changes {
+		if err := c.lim.SetPolicy(c.to, ratelimit.KeepUsed); err != nil {
+			// Put back the policies changed before this one.
+			for _, done := range changes[:i] {
+				_ = done.lim.SetPolicy(done.from, ratelimit.KeepUsed)
+			}
 			return fmt.Errorf("ratelimit: envoylimit: changing a limit's policy: %w", err)
 		}
 	}
