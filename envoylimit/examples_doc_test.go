@@ -33,7 +33,7 @@ descriptors:
       requests_per_unit: 5
 `)
 	marketing := func(n string) []string {
-		return codes(r.call("messaging", desc("message_type", "marketing", "to_number", n), desc("to_number", n)))
+		return codesOf(r.call("messaging", desc("message_type", "marketing", "to_number", n), desc("to_number", n)))
 	}
 	for range 3 {
 		assert.Equal(t, []string{"OK", "OK", "OK"}, marketing("2061111111"))
@@ -43,7 +43,7 @@ descriptors:
 	// Each number has its own limit.
 	assert.Equal(t, []string{"OK", "OK", "OK"}, marketing("2062222222"))
 	// The placeholder level alone has no limit.
-	assert.Equal(t, []string{"OK", "OK"}, codes(r.call("messaging", desc("message_type", "marketing"))))
+	assert.Equal(t, []string{"OK", "OK"}, codesOf(r.call("messaging", desc("message_type", "marketing"))))
 	// The per-number limit: 3 charged above, 2 left; the denied 4th charged nothing.
 	assert.Equal(t, 2, r.okTimes(4, "messaging", desc("to_number", "2061111111")))
 }
@@ -67,7 +67,7 @@ descriptors:
 	assert.Equal(t, 10, r.okTimes(12, "edge_proxy_per_ip", desc("remote_address", "50.0.0.1")))
 	assert.Equal(t, 10, r.okTimes(12, "edge_proxy_per_ip", desc("remote_address", "50.0.0.2")))
 	resp := r.call("edge_proxy_per_ip", desc("remote_address", "50.0.0.5"))
-	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codes(resp))
+	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codesOf(resp))
 	assert.Equal(t, uint32(0), resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit())
 	assert.Equal(t, rlspb.RateLimitResponse_RateLimit_SECOND, resp.Statuses[0].GetCurrentLimit().GetUnit())
 	// The next second, the first address has its 10 again.
@@ -116,7 +116,7 @@ descriptors:
 `)
 	for range 5 {
 		resp := r.call("internal", desc("ldap", "x"))
-		require.Equal(t, []string{"OK", "OK"}, codes(resp))
+		require.Equal(t, []string{"OK", "OK"}, codesOf(resp))
 		assert.Equal(t, uint32(math.MaxUint32), resp.Statuses[0].GetLimitRemaining())
 		assert.Nil(t, resp.Statuses[0].GetCurrentLimit())
 	}
@@ -146,7 +146,7 @@ descriptors:
 `)
 	for i := range 5 {
 		resp := r.call("example6", desc("service", "auth", "user", "user-a"))
-		require.Equal(t, []string{"OK", "OK"}, codes(resp))
+		require.Equal(t, []string{"OK", "OK"}, codesOf(resp))
 		assert.Equal(t, uint32(max(0, 1-i)), resp.Statuses[0].GetLimitRemaining(), "the shadow limit is charged")
 	}
 	assert.Equal(t, 3, r.okTimes(5, "example6", desc("service", "auth", "user", "user-b")))

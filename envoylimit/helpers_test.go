@@ -81,7 +81,7 @@ func (r *rls) send(req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error
 
 // codes returns the overall code and each status's code, as "OK" and
 // "OVER_LIMIT".
-func codes(resp *rlspb.RateLimitResponse) []string {
+func codesOf(resp *rlspb.RateLimitResponse) []string {
 	out := []string{resp.GetOverallCode().String()}
 	for _, s := range resp.GetStatuses() {
 		out = append(out, s.GetCode().String())
