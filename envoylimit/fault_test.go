@@ -24,7 +24,7 @@ import (
 	"github.com/rlkit/ratelimit/redislimit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -182,7 +182,7 @@ func requireUnavailable(t *testing.T, err error, limit string) {
 	require.Error(t, err)
 	st, ok := status.FromError(err)
 	require.True(t, ok, "not a gRPC status: %v", err)
-	assert.Equal(t, grpccodes.Unavailable, st.Code(), "%v", err)
+	assert.Equal(t, codes.Unavailable, st.Code(), "%v", err)
 	assert.True(t, strings.HasPrefix(st.Message(), "ratelimit:"), "the message %q is not prefixed ratelimit:", st.Message())
 	assert.Contains(t, st.Message(), limit)
 }
@@ -210,7 +210,7 @@ func TestFaultFailToEnvoy(t *testing.T) {
 			requireUnavailable(t, errs[0], "d.proxied")
 			requireUnavailable(t, errs[1], "d.proxied2")
 			require.NoError(t, errs[2], "a shadow_mode limit's failure fails nothing")
-			assert.Equal(t, []string{"OK", "OK", "OK"}, codes(shadowResp))
+			assert.Equal(t, []string{"OK", "OK", "OK"}, codesOf(shadowResp))
 
 			assert.Equal(t, map[string]int{
 				"direct":   hits, // the shadow request's, admitted; both failed ones gave theirs back
@@ -222,7 +222,7 @@ func TestFaultFailToEnvoy(t *testing.T) {
 			// Redis back: a request charges each limit once.
 			resp, err := r.send(request(1, "direct", "proxied", "proxied2"))
 			require.NoError(t, err)
-			assert.Equal(t, []string{"OK", "OK", "OK", "OK"}, codes(resp))
+			assert.Equal(t, []string{"OK", "OK", "OK", "OK"}, codesOf(resp))
 			assert.Equal(t, map[string]int{"direct": hits + 1, "proxied": hits*f.charged + 1, "proxied2": hits*f.charged + 1},
 				r.used("direct", "proxied", "proxied2"))
 		})
@@ -269,7 +269,7 @@ func TestFaultFailAsLimiterOpenClosed(t *testing.T) {
 					resp, err = r.send(request(2, "direct", "proxied"))
 				})
 				require.NoError(t, err)
-				assert.Equal(t, pol.want, codes(resp))
+				assert.Equal(t, pol.want, codesOf(resp))
 				assert.Equal(t, map[string]int{"direct": pol.direct, "proxied": 2 * f.charged}, r.used("direct", "proxied"))
 			})
 		}
@@ -289,7 +289,7 @@ func TestFaultFailAsLimiterLocalFallback(t *testing.T) {
 				for range 6 {
 					resp, err := r.send(request(1, "direct", "proxied"))
 					require.NoError(t, err)
-					got = append(got, codes(resp))
+					got = append(got, codesOf(resp))
 				}
 			})
 			ok := []string{"OK", "OK", "OK"}
@@ -329,5 +329,5 @@ func TestFaultBreakerUnavailable(t *testing.T) {
 	assert.Equal(t, map[string]int{"direct": 0, "proxied": 0}, r.used("direct", "proxied"))
 	resp, err := r.send(request(1, "direct", "proxied"))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"OK", "OK", "OK"}, codes(resp))
+	assert.Equal(t, []string{"OK", "OK", "OK"}, codesOf(resp))
 }

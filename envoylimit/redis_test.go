@@ -188,14 +188,14 @@ descriptors:
       requests_per_unit: 5
 `)
 	marketing := func(n string) []string {
-		return codes(p.call("messaging", desc("message_type", "marketing", "to_number", n), desc("to_number", n)))
+		return codesOf(p.call("messaging", desc("message_type", "marketing", "to_number", n), desc("to_number", n)))
 	}
 	for range 3 {
 		assert.Equal(t, []string{"OK", "OK", "OK"}, marketing("2061111111"))
 	}
 	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT", "OK"}, marketing("2061111111"))
 	assert.Equal(t, []string{"OK", "OK", "OK"}, marketing("2062222222"), "each number has its own limit")
-	assert.Equal(t, []string{"OK", "OK"}, codes(p.call("messaging", desc("message_type", "marketing"))), "the placeholder has no limit")
+	assert.Equal(t, []string{"OK", "OK"}, codesOf(p.call("messaging", desc("message_type", "marketing"))), "the placeholder has no limit")
 	assert.Equal(t, uint32(2), p.remaining("messaging", "to_number", "2061111111"), "the denied 4th charged nothing")
 	assert.Equal(t, 2, p.okTimes(4, "messaging", desc("to_number", "2061111111")))
 	// A new day: everything back.
@@ -221,22 +221,22 @@ descriptors:
       requests_per_unit: 1
 `)
 	user, route := desc("user", "alice"), desc("route", "/pay")
-	assert.Equal(t, []string{"OK", "OK", "OK"}, codes(p.call("d", user, route)))
+	assert.Equal(t, []string{"OK", "OK", "OK"}, codesOf(p.call("d", user, route)))
 	for range 3 {
 		resp := p.call("d", user, route)
-		assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codes(resp))
+		assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codesOf(resp))
 	}
 	assert.Equal(t, uint32(4), p.remaining("d", "user", "alice"), "the refused requests left the user's quota untouched")
 	assert.Equal(t, uint32(0), p.remaining("d", "route", "/pay"))
 
 	// The other order: the route first, denied; the user after it.
 	for range 3 {
-		assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT", "OK"}, codes(p.call("d", route, user)))
+		assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT", "OK"}, codesOf(p.call("d", route, user)))
 	}
 	assert.Equal(t, uint32(4), p.remaining("d", "user", "alice"))
 	// Hits: 4 of the user's 4 left, with a route of its own.
 	resp := p.send(&rlspb.RateLimitRequest{Domain: "d", HitsAddend: 4, Descriptors: []*rlcommon.RateLimitDescriptor{user, desc("route", "/other")}})
-	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codes(resp), "4 hits are over the route's 1")
+	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codesOf(resp), "4 hits are over the route's 1")
 	assert.Equal(t, uint32(4), p.remaining("d", "user", "alice"))
 	assert.Equal(t, uint32(1), p.remaining("d", "route", "/other"))
 	assert.Equal(t, 4, p.okTimes(5, "d", user))
@@ -286,10 +286,10 @@ descriptors:
 	assert.Equal(t, 3, p.okTimes(5, "d", desc("remote_address", "50.0.0.1")))
 	assert.Equal(t, 3, p.okTimes(5, "d", desc("remote_address", "50.0.0.2")))
 	resp := p.call("d", desc("remote_address", "50.0.0.5"))
-	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codes(resp))
+	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codesOf(resp))
 	assert.Equal(t, uint32(0), resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit())
 	// A denied 0-per-unit descriptor refunds the one charged before it.
-	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codes(p.call("d", desc("path", "/api/7/action"), desc("remote_address", "50.0.0.5"))))
+	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codesOf(p.call("d", desc("path", "/api/7/action"), desc("remote_address", "50.0.0.5"))))
 	assert.Equal(t, uint32(2), p.remaining("d", "path", "/api/7/action"))
 
 	assert.Equal(t, 2, p.okTimes(3, "d", desc("path", "/api/1/action")))
@@ -342,7 +342,7 @@ descriptors:
 		p := servePair(t, yaml)
 		for i := range 4 {
 			resp := p.call("d", desc("user", "user-a"), desc("route", "r"))
-			require.Equal(t, []string{"OK", "OK", "OK"}, codes(resp))
+			require.Equal(t, []string{"OK", "OK", "OK"}, codesOf(resp))
 			assert.Equal(t, uint32(max(0, 1-i)), resp.Statuses[0].GetLimitRemaining(), "the shadow limit is charged")
 		}
 		assert.Equal(t, uint32(6), p.remaining("d", "route", "r"), "the route was charged every time")
@@ -352,7 +352,7 @@ descriptors:
 		p := servePair(t, yaml, envoylimit.WithShadowMode())
 		for range 5 {
 			resp := p.call("d", desc("user", "user-b"), desc("route", "r"))
-			assert.Equal(t, "OK", codes(resp)[0])
+			assert.Equal(t, "OK", codesOf(resp)[0])
 		}
 		// What the statuses say: user-b over after 3, and all-or-nothing
 		// still holds under global shadow mode (the denied were refunded).
@@ -408,31 +408,31 @@ descriptors:
 	}
 	// The request's 3 hits: 3 calls fit in 10, the 4th does not.
 	for range 3 {
-		assert.Equal(t, "OK", codes(req(3, desc("user", "u")))[0])
+		assert.Equal(t, "OK", codesOf(req(3, desc("user", "u")))[0])
 	}
 	resp := req(3, desc("user", "u"))
-	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codes(resp))
+	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codesOf(resp))
 	assert.Equal(t, uint32(1), resp.Statuses[0].GetLimitRemaining())
 	// A descriptor's own hits_addend: 40 bytes, while the user counts 1.
 	resp = req(0, desc("user", "u"), withHits(desc("bytes", "u"), 40))
-	assert.Equal(t, []string{"OK", "OK", "OK"}, codes(resp))
+	assert.Equal(t, []string{"OK", "OK", "OK"}, codesOf(resp))
 	assert.Equal(t, uint32(0), resp.Statuses[0].GetLimitRemaining())
 	assert.Equal(t, uint32(60), resp.Statuses[1].GetLimitRemaining())
 	// 0 only checks: the user is at 0 left and the check is OK; bytes
 	// unchanged.
 	for range 3 {
 		resp = req(5, withHits(desc("user", "u"), 0), withHits(desc("bytes", "u"), 0))
-		assert.Equal(t, []string{"OK", "OK", "OK"}, codes(resp))
+		assert.Equal(t, []string{"OK", "OK", "OK"}, codesOf(resp))
 		assert.Equal(t, uint32(0), resp.Statuses[0].GetLimitRemaining())
 		assert.Equal(t, uint32(60), resp.Statuses[1].GetLimitRemaining())
 	}
 	// A check beside a denied descriptor: still nothing charged.
 	resp = req(0, withHits(desc("bytes", "u"), 0), desc("user", "u"))
-	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codes(resp))
+	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codesOf(resp))
 	assert.Equal(t, uint32(60), p.remaining("d", "bytes", "u"))
 	// More hits than the limit: denied, nothing charged.
 	resp = req(0, withHits(desc("bytes", "v"), 101))
-	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codes(resp))
+	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codesOf(resp))
 	assert.Equal(t, uint32(100), p.remaining("d", "bytes", "v"))
 	p.clock.Add(time.Minute)
 	assert.Equal(t, uint32(10), p.remaining("d", "user", "u"))
@@ -456,14 +456,14 @@ descriptors:
 	u := override(2, rlspb.RateLimitResponse_RateLimit_MINUTE, "user", "u")
 	assert.Equal(t, 2, p.okTimes(4, "d", u))
 	resp := p.call("d", u)
-	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codes(resp))
+	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codesOf(resp))
 	assert.Equal(t, uint32(2), resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit())
 	assert.Equal(t, rlspb.RateLimitResponse_RateLimit_MINUTE, resp.Statuses[0].GetCurrentLimit().GetUnit())
 	assert.Equal(t, 2, p.okTimes(3, "d", override(2, rlspb.RateLimitResponse_RateLimit_MINUTE, "user", "v")), "another descriptor, its own counter")
 	assert.Equal(t, 0, p.okTimes(2, "d", override(0, rlspb.RateLimitResponse_RateLimit_MINUTE, "user", "w")))
 	assert.Equal(t, uint32(100), p.remaining("d", "user", "u"), "the configuration's limit was not charged")
 	// An override denying refunds the configured limit charged before it.
-	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codes(p.call("d", desc("user", "x"), u)))
+	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codesOf(p.call("d", desc("user", "x"), u)))
 	assert.Equal(t, uint32(100), p.remaining("d", "user", "x"))
 	p.clock.Add(time.Minute)
 	assert.Equal(t, 2, p.okTimes(3, "d", u))
@@ -585,13 +585,13 @@ descriptors:
 }
 
 // The status of a descriptor that had room, in a request another
-// descriptor refused, is what its limit alone would say of the request's
-// hits (5 - 1 = 4 here), whatever the order of the descriptors, the home,
-// and the limit that refused. The Service decides in order and refunds on
-// Redis (and in memory too when the refusing limit is 0 per unit), so the
-// descriptor before the refusal is charged and refunded while the one
-// after it is only asked (Peek); in memory otherwise, AllowAll decides and
-// each is asked with Peek.
+// descriptor refused, is what its limit has left (5 here: the refused
+// request charged nothing), whatever the order of the descriptors, the
+// home, and the limit that refused. The Service decides in order and
+// refunds on Redis (and in memory too when the refusing limit is 0 per
+// unit), so the descriptor before the refusal is charged and refunded
+// while the one after it is only asked (Peek); in memory otherwise,
+// AllowAll decides and each is asked with Peek.
 func TestRedisRefundedStatusAsPeeked(t *testing.T) {
 	p := servePair(t, `
 domain: d
@@ -607,14 +607,14 @@ descriptors:
 		name string
 		r    *rls
 	}{{"memory", p.mem}, {"redis", p.rds}} {
-		require.Equal(t, "OK", codes(home.r.call("d", desc("spent", "s")))[0])
+		require.Equal(t, "OK", codesOf(home.r.call("d", desc("spent", "s")))[0])
 		for _, denier := range []string{"never", "spent"} {
 			after := home.r.call("d", desc(denier, "s"), desc("user", "u"))
 			before := home.r.call("d", desc("user", "u"), desc(denier, "s"))
-			require.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT", "OK"}, codes(after))
-			require.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codes(before))
-			assert.Equal(t, uint32(4), after.Statuses[1].GetLimitRemaining(), "%s, refused by %s: the user after the refusal", home.name, denier)
-			assert.Equal(t, uint32(4), before.Statuses[0].GetLimitRemaining(), "%s, refused by %s: the user before the refusal", home.name, denier)
+			require.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT", "OK"}, codesOf(after))
+			require.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codesOf(before))
+			assert.Equal(t, uint32(5), after.Statuses[1].GetLimitRemaining(), "%s, refused by %s: the user after the refusal", home.name, denier)
+			assert.Equal(t, uint32(5), before.Statuses[0].GetLimitRemaining(), "%s, refused by %s: the user before the refusal", home.name, denier)
 		}
 		resp := home.r.call("d", withHits(desc("user", "u"), 0))
 		assert.Equal(t, uint32(5), resp.Statuses[0].GetLimitRemaining(), "%s: nothing charged", home.name)

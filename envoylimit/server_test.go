@@ -264,10 +264,10 @@ func runServerScenario(t *testing.T, bin string, extra ...string) (dir string) {
 	c := p.client()
 
 	u := desc("user", "u")
-	assert.Equal(t, []string{"OK", "OK"}, codes(rpc(t, c, 0, u)))
-	assert.Equal(t, []string{"OK", "OK"}, codes(rpc(t, c, 0, u)))
+	assert.Equal(t, []string{"OK", "OK"}, codesOf(rpc(t, c, 0, u)))
+	assert.Equal(t, []string{"OK", "OK"}, codesOf(rpc(t, c, 0, u)))
 	resp := rpc(t, c, 0, u)
-	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codes(resp))
+	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codesOf(resp))
 	assert.Equal(t, uint32(2), resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit())
 
 	// A raised limit: the user keeps its 2 used.
@@ -277,8 +277,8 @@ func runServerScenario(t *testing.T, bin string, extra ...string) (dir string) {
 	assert.Equal(t, uint32(3), st.GetLimitRemaining(), "2 used of the new 5")
 	_, ok := p.waitLogFrom(from, "configuration reloaded")
 	assert.True(t, ok, "the reload is logged; the log:\n%s", p.log())
-	assert.Equal(t, []string{"OK", "OK"}, codes(rpc(t, c, 3, u)))
-	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codes(rpc(t, c, 0, u)))
+	assert.Equal(t, []string{"OK", "OK"}, codesOf(rpc(t, c, 3, u)))
+	assert.Equal(t, []string{"OVER_LIMIT", "OVER_LIMIT"}, codesOf(rpc(t, c, 0, u)))
 
 	// A bad file: logged with its file and line, the old configuration
 	// kept.
@@ -328,7 +328,7 @@ func restartRedis(t *testing.T, bin, dir string, home *redisHome, hits uint32) *
 	p := startServer(t, bin, "-config", dir, "-listen", "127.0.0.1:0", "-reload", "0", "-redis", home.srv.Addr(), "-redis-prefix", home.prefix)
 	c := p.client()
 	if hits > 0 {
-		require.Equal(t, "OK", codes(rpc(t, c, hits, desc("user", "u")))[0])
+		require.Equal(t, "OK", codesOf(rpc(t, c, hits, desc("user", "u")))[0])
 	}
 	st := rpc(t, c, 0, withHits(desc("user", "u"), 0)).GetStatuses()[0]
 	p.stop()
