@@ -28,9 +28,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// faultTimeout is the limiters' WithTimeout: far above a loopback round
-// trip (tens of µs, a few ms under -race), far below the latency fault.
-const faultTimeout = 50 * time.Millisecond
+// faultTimeout is the proxied limiters' WithTimeout: far above a
+// loopback round trip (tens of µs, a few ms under -race; but calls were
+// seen to miss 100ms on a 2-CPU machine running another -race suite),
+// far below the latency fault.
+const faultTimeout = 500 * time.Millisecond
+
+// directTimeout is the direct limiter's WithTimeout: it sees no fault,
+// and a timeout of its own (a refund missing it, say) would only make a
+// test fail on a loaded machine.
+const directTimeout = 10 * time.Second
 
 // faultRecovery bounds the wait for Redis to answer again once a fault is
 // cleared: generous, it only keeps a broken recovery from hanging.
@@ -75,7 +82,7 @@ var netFaults = []netFault{
 		p.DropReplies(1, faultproxy.RST)
 	}},
 	{name: "latency-beyond-timeout", charged: 1, set: func(p *faultproxy.Proxy) {
-		p.Set(faultproxy.Down, faultproxy.Faults{Latency: 20 * faultTimeout})
+		p.Set(faultproxy.Down, faultproxy.Faults{Latency: 10 * faultTimeout})
 	}},
 	{name: "cut-reply", charged: 1, set: func(p *faultproxy.Proxy) {
 		p.CutReplies(1, 3, faultproxy.RST)
@@ -104,13 +111,13 @@ func startFaultRig(t *testing.T, lopts []redislimit.Option, opts ...envoylimit.O
 	t.Cleanup(func() { _ = proxied.Close() })
 	clk := newMock()
 	limiters := envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
-		client := proxied
+		client, timeout := proxied, faultTimeout
 		if name == "d.direct" {
-			client = home.client
+			client, timeout = home.client, directTimeout
 		}
 		o := append([]redislimit.Option{
 			redislimit.WithPrefix(limitPrefix(home.prefix, name)), redislimit.WithName(name), redislimit.WithClock(clk),
-			redislimit.WithTimeout(faultTimeout), redislimit.WithBreaker(0),
+			redislimit.WithTimeout(timeout), redislimit.WithBreaker(0),
 		}, lopts...)
 		return redislimit.New(client, p, o...)
 	})
@@ -143,22 +150,41 @@ func request(hits uint32, keys ...string) *rlspb.RateLimitRequest {
 	return req
 }
 
-// waitRedis waits, up to faultRecovery, until every proxied limit answers
-// again (a check through the Service succeeds), polling.
+// waitRedis waits, up to faultRecovery, until every limit answers again
+// (a check through the Service succeeds), polling.
 func (r *faultRig) waitRedis() {
 	r.t.Helper()
-	var last error
-	require.Eventually(r.t, func() bool {
-		_, last = r.send(check("direct", "proxied", "proxied2", "shadow"))
-		return last == nil
-	}, faultRecovery, 5*time.Millisecond, "Redis did not answer again: %v", &last)
+	r.checkWithin(0, "direct", "proxied", "proxied2", "shadow")
+}
+
+// checkWithin sends a check of keys until one succeeds, up to
+// faultRecovery, and returns its response; after each failed one it moves
+// the mock clock on by advance (a breaker's cooldown), if not 0. A check
+// charges nothing, so it may be sent again.
+func (r *faultRig) checkWithin(advance time.Duration, keys ...string) *rlspb.RateLimitResponse {
+	r.t.Helper()
+	deadline := time.Now().Add(faultRecovery)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := r.send(check(keys...))
+		if err == nil {
+			return resp
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("Redis did not answer again within %v: %v", faultRecovery, err)
+		}
+		if advance > 0 {
+			r.clock.Add(advance)
+		}
+		<-tick.C
+	}
 }
 
 // used returns what each key's limit has used, read with a check.
 func (r *faultRig) used(keys ...string) map[string]int {
 	r.t.Helper()
-	resp, err := r.send(check(keys...))
-	require.NoError(r.t, err)
+	resp := r.checkWithin(0, keys...)
 	out := map[string]int{}
 	for i, k := range keys {
 		out[k] = faultLimit - int(resp.GetStatuses()[i].GetLimitRemaining())
@@ -325,9 +351,43 @@ func TestFaultBreakerUnavailable(t *testing.T) {
 		assert.Less(t, time.Since(start), faultTimeout, "at once, without waiting for Redis")
 	}
 	r.clock.Add(time.Minute)
-	r.waitRedis()
+	// A probe that misses its timeout (a loaded machine) opens the
+	// breaker again: the wait moves the clock past each cooldown.
+	r.checkWithin(time.Minute, "direct", "proxied")
 	assert.Equal(t, map[string]int{"direct": 0, "proxied": 0}, r.used("direct", "proxied"))
 	resp, err := r.send(request(1, "direct", "proxied"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"OK", "OK", "OK"}, codesOf(resp))
+}
+
+// With FailAsLimiter and redislimit's local fallback, a request that the
+// fallback admitted for one limit and another limit refused is charged to
+// none: the refund reaches the fallback (redislimit's RefundN makes it
+// there when Redis cannot), so the refused requests leave the fallback's
+// share whole. Here the proxied limit's share is 5 (10 for 2 instances);
+// 5 requests the direct limit refuses, then 5 of the proxied limit alone,
+// all while Redis is unreachable: those 5 must be OK.
+func TestFaultLocalFallbackRefundedOnRefusal(t *testing.T) {
+	r := startFaultRig(t, []redislimit.Option{redislimit.WithLocalFallback(2)},
+		envoylimit.WithFailurePolicy(envoylimit.FailAsLimiter))
+	resp, err := r.send(request(faultLimit, "direct"))
+	require.NoError(t, err)
+	require.Equal(t, "OK", codesOf(resp)[0], "the direct limit spent")
+	var refused, alone [][]string
+	r.fault(netFaults[0], func() { // black hole
+		for range 5 {
+			resp, err := r.send(request(1, "proxied", "direct"))
+			require.NoError(t, err)
+			refused = append(refused, codesOf(resp))
+		}
+		for range 5 {
+			resp, err := r.send(request(1, "proxied"))
+			require.NoError(t, err)
+			alone = append(alone, codesOf(resp))
+		}
+	})
+	no := []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}
+	assert.Equal(t, [][]string{no, no, no, no, no}, refused)
+	ok := []string{"OK", "OK"}
+	assert.Equal(t, [][]string{ok, ok, ok, ok, ok}, alone, "the refused requests left the fallback's share of 5 whole")
 }

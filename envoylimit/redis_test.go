@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,6 +74,11 @@ func redisLimiters(client redis.UniversalClient, prefix string, clk ratelimit.Cl
 	})
 }
 
+// redisTimeout is the WithTimeout of the limiters of serveRedis: these
+// tests are of decisions, not of timeouts, and redislimit's default
+// (100ms) was missed on a 2-CPU machine running another -race suite.
+const redisTimeout = 10 * time.Second
+
 // newMock returns a mock clock at redisStart, safe to share between the
 // Service, its limiters and the test.
 func newMock() *fakeclock.Mock { return fakeclock.New(redisStart) }
@@ -83,7 +89,7 @@ func serveRedis(t *testing.T, home *redisHome, clk *fakeclock.Mock, yaml string,
 	t.Helper()
 	cfg, err := envoylimit.ParseConfig("test.yaml", []byte(yaml))
 	require.NoError(t, err)
-	all := append([]envoylimit.Option{envoylimit.WithClock(clk), redisLimiters(home.client, home.prefix, clk)}, opts...)
+	all := append([]envoylimit.Option{envoylimit.WithClock(clk), redisLimiters(home.client, home.prefix, clk, redislimit.WithTimeout(redisTimeout))}, opts...)
 	svc, err := envoylimit.NewService(cfg, all...)
 	require.NoError(t, err)
 	return serveService(t, svc, clk.Mock)
@@ -619,4 +625,43 @@ descriptors:
 		resp := home.r.call("d", withHits(desc("user", "u"), 0))
 		assert.Equal(t, uint32(5), resp.Statuses[0].GetLimitRemaining(), "%s: nothing charged", home.name)
 	}
+}
+
+// Two Services on one Redis, as two replicas of the server: they share
+// every count, a refusal on one is refunded for both, and a reload that
+// both make keeps the shared count.
+func TestRedisTwoServicesShareCounts(t *testing.T) {
+	home := startRedisHome(t)
+	clk := newMock()
+	yaml := `
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 6}
+  - key: route
+    rate_limit: {unit: day, requests_per_unit: 2}
+`
+	a, b := serveRedis(t, home, clk, yaml), serveRedis(t, home, clk, yaml)
+	ok := 0
+	for i := range 8 {
+		r := a
+		if i%2 == 1 {
+			r = b
+		}
+		if r.call("d", desc("user", "u")).GetOverallCode() == rlspb.RateLimitResponse_OK {
+			ok++
+		}
+	}
+	assert.Equal(t, 6, ok, "one limit of 6 between the two")
+
+	assert.Equal(t, 2, a.okTimes(2, "d", desc("user", "w"), desc("route", "r")))
+	assert.Equal(t, []string{"OVER_LIMIT", "OK", "OVER_LIMIT"}, codesOf(b.call("d", desc("user", "w"), desc("route", "r"))))
+	assert.Equal(t, uint32(4), a.call("d", withHits(desc("user", "w"), 0)).GetStatuses()[0].GetLimitRemaining(), "b's refusal refunded w")
+
+	cfg, err := envoylimit.ParseConfig("test.yaml", []byte(strings.Replace(yaml, "requests_per_unit: 6", "requests_per_unit: 9", 1)))
+	require.NoError(t, err)
+	require.NoError(t, a.svc.SetConfig(cfg))
+	require.NoError(t, b.svc.SetConfig(cfg))
+	assert.Equal(t, uint32(7), b.call("d", withHits(desc("user", "w"), 0)).GetStatuses()[0].GetLimitRemaining(), "2 used of the new 9")
+	assert.Equal(t, 7, a.okTimes(4, "d", desc("user", "w"))+b.okTimes(4, "d", desc("user", "w")))
 }

@@ -241,15 +241,54 @@ func writeFile(t *testing.T, path, data string) {
 	require.NoError(t, os.Rename(tmp, path))
 }
 
+// checkRPC sends a check (hits_addend 0: nothing charged) of the user to
+// c until one is answered, up to serverPatience, and returns its status.
+// A check may be sent again: the server's Redis limiters have
+// redislimit's default timeout, 100ms, which a loaded machine can miss.
+func checkRPC(t *testing.T, c rlspb.RateLimitServiceClient) *rlspb.RateLimitResponse_DescriptorStatus {
+	t.Helper()
+	var st *rlspb.RateLimitResponse_DescriptorStatus
+	var last error
+	ok := pollUntil(func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), serverPatience)
+		defer cancel()
+		resp, err := c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{withHits(desc("user", "u"), 0)}})
+		last = err
+		if err != nil {
+			return false
+		}
+		st = resp.GetStatuses()[0]
+		return true
+	})
+	require.True(t, ok, "no answer to a check within %v: %v", serverPatience, last)
+	return st
+}
+
+// pollUntil calls cond every 10ms until it is true (then it returns
+// true) or serverPatience has passed (false).
+func pollUntil(cond func() bool) bool {
+	deadline := time.Now().Add(serverPatience)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+	return true
+}
+
 // waitLimit polls c until the user's current limit is n (a reload took
 // effect), up to serverPatience, and returns the check's status.
 func waitLimit(t *testing.T, c rlspb.RateLimitServiceClient, n uint32) *rlspb.RateLimitResponse_DescriptorStatus {
 	t.Helper()
 	var st *rlspb.RateLimitResponse_DescriptorStatus
-	require.Eventually(t, func() bool {
-		st = rpc(t, c, 0, withHits(desc("user", "u"), 0)).GetStatuses()[0]
+	ok := pollUntil(func() bool {
+		st = checkRPC(t, c)
 		return st.GetCurrentLimit().GetRequestsPerUnit() == n
-	}, serverPatience, 10*time.Millisecond, "the limit did not become %d", n)
+	})
+	require.True(t, ok, "the limit did not become %d: %v", n, st)
 	return st
 }
 
@@ -288,9 +327,9 @@ func runServerScenario(t *testing.T, bin string, extra ...string) (dir string) {
 	require.True(t, ok, "the bad file is logged; the log:\n%s", p.log())
 	assert.Contains(t, line, file+":6:", "names the file and line")
 	assert.Contains(t, line, "requests_per_unt")
-	resp = rpc(t, c, 0, withHits(u, 0))
-	assert.Equal(t, uint32(5), resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit(), "the old configuration stays")
-	assert.Equal(t, uint32(0), resp.Statuses[0].GetLimitRemaining())
+	st = checkRPC(t, c)
+	assert.Equal(t, uint32(5), st.GetCurrentLimit().GetRequestsPerUnit(), "the old configuration stays")
+	assert.Equal(t, uint32(0), st.GetLimitRemaining())
 
 	// Fixed: reloaded, 5 used of 7.
 	writeFile(t, file, serverConf(7))
@@ -330,7 +369,7 @@ func restartRedis(t *testing.T, bin, dir string, home *redisHome, hits uint32) *
 	if hits > 0 {
 		require.Equal(t, "OK", codesOf(rpc(t, c, hits, desc("user", "u")))[0])
 	}
-	st := rpc(t, c, 0, withHits(desc("user", "u"), 0)).GetStatuses()[0]
+	st := checkRPC(t, c)
 	p.stop()
 	return st
 }
@@ -397,4 +436,72 @@ func TestServerRefusesToStart(t *testing.T) {
 			assert.True(t, ok, "want %q in the log:\n%s", tc.want, p.log())
 		})
 	}
+}
+
+// -failure with Redis down: to-envoy answers UNAVAILABLE (prefixed
+// "ratelimit:"), as-limiter answers redislimit's default, fail open (OK),
+// but for a key Redis last denied with nothing left (its deny cache);
+// once Redis is back, both decide on it again.
+func TestServerRedisDown(t *testing.T) {
+	bin := buildServer(t)
+	home := startRedisHome(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "rls.yaml"), serverConf(1))
+	start := func(failure string) rlspb.RateLimitServiceClient {
+		p := startServer(t, bin, "-config", dir, "-listen", "127.0.0.1:0", "-redis", home.srv.Addr(), "-redis-prefix", home.prefix, "-failure", failure)
+		t.Cleanup(p.stop)
+		return p.client()
+	}
+	toEnvoy, asLimiter := start("to-envoy"), start("as-limiter")
+	u := desc("user", "u")
+	assert.Equal(t, "OK", codesOf(rpc(t, toEnvoy, 0, u))[0])
+	assert.Equal(t, "OVER_LIMIT", codesOf(rpc(t, asLimiter, 0, u))[0], "one limit of 1 shared through Redis")
+
+	home.srv.Kill()
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), serverPatience)
+		_, err := toEnvoy.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{u}})
+		cancel()
+		requireUnavailable(t, err, "d.user")
+		assert.Equal(t, "OK", codesOf(rpc(t, asLimiter, 0, desc("user", "v")))[0], "fail open")
+		// The key Redis last denied with nothing left stays denied: the
+		// limiter's deny cache answers for it, exactly, without Redis.
+		assert.Equal(t, "OVER_LIMIT", codesOf(rpc(t, asLimiter, 0, u))[0], "the deny cache")
+	}
+
+	home.srv.Restart(t) // empty: persistence is off
+	for _, c := range []rlspb.RateLimitServiceClient{toEnvoy, asLimiter} {
+		require.Eventually(t, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), serverPatience)
+			defer cancel()
+			resp, err := c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{withHits(desc("user", "probe"), 0)}})
+			return err == nil && resp.GetStatuses()[0].GetLimitRemaining() == 1
+		}, serverPatience, 10*time.Millisecond, "Redis back")
+	}
+	assert.Equal(t, "OK", codesOf(rpc(t, toEnvoy, 0, u))[0])
+	assert.Equal(t, "OVER_LIMIT", codesOf(rpc(t, asLimiter, 0, u))[0], "decided on Redis again")
+}
+
+// -headers envoy adds the RateLimit fields; -shadow answers OK to a
+// request over its limit.
+func TestServerHeadersShadow(t *testing.T) {
+	bin := buildServer(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "rls.yaml"), serverConf(1))
+	p := startServer(t, bin, "-config", dir, "-listen", "127.0.0.1:0", "-headers", "envoy", "-shadow")
+	c := p.client()
+	u := desc("user", "u")
+	for range 3 {
+		assert.Equal(t, "OK", codesOf(rpc(t, c, 0, u))[0], "shadow")
+	}
+	resp := rpc(t, c, 0, u)
+	assert.Equal(t, []string{"OK", "OVER_LIMIT"}, codesOf(resp), "the status still says")
+	headers := map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		headers[h.GetKey()] = h.GetValue()
+	}
+	assert.Equal(t, "1", headers["RateLimit-Limit"])
+	assert.Equal(t, "0", headers["RateLimit-Remaining"])
+	assert.NotEmpty(t, headers["RateLimit-Reset"])
+	p.stop()
 }
