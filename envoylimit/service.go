@@ -208,6 +208,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		if len(entries) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "ratelimit: envoylimit: descriptor %d has no entries", i)
 		}
+		if root == nil {
+			continue // a domain the configuration lacks limits nothing, not even a descriptor's own limit
+		}
 		hits := hitsOf(req, desc)
 		if ov := desc.GetLimit(); ov != nil {
 			c, err := s.overrideCharge(req.GetDomain(), i, desc, ov, hits)
