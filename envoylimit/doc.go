@@ -52,7 +52,7 @@
 // Each descriptor is charged its hits_addend (the request's, 0 meaning 1;
 // a descriptor's own, where 0 only looks) against every limit its match
 // gives, or against the limit it carries itself (a fixed window, as in
-// envoyproxy/ratelimit). A limit's counters are keyed by the descriptor's
+// envoyproxy/ratelimit; a domain the configuration lacks limits nothing). A limit's counters are keyed by the descriptor's
 // values (the pattern for a share_threshold wildcard), one limiter per
 // limit. The call is all or nothing: OVER_LIMIT when any limit denies,
 // and then no limit is charged, where envoyproxy/ratelimit counts every

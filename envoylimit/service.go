@@ -208,6 +208,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		if len(entries) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "ratelimit: envoylimit: descriptor %d has no entries", i)
 		}
+		if root == nil {
+			continue // a domain the configuration lacks limits nothing, not even a descriptor's own limit
+		}
 		hits := hitsOf(req, desc)
 		if ov := desc.GetLimit(); ov != nil {
 			c, err := s.overrideCharge(req.GetDomain(), i, desc, ov, hits)
@@ -316,7 +319,7 @@ func (s *Service) decide(ctx context.Context, charges []charge) {
 		for i := range charges {
 			if c := &charges[i]; !c.apart() {
 				s.decideOne(ctx, c)
-				c.charged = c.d.Allowed && c.err == nil && !c.never
+				c.charged = c.d.Allowed && !c.never // as AllowAll: a failure policy's admission is refunded too
 			}
 		}
 	case atomicOK:
@@ -405,7 +408,7 @@ func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 			continue
 		}
 		s.decideOne(ctx, c)
-		c.charged = c.d.Allowed && c.err == nil && !c.never
+		c.charged = c.d.Allowed && !c.never // as AllowAll: a failure policy's admission is refunded too
 		if c.err != nil && s.opts.failure == FailToEnvoy {
 			break // the call fails: no need to ask the others
 		}
