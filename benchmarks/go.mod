@@ -5,6 +5,7 @@ go 1.25.0
 replace github.com/rlkit/ratelimit => ../
 
 require (
+	github.com/envoyproxy/go-control-plane/envoy v1.39.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
@@ -28,7 +29,6 @@ require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/envoyproxy/go-control-plane v0.14.0 // indirect
-	github.com/envoyproxy/go-control-plane/envoy v1.39.0 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
 	github.com/kr/text v0.1.0 // indirect
