@@ -28,7 +28,9 @@ package benchmarks
 // wall time), p50-ns and p99-ns (each call's latency as the client sees it),
 // ok/op, and the user+system CPU time per call (from /proc) of the server
 // (server-cpu-ns/op), of this process, the client (client-cpu-ns/op), and of
-// redis-server (redis-cpu-ns/op; 0 for ours-memory give or take a tick). The
+// redis-server (redis-cpu-ns/op; 0 for ours-memory give or take a tick), and
+// the calls redis-server counted per call: scripts (redis-scripts/op) and
+// other commands, those scripts run included (redis-cmds/op). The
 // client, the server and redis-server share the machine's CPUs, so req/s is
 // the throughput of the whole loop; compare the servers by ratios within one
 // run (see README.md, "Envoy rate limit service"). The Envoy servers keep
@@ -126,13 +128,13 @@ func BenchmarkEnvoyRLS(b *testing.B) {
 					clients = append(clients, rlspb.NewRateLimitServiceClient(conn))
 				}
 			}
-			benchRLS(sb, srv, redis.PID(), clients)
+			benchRLS(sb, srv, redis, clients)
 		})
 	}
 }
 
 // benchRLS drives one server with b.N calls from parallel goroutines.
-func benchRLS(b *testing.B, srv *rlsServer, redisPID int, clients []rlspb.RateLimitServiceClient) {
+func benchRLS(b *testing.B, srv *rlsServer, redis *redistest.Server, clients []rlspb.RateLimitServiceClient) {
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -149,7 +151,8 @@ func benchRLS(b *testing.B, srv *rlsServer, redisPID int, clients []rlspb.RateLi
 		paths[i] = "/api/v1/resource" + strconv.Itoa(i)
 	}
 	b.SetParallelism(benchRLSPerProc)
-	pids := []int{srv.pid, os.Getpid(), redisPID}
+	pids := []int{srv.pid, os.Getpid(), redis.PID()}
+	scripts0, cmds0 := redisCalls(redis)
 	cpu0 := make([]int64, len(pids))
 	for i, p := range pids {
 		cpu0[i] = procCPU(p)
@@ -200,11 +203,45 @@ func benchRLS(b *testing.B, srv *rlsServer, redisPID int, clients []rlspb.RateLi
 	b.ReportMetric(float64(latencies[len(latencies)/2]), "p50-ns")
 	b.ReportMetric(float64(latencies[len(latencies)*99/100]), "p99-ns")
 	b.ReportMetric(float64(ok.Load())/float64(b.N), "ok/op")
+	scripts1, cmds1 := redisCalls(redis)
+	b.ReportMetric(float64(scripts1-scripts0)/float64(b.N), "redis-scripts/op")
+	b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "redis-cmds/op")
 	for i, unit := range []string{"server-cpu-ns/op", "client-cpu-ns/op", "redis-cpu-ns/op"} {
 		if c1 := procCPU(pids[i]); cpu0[i] >= 0 && c1 >= 0 {
 			b.ReportMetric(float64(c1-cpu0[i])/float64(b.N), unit)
 		}
 	}
+}
+
+// redisCalls returns the calls redis-server has counted (INFO
+// commandstats) of scripts (EVAL, EVALSHA) and of every other command but
+// the ones this benchmark and its helpers send (INFO, PING). Commands a
+// script runs count under their own names.
+func redisCalls(redis *redistest.Server) (scripts, cmds int64) {
+	info, err := redis.Do("INFO", "commandstats")
+	if err != nil {
+		return -1, -1
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, found := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !found {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "info", "ping", "command", "hello", "client|setinfo", "client|setname":
+		case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall":
+			scripts += n
+		default:
+			cmds += n
+		}
+	}
+	return scripts, cmds
 }
 
 // procCPU is the user+system CPU time of process pid in nanoseconds, from

@@ -572,6 +572,10 @@ func describeRequest(req *rlspb.RateLimitRequest) string {
 	return b.String()
 }
 
+// envoyRatelimitVersion is the version of envoyproxy/ratelimit envoyrls/go.mod
+// pins, for the report.
+const envoyRatelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+
 const (
 	differentialSeeds   = 8
 	differentialPerSeed = 150
@@ -596,6 +600,9 @@ func waitForWindowStart(t *testing.T) {
 }
 
 func TestEnvoyDifferential(t *testing.T) {
+	mod, err := os.ReadFile("envoyrls/go.mod")
+	require.NoError(t, err)
+	require.Contains(t, string(mod), "github.com/envoyproxy/ratelimit "+envoyRatelimitVersion, "envoyRatelimitVersion must name the version envoyrls/go.mod pins")
 	redis := redistest.Start(t)
 	cfgDir := writeRLSConfig(t, differentialYAML())
 	probe := rlsRequest("probe", "k=v") // a domain neither knows: charges nothing
@@ -704,6 +711,13 @@ func TestEnvoyDifferential(t *testing.T) {
 	require.Less(t, elapsed, 35*time.Second, "the sequence must fit in one minute window")
 
 	var b strings.Builder
+	b.WriteString("# TestEnvoyDifferential: envoyproxy/ratelimit and envoylimit-server, request by request\n\n")
+	fmt.Fprintf(&b, "Written by `ENVOY_DIFFERENTIAL_OUT=envoy-differential.md go test -run TestEnvoyDifferential -v .` "+
+		"(benchmarks/envoy_differential_test.go) on %s: envoyproxy/ratelimit %s (envoyrls/go.mod) on Redis, "+
+		"envoylimit-server on the same redis-server and in memory, the configuration and request generator of the test.\n\n",
+		start.UTC().Format("2006-01-02 15:04 UTC"), envoyRatelimitVersion)
+	b.WriteString("Every response of each server equals its reference model's (counts at the end), so the differences " +
+		"between the servers are exactly the differences between the models, classified below.\n\n")
 	fmt.Fprintf(&b, "%d requests (%d seeds x %d), %d where the envoy model and the our model disagree, in %v.\n\n",
 		requests, differentialSeeds, differentialPerSeed, differing, elapsed.Round(time.Millisecond))
 	b.WriteString("Each differing request is counted under the first cause that changes its response when the causes are\n" +
