@@ -364,6 +364,9 @@ func (m *model) decide(req *rlspb.RateLimitRequest) mResponse {
 		m.decideAllOrNothing(charges)
 	}
 	for _, c := range charges {
+		if c.over && !m.sem.deniedRemaining {
+			c.remaining = 0
+		}
 		st := &resp.statuses[c.desc]
 		st.limit = c.limit
 		st.remaining = uint32(min(c.remaining, math.MaxUint32))
@@ -654,6 +657,7 @@ func TestEnvoyDifferential(t *testing.T) {
 	memoryVsRedis := 0
 	var memoryVsRedisExample string
 
+	coverage := map[string]int{}
 	waitForWindowStart(t)
 	start := time.Now()
 	ctx := context.Background()
@@ -662,6 +666,7 @@ func TestEnvoyDifferential(t *testing.T) {
 		for i := range differentialPerSeed {
 			req := genRequest(r)
 			requests++
+			tallyCoverage(coverage, req)
 			got := make([]mResponse, len(targets))
 			want := make([]mResponse, len(targets))
 			for j, tg := range targets {
@@ -733,6 +738,15 @@ func TestEnvoyDifferential(t *testing.T) {
 		e := ex[0]
 		fmt.Fprintf(&b, "| %s | %d | %d | %d #%d: `%s`; `%s` → `%s` |\n", c.text, len(ex), aloneCount[c.name], e.seed, e.number, e.req, e.envoy, e.ours)
 	}
+	b.WriteString("\nWhat the requests exercised (requests with at least one such descriptor, or such a request):\n\n")
+	keys := make([]string, 0, len(coverage))
+	for k := range coverage {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "- %s: %d\n", k, coverage[k])
+	}
 	fmt.Fprintf(&b, "\nOurs in memory and ours on Redis (their models) differ on %d requests", memoryVsRedis)
 	if memoryVsRedisExample != "" {
 		fmt.Fprintf(&b, "; first: %s", memoryVsRedisExample)
@@ -756,6 +770,78 @@ func TestEnvoyDifferential(t *testing.T) {
 		ms := mismatches[n]
 		show := ms[:min(len(ms), 15)]
 		t.Errorf("%s: %d responses differ from its model; the first:\n  %s", n, len(ms), strings.Join(show, "\n  "))
+	}
+}
+
+// tallyCoverage counts what req exercises, once per kind.
+func tallyCoverage(coverage map[string]int, req *rlspb.RateLimitRequest) {
+	seen := map[string]bool{}
+	mark := func(k string) {
+		if !seen[k] {
+			seen[k] = true
+			coverage[k]++
+		}
+	}
+	switch {
+	case !matchKnownDomain(req.Domain):
+		mark("a domain the configuration lacks")
+	case req.Domain == "web":
+		mark("domain web")
+	default:
+		mark("domain api")
+	}
+	if len(req.Descriptors) > 1 {
+		mark("several descriptors")
+	}
+	switch {
+	case req.HitsAddend == 0:
+		mark("request hits_addend unset or 0 (1)")
+	case req.HitsAddend == 1:
+		mark("request hits_addend 1")
+	default:
+		mark("request hits_addend > 1")
+	}
+	keys := map[string]bool{}
+	for _, d := range req.Descriptors {
+		if d.HitsAddend != nil {
+			mark(fmt.Sprintf("descriptor hits_addend %s", map[bool]string{true: "0", false: "> 0"}[d.HitsAddend.Value == 0]))
+		}
+		if d.Limit != nil {
+			mark("descriptor limit override")
+			continue
+		}
+		if len(d.Entries) > 1 {
+			mark("nested descriptor (2 entries)")
+		}
+		n := matchDesc(req.Domain, d.Entries)
+		switch {
+		case n == nil:
+			mark("no matching limit")
+			continue
+		case n.limit.unlimited:
+			mark("unlimited")
+		case n.shadow:
+			mark("shadow_mode")
+		case n.limit.rpu == 0:
+			mark("limit of 0")
+		case strings.HasSuffix(n.value, "*"):
+			mark("wildcard value")
+		case n.value == "":
+			mark("key-only match")
+		default:
+			mark("key/value match")
+		}
+		if len(n.limit.replaces) > 0 {
+			mark("a limit with replaces")
+		}
+		var k strings.Builder
+		for _, e := range d.Entries {
+			k.WriteString(e.Key + "=" + e.Value + ",")
+		}
+		if keys[k.String()] {
+			mark("two descriptors on one counter")
+		}
+		keys[k.String()] = true
 	}
 }
 
