@@ -26,7 +26,7 @@ package benchmarks
 // Each sub-benchmark runs b.RunParallel with SetParallelism(32): at -cpu=2,
 // 64 calls in flight over 4 connections. Metrics: req/s (calls per second of
 // wall time), p50-ns and p99-ns (each call's latency as the client sees it),
-// ok/op, and the user+system CPU time per call (from /proc) of the server
+// ok/op, err/op (calls that failed), and the user+system CPU time per call (from /proc) of the server
 // (server-cpu-ns/op), of this process, the client (client-cpu-ns/op), and of
 // redis-server (redis-cpu-ns/op; 0 for ours-memory give or take a tick), and
 // the calls redis-server counted per call: scripts (redis-scripts/op) and
@@ -195,9 +195,15 @@ func benchRLS(b *testing.B, srv *rlsServer, redis *redistest.Server, clients []r
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
-	if n := fails.Load(); n > 0 {
-		b.Fatalf("%s: %d of %d calls failed, the first: %v\n%s", srv.name, n, b.N, firstErr.Load(), srv.logTail())
+	// A failed call is reported (err/op), not fatal: ours answers a Redis
+	// call that outlives redislimit's timeout (100ms) with Unavailable, as
+	// it is meant to, which happens when the machine is overloaded.
+	if n := fails.Load(); n == int64(b.N) {
+		b.Fatalf("%s: every call failed, the first: %v\n%s", srv.name, firstErr.Load(), srv.logTail())
+	} else if n > 0 {
+		b.Logf("%s: %d of %d calls failed, the first: %v", srv.name, n, b.N, firstErr.Load())
 	}
+	b.ReportMetric(float64(fails.Load())/float64(b.N), "err/op")
 	slices.Sort(latencies)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(latencies[len(latencies)/2]), "p50-ns")
