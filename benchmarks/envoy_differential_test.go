@@ -603,6 +603,9 @@ func waitForWindowStart(t *testing.T) {
 }
 
 func TestEnvoyDifferential(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs two servers for about 30 s; not with -short")
+	}
 	mod, err := os.ReadFile("envoyrls/go.mod")
 	require.NoError(t, err)
 	require.Contains(t, string(mod), "github.com/envoyproxy/ratelimit "+envoyRatelimitVersion, "envoyRatelimitVersion must name the version envoyrls/go.mod pins")
