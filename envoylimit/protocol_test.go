@@ -110,8 +110,11 @@ func TestLimitOverride(t *testing.T) {
 	assert.Equal(t, time.Hour, resp.Statuses[0].GetDurationUntilReset().AsDuration())
 	// The configuration's limit for the same entries is apart, and intact.
 	assert.Equal(t, uint32(4), r.call("d", desc("user", "u")).Statuses[0].GetLimitRemaining())
-	// Applies to descriptors the configuration does not know too.
-	assert.Equal(t, 1, r.okTimes(2, "other", over(desc("k", "v"), 1, rlspb.RateLimitResponse_RateLimit_SECOND)))
+	// Applies to descriptors the configuration does not know too, but not
+	// in a domain it lacks (as in envoyproxy/ratelimit).
+	assert.Equal(t, 1, r.okTimes(2, "d", over(desc("k", "v"), 1, rlspb.RateLimitResponse_RateLimit_SECOND)))
+	r.clock.Add(time.Second)
+	assert.Equal(t, 2, r.okTimes(2, "other", over(desc("k", "v"), 1, rlspb.RateLimitResponse_RateLimit_SECOND)))
 	// 0 per unit denies; an unknown unit is an error.
 	assert.Equal(t, "OVER_LIMIT", r.call("d", over(desc("k", "v"), 0, rlspb.RateLimitResponse_RateLimit_SECOND)).GetOverallCode().String())
 	_, err := r.send(&rlspb.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{over(desc("k", "v"), 1, rlspb.RateLimitResponse_RateLimit_UNKNOWN)}})

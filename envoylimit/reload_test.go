@@ -2,11 +2,13 @@ package envoylimit_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/envoylimit"
 	"github.com/rlkit/ratelimit/internal/testkit/eventrec"
@@ -155,4 +157,46 @@ descriptors:
 		"obs.two#1 allowed",
 		"obs.two#2 allowed",
 	}, got)
+}
+
+// A limiter that reports to an observer of its own is refused beside
+// WithObserver: every decision would be counted twice.
+func TestObservedLimiterRefused(t *testing.T) {
+	cfg, err := envoylimit.ParseConfig("f.yaml", []byte(perMinute))
+	require.NoError(t, err)
+	var rec eventrec.Recorder
+	_, err = envoylimit.NewService(cfg, envoylimit.WithObserver(&rec), envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
+		return ratelimit.NewKeyed(p, ratelimit.WithObserver(&rec))
+	}))
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "ratelimit: envoylimit: limit d.user: ratelimit: invalid configuration: envoylimit.WithObserver: the limiter has an observer of its own")
+}
+
+// refusing refuses policies of a limit of 7.
+type refusing struct{ *ratelimit.Keyed }
+
+func (r refusing) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) error {
+	if p.Limit == 7 {
+		return errors.New("no sevens")
+	}
+	return r.Keyed.SetPolicy(p, mode)
+}
+
+// A reload a limiter refuses changes nothing: the policies changed before
+// it are put back.
+func TestSetConfigRefusedKeepsPolicies(t *testing.T) {
+	two := func(a, b int) string {
+		return "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: " + itoa(a) +
+			"}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: " + itoa(b) + "}\n"
+	}
+	mock := clock.NewMock()
+	r := serve(t, two(3, 3), envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
+		k, err := ratelimit.NewKeyed(p, ratelimit.WithClock(mock))
+		return refusing{k}, err
+	}))
+	cfg, err := envoylimit.ParseConfig("f.yaml", []byte(two(5, 7)))
+	require.NoError(t, err)
+	assert.ErrorContains(t, r.svc.SetConfig(cfg), "no sevens")
+	assert.Equal(t, 3, r.okTimes(4, "d", desc("a", "x")), "a keeps 3 an hour")
+	assert.Equal(t, 3, r.okTimes(4, "d", desc("b", "x")))
 }

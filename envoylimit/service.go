@@ -11,6 +11,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/internal/observe"
 	"github.com/rlkit/ratelimit/internal/timesrc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,6 +53,12 @@ type policySetter interface {
 	SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) error
 }
 
+// policyChange is a kept limiter's change of policy on a reload.
+type policyChange struct {
+	lim      policySetter
+	from, to ratelimit.Policy
+}
+
 // NewService returns a Service serving cfg. It returns an error wrapping
 // [ratelimit.ErrInvalidConfig] when cfg is nil or an option is invalid,
 // and the error of a limiter WithLimiters' function could not make.
@@ -88,8 +95,8 @@ func (s *Service) Config() *Config { return s.cur.Load().cfg }
 // keys' state: a changed policy is applied with SetPolicy and
 // [ratelimit.KeepUsed], so a key keeps what it used, up to the new limit.
 // Limits no longer in cfg are dropped. On an error (a nil cfg, a limiter
-// that cannot be made or given its new policy) the old configuration stays
-// in force.
+// that cannot be made or refuses its new policy) the old configuration
+// stays in force, with its policies.
 func (s *Service) SetConfig(cfg *Config) error {
 	if cfg == nil {
 		return configError("envoylimit: the configuration is nil")
@@ -98,7 +105,7 @@ func (s *Service) SetConfig(cfg *Config) error {
 	defer s.mu.Unlock()
 	lims := make([]ratelimit.KeyedLimiter, len(cfg.limits))
 	held := make(map[string]*heldLimiter, len(cfg.limits))
-	var changes []func() error
+	var changes []policyChange
 	for i, spec := range cfg.limits {
 		if spec.never {
 			lims[i] = neverLimiter{}
@@ -110,30 +117,46 @@ func (s *Service) SetConfig(cfg *Config) error {
 				continue
 			}
 			if ps, ok := h.lim.(policySetter); ok {
-				h2 := &heldLimiter{lim: h.lim, policy: spec.policy}
-				p := spec.policy
-				changes = append(changes, func() error { return ps.SetPolicy(p, ratelimit.KeepUsed) })
-				lims[i], held[spec.id] = h.lim, h2
+				changes = append(changes, policyChange{ps, h.policy, spec.policy})
+				lims[i], held[spec.id] = h.lim, &heldLimiter{lim: h.lim, policy: spec.policy}
 				continue
 			}
 		}
-		lim, err := s.opts.limiters(spec.id, spec.policy)
-		if err == nil && lim == nil {
-			err = fmt.Errorf("ratelimit: envoylimit: WithLimiters' function returned no limiter for %q", spec.id)
-		}
+		lim, err := s.newLimiter(spec.id, spec.policy)
 		if err != nil {
-			return fmt.Errorf("ratelimit: envoylimit: limit %s: %w", spec.id, err)
+			return err
 		}
 		lims[i], held[spec.id] = lim, &heldLimiter{lim: lim, policy: spec.policy}
 	}
-	for _, change := range changes {
-		if err := change(); err != nil {
+	for i, c := range changes {
+		if err := c.lim.SetPolicy(c.to, ratelimit.KeepUsed); err != nil {
+			// Put back the policies changed before this one.
+			for _, done := range changes[:i] {
+				_ = done.lim.SetPolicy(done.from, ratelimit.KeepUsed)
+			}
 			return fmt.Errorf("ratelimit: envoylimit: changing a limit's policy: %w", err)
 		}
 	}
 	s.held = held
 	s.cur.Store(&state{cfg: cfg, lims: lims})
 	return nil
+}
+
+// newLimiter makes the limiter of limit name with WithLimiters' function;
+// one that reports to an observer of its own is refused when the Service
+// has one, since every decision would count twice.
+func (s *Service) newLimiter(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
+	lim, err := s.opts.limiters(name, p)
+	if err == nil && lim == nil {
+		err = fmt.Errorf("ratelimit: envoylimit: WithLimiters' function returned no limiter")
+	}
+	if err == nil && s.opts.observer != nil && observe.Describe(lim).Observed {
+		err = configError("envoylimit.WithObserver: the limiter has an observer of its own: each decision would be reported twice (drop one)")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: envoylimit: limit %s: %w", name, err)
+	}
+	return lim, nil
 }
 
 // charge is one limit a request's descriptor is charged to.
@@ -154,6 +177,7 @@ type charge struct {
 	d       ratelimit.Decision
 	err     error
 	latency time.Duration
+	done    bool // decided: d and err are its limit's answer
 	charged bool // AllowN admitted it; a rollback refunds it
 }
 
@@ -176,13 +200,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 
 	var buf [8]charge
 	charges := buf[:0]
-	var unlimited uint64 // bit i: descriptor i is unlimited (for i < 64)
+	var unlimited []bool // unlimited[i]: descriptor i is unlimited (nil: none is)
 	var replaced []string
 	var path [maxDepth]*node
 	for i, desc := range req.GetDescriptors() {
 		entries := desc.GetEntries()
 		if len(entries) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "ratelimit: envoylimit: descriptor %d has no entries", i)
+		}
+		if root == nil {
+			continue // a domain the configuration lacks limits nothing, not even a descriptor's own limit
 		}
 		hits := hitsOf(req, desc)
 		if ov := desc.GetLimit(); ov != nil {
@@ -201,9 +228,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			replaced = append(replaced, spec.replaces...)
 		}
 		if n.unlimited {
-			if i < 64 {
-				unlimited |= 1 << i
+			if unlimited == nil {
+				unlimited = make([]bool, len(req.GetDescriptors()))
 			}
+			unlimited[i] = true
 			continue
 		}
 		key := limiterKey(entries, &path)
@@ -312,7 +340,7 @@ func (s *Service) decideOne(ctx context.Context, c *charge) {
 	default:
 		c.d, c.err = c.lim.AllowN(ctx, c.key, c.hits)
 	}
-	c.latency = s.since(start)
+	c.latency, c.done = s.since(start), true
 }
 
 // decideAtomic decides the enforced charges, all in-memory limiters, with
@@ -349,7 +377,7 @@ func (s *Service) decideAtomic(ctx context.Context, charges []charge) {
 		if c.apart() || c.err != nil {
 			continue
 		}
-		c.latency = latency
+		c.latency, c.done = latency, true
 		switch {
 		case c.never:
 			c.d = neverDecision(c.hits)
@@ -376,17 +404,34 @@ func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 		if stopped {
 			start := s.start()
 			c.look(ctx)
-			c.latency = s.since(start)
+			c.latency, c.done = s.since(start), true
 			continue
 		}
 		s.decideOne(ctx, c)
 		c.charged = c.d.Allowed && c.err == nil && !c.never
-		if !c.d.Allowed || (c.err != nil && s.opts.failure == FailToEnvoy) {
+		if c.err != nil && s.opts.failure == FailToEnvoy {
+			break // the call fails: no need to ask the others
+		}
+		if !c.d.Allowed {
 			stopped = true
 		}
 	}
-	if stopped {
-		s.rollback(ctx, charges)
+	s.rollbackIfDenied(ctx, charges)
+}
+
+// rollbackIfDenied refunds the charged charges unless every enforced one
+// admitted (a failure admits only by the limiter's failure policy, with
+// FailAsLimiter).
+func (s *Service) rollbackIfDenied(ctx context.Context, charges []charge) {
+	for i := range charges {
+		c := &charges[i]
+		if c.apart() {
+			continue
+		}
+		if !c.done || !c.d.Allowed || (c.err != nil && s.opts.failure == FailToEnvoy) {
+			s.rollback(ctx, charges)
+			return
+		}
 	}
 }
 
@@ -452,7 +497,7 @@ func (c *charge) apart() bool { return c.shadow || c.quota || c.hits == 0 }
 func (c *charge) denied() bool { return !c.d.Allowed && c.hits > 0 }
 
 // respond builds the response from the decided charges.
-func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimited uint64) *rlspb.RateLimitResponse {
+func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimited []bool) *rlspb.RateLimitResponse {
 	descs := req.GetDescriptors()
 	resp := &rlspb.RateLimitResponse{
 		OverallCode: rlspb.RateLimitResponse_OK,
@@ -482,7 +527,7 @@ func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimit
 		st := &statuses[i]
 		resp.Statuses[i] = st
 		st.Code = rlspb.RateLimitResponse_OK
-		if i < 64 && unlimited&(1<<i) != 0 {
+		if unlimited != nil && unlimited[i] {
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
@@ -556,12 +601,16 @@ func (s *Service) observe(ctx context.Context, charges []charge) {
 	}
 	for i := range charges {
 		c := &charges[i]
+		if !c.done {
+			continue
+		}
+		info := describe(c.lim)
 		ev := ratelimit.Event{
-			Name: c.name, Algorithm: c.alg, Home: homeOf(c.lim), N: c.hits,
+			Name: c.name, Algorithm: c.alg, Home: ratelimit.Home(info.Home), N: c.hits,
 			Decision: c.d, Err: c.err, Latency: c.latency,
 		}
 		switch {
-		case c.err != nil && s.opts.failure == FailAsLimiter:
+		case c.err != nil && s.opts.failure == FailAsLimiter && info.Fallback != nil && info.Fallback(c.err):
 			ev.Outcome = ratelimit.OutcomeFallback
 		case c.err != nil:
 			ev.Outcome = ratelimit.OutcomeError
@@ -576,14 +625,14 @@ func (s *Service) observe(ctx context.Context, charges []charge) {
 	}
 }
 
-func homeOf(l ratelimit.KeyedLimiter) ratelimit.Home {
-	switch l.(type) {
-	case *ratelimit.Keyed:
-		return ratelimit.HomeKeyed
-	case neverLimiter:
-		return ratelimit.HomeMemory
+// describe says what the limiter's home tells of it (internal/observe):
+// its home, and which of its errors come with its failure policy's
+// Decision.
+func describe(l ratelimit.KeyedLimiter) observe.Info {
+	if _, ok := l.(neverLimiter); ok {
+		return observe.Info{Home: uint8(ratelimit.HomeMemory)}
 	}
-	return ratelimit.HomeNone
+	return observe.Describe(l)
 }
 
 // neverLimiter is the limiter of a limit of 0 requests per unit; the
@@ -654,8 +703,8 @@ func (s *Service) overrideCharge(domain string, i int, desc *rlcommon.RateLimitD
 			}
 			p := ratelimit.FixedWindowPolicy(int(min(rpu, math.MaxInt32)), period)
 			var err error
-			if lim, err = s.opts.limiters(fmt.Sprintf("override.%d_per_%s", rpu, unitName(unit)), p); err != nil || lim == nil {
-				return charge{}, status.Errorf(codes.Internal, "ratelimit: envoylimit: a limiter for descriptor %d's limit: %v", i, err)
+			if lim, err = s.newLimiter(fmt.Sprintf("override.%d_per_%s", rpu, unitName(unit)), p); err != nil {
+				return charge{}, status.Errorf(codes.Internal, "descriptor %d's own limit: %v", i, err)
 			}
 			s.overrides.m[id] = lim
 		}
