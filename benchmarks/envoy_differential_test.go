@@ -219,6 +219,8 @@ var causes = []struct {
 		func(s *semantics) { s.allOrNothing = true }},
 	{"c-override-own-counter", "(c) a descriptor's own limit (the request's `limit` field) counts on a counter of its own in ours, one per (requests_per_unit, unit); envoy's shares the descriptor's key (`domain_entries_window`) with the configured limit and with every other override of the same unit",
 		func(s *semantics) { s.ownOverride = true }},
+	// Fixed in envoylimit (6a5c205) after this test found it; kept so that
+	// the models can tell it should it come back.
 	{"c-override-unknown-domain", "(c) a descriptor's own limit applies in ours in a domain the configuration does not have; envoy's ignores the descriptor (OK, no limit)",
 		func(s *semantics) { s.overrideDomain = true }},
 	{"c-denied-remaining", "(c) a denied status reports limit_remaining = what is left in the window in ours, 0 in envoy's (differs when hits > 1 are denied with some quota left)",
@@ -228,9 +230,9 @@ var causes = []struct {
 var (
 	envoySemantics = semantics{}
 	// ourRedisSemantics is ours on Redis (decisions in order with refunds).
-	ourRedisSemantics = semantics{notCountDenied: true, allOrNothing: true, ownOverride: true, overrideDomain: true, deniedRemaining: true, inOrder: true}
+	ourRedisSemantics = semantics{notCountDenied: true, allOrNothing: true, ownOverride: true, deniedRemaining: true, inOrder: true}
 	// ourMemorySemantics is ours in memory (one atomic AllowAll).
-	ourMemorySemantics = semantics{notCountDenied: true, allOrNothing: true, ownOverride: true, overrideDomain: true, deniedRemaining: true}
+	ourMemorySemantics = semantics{notCountDenied: true, allOrNothing: true, ownOverride: true, deniedRemaining: true}
 )
 
 // mStatus is one descriptor's status as the test compares it.
@@ -634,7 +636,13 @@ func TestEnvoyDifferential(t *testing.T) {
 	// (inOrder changes nothing until allOrNothing is on.)
 	chainSems := []semantics{{inOrder: true}}
 	alone := []*model{}
-	for _, c := range causes {
+	var chainCauses []int // the causes ours has, in order
+	for i, c := range causes {
+		has := ourRedisSemantics
+		if c.set(&has); has != ourRedisSemantics {
+			continue // ours does not differ from envoy's in this (any more)
+		}
+		chainCauses = append(chainCauses, i)
 		s := chainSems[len(chainSems)-1]
 		c.set(&s)
 		chainSems = append(chainSems, s)
@@ -698,7 +706,7 @@ func TestEnvoyDifferential(t *testing.T) {
 			}
 			for k, m := range alone {
 				if !m.decide(req).equal(chainResp[0]) {
-					aloneCount[causes[k].name]++
+					aloneCount[causes[chainCauses[k]].name]++
 				}
 			}
 			if chainResp[0].equal(chainResp[len(chain)-1]) {
@@ -732,7 +740,8 @@ func TestEnvoyDifferential(t *testing.T) {
 		"switched on one after the other from the envoy model, in the order of the table (so the counts add up);\n" +
 		"\"alone\" is the number of responses that switching on only that cause changes.\n\n")
 	b.WriteString("| cause | requests | alone | first example (seed #n: request; envoy model → our model) |\n|---|---|---|---|\n")
-	for _, c := range causes {
+	for _, i := range chainCauses {
+		c := causes[i]
 		ex := byCause[c.name]
 		if len(ex) == 0 {
 			fmt.Fprintf(&b, "| %s | 0 | %d | |\n", c.text, aloneCount[c.name])
@@ -740,6 +749,11 @@ func TestEnvoyDifferential(t *testing.T) {
 		}
 		e := ex[0]
 		fmt.Fprintf(&b, "| %s | %d | %d | %d #%d: `%s`; `%s` → `%s` |\n", c.text, len(ex), aloneCount[c.name], e.seed, e.number, e.req, e.envoy, e.ours)
+	}
+	for i, c := range causes {
+		if !slices.Contains(chainCauses, i) {
+			fmt.Fprintf(&b, "\nNo longer a difference (ours now does as envoy's; the models keep it, to tell should it come back): %s\n", c.text)
+		}
 	}
 	b.WriteString("\nWhat the requests exercised (requests with at least one such descriptor, or such a request):\n\n")
 	keys := make([]string, 0, len(coverage))
