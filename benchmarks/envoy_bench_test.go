@@ -36,12 +36,19 @@ package benchmarks
 // run (see README.md, "Envoy rate limit service"). The Envoy servers keep
 // their keys under a prefix of their own (CACHE_KEY_PREFIX), so every server
 // starts from empty counters.
+//
+// With ENVOY_BENCH_PIN set, the servers and redis-server run on CPU 0 and
+// the load generator on CPU 1 (taskset), so that req/s is what one CPU
+// serves, server and Redis together, rather than what the three processes
+// together get from two.
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,6 +97,9 @@ func (l lazyTB) TempDir() string  { return l.parent.TempDir() }
 
 func BenchmarkEnvoyRLS(b *testing.B) {
 	redis := redistest.Start(b)
+	if os.Getenv("ENVOY_BENCH_PIN") != "" {
+		pinEnvoyBench(b, redis.PID())
+	}
 	cfgDir := writeRLSConfig(b, benchRLSConfig)
 	probe := rlsRequest("probe", "k=v")
 	type server struct {
@@ -131,6 +141,33 @@ func BenchmarkEnvoyRLS(b *testing.B) {
 			benchRLS(sb, srv, redis, clients)
 		})
 	}
+}
+
+// pinEnvoyBench confines the servers and redis-server to CPU 0 and this
+// process (the load generator) to CPU 1, until b ends: the servers' and
+// Redis's work then shares one CPU and the client has the other, so the
+// throughput measures what one CPU serves, unless the client is the
+// bottleneck (its CPU per call says).
+func pinEnvoyBench(b *testing.B, redisPID int) {
+	b.Helper()
+	if runtime.NumCPU() < 2 {
+		b.Skip("ENVOY_BENCH_PIN needs 2 CPUs")
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		b.Skip("ENVOY_BENCH_PIN needs taskset (util-linux)")
+	}
+	taskset := func(cpus string, pid int) {
+		if out, err := exec.Command("taskset", "-a", "-cp", cpus, strconv.Itoa(pid)).CombinedOutput(); err != nil {
+			b.Fatalf("taskset -a -cp %s %d: %v\n%s", cpus, pid, err, out)
+		}
+	}
+	taskset("0", redisPID)
+	taskset("1", os.Getpid())
+	rlsServerCPUs = "0"
+	b.Cleanup(func() {
+		rlsServerCPUs = ""
+		taskset(fmt.Sprintf("0-%d", runtime.NumCPU()-1), os.Getpid())
+	})
 }
 
 // benchRLS drives one server with b.N calls from parallel goroutines.

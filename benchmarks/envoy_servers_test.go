@@ -144,10 +144,21 @@ func freePort(tb testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// rlsServerCPUs, when not empty, is the CPU list (taskset -c) every server
+// started by runRLS is confined to; BenchmarkEnvoyRLS sets it for its
+// pinned mode.
+var rlsServerCPUs string
+
 // runRLS starts cmd with its output in a file, and kills and reaps it when
 // tb ends. The returned channel is closed when the process has exited.
 func runRLS(tb testing.TB, name string, cmd *exec.Cmd) (*rlsServer, <-chan struct{}) {
 	tb.Helper()
+	if rlsServerCPUs != "" {
+		// taskset execs the server: the process (and its pid) is the server's.
+		pinned := exec.Command("taskset", append([]string{"-c", rlsServerCPUs, cmd.Path}, cmd.Args[1:]...)...)
+		pinned.Env = cmd.Env
+		cmd = pinned
+	}
 	logPath := filepath.Join(tb.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
