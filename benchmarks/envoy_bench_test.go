@@ -15,7 +15,7 @@ package benchmarks
 //	ours-redis               envoylimit-server -redis
 //	ours-memory              envoylimit-server, counters in memory
 //
-// One configuration for all (two files written by the benchmark): a per-IP
+// One configuration for all (one file written by the benchmark): a per-IP
 // limit (remote_address, 1000 per minute) over 10,000 addresses and a
 // per-path limit (path, 10,000,000 per minute) over 20 paths; every request
 // carries both descriptors. 2% of the requests come from one address that is
@@ -26,16 +26,16 @@ package benchmarks
 // Each sub-benchmark runs b.RunParallel with SetParallelism(32): at -cpu=2,
 // 64 calls in flight over 4 connections. Metrics: req/s (calls per second of
 // wall time), p50-ns and p99-ns (each call's latency as the client sees it),
-// ok/op, err/op (calls that failed), and the user+system CPU time per call (from /proc) of the server
-// (server-cpu-ns/op), of this process, the client (client-cpu-ns/op), and of
-// redis-server (redis-cpu-ns/op; 0 for ours-memory give or take a tick), and
-// the calls redis-server counted per call: scripts (redis-scripts/op) and
-// other commands, those scripts run included (redis-cmds/op). The
-// client, the server and redis-server share the machine's CPUs, so req/s is
-// the throughput of the whole loop; compare the servers by ratios within one
-// run (see README.md, "Envoy rate limit service"). The Envoy servers keep
-// their keys under a prefix of their own (CACHE_KEY_PREFIX), so every server
-// starts from empty counters.
+// ok/op, err/op (calls that failed), the user+system CPU time per call (from
+// /proc) of the server (server-cpu-ns/op), of this process, the client
+// (client-cpu-ns/op), and of redis-server (redis-cpu-ns/op; 0 for
+// ours-memory give or take a tick), and the calls redis-server counted per
+// call: scripts (redis-scripts/op) and other commands, those scripts run
+// included (redis-cmds/op). The client, the server and redis-server share
+// the machine's CPUs, so req/s is the throughput of the whole loop; compare
+// the servers by ratios within one run (see README.md, "Envoy rate limit
+// service"). The envoyproxy servers keep their keys under a prefix of their
+// own (CACHE_KEY_PREFIX), so every server starts from empty counters.
 //
 // With ENVOY_BENCH_PIN set, the servers and redis-server run on CPU 0 and
 // the load generator on CPU 1 (taskset), so that req/s is what one CPU
