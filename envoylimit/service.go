@@ -319,7 +319,7 @@ func (s *Service) decide(ctx context.Context, charges []charge) {
 		for i := range charges {
 			if c := &charges[i]; !c.apart() {
 				s.decideOne(ctx, c)
-				c.charged = c.d.Allowed && c.err == nil && !c.never
+				c.charged = c.d.Allowed && !c.never // as AllowAll: a failure policy's admission is refunded too
 			}
 		}
 	case atomicOK:
@@ -408,7 +408,7 @@ func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 			continue
 		}
 		s.decideOne(ctx, c)
-		c.charged = c.d.Allowed && c.err == nil && !c.never
+		c.charged = c.d.Allowed && !c.never // as AllowAll: a failure policy's admission is refunded too
 		if c.err != nil && s.opts.failure == FailToEnvoy {
 			break // the call fails: no need to ask the others
 		}
