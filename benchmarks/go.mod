@@ -5,6 +5,7 @@ go 1.25.0
 replace github.com/rlkit/ratelimit => ../
 
 require (
+	github.com/envoyproxy/go-control-plane/envoy v1.39.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
@@ -24,11 +25,17 @@ require (
 )
 
 require (
+	cel.dev/expr v0.25.2 // indirect
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
+	github.com/envoyproxy/go-control-plane v0.14.0 // indirect
+	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
 	github.com/kr/text v0.1.0 // indirect
+	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260706201446-f0a921348800 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800 // indirect
 )
 
