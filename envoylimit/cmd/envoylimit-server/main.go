@@ -7,8 +7,10 @@
 //	envoylimit-server -config ./config -listen 127.0.0.1:8081 -redis 127.0.0.1:6379
 //
 // It reloads the configuration when its files change (-reload), keeping
-// the old one when a file is bad, and stops gracefully on SIGINT or
-// SIGTERM. It prints "listening on ADDR" to stderr once it serves.
+// the old one when a file is bad, and every key's count across a change
+// (on Redis across a restart too: each limit's last policies are kept in
+// Redis beside its counters, under -redis-prefix "policies:"), and stops
+// gracefully on SIGINT or SIGTERM. It prints "listening on ADDR" to stderr once it serves.
 package main
 
 import (
@@ -82,12 +84,28 @@ func run(args []string) error {
 	if *redisAddr != "" {
 		client := redis.NewClient(&redis.Options{Addr: *redisAddr})
 		defer client.Close()
+		history := policyHistory{client: client, prefix: *prefix}
 		opts = append(opts, envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
 			// A limit's keys under a prefix of its own: a hash of its name,
 			// which may hold characters Redis key prefixes must not ('{').
 			h := fnv.New64a()
 			h.Write([]byte(name))
-			return redislimit.New(client, p, redislimit.WithPrefix(fmt.Sprintf("%s%016x:", *prefix, h.Sum64())), redislimit.WithName(name))
+			hashed := fmt.Sprintf("%016x", h.Sum64())
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			prev, err := history.previous(ctx, hashed, p)
+			if err != nil {
+				return nil, err
+			}
+			lim, err := redislimit.New(client, p, append(prev,
+				redislimit.WithPrefix(*prefix+hashed+":"), redislimit.WithName(name))...)
+			if err != nil {
+				return nil, err
+			}
+			if err := history.record(ctx, hashed, p); err != nil {
+				return nil, fmt.Errorf("recording a limit's policy: %w", err)
+			}
+			return recordedLimiter{lim, history, hashed}, nil
 		}))
 	}
 	svc, err := envoylimit.NewService(cfg, opts...)

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rlkit/ratelimit"
+	"github.com/rlkit/ratelimit/redislimit"
+)
+
+// policyHistory keeps, in Redis beside the counters, the last policies
+// each limit ran under, oldest first, so that a process started after a
+// change of the configuration (a restart, a new replica) converts the keys
+// as a running process's reload does (redislimit.WithPrevious) instead of
+// starting every key afresh: redislimit names a key by its policy.
+type policyHistory struct {
+	client redis.UniversalClient
+	prefix string
+}
+
+// historyLen is how many policies a limit's history keeps: redislimit
+// converts state from the last four.
+const historyLen = 8
+
+// pushPolicy appends a policy to a history unless it is already the last.
+var pushPolicy = redis.NewScript(`
+local last = redis.call('LINDEX', KEYS[1], -1)
+if last ~= ARGV[1] then
+  redis.call('RPUSH', KEYS[1], ARGV[1])
+  redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+end
+return 0`)
+
+func (h policyHistory) key(hashedName string) string { return h.prefix + "policies:" + hashedName }
+
+// previous returns the options that name a limit's earlier policies, for
+// a limiter of policy p.
+func (h policyHistory) previous(ctx context.Context, hashedName string, p ratelimit.Policy) ([]redislimit.Option, error) {
+	encoded, err := h.client.LRange(ctx, h.key(hashedName), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading the policy history of a limit: %w", err)
+	}
+	if n := len(encoded); n > 0 && encoded[n-1] == encodePolicy(p) {
+		encoded = encoded[:n-1] // p is in force already: its predecessors only
+	}
+	var opts []redislimit.Option
+	for _, e := range encoded {
+		prev, err := decodePolicy(e)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, redislimit.WithPrevious(prev, ratelimit.KeepUsed))
+	}
+	return opts, nil
+}
+
+func (h policyHistory) record(ctx context.Context, hashedName string, p ratelimit.Policy) error {
+	return pushPolicy.Run(ctx, h.client, []string{h.key(hashedName)}, encodePolicy(p), historyLen).Err()
+}
+
+// recordedLimiter is a Redis limiter whose policy changes (a reload's)
+// are recorded in its history.
+type recordedLimiter struct {
+	*redislimit.Limiter
+	history    policyHistory
+	hashedName string
+}
+
+// SetPolicy changes the policy and records it.
+func (l recordedLimiter) SetPolicy(p ratelimit.Policy, mode ratelimit.Inheritance) error {
+	if err := l.Limiter.SetPolicy(p, mode); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return l.history.record(ctx, l.hashedName, p)
+}
+
+// encodePolicy writes p as one line: its fields, '|'-separated.
+func encodePolicy(p ratelimit.Policy) string {
+	loc := ""
+	if p.Calendar.Location != nil {
+		loc = p.Calendar.Location.String()
+	}
+	c := p.Calendar
+	return fmt.Sprintf("%d|%d|%d|%d|%d|%s|%d|%d|%d|%d", p.Algorithm, p.Limit, p.Refill, int64(p.Period),
+		c.Unit, loc, c.Hour, c.Minute, c.WeekStart, c.MonthDay)
+}
+
+func decodePolicy(s string) (ratelimit.Policy, error) {
+	var p ratelimit.Policy
+	f := strings.Split(s, "|")
+	if len(f) != 10 {
+		return p, fmt.Errorf("a recorded policy %q has %d fields, want 10", s, len(f))
+	}
+	var alg, unit, week uint8
+	var period int64
+	var loc string
+	_, err := fmt.Sscanf(strings.Join(append(f[:5:5], f[6:]...), " "), "%d %d %d %d %d %d %d %d %d",
+		&alg, &p.Limit, &p.Refill, &period, &unit, &p.Calendar.Hour, &p.Calendar.Minute, &week, &p.Calendar.MonthDay)
+	if err != nil {
+		return p, fmt.Errorf("a recorded policy %q: %w", s, err)
+	}
+	loc = f[5]
+	p.Algorithm, p.Period = ratelimit.Algorithm(alg), time.Duration(period)
+	p.Calendar.Unit, p.Calendar.WeekStart = ratelimit.CalendarUnit(unit), time.Weekday(week)
+	if loc != "" {
+		if p.Calendar.Location, err = time.LoadLocation(loc); err != nil {
+			return p, fmt.Errorf("a recorded policy %q: %w", s, err)
+		}
+	}
+	return p, p.Validate()
+}
