@@ -205,11 +205,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	var path [maxDepth]*node
 	for i, desc := range req.GetDescriptors() {
 		entries := desc.GetEntries()
-		if len(entries) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "ratelimit: envoylimit: descriptor %d has no entries", i)
-		}
-		if root == nil {
-			continue // a domain the configuration lacks limits nothing, not even a descriptor's own limit
+		if root == nil || len(entries) == 0 {
+			// A domain the configuration lacks limits nothing, not even a
+			// descriptor's own limit; nor does a descriptor without entries
+			// (both as in envoyproxy/ratelimit).
+			continue
 		}
 		hits := hitsOf(req, desc)
 		if ov := desc.GetLimit(); ov != nil {
@@ -365,16 +365,22 @@ func (s *Service) decideAtomic(ctx context.Context, charges []charge) {
 	if !never {
 		md, err := ratelimit.AllowAll(ctx, 1, dims...)
 		admitted = md.Allowed && err == nil
-		if err != nil && md.Index >= 0 && md.Index < len(dims) {
-			// The limit that failed, with its Decision.
+		if !admitted && md.Index >= 0 && md.Index < len(dims) {
+			// The limit that denied (or failed) says so with its
+			// Decision: asked alone it might have room (two descriptors
+			// on one counter, each fitting alone).
 			c := &charges[at[md.Index]]
-			c.d, c.err = md.Decision, err
+			c.d, c.err, c.done = md.Decision, err, true
+			c.d.Allowed = false
 		}
 	}
 	latency := s.since(start)
 	for i := range charges {
 		c := &charges[i]
-		if c.apart() || c.err != nil {
+		if c.apart() || c.done {
+			if c.done {
+				c.latency = latency
+			}
 			continue
 		}
 		c.latency, c.done = latency, true
@@ -704,7 +710,7 @@ func (s *Service) overrideCharge(domain string, i int, desc *rlcommon.RateLimitD
 			p := ratelimit.FixedWindowPolicy(int(min(rpu, math.MaxInt32)), period)
 			var err error
 			if lim, err = s.newLimiter(fmt.Sprintf("override.%d_per_%s", rpu, unitName(unit)), p); err != nil {
-				return charge{}, status.Errorf(codes.Internal, "descriptor %d's own limit: %v", i, err)
+				return charge{}, status.Errorf(codes.Internal, "ratelimit: envoylimit: descriptor %d's own limit: %v", i, err)
 			}
 			s.overrides.m[id] = lim
 		}
