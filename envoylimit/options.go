@@ -163,9 +163,10 @@ func WithHeaders(h Headers) Option {
 }
 
 // WithShadowMode answers OK to every call, whatever its statuses say
-// (envoyproxy/ratelimit's global shadow mode, SHADOW_MODE): limits are
-// charged and observed, denials reported with Outcome shadow, and nothing
-// is refused. For a soft launch.
+// (envoyproxy/ratelimit's global shadow mode, SHADOW_MODE): calls are
+// decided and charged as if enforced (a call that would be denied charges
+// nothing), denials reported with Outcome shadow, and nothing is refused.
+// For a soft launch.
 func WithShadowMode() Option {
 	return func(o *options) error {
 		o.shadow = true

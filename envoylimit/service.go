@@ -238,7 +238,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		for _, spec := range n.limits {
 			c := charge{
 				desc: i, lim: st.lims[spec.idx], spec: spec, key: key, name: spec.id, hits: hits,
-				shadow: n.shadow, quota: n.quota && !n.shadow, never: spec.never, window: spec.window, alg: spec.policy.Algorithm, limit: spec.current,
+				shadow: n.shadow, quota: n.quota, never: spec.never, window: spec.window, alg: spec.policy.Algorithm, limit: spec.current,
 			}
 			if spec.never {
 				c.alg = ratelimit.FixedWindowAlgorithm
@@ -263,8 +263,41 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			}
 		}
 	}
+	denied := overLimit(charges, len(req.GetDescriptors()))
+	if denied {
+		s.rollback(ctx, charges) // what quota_mode limits, or the enforced ones, admitted
+	}
 	s.observe(ctx, charges)
-	return s.respond(req, charges, unlimited), nil
+	return s.respond(req, charges, unlimited, denied), nil
+}
+
+// overLimit reports whether a call is denied: a limit of a descriptor
+// denied its hits, or every quota_mode descriptor of the call is over its
+// limit (a shadow_mode one never is); shadow_mode limits deny nothing.
+func overLimit(charges []charge, descs int) bool {
+	var quota, quotaOver []bool // by descriptor, when the call has quota_mode ones
+	for i := range charges {
+		c := &charges[i]
+		switch {
+		case c.quota:
+			if quota == nil {
+				quota, quotaOver = make([]bool, descs), make([]bool, descs)
+			}
+			quota[c.desc] = true
+			quotaOver[c.desc] = quotaOver[c.desc] || (c.denied() && !c.shadow)
+		case c.denied() && !c.shadow:
+			return true
+		}
+	}
+	if quota == nil {
+		return false
+	}
+	for i, q := range quota {
+		if q && !quotaOver[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // hitsOf is the hits a descriptor is charged: its own hits_addend when
@@ -306,6 +339,8 @@ func (s *Service) decide(ctx context.Context, charges []charge) {
 		c := &charges[i]
 		if c.apart() {
 			s.decideOne(ctx, c)
+			// A quota_mode limit's admission is undone if the call is denied.
+			c.charged = c.quota && !c.shadow && c.hits > 0 && c.d.Allowed && !c.never
 			continue
 		}
 		enforced++
@@ -503,7 +538,7 @@ func (c *charge) apart() bool { return c.shadow || c.quota || c.hits == 0 }
 func (c *charge) denied() bool { return !c.d.Allowed && c.hits > 0 }
 
 // respond builds the response from the decided charges.
-func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimited []bool) *rlspb.RateLimitResponse {
+func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimited []bool, denied bool) *rlspb.RateLimitResponse {
 	descs := req.GetDescriptors()
 	resp := &rlspb.RateLimitResponse{
 		OverallCode: rlspb.RateLimitResponse_OK,
@@ -528,7 +563,6 @@ func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimit
 		}
 	}
 	now := s.ts.Now()
-	quotas, quotasDenied := 0, 0
 	for i := range descs {
 		st := &statuses[i]
 		resp.Statuses[i] = st
@@ -547,23 +581,12 @@ func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimit
 		if reset := c.untilReset(now); reset > 0 {
 			st.DurationUntilReset = durationpb.New(reset)
 		}
-		if c.quota {
-			quotas++
-		}
 		if c.denied() && !c.shadow {
 			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-			if c.quota {
-				quotasDenied++
-			} else {
-				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			}
 		}
 	}
-	if quotas > 0 && quotas == quotasDenied {
+	if denied && !s.opts.shadow {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-	}
-	if s.opts.shadow {
-		resp.OverallCode = rlspb.RateLimitResponse_OK
 	}
 	if s.opts.headers != NoHeaders && headerFrom >= 0 {
 		resp.ResponseHeadersToAdd = s.headers(&charges[headerFrom], now)

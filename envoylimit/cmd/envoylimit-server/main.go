@@ -50,7 +50,7 @@ func run(args []string) error {
 	headers := fs.String("headers", "none", "the fields responses carry: none, envoy (RateLimit-Limit/-Remaining/-Reset) or ietf (RateLimit-Policy, RateLimit)")
 	failure := fs.String("failure", "to-envoy", "on a Redis failure: to-envoy (a gRPC error; Envoy's failure_mode_deny decides) or as-limiter (fail open, as redislimit does by default)")
 	reload := fs.Duration("reload", 2*time.Second, "how often to look for configuration changes; 0 never")
-	shadow := fs.Bool("shadow", false, "global shadow mode: charge and report, never deny")
+	shadow := fs.Bool("shadow", false, "global shadow mode: decide and report as if enforced, never deny")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
