@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -249,25 +250,31 @@ func yamlErrMsg(err error) string {
 }
 
 // fields checks that n is a mapping whose keys are all in known, and
-// returns its values by key.
+// returns its values by key. Aliases are followed, merge keys ("<<") merged
+// (the mapping's own keys first), and a null value is no value.
 func (p *parser) fields(n *yaml.Node, what string, known ...string) (map[string]*yaml.Node, error) {
+	n = deref(n)
 	if n.Kind != yaml.MappingNode {
 		return nil, p.errf(n, "%s must be a mapping, got %s", what, kindName(n))
 	}
 	out := make(map[string]*yaml.Node, len(n.Content)/2)
+	var merged []*yaml.Node // the mappings of "<<", in order
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
 			return nil, p.errf(k, "%s has a key that is not a string", what)
 		}
-		ok := false
-		for _, s := range known {
-			if s == k.Value {
-				ok = true
-				break
+		if k.Tag == "!!merge" || (k.Value == "<<" && k.Style == 0) {
+			if v.Kind == yaml.SequenceNode {
+				for _, m := range v.Content {
+					merged = append(merged, deref(m))
+				}
+			} else {
+				merged = append(merged, v)
 			}
+			continue
 		}
-		if !ok {
+		if !slices.Contains(known, k.Value) {
 			return nil, p.errf(k, "unknown key %q in %s (known: %s)", k.Value, what, strings.Join(known, ", "))
 		}
 		if _, dup := out[k.Value]; dup {
@@ -275,7 +282,31 @@ func (p *parser) fields(n *yaml.Node, what string, known ...string) (map[string]
 		}
 		out[k.Value] = v
 	}
+	for _, m := range merged {
+		from, err := p.fields(m, what, known...)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range from {
+			if _, ok := out[k]; !ok {
+				out[k] = v
+			}
+		}
+	}
+	for k, v := range out {
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			delete(out, k) // "key:" with nothing, or "~": absent
+		}
+	}
 	return out, nil
+}
+
+// deref follows n's aliases to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
 }
 
 func kindName(n *yaml.Node) string {
@@ -326,6 +357,7 @@ func (p *parser) count(n *yaml.Node, key string, max uint64) (uint64, error) {
 }
 
 func (p *parser) list(n *yaml.Node, key string) ([]*yaml.Node, error) {
+	n = deref(n)
 	if n == nil || n.Tag == "!!null" {
 		return nil, nil
 	}
