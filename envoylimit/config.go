@@ -3,6 +3,7 @@ package envoylimit
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
@@ -53,6 +54,10 @@ type node struct {
 	quota bool
 	// value is the configuration's value (a pattern for a wildcard), or "".
 	value string
+	// exact names the node without ambiguity (path may not: key "a_b" and
+	// key "a" with value "b" are both "a_b"): every level's key and value,
+	// quoted.
+	exact string
 	// detailed and valueToMetric put the request's values in metric
 	// names (detailed_metric, value_to_metric); dynamicName is set when
 	// this node's names need the request's values: it is detailed, or it
@@ -80,6 +85,7 @@ type wildNode struct {
 type limitSpec struct {
 	idx    int // position in Config.limits
 	id     string
+	exact  string // the node's exact name, with the id's "#n"
 	policy ratelimit.Policy
 	never  bool // requests_per_unit 0: every hit is over the limit
 	// current is what the statuses report as current_limit.
@@ -384,10 +390,15 @@ func (p *parser) domain(n *yaml.Node) error {
 	if prev, dup := p.c.files[name]; dup {
 		return p.errf(f["domain"], "domain %q is already defined in %s", name, prev)
 	}
-	root := &node{path: name}
+	if strings.HasPrefix(name, "#") {
+		return p.errf(f["domain"], "a domain must not start with '#' (the names of the limits requests carry do), got %q", name)
+	}
+	root := &node{path: name, exact: strconv.Quote(name)}
+	first := len(p.c.limits)
 	if err := p.descriptors(root, f["descriptors"]); err != nil {
 		return err
 	}
+	uniqueIDs(p.c.limits[first:])
 	p.c.domains[name] = root
 	p.c.files[name] = p.file
 	return nil
@@ -427,7 +438,7 @@ func (p *parser) descriptor(parent *node, n *yaml.Node) error {
 	if err != nil {
 		return err
 	}
-	d := &node{path: parent.path + "." + key}
+	d := &node{path: parent.path + "." + key, exact: parent.exact + "/" + strconv.Quote(key) + "=" + strconv.Quote(value)}
 	if value != "" {
 		d.path += "_" + value
 	}
@@ -554,7 +565,7 @@ func (p *parser) rateLimit(d *node, n *yaml.Node, id string) error {
 	if err != nil {
 		return err
 	}
-	spec := &limitSpec{id: id}
+	spec := &limitSpec{id: id, exact: d.exact + id[len(d.path):]}
 	if spec.name, err = p.str(f["name"], "name"); err != nil {
 		return err
 	}
@@ -696,6 +707,23 @@ func (p *parser) rateLimit(d *node, n *yaml.Node, id string) error {
 	}
 	p.add(d, spec)
 	return nil
+}
+
+// uniqueIDs gives the limits of a domain whose ids (their paths) are
+// taken by several limits a suffix of their own: a hash of their exact
+// names, so that each limit has its own limiter, now and after a reload.
+func uniqueIDs(specs []*limitSpec) {
+	seen := make(map[string]int, len(specs))
+	for _, s := range specs {
+		seen[s.id]++
+	}
+	for _, s := range specs {
+		if seen[s.id] > 1 {
+			h := fnv.New32a()
+			h.Write([]byte(s.exact))
+			s.id += fmt.Sprintf("~%08x", h.Sum32())
+		}
+	}
 }
 
 func (p *parser) add(d *node, spec *limitSpec) {

@@ -7,8 +7,8 @@ import (
 	"github.com/rlkit/ratelimit/internal/limitset"
 )
 
-// maxDepth bounds the levels match keeps for naming; deeper descriptors
-// are matched all the same.
+// maxDepth is the depth of descriptor whose path match keeps without
+// allocating.
 const maxDepth = 16
 
 // match finds the node a request descriptor's entries end on, as
@@ -16,17 +16,17 @@ const maxDepth = 16
 // first, then the wildcard values of its key in file order, then its key
 // alone; a descriptor has a limit only when its last entry ends on a node
 // with one (a limit higher up does not apply to a longer descriptor). It
-// returns the node (nil when nothing matches), and in path the node of
-// every level up to maxDepth.
-func match(root *node, entries []*rlcommon.RateLimitDescriptor_Entry, path *[maxDepth]*node) *node {
+// returns the node (nil when nothing matches), and path with the node of
+// every level appended.
+func match(root *node, entries []*rlcommon.RateLimitDescriptor_Entry, path []*node) (*node, []*node) {
 	if root == nil || len(entries) == 0 {
-		return nil
+		return nil, path
 	}
 	cur := root
-	for i, e := range entries {
+	for _, e := range entries {
 		kn := cur.children[e.GetKey()]
 		if kn == nil {
-			return nil
+			return nil, path
 		}
 		next := kn.byValue[e.GetValue()]
 		if next == nil {
@@ -41,14 +41,12 @@ func match(root *node, entries []*rlcommon.RateLimitDescriptor_Entry, path *[max
 			next = kn.any
 		}
 		if next == nil {
-			return nil
+			return nil, path
 		}
-		if i < maxDepth {
-			path[i] = next
-		}
+		path = append(path, next)
 		cur = next
 	}
-	return cur
+	return cur, path
 }
 
 // wildMatch reports whether value matches the pattern split on '*' into
@@ -76,7 +74,7 @@ func wildMatch(parts []string, value string) bool {
 // limiterKey is the key a node's limiter counts a descriptor under: its
 // values, each level's in order, where a level that shares its wildcard's
 // counter (share_threshold) puts its pattern in place of the value.
-func limiterKey(entries []*rlcommon.RateLimitDescriptor_Entry, path *[maxDepth]*node) string {
+func limiterKey(entries []*rlcommon.RateLimitDescriptor_Entry, path []*node) string {
 	if len(entries) == 1 {
 		if path[0].share != "" {
 			return path[0].share
@@ -86,7 +84,7 @@ func limiterKey(entries []*rlcommon.RateLimitDescriptor_Entry, path *[maxDepth]*
 	var b strings.Builder
 	for i, e := range entries {
 		v := e.GetValue()
-		if i < maxDepth && path[i].share != "" {
+		if path[i].share != "" {
 			v = path[i].share
 		}
 		limitset.AppendKeyPart(&b, i, v)
@@ -113,8 +111,8 @@ func overrideKey(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) s
 // that level's value from the request, as envoyproxy/ratelimit names its
 // stats. id is the limit's id, whose "#n" suffix (one of several limits)
 // is kept.
-func metricName(domain string, leaf *node, id string, entries []*rlcommon.RateLimitDescriptor_Entry, path *[maxDepth]*node) string {
-	if !leaf.dynamicName || len(entries) > maxDepth {
+func metricName(domain string, leaf *node, id string, entries []*rlcommon.RateLimitDescriptor_Entry, path []*node) string {
+	if !leaf.dynamicName {
 		return id
 	}
 	var b strings.Builder
@@ -132,6 +130,6 @@ func metricName(domain string, leaf *node, id string, entries []*rlcommon.RateLi
 			b.WriteString(n.value)
 		}
 	}
-	b.WriteString(id[len(leaf.path):])
+	b.WriteString(strings.TrimPrefix(id, leaf.path))
 	return b.String()
 }

@@ -27,7 +27,9 @@ func defaultOptions() options {
 // WithLimiters sets how the Service makes the limiter of each limit of its
 // configuration: newLimiter gets the limit's name (its descriptor's path,
 // such as "messaging.message_type_marketing.to_number", with "#2" for the
-// second of several limits) and its policy. Use it to keep the state in
+// second of several limits, and "~" and a hash when two descriptors' paths
+// coincide, as key "a_b" and key "a" with value "b" do; the limits requests
+// carry are "#override.5_per_minute" and so on) and its policy. Use it to keep the state in
 // Redis, with package redislimit:
 //
 //	envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {

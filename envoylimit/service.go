@@ -79,7 +79,7 @@ func NewService(cfg *Config, opts ...Option) (*Service, error) {
 			return ratelimit.NewKeyed(p, ratelimit.WithName(name), ratelimit.WithClock(clk))
 		}
 	}
-	s.overrides.m = map[overrideID]ratelimit.KeyedLimiter{}
+	s.overrides.m = map[overrideID]*override{}
 	if err := s.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	charges := buf[:0]
 	var unlimited []bool // unlimited[i]: descriptor i is unlimited (nil: none is)
 	var replaced []string
-	var path [maxDepth]*node
+	var pathBuf [maxDepth]*node
 	for i, desc := range req.GetDescriptors() {
 		entries := desc.GetEntries()
 		if root == nil || len(entries) == 0 {
@@ -220,7 +220,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			charges = append(charges, c)
 			continue
 		}
-		n := match(root, entries, &path)
+		n, path := match(root, entries, pathBuf[:0])
 		if n == nil || len(n.limits) == 0 {
 			continue
 		}
@@ -234,7 +234,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 			unlimited[i] = true
 			continue
 		}
-		key := limiterKey(entries, &path)
+		key := limiterKey(entries, path)
 		for _, spec := range n.limits {
 			c := charge{
 				desc: i, lim: st.lims[spec.idx], spec: spec, key: key, name: spec.id, hits: hits,
@@ -244,7 +244,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 				c.alg = ratelimit.FixedWindowAlgorithm
 			}
 			if s.opts.observer != nil {
-				c.name = metricName(req.GetDomain(), n, spec.id, entries, &path)
+				c.name = metricName(req.GetDomain(), n, spec.id, entries, path)
 			}
 			charges = append(charges, c)
 		}
@@ -680,18 +680,26 @@ func (neverLimiter) Peek(_ context.Context, _ string, n int) (ratelimit.Decision
 }
 
 // maxOverrides bounds the distinct limits requests may carry (a
-// descriptor's limit field): each has a limiter of its own.
+// descriptor's limit field) that are in use at once: each has a limiter of
+// its own. One unused for a whole window (every key of it back to a fresh
+// window) is dropped to make room, which loses nothing.
 const maxOverrides = 1024
 
 // overrideSet holds the limiters of the limits requests carry.
 type overrideSet struct {
 	mu sync.RWMutex
-	m  map[overrideID]ratelimit.KeyedLimiter
+	m  map[overrideID]*override
 }
 
 type overrideID struct {
 	rpu  uint32
 	unit rlspb.RateLimitResponse_RateLimit_Unit
+}
+
+type override struct {
+	lim    ratelimit.KeyedLimiter
+	period time.Duration
+	last   atomic.Int64 // when a call last used it, Unix nanoseconds
 }
 
 // overrideCharge is the charge of a descriptor that carries its own limit
@@ -720,26 +728,51 @@ func (s *Service) overrideCharge(domain string, i int, desc *rlcommon.RateLimitD
 		return c, nil
 	}
 	id := overrideID{rpu: rpu, unit: unit}
+	now := s.ts.Now()
+	// Marked used under the lock newOverride evicts under: an override
+	// found here is not dropped before this call has charged it.
 	s.overrides.mu.RLock()
-	lim := s.overrides.m[id]
+	o := s.overrides.m[id]
+	if o != nil {
+		o.last.Store(now)
+	}
 	s.overrides.mu.RUnlock()
-	if lim == nil {
-		s.overrides.mu.Lock()
-		defer s.overrides.mu.Unlock()
-		if lim = s.overrides.m[id]; lim == nil {
-			if len(s.overrides.m) >= maxOverrides {
-				return charge{}, status.Errorf(codes.ResourceExhausted, "ratelimit: envoylimit: more than %d distinct limits carried by requests", maxOverrides)
-			}
-			p := ratelimit.FixedWindowPolicy(int(min(rpu, math.MaxInt32)), period)
-			var err error
-			if lim, err = s.newLimiter(fmt.Sprintf("override.%d_per_%s", rpu, unitName(unit)), p); err != nil {
-				return charge{}, status.Errorf(codes.Internal, "ratelimit: envoylimit: descriptor %d's own limit: %v", i, err)
-			}
-			s.overrides.m[id] = lim
+	if o == nil {
+		var err error
+		if o, err = s.newOverride(id, period, i, now); err != nil {
+			return charge{}, err
 		}
 	}
-	c.lim = lim
+	c.lim = o.lim
 	return c, nil
+}
+
+// newOverride makes (or finds) the limiter of a limit requests carry.
+func (s *Service) newOverride(id overrideID, period time.Duration, i int, now int64) (*override, error) {
+	s.overrides.mu.Lock()
+	defer s.overrides.mu.Unlock()
+	if o := s.overrides.m[id]; o != nil {
+		return o, nil
+	}
+	if len(s.overrides.m) >= maxOverrides {
+		for oid, o := range s.overrides.m {
+			if now-o.last.Load() >= int64(o.period) {
+				delete(s.overrides.m, oid)
+			}
+		}
+		if len(s.overrides.m) >= maxOverrides {
+			return nil, status.Errorf(codes.ResourceExhausted, "ratelimit: envoylimit: more than %d distinct limits carried by requests in use at once", maxOverrides)
+		}
+	}
+	p := ratelimit.FixedWindowPolicy(int(min(id.rpu, math.MaxInt32)), period)
+	lim, err := s.newLimiter(fmt.Sprintf("#override.%d_per_%s", id.rpu, unitName(id.unit)), p)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "ratelimit: envoylimit: descriptor %d's own limit: %v", i, err)
+	}
+	o := &override{lim: lim, period: period}
+	o.last.Store(now)
+	s.overrides.m[id] = o
+	return o, nil
 }
 
 func unitName(u rlspb.RateLimitResponse_RateLimit_Unit) string {
