@@ -152,10 +152,8 @@ descriptors:
 	assert.Equal(t, 3, r.okTimes(5, "example6", desc("service", "auth", "user", "user-b")))
 }
 
-// replaces: a matching limit named in another matching limit's replaces is
-// not applied, nor charged.
-func TestDocReplaces(t *testing.T) {
-	r := serve(t, `
+// docReplaces is the documentation's example of replaces (Example 7).
+const docReplaces = `
 domain: example7
 descriptors:
   - key: key_1
@@ -177,7 +175,12 @@ descriptors:
             - name: specific_limit
           requests_per_unit: 4
           unit: second
-`)
+`
+
+// replaces: a matching limit named in another matching limit's replaces is
+// not applied, nor charged.
+func TestDocReplaces(t *testing.T) {
+	r := serve(t, docReplaces)
 	both := []string{"key_1", "value_1", "user", "bkthomps"}
 	// Both descriptors: only the replacing limit of 4 applies.
 	assert.Equal(t, 4, r.okTimes(6, "example7", desc(both...), desc("key_2", "value_2", "user", "bkthomps")))

@@ -370,32 +370,10 @@ descriptors:
 
 // replaces on Redis: the replaced limit is neither applied nor charged.
 func TestRedisReplaces(t *testing.T) {
-	p := servePair(t, `
-domain: d
-descriptors:
-  - key: key_1
-    value: value_1
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          name: specific_limit
-          requests_per_unit: 2
-          unit: second
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces:
-            - name: specific_limit
-          requests_per_unit: 4
-          unit: second
-`)
+	p := servePair(t, docReplaces)
 	both := []string{"key_1", "value_1", "user", "bkthomps"}
-	assert.Equal(t, 4, p.okTimes(6, "d", desc(both...), desc("key_2", "value_2", "user", "bkthomps")))
-	assert.Equal(t, 2, p.okTimes(3, "d", desc(both...)))
+	assert.Equal(t, 4, p.okTimes(6, "example7", desc(both...), desc("key_2", "value_2", "user", "bkthomps")))
+	assert.Equal(t, 2, p.okTimes(3, "example7", desc(both...)))
 }
 
 // hits_addend on Redis: the request's, a descriptor's own overriding it,
