@@ -11,7 +11,7 @@ import (
 
 // Any YAML either loads or is refused with a "ratelimit:" error; a loaded
 // one serves a request without panicking.
-func FuzzReviewParseConfig(f *testing.F) {
+func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{
 		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"domain: d\ndescriptors:\n  - key: a\n    value: 'x*'\n    share_threshold: true\n    rate_limits: [{unit: day, requests_per_unit: 3, algorithm: quota, calendar: {timezone: UTC}}]\n",

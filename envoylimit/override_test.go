@@ -22,7 +22,7 @@ func withLimit(d *rlcommon.RateLimitDescriptor, rpu uint32) *rlcommon.RateLimitD
 }
 
 // Errors of the library start with "ratelimit:".
-func TestReviewOverrideLimiterErrorPrefix(t *testing.T) {
+func TestOverrideLimiterErrorPrefixed(t *testing.T) {
 	cfg, err := envoylimit.ParseConfig("t.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"))
 	require.NoError(t, err)
 	svc, err := envoylimit.NewService(cfg, envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {
@@ -37,9 +37,9 @@ func TestReviewOverrideLimiterErrorPrefix(t *testing.T) {
 	assert.True(t, strings.HasPrefix(status.Convert(err).Message(), "ratelimit:"), status.Convert(err).Message())
 }
 
-// One client that sends 1024 distinct override values locks every later
-// distinct override out for the life of the process, reloads included.
-func TestReviewOverrideCapIsPermanent(t *testing.T) {
+// 1024 distinct limits carried by requests do not lock later ones out:
+// a limit's limiter unused for a whole window makes room.
+func TestOverrideCapFreesIdleLimiters(t *testing.T) {
 	r := serve(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
 	for i := range 1024 {
 		r.call("d", withLimit(desc("a", "x"), uint32(i+1)))

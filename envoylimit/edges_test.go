@@ -15,8 +15,8 @@ import (
 
 // Two different descriptors whose metric path is the same ("d.a_b"):
 // envoyproxy/ratelimit rejects them as a duplicate composite key; here
-// they load, and after a reload of the same config they share one limiter.
-func TestReviewPathCollisionSharesLimiterAfterReload(t *testing.T) {
+// they load, each with a limiter of its own, before and after a reload.
+func TestPathCollisionKeepsLimitersApart(t *testing.T) {
 	const y = `
 domain: d
 descriptors:
@@ -43,9 +43,9 @@ descriptors:
 }
 
 // Same, with nesting: key "x.y" at the top and key "y" under "x" (no
-// value) have the same path "d.x.y", though envoyproxy/ratelimit loads
-// both (their composite keys differ: "x.y" and "x.y" under "x").
-func TestReviewPathCollisionNestedDot(t *testing.T) {
+// value) have the same path "d.x.y"; envoyproxy/ratelimit loads both, and
+// so does this package, keeping their limits apart after a reload.
+func TestPathCollisionNestedDot(t *testing.T) {
 	const y = `
 domain: d
 descriptors:
@@ -73,7 +73,7 @@ descriptors:
 
 // Two identical descriptors in one request, limit 1: envoyproxy/ratelimit
 // increments the one key twice and denies; no quota may be minted.
-func TestReviewDuplicateDescriptorsInOneRequest(t *testing.T) {
+func TestDuplicateDescriptorsInOneCall(t *testing.T) {
 	r := serve(t, `
 domain: d
 descriptors:
@@ -90,7 +90,7 @@ descriptors:
 // A quota_mode descriptor over its limit (and the only one) denies the
 // request: the enforced limits of the other descriptors must then not be
 // charged (all or nothing, the documented intent).
-func TestReviewQuotaDenialChargesEnforced(t *testing.T) {
+func TestQuotaDenialChargesNothing(t *testing.T) {
 	r := serve(t, `
 domain: d
 descriptors:
@@ -112,7 +112,7 @@ descriptors:
 
 // YAML anchors and aliases, which envoyproxy/ratelimit (yaml.Unmarshal)
 // loads, "load unchanged" per the doc.
-func TestReviewYAMLAliases(t *testing.T) {
+func TestYAMLAliases(t *testing.T) {
 	_, err := envoylimit.ParseConfig("test.yaml", []byte(`
 domain: d
 descriptors:
@@ -124,7 +124,7 @@ descriptors:
 	assert.NoError(t, err)
 }
 
-func TestReviewYAMLMergeKey(t *testing.T) {
+func TestYAMLMergeKey(t *testing.T) {
 	_, err := envoylimit.ParseConfig("test.yaml", []byte(`
 domain: d
 descriptors:
@@ -138,7 +138,7 @@ descriptors:
 }
 
 // rate_limit: null loads in envoyproxy/ratelimit (no limit).
-func TestReviewNullRateLimit(t *testing.T) {
+func TestNullRateLimit(t *testing.T) {
 	_, err := envoylimit.ParseConfig("test.yaml", []byte(`
 domain: d
 descriptors:
@@ -150,7 +150,7 @@ descriptors:
 
 // share_threshold: two descriptors of one request that share a wildcard's
 // counter are 2 hits on it.
-func TestReviewSharedWildcardTwiceInOneRequest(t *testing.T) {
+func TestSharedWildcardTwiceInOneCall(t *testing.T) {
 	r := serve(t, `
 domain: d
 descriptors:
@@ -165,7 +165,7 @@ descriptors:
 // envoyproxy/ratelimit counts a shadow_mode quota_mode descriptor among
 // the quota descriptors, never as failed: with one, a request is not
 // denied because the other quota descriptors are over.
-func TestReviewShadowQuotaCountsAsQuota(t *testing.T) {
+func TestShadowQuotaCountsAsQuota(t *testing.T) {
 	r := serve(t, `
 domain: d
 descriptors:
@@ -185,7 +185,7 @@ descriptors:
 // envoyproxy/ratelimit answers a descriptor with no entries as one that
 // matches nothing (OK); an error makes Envoy apply failure_mode_deny to
 // the whole request.
-func TestReviewEmptyDescriptorIsNoLimit(t *testing.T) {
+func TestEmptyDescriptorIsNoLimit(t *testing.T) {
 	r := serve(t, `
 domain: d
 descriptors:
@@ -200,7 +200,7 @@ descriptors:
 // The limit names WithLimiters receives are "the limit's name": the
 // server keys Redis by them (cmd/envoylimit-server), so two limits of one
 // configuration must not share one, or they share counters from the start.
-func TestReviewLimiterNamesUnique(t *testing.T) {
+func TestLimiterNamesUnique(t *testing.T) {
 	cfg, err := envoylimit.ParseConfig("t.yaml", []byte(`
 domain: d
 descriptors:
@@ -224,8 +224,8 @@ descriptors:
 }
 
 // share_threshold below the 16th level: the two values of one wildcard
-// must share one counter there as above it.
-func TestReviewShareThresholdDeep(t *testing.T) {
+// share one counter there as above it.
+func TestShareThresholdDeep(t *testing.T) {
 	y := "domain: d\ndescriptors:\n"
 	ind := "  "
 	var kv []string
