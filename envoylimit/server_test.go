@@ -350,7 +350,7 @@ func TestServerMemory(t *testing.T) {
 func TestServerRedis(t *testing.T) {
 	bin := buildServer(t)
 	home := startRedisHome(t)
-	runServerScenario(t, bin, "-redis", home.srv.Addr(), "-redis-prefix", home.prefix)
+	runServerScenario(t, bin, "-redis", home.srv.Addr(), "-redis-prefix", home.prefix, "-redis-timeout", "10s")
 	keys, err := home.srv.Do("KEYS", home.prefix+"*")
 	require.NoError(t, err)
 	assert.NotEmpty(t, keys, "the keys are under -redis-prefix")
@@ -364,7 +364,7 @@ func TestServerRedis(t *testing.T) {
 // before stopping it with SIGTERM.
 func restartRedis(t *testing.T, bin, dir string, home *redisHome, hits uint32) *rlspb.RateLimitResponse_DescriptorStatus {
 	t.Helper()
-	p := startServer(t, bin, "-config", dir, "-listen", "127.0.0.1:0", "-reload", "0", "-redis", home.srv.Addr(), "-redis-prefix", home.prefix)
+	p := startServer(t, bin, "-config", dir, "-listen", "127.0.0.1:0", "-reload", "0", "-redis", home.srv.Addr(), "-redis-prefix", home.prefix, "-redis-timeout", "10s")
 	c := p.client()
 	if hits > 0 {
 		require.Equal(t, "OK", codesOf(rpc(t, c, hits, desc("user", "u")))[0])

@@ -47,6 +47,7 @@ func run(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8081", "the gRPC listen address")
 	redisAddr := fs.String("redis", "", "Redis address (host:port); empty keeps the counters in memory")
 	prefix := fs.String("redis-prefix", "rls:", "the prefix of every Redis key")
+	redisTimeout := fs.Duration("redis-timeout", 100*time.Millisecond, "how long a decision may wait for Redis before the failure policy answers")
 	headers := fs.String("headers", "none", "the fields responses carry: none, envoy (RateLimit-Limit/-Remaining/-Reset) or ietf (RateLimit-Policy, RateLimit)")
 	failure := fs.String("failure", "to-envoy", "on a Redis failure: to-envoy (a gRPC error; Envoy's failure_mode_deny decides) or as-limiter (fail open, as redislimit does by default)")
 	reload := fs.Duration("reload", 2*time.Second, "how often to look for configuration changes; 0 never")
@@ -98,7 +99,7 @@ func run(args []string) error {
 				return nil, err
 			}
 			lim, err := redislimit.New(client, p, append(prev,
-				redislimit.WithPrefix(*prefix+hashed+":"), redislimit.WithName(name))...)
+				redislimit.WithPrefix(*prefix+hashed+":"), redislimit.WithName(name), redislimit.WithTimeout(*redisTimeout))...)
 			if err != nil {
 				return nil, err
 			}
