@@ -541,6 +541,16 @@ var units = map[string]struct {
 	"year":   {rlspb.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour, ratelimit.Yearly},
 }
 
+// algorithm is the algorithm a decision on the limit is reported under:
+// its policy's, a fixed window for a limit of 0 requests per unit (which
+// has no policy).
+func (s *limitSpec) algorithm() ratelimit.Algorithm {
+	if s.never {
+		return ratelimit.FixedWindowAlgorithm
+	}
+	return s.policy.Algorithm
+}
+
 // unitFor returns the unit lasting d, or UNKNOWN.
 func unitFor(d time.Duration) rlspb.RateLimitResponse_RateLimit_Unit {
 	for _, u := range units {

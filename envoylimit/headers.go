@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/rlkit/ratelimit"
 	"github.com/rlkit/ratelimit/internal/limitset"
 )
 
@@ -20,8 +19,8 @@ const (
 // restrictive charge is c.
 func (s *Service) headers(c *charge, now int64) []*corepb.HeaderValue {
 	limit := int64(c.d.Limit)
-	if limit == 0 && c.limit != nil {
-		limit = int64(c.limit.RequestsPerUnit)
+	if limit == 0 {
+		limit = int64(c.spec.current.RequestsPerUnit)
 	}
 	if s.opts.headers == EnvoyHeaders {
 		return []*corepb.HeaderValue{
@@ -39,7 +38,7 @@ func (s *Service) headers(c *charge, now int64) []*corepb.HeaderValue {
 		d.Allowed = true
 	}
 	h := make(map[string][]string, 3)
-	limitset.WriteDecision(h, &limitset.HTTPNames, limitset.IETFFields, d, name, c.windowLength(), now)
+	limitset.WriteDecision(h, &limitset.HTTPNames, limitset.IETFFields, d, name, c.windowLength(now), now)
 	out := make([]*corepb.HeaderValue, 0, len(h))
 	for _, k := range []string{limitset.HTTPNames.Policy, limitset.HTTPNames.RateLimit, limitset.HTTPNames.RetryAfter} {
 		for _, v := range h[k] {
@@ -50,28 +49,13 @@ func (s *Service) headers(c *charge, now int64) []*corepb.HeaderValue {
 }
 
 // windowLength is the time c's limit counts its quota over, for
-// RateLimit-Policy's w: the window of a window algorithm, the time a
-// bucket takes to refill or drain from empty; 0 (unknown) for a calendar
-// quota, whose periods vary.
-func (c *charge) windowLength() time.Duration {
-	if c.window > 0 {
-		return c.window
+// RateLimit-Policy's w, at now: its policy's [ratelimit.Policy.WindowAt],
+// or the fixed window of a limit of 0 requests per unit.
+func (c *charge) windowLength(now int64) time.Duration {
+	if c.spec.never {
+		return c.spec.window
 	}
-	if c.spec == nil {
-		return 0
-	}
-	p := c.spec.policy
-	switch p.Algorithm {
-	case ratelimit.SlidingLogAlgorithm, ratelimit.SlidingCounterAlgorithm:
-		return p.Period
-	case ratelimit.TokenBucketAlgorithm:
-		if p.Refill > 0 {
-			return time.Duration(int64(p.Period) * int64(p.Limit) / int64(p.Refill))
-		}
-	case ratelimit.LeakyBucketAlgorithm:
-		return p.Period * time.Duration(p.Limit)
-	}
-	return 0
+	return c.spec.policy.WindowAt(time.Unix(0, now))
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

@@ -163,16 +163,12 @@ func (s *Service) newLimiter(name string, p ratelimit.Policy) (ratelimit.KeyedLi
 type charge struct {
 	desc   int
 	lim    ratelimit.KeyedLimiter
-	spec   *limitSpec // nil for a request's own limit
+	spec   *limitSpec // the configuration's, or the request's own limit's
 	key    string
 	name   string
 	hits   int
 	shadow bool
 	quota  bool
-	never  bool
-	window time.Duration
-	alg    ratelimit.Algorithm
-	limit  *rlspb.RateLimitResponse_RateLimit
 
 	d       ratelimit.Decision
 	err     error
@@ -238,10 +234,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		for _, spec := range n.limits {
 			c := charge{
 				desc: i, lim: st.lims[spec.idx], spec: spec, key: key, name: spec.id, hits: hits,
-				shadow: n.shadow, quota: n.quota, never: spec.never, window: spec.window, alg: spec.policy.Algorithm, limit: spec.current,
-			}
-			if spec.never {
-				c.alg = ratelimit.FixedWindowAlgorithm
+				shadow: n.shadow, quota: n.quota,
 			}
 			if s.opts.observer != nil {
 				c.name = metricName(req.GetDomain(), n, spec.id, entries, path)
@@ -340,7 +333,7 @@ func (s *Service) decide(ctx context.Context, charges []charge) {
 		if c.apart() {
 			s.decideOne(ctx, c)
 			// A quota_mode limit's admission is undone if the call is denied.
-			c.charged = c.quota && !c.shadow && c.hits > 0 && c.d.Allowed && !c.never
+			c.charged = c.quota && !c.shadow && c.hits > 0 && c.d.Allowed && !c.spec.never
 			continue
 		}
 		enforced++
@@ -354,7 +347,7 @@ func (s *Service) decide(ctx context.Context, charges []charge) {
 		for i := range charges {
 			if c := &charges[i]; !c.apart() {
 				s.decideOne(ctx, c)
-				c.charged = c.d.Allowed && !c.never // as AllowAll: a failure policy's admission is refunded too
+				c.charged = c.d.Allowed && !c.spec.never // as AllowAll: a failure policy's admission is refunded too
 			}
 		}
 	case atomicOK:
@@ -368,7 +361,7 @@ func (s *Service) decide(ctx context.Context, charges []charge) {
 func (s *Service) decideOne(ctx context.Context, c *charge) {
 	start := s.start()
 	switch {
-	case c.never:
+	case c.spec.never:
 		c.d = neverDecision(c.hits)
 	case c.hits == 0:
 		c.d, c.err = c.lim.Peek(ctx, c.key, 0)
@@ -392,7 +385,7 @@ func (s *Service) decideAtomic(ctx context.Context, charges []charge) {
 		if c.apart() {
 			continue
 		}
-		never = never || c.never
+		never = never || c.spec.never
 		dims = append(dims, ratelimit.Dimension{Name: c.name, Limiter: c.lim, Key: c.key, N: c.hits})
 		at = append(at, i)
 	}
@@ -420,7 +413,7 @@ func (s *Service) decideAtomic(ctx context.Context, charges []charge) {
 		}
 		c.latency, c.done = latency, true
 		switch {
-		case c.never:
+		case c.spec.never:
 			c.d = neverDecision(c.hits)
 		case admitted:
 			c.d, c.err = c.lim.Peek(ctx, c.key, 0)
@@ -433,8 +426,9 @@ func (s *Service) decideAtomic(ctx context.Context, charges []charge) {
 }
 
 // decideInOrder decides the enforced charges in order with AllowN until
-// one denies or fails; it then asks each later one with Peek and refunds
-// every charged one.
+// one denies or fails; it then asks each later one with Peek.
+// ShouldRateLimit refunds the charged ones of a call denied, as on every
+// path.
 func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 	stopped := false
 	for i := range charges {
@@ -449,7 +443,7 @@ func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 			continue
 		}
 		s.decideOne(ctx, c)
-		c.charged = c.d.Allowed && !c.never // as AllowAll: a failure policy's admission is refunded too
+		c.charged = c.d.Allowed && !c.spec.never // as AllowAll: a failure policy's admission is refunded too
 		if c.err != nil && s.opts.failure == FailToEnvoy {
 			break // the call fails: no need to ask the others
 		}
@@ -457,29 +451,12 @@ func (s *Service) decideInOrder(ctx context.Context, charges []charge) {
 			stopped = true
 		}
 	}
-	s.rollbackIfDenied(ctx, charges)
-}
-
-// rollbackIfDenied refunds the charged charges unless every enforced one
-// admitted (a failure admits only by the limiter's failure policy, with
-// FailAsLimiter).
-func (s *Service) rollbackIfDenied(ctx context.Context, charges []charge) {
-	for i := range charges {
-		c := &charges[i]
-		if c.apart() {
-			continue
-		}
-		if !c.done || !c.d.Allowed || (c.err != nil && s.opts.failure == FailToEnvoy) {
-			s.rollback(ctx, charges)
-			return
-		}
-	}
 }
 
 // look decides c without charging it, for a request another limit
 // denied: whether c's limit has room for the hits, and what it has left.
 func (c *charge) look(ctx context.Context) {
-	if c.never {
+	if c.spec.never {
 		c.d = neverDecision(c.hits)
 		return
 	}
@@ -576,7 +553,7 @@ func (s *Service) respond(req *rlspb.RateLimitRequest, charges []charge, unlimit
 			continue // no limit: OK
 		}
 		c := &charges[b]
-		st.CurrentLimit = c.limit
+		st.CurrentLimit = c.spec.current
 		st.LimitRemaining = uint32(min(max(c.d.Remaining, 0), math.MaxUint32))
 		if reset := c.untilReset(now); reset > 0 {
 			st.DurationUntilReset = durationpb.New(reset)
@@ -615,8 +592,7 @@ func (c *charge) untilReset(now int64) time.Duration {
 	if c.denied() && c.d.RetryAfter != ratelimit.RetryNever && c.d.RetryAfter > d {
 		d = c.d.RetryAfter
 	}
-	if c.window > 0 && d <= 0 {
-		w := int64(c.window)
+	if w := int64(c.spec.window); w > 0 && d <= 0 {
 		d = time.Duration(w - now%w)
 	}
 	return d
@@ -635,7 +611,7 @@ func (s *Service) observe(ctx context.Context, charges []charge) {
 		}
 		info := describe(c.lim)
 		ev := ratelimit.Event{
-			Name: c.name, Algorithm: c.alg, Home: ratelimit.Home(info.Home), N: c.hits,
+			Name: c.name, Algorithm: c.spec.algorithm(), Home: ratelimit.Home(info.Home), N: c.hits,
 			Decision: c.d, Err: c.err, Latency: c.latency,
 		}
 		switch {
@@ -697,9 +673,9 @@ type overrideID struct {
 }
 
 type override struct {
-	lim    ratelimit.KeyedLimiter
-	period time.Duration
-	last   atomic.Int64 // when a call last used it, Unix nanoseconds
+	lim  ratelimit.KeyedLimiter
+	spec *limitSpec
+	last atomic.Int64 // when a call last used it, Unix nanoseconds
 }
 
 // overrideCharge is the charge of a descriptor that carries its own limit
@@ -708,23 +684,15 @@ type override struct {
 // has it).
 func (s *Service) overrideCharge(domain string, i int, desc *rlcommon.RateLimitDescriptor, ov *rlcommon.RateLimitDescriptor_RateLimitOverride, hits int) (charge, error) {
 	unit := rlspb.RateLimitResponse_RateLimit_Unit(ov.GetUnit())
-	var period time.Duration
-	for _, u := range units {
-		if u.unit == unit {
-			period = u.d
-		}
-	}
+	unitName, period := unitOf(unit)
 	if period == 0 {
 		return charge{}, status.Errorf(codes.InvalidArgument, "ratelimit: envoylimit: descriptor %d's limit has unit %v: want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", i, ov.GetUnit())
 	}
+	c := charge{desc: i, key: overrideKey(domain, desc.GetEntries()), name: domain + ".override", hits: hits}
 	rpu := ov.GetRequestsPerUnit()
-	c := charge{
-		desc: i, key: overrideKey(domain, desc.GetEntries()), name: domain + ".override", hits: hits,
-		window: period, alg: ratelimit.FixedWindowAlgorithm,
-		limit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: unit},
-	}
 	if rpu == 0 {
-		c.lim, c.never = neverLimiter{}, true
+		c.lim = neverLimiter{}
+		c.spec = &limitSpec{never: true, window: period, current: &rlspb.RateLimitResponse_RateLimit{Unit: unit}}
 		return c, nil
 	}
 	id := overrideID{rpu: rpu, unit: unit}
@@ -739,16 +707,16 @@ func (s *Service) overrideCharge(domain string, i int, desc *rlcommon.RateLimitD
 	s.overrides.mu.RUnlock()
 	if o == nil {
 		var err error
-		if o, err = s.newOverride(id, period, i, now); err != nil {
+		if o, err = s.newOverride(id, unitName, period, i, now); err != nil {
 			return charge{}, err
 		}
 	}
-	c.lim = o.lim
+	c.lim, c.spec = o.lim, o.spec
 	return c, nil
 }
 
 // newOverride makes (or finds) the limiter of a limit requests carry.
-func (s *Service) newOverride(id overrideID, period time.Duration, i int, now int64) (*override, error) {
+func (s *Service) newOverride(id overrideID, unitName string, period time.Duration, i int, now int64) (*override, error) {
 	s.overrides.mu.Lock()
 	defer s.overrides.mu.Unlock()
 	if o := s.overrides.m[id]; o != nil {
@@ -756,7 +724,7 @@ func (s *Service) newOverride(id overrideID, period time.Duration, i int, now in
 	}
 	if len(s.overrides.m) >= maxOverrides {
 		for oid, o := range s.overrides.m {
-			if now-o.last.Load() >= int64(o.period) {
+			if now-o.last.Load() >= int64(o.spec.window) {
 				delete(s.overrides.m, oid)
 			}
 		}
@@ -764,22 +732,28 @@ func (s *Service) newOverride(id overrideID, period time.Duration, i int, now in
 			return nil, status.Errorf(codes.ResourceExhausted, "ratelimit: envoylimit: more than %d distinct limits carried by requests in use at once", maxOverrides)
 		}
 	}
-	p := ratelimit.FixedWindowPolicy(int(min(id.rpu, math.MaxInt32)), period)
-	lim, err := s.newLimiter(fmt.Sprintf("#override.%d_per_%s", id.rpu, unitName(id.unit)), p)
+	spec := &limitSpec{
+		id:      fmt.Sprintf("#override.%d_per_%s", id.rpu, unitName),
+		policy:  ratelimit.FixedWindowPolicy(int(min(id.rpu, math.MaxInt32)), period),
+		current: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: id.rpu, Unit: id.unit},
+		window:  period,
+	}
+	lim, err := s.newLimiter(spec.id, spec.policy)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "ratelimit: envoylimit: descriptor %d's own limit: %v", i, err)
 	}
-	o := &override{lim: lim, period: period}
+	o := &override{lim: lim, spec: spec}
 	o.last.Store(now)
 	s.overrides.m[id] = o
 	return o, nil
 }
 
-func unitName(u rlspb.RateLimitResponse_RateLimit_Unit) string {
-	for name, v := range units {
-		if v.unit == u {
-			return name
+// unitOf returns the name and length of unit; 0 for UNKNOWN.
+func unitOf(unit rlspb.RateLimitResponse_RateLimit_Unit) (string, time.Duration) {
+	for name, u := range units {
+		if u.unit == unit {
+			return name, u.d
 		}
 	}
-	return "unknown"
+	return "", 0
 }
