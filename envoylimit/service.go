@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -308,16 +309,7 @@ func hitsOf(req *rlspb.RateLimitRequest, desc *rlcommon.RateLimitDescriptor) int
 func dropReplaced(charges []charge, replaced []string) []charge {
 	out := charges[:0]
 	for _, c := range charges {
-		drop := false
-		if c.spec != nil && c.spec.name != "" {
-			for _, r := range replaced {
-				if r == c.spec.name {
-					drop = true
-					break
-				}
-			}
-		}
-		if !drop {
+		if c.spec.name == "" || !slices.Contains(replaced, c.spec.name) {
 			out = append(out, c)
 		}
 	}

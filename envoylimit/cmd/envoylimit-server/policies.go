@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,26 +92,31 @@ func encodePolicy(p ratelimit.Policy) string {
 }
 
 func decodePolicy(s string) (ratelimit.Policy, error) {
-	var p ratelimit.Policy
 	f := strings.Split(s, "|")
 	if len(f) != 10 {
-		return p, fmt.Errorf("a recorded policy %q has %d fields, want 10", s, len(f))
+		return ratelimit.Policy{}, fmt.Errorf("a recorded policy %q has %d fields, want 10", s, len(f))
 	}
-	var alg, unit, week uint8
-	var period int64
-	var loc string
-	_, err := fmt.Sscanf(strings.Join(append(f[:5:5], f[6:]...), " "), "%d %d %d %d %d %d %d %d %d",
-		&alg, &p.Limit, &p.Refill, &period, &unit, &p.Calendar.Hour, &p.Calendar.Minute, &week, &p.Calendar.MonthDay)
-	if err != nil {
-		return p, fmt.Errorf("a recorded policy %q: %w", s, err)
+	var n [10]int64 // every field but the zone (5) is a number
+	for i, v := range f {
+		if i == 5 {
+			continue
+		}
+		var err error
+		if n[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return ratelimit.Policy{}, fmt.Errorf("a recorded policy %q: %w", s, err)
+		}
 	}
-	loc = f[5]
-	p.Algorithm, p.Period = ratelimit.Algorithm(alg), time.Duration(period)
-	p.Calendar.Unit, p.Calendar.WeekStart = ratelimit.CalendarUnit(unit), time.Weekday(week)
-	if loc != "" {
-		if p.Calendar.Location, err = time.LoadLocation(loc); err != nil {
+	p := ratelimit.Policy{
+		Algorithm: ratelimit.Algorithm(n[0]), Limit: int(n[1]), Refill: int(n[2]), Period: time.Duration(n[3]),
+		Calendar: ratelimit.Calendar{Unit: ratelimit.CalendarUnit(n[4]), Hour: int(n[6]), Minute: int(n[7]),
+			WeekStart: time.Weekday(n[8]), MonthDay: int(n[9])},
+	}
+	if f[5] != "" {
+		loc, err := time.LoadLocation(f[5])
+		if err != nil {
 			return p, fmt.Errorf("a recorded policy %q: %w", s, err)
 		}
+		p.Calendar.Location = loc
 	}
 	return p, p.Validate()
 }
