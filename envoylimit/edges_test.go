@@ -27,9 +27,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 	cfg, err := envoylimit.ParseConfig("test.yaml", []byte(y))
-	if err != nil {
-		return // rejecting it, as envoyproxy/ratelimit does, is fine
-	}
+	require.NoError(t, err)
 	mock := clock.NewMock()
 	svc, err := envoylimit.NewService(cfg, envoylimit.WithClock(mock))
 	require.NoError(t, err)
@@ -42,11 +40,8 @@ descriptors:
 	assert.Equal(t, "OK", r.call("d", desc("a_b", "b")).GetOverallCode().String(), "a_b's own counter was charged by {a: b}")
 }
 
-// Same, with nesting: key "x.y" at the top and key "y" under "x" (no
-// value) have the same path "d.x.y"; envoyproxy/ratelimit loads both, and
-// so does this package, keeping their limits apart after a reload.
-func TestPathCollisionNestedDot(t *testing.T) {
-	const y = `
+// nestedDotConfig has two limits of one path, "d.x.y".
+const nestedDotConfig = `
 domain: d
 descriptors:
   - key: x.y
@@ -56,14 +51,19 @@ descriptors:
       - key: y
         rate_limit: {unit: minute, requests_per_unit: 100}
 `
-	cfg, err := envoylimit.ParseConfig("test.yaml", []byte(y))
+
+// Same, with nesting: key "x.y" at the top and key "y" under "x" (no
+// value) have the same path "d.x.y"; envoyproxy/ratelimit loads both, and
+// so does this package, keeping their limits apart after a reload.
+func TestPathCollisionNestedDot(t *testing.T) {
+	cfg, err := envoylimit.ParseConfig("test.yaml", []byte(nestedDotConfig))
 	require.NoError(t, err)
 	mock := clock.NewMock()
 	svc, err := envoylimit.NewService(cfg, envoylimit.WithClock(mock))
 	require.NoError(t, err)
 	r := serveService(t, svc, mock)
 	_ = r
-	cfg2, err := envoylimit.ParseConfig("test.yaml", []byte(y))
+	cfg2, err := envoylimit.ParseConfig("test.yaml", []byte(nestedDotConfig))
 	require.NoError(t, err)
 	require.NoError(t, svc.SetConfig(cfg2))
 	// {x: 1, y: v} has a limit of 100 per minute; after the reload it
@@ -201,16 +201,7 @@ descriptors:
 // server keys Redis by them (cmd/envoylimit-server), so two limits of one
 // configuration must not share one, or they share counters from the start.
 func TestLimiterNamesUnique(t *testing.T) {
-	cfg, err := envoylimit.ParseConfig("t.yaml", []byte(`
-domain: d
-descriptors:
-  - key: x.y
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: x
-    descriptors:
-      - key: y
-        rate_limit: {unit: minute, requests_per_unit: 100}
-`))
+	cfg, err := envoylimit.ParseConfig("t.yaml", []byte(nestedDotConfig))
 	require.NoError(t, err)
 	names := map[string]int{}
 	_, err = envoylimit.NewService(cfg, envoylimit.WithLimiters(func(name string, p ratelimit.Policy) (ratelimit.KeyedLimiter, error) {

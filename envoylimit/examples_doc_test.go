@@ -14,10 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Nested descriptors: a placeholder level with a key-only leaf gives each
-// value its own limit; several descriptors in a request are all decided.
-func TestDocNestedAndKeyOnly(t *testing.T) {
-	r := serve(t, `
+// docNested is the documentation's example of nested descriptors and
+// key-only leaves (Example 2).
+const docNested = `
 domain: messaging
 descriptors:
   - key: message_type
@@ -31,7 +30,12 @@ descriptors:
     rate_limit:
       unit: day
       requests_per_unit: 5
-`)
+`
+
+// Nested descriptors: a placeholder level with a key-only leaf gives each
+// value its own limit; several descriptors in a request are all decided.
+func TestDocNestedAndKeyOnly(t *testing.T) {
+	r := serve(t, docNested)
 	marketing := func(n string) []string {
 		return codesOf(r.call("messaging", desc("message_type", "marketing", "to_number", n), desc("to_number", n)))
 	}

@@ -178,21 +178,7 @@ func (p *pair) setConfig(yaml string) {
 
 // The documentation's nested descriptors and key-only leaves, on Redis.
 func TestRedisNestedAndKeyOnly(t *testing.T) {
-	p := servePair(t, `
-domain: messaging
-descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 3
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 5
-`)
+	p := servePair(t, docNested)
 	marketing := func(n string) []string {
 		return codesOf(p.call("messaging", desc("message_type", "marketing", "to_number", n), desc("to_number", n)))
 	}
